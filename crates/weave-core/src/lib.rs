@@ -1,0 +1,16 @@
+//! Weave's pure domain model.
+//!
+//! Everything here is plain data plus arithmetic: no I/O, no clock, no async. The simulator
+//! and the control-plane server both build on these types.
+
+pub mod cluster;
+pub mod hardware;
+pub mod job;
+pub mod placement;
+pub mod units;
+
+pub use cluster::{ClusterConfig, ConfigError, NetworkConfig, PoolConfig};
+pub use hardware::{GpuKind, GpuSpec, GPUS_PER_NODE};
+pub use job::{parse_tokens, Algorithm, JobId, JobSpec, JobSpecError, JobType, Lifetime, ModelSize, PhaseTimes, Slo};
+pub use placement::{GroupId, NodeId, Placement, Pool};
+pub use units::{Bandwidth, Bytes, Micros, Money, Price};
