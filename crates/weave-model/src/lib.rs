@@ -7,13 +7,29 @@
 
 mod interp;
 pub mod profile;
+pub mod rng;
 pub mod runtime;
 pub mod state;
 pub mod switch;
 pub mod sync;
 
 pub use profile::{Deployment, Estimate, EstimateSource, ProfileError, ProfileModel, REFERENCE_BATCH};
+pub use rng::{named_stream, Stream};
 pub use runtime::{Drift, RuntimeModel};
 pub use state::{rollout_state_per_node, training_state_per_node};
 pub use switch::{switch_time, SwitchKind};
 pub use sync::{sync_bytes, sync_time, SyncPlanKind};
+
+use weave_core::{JobSpec, Lifetime, Micros};
+
+/// Iterations a job runs: given, or for the authors' traces its solo lifetime divided by its
+/// solo iteration time (at least one).
+pub fn iterations(job: &JobSpec, solo_iteration: Micros) -> u64 {
+    match job.lifetime {
+        Lifetime::Iterations(n) => n,
+        Lifetime::SoloUntil(end) => {
+            let life = end.saturating_sub(job.arrival).0;
+            (life / solo_iteration.0.max(1)).max(1)
+        }
+    }
+}
