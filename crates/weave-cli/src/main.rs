@@ -1,1 +1,45 @@
-fn main() {}
+//! `weave`: a thin command-line front end over Weave's library crates.
+
+mod config_cmd;
+mod input;
+mod simulate_cmd;
+mod table;
+mod trace_cmd;
+
+use clap::{Parser, Subcommand};
+
+/// Weave: co-scheduling for disaggregated RL post-training.
+///
+/// Packs RL jobs into co-execution groups so one job's rollout fills another's idle
+/// training bubble (and vice versa), keeping every job's state warm in host DRAM.
+#[derive(Parser)]
+#[command(name = "weave", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Replay a job trace (the built-in default workload unless --trace is given).
+    Simulate(simulate_cmd::Args),
+    /// Generate, inspect and convert job traces.
+    #[command(subcommand)]
+    Trace(trace_cmd::TraceCommand),
+    /// Cluster configuration.
+    #[command(subcommand)]
+    Config(config_cmd::ConfigCommand),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Simulate(args) => simulate_cmd::run(args),
+        Command::Trace(cmd) => trace_cmd::run(cmd),
+        Command::Config(cmd) => config_cmd::run(cmd),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

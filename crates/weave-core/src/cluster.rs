@@ -40,10 +40,7 @@ impl PoolConfig {
     }
 
     fn validate(&self, pool: &str) -> Result<(), ConfigError> {
-        let bad = |field: &str, reason: String| ConfigError::Invalid {
-            key: format!("{pool}.{field}"),
-            reason,
-        };
+        let bad = |field: &str, reason: String| ConfigError::Invalid { key: format!("{pool}.{field}"), reason };
         if self.nodes == 0 {
             return Err(bad("nodes", "must be at least 1".into()));
         }
@@ -51,10 +48,7 @@ impl PoolConfig {
             return Err(bad("gpus_per_node", "must be at least 1".into()));
         }
         if !(self.host_dram_gb.is_finite() && self.host_dram_gb > 0.0) {
-            return Err(bad(
-                "host_dram_gb",
-                format!("must be a positive number of GB, got {}", self.host_dram_gb),
-            ));
+            return Err(bad("host_dram_gb", format!("must be a positive number of GB, got {}", self.host_dram_gb)));
         }
         if !(self.price_per_gpu_hour.is_finite() && self.price_per_gpu_hour >= 0.0) {
             return Err(bad(
@@ -201,10 +195,7 @@ mod tests {
         let mut cfg = ClusterConfig::default();
         cfg.training.nodes = 0;
         let err = ClusterConfig::from_toml(&cfg.to_toml()).unwrap_err();
-        assert_eq!(
-            err,
-            ConfigError::Invalid { key: "training.nodes".into(), reason: "must be at least 1".into() }
-        );
+        assert_eq!(err, ConfigError::Invalid { key: "training.nodes".into(), reason: "must be at least 1".into() });
     }
 
     #[test]

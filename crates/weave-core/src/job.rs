@@ -52,7 +52,7 @@ impl ModelSize {
 
 impl fmt::Display for ModelSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0 % 1_000 == 0 {
+        if self.0.is_multiple_of(1_000) {
             write!(f, "{}B", self.0 / 1_000)
         } else {
             let s = format!("{:.3}", self.params_b());
@@ -95,7 +95,7 @@ impl JobType {
 
 impl fmt::Display for JobType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.max_tokens % 1024 == 0 {
+        if self.max_tokens.is_multiple_of(1024) {
             write!(f, "{}_{}k", self.model, self.max_tokens / 1024)
         } else {
             write!(f, "{}_{}", self.model, self.max_tokens)
@@ -249,9 +249,7 @@ impl JobSpec {
         }
         match self.lifetime {
             Lifetime::Iterations(0) => return invalid("iterations", "must be at least 1"),
-            Lifetime::SoloUntil(t) if t <= self.arrival => {
-                return invalid("departure", "must be after the arrival")
-            }
+            Lifetime::SoloUntil(t) if t <= self.arrival => return invalid("departure", "must be after the arrival"),
             _ => {}
         }
         if let Some(p) = self.phase_times {

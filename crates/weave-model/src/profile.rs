@@ -157,9 +157,10 @@ impl ProfileModel {
         let convert = |rows: BTreeMap<String, Row>| -> Result<BTreeMap<JobType, PhaseTimes>, ProfileError> {
             rows.into_iter()
                 .map(|(key, row)| {
-                    let ty: JobType = key
-                        .parse()
-                        .map_err(|e: weave_core::JobSpecError| ProfileError::Entry { key: key.clone(), reason: e.to_string() })?;
+                    let ty: JobType = key.parse().map_err(|e: weave_core::JobSpecError| ProfileError::Entry {
+                        key: key.clone(),
+                        reason: e.to_string(),
+                    })?;
                     let ok = |v: f64| v.is_finite() && v > 0.0;
                     if !ok(row.generate) || !ok(row.train) {
                         return Err(ProfileError::Entry { key, reason: "durations must be positive seconds".into() });
@@ -219,7 +220,10 @@ impl ProfileModel {
         };
         let Some(base) = rows.get(&anchor).copied() else {
             // An empty table (custom profile file) leaves nothing to scale from.
-            return Estimate { times: PhaseTimes { rollout: Micros::MAX, train: Micros::MAX }, source: EstimateSource::Measured };
+            return Estimate {
+                times: PhaseTimes { rollout: Micros::MAX, train: Micros::MAX },
+                source: EstimateSource::Measured,
+            };
         };
         let exp = match dep {
             Deployment::Disagg => &DISAGG_EXP,

@@ -60,19 +60,37 @@ pub struct RuntimeModel {
 
 impl Default for RuntimeModel {
     fn default() -> Self {
-        RuntimeModel { mean_fraction: 0.5, longest_to_mean: 2.2, longest_sigma: 0.2, prefill_share: 0.15, train_sigma: 0.08 }
+        RuntimeModel {
+            mean_fraction: 0.5,
+            longest_to_mean: 2.2,
+            longest_sigma: 0.2,
+            prefill_share: 0.15,
+            train_sigma: 0.08,
+        }
     }
 }
 
 impl RuntimeModel {
     /// A deterministic model: every iteration takes exactly the conservative estimate.
     pub fn deterministic() -> Self {
-        RuntimeModel { mean_fraction: 1.0, longest_to_mean: 1.0, longest_sigma: 0.0, prefill_share: 0.0, train_sigma: 0.0 }
+        RuntimeModel {
+            mean_fraction: 1.0,
+            longest_to_mean: 1.0,
+            longest_sigma: 0.0,
+            prefill_share: 0.0,
+            train_sigma: 0.0,
+        }
     }
 
     /// Draws one iteration's phase durations. `rng` must be the job's own named stream so every
     /// policy sees the same draws for the same job.
-    pub fn sample<R: Rng + ?Sized>(&self, conservative: PhaseTimes, progress: f64, drift: Drift, rng: &mut R) -> PhaseTimes {
+    pub fn sample<R: Rng + ?Sized>(
+        &self,
+        conservative: PhaseTimes,
+        progress: f64,
+        drift: Drift,
+        rng: &mut R,
+    ) -> PhaseTimes {
         let mean = self.mean_fraction * drift.factor(progress);
         let longest = (mean * lognormal(self.longest_to_mean, self.longest_sigma, rng)).min(1.0);
         let roll_factor = self.prefill_share + (1.0 - self.prefill_share) * longest;
@@ -115,7 +133,10 @@ mod tests {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(7);
         let m = RuntimeModel::default();
         let avg = |progress: f64, rng: &mut Xoshiro256PlusPlus| {
-            (0..2_000).map(|_| m.sample(CONS, progress, Drift::Increasing { extent: 0.5 }, rng).train.as_secs_f64()).sum::<f64>() / 2_000.0
+            (0..2_000)
+                .map(|_| m.sample(CONS, progress, Drift::Increasing { extent: 0.5 }, rng).train.as_secs_f64())
+                .sum::<f64>()
+                / 2_000.0
         };
         let early = avg(0.0, &mut rng);
         let late = avg(1.0, &mut rng);

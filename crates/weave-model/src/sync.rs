@@ -30,7 +30,13 @@ pub fn sync_bytes(model: ModelSize) -> Bytes {
 }
 
 /// Predicted sync time for a job with `train_gpus` senders and `rollout_gpus` receivers.
-pub fn sync_time(model: ModelSize, plan: SyncPlanKind, train_gpus: u32, rollout_gpus: u32, net: &NetworkConfig) -> Micros {
+pub fn sync_time(
+    model: ModelSize,
+    plan: SyncPlanKind,
+    train_gpus: u32,
+    rollout_gpus: u32,
+    net: &NetworkConfig,
+) -> Micros {
     let bytes = sync_bytes(model).0 as f64;
     let stream = net.inter_cluster_per_stream().bytes_per_sec() * STREAM_EFFICIENCY;
     let (rate, fixed) = match plan {

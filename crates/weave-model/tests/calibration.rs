@@ -20,12 +20,8 @@ fn cached_state_table_2() {
 
 #[test]
 fn switch_times_fig_4() {
-    let rows = [
-        (3, 25.3, 0.8, 26.7, 1.9),
-        (7, 38.8, 0.9, 32.7, 4.1),
-        (14, 60.4, 1.8, 59.0, 4.7),
-        (32, 81.7, 1.7, 81.2, 5.9),
-    ];
+    let rows =
+        [(3, 25.3, 0.8, 26.7, 1.9), (7, 38.8, 0.9, 32.7, 4.1), (14, 60.4, 1.8, 59.0, 4.7), (32, 81.7, 1.7, 81.2, 5.9)];
     for (b, rc, rw, tc, tw) in rows {
         let m = ModelSize::billions(b);
         let s = |pool, kind| switch_time(m, pool, kind).as_secs_f64();
@@ -44,7 +40,11 @@ fn sync_times_fig_12() {
     let net = ClusterConfig::default().network;
     for (b, topo, flat) in [(7, 0.9, 7.5), (14, 1.7, 13.8), (32, 3.9, 30.7)] {
         let m = ModelSize::billions(b);
-        within(sync_time(m, SyncPlanKind::TopologyAware, 8, 8, &net).as_secs_f64(), topo, &format!("{b}B topology-aware sync"));
+        within(
+            sync_time(m, SyncPlanKind::TopologyAware, 8, 8, &net).as_secs_f64(),
+            topo,
+            &format!("{b}B topology-aware sync"),
+        );
         within(sync_time(m, SyncPlanKind::Flat, 8, 8, &net).as_secs_f64(), flat, &format!("{b}B flat sync"));
     }
 }
@@ -82,7 +82,11 @@ fn leave_one_out_accuracy_of_the_analytic_model() {
     }
     errors.sort_by(f64::total_cmp);
     let median = errors[errors.len() / 2];
-    eprintln!("leave-one-out error of solo iteration time: median {:.0}%, worst {:.0}%", median * 100.0, errors.last().unwrap() * 100.0);
+    eprintln!(
+        "leave-one-out error of solo iteration time: median {:.0}%, worst {:.0}%",
+        median * 100.0,
+        errors.last().unwrap() * 100.0
+    );
     assert!(median < 0.35, "median leave-one-out error {median}");
 }
 

@@ -34,11 +34,16 @@ impl<'a> Events<'a> {
     }
 
     fn time(&mut self, line: usize, field: &str) -> Result<i64, TraceError> {
-        let t = datetime::parse(field)
-            .ok_or_else(|| err(self.source, line, Some("time"), format!("expected YYYY-MM-DD HH:MM:SS, got `{field}`")))?;
+        let t = datetime::parse(field).ok_or_else(|| {
+            err(self.source, line, Some("time"), format!("expected YYYY-MM-DD HH:MM:SS, got `{field}`"))
+        })?;
         if let Some((prev_line, prev)) = self.last {
             if t < prev {
-                let msg = format!("time goes backwards: {} is before {} on line {prev_line}", datetime::format(t), datetime::format(prev));
+                let msg = format!(
+                    "time goes backwards: {} is before {} on line {prev_line}",
+                    datetime::format(t),
+                    datetime::format(prev)
+                );
                 return Err(err(self.source, line, Some("time"), msg));
             }
         }
@@ -49,10 +54,20 @@ impl<'a> Events<'a> {
 
     fn arrive(&mut self, line: usize, id: &str, open: Open) -> Result<(), TraceError> {
         if let Some(prev) = self.open.get(id) {
-            return Err(err(self.source, line, Some("id"), format!("duplicate arrival of `{id}` (already arrived on line {})", prev.line)));
+            return Err(err(
+                self.source,
+                line,
+                Some("id"),
+                format!("duplicate arrival of `{id}` (already arrived on line {})", prev.line),
+            ));
         }
         if let Some(prev_line) = self.left.get(id) {
-            return Err(err(self.source, line, Some("id"), format!("duplicate job id `{id}` (it left on line {prev_line})")));
+            return Err(err(
+                self.source,
+                line,
+                Some("id"),
+                format!("duplicate job id `{id}` (it left on line {prev_line})"),
+            ));
         }
         self.open.insert(id.to_string(), open);
         Ok(())
@@ -64,10 +79,20 @@ impl<'a> Events<'a> {
             .remove(id)
             .ok_or_else(|| err(self.source, line, Some("event"), format!("`{id}` departs but never arrived")))?;
         if let Some(ty) = job_type.filter(|t| *t != open.job_type) {
-            return Err(err(self.source, line, Some("type"), format!("`{id}` left as {ty} but arrived as {} on line {}", open.job_type, open.line)));
+            return Err(err(
+                self.source,
+                line,
+                Some("type"),
+                format!("`{id}` left as {ty} but arrived as {} on line {}", open.job_type, open.line),
+            ));
         }
         if t <= open.arrival_s {
-            return Err(err(self.source, line, Some("time"), format!("`{id}` departs at the instant it arrived (line {})", open.line)));
+            return Err(err(
+                self.source,
+                line,
+                Some("time"),
+                format!("`{id}` departs at the instant it arrived (line {})", open.line),
+            ));
         }
         let epoch = self.epoch.unwrap_or(0);
         let width = JobSpec::default_width(open.job_type.model);
@@ -109,7 +134,9 @@ fn event(source: &str, line: usize, f: &str) -> Result<bool, TraceError> {
     match f {
         "1" => Ok(true),
         "-1" => Ok(false),
-        other => Err(err(source, line, Some("event"), format!("expected 1 (arrival) or -1 (departure), got `{other}`"))),
+        other => {
+            Err(err(source, line, Some("event"), format!("expected 1 (arrival) or -1 (departure), got `{other}`")))
+        }
     }
 }
 
@@ -125,17 +152,28 @@ pub(crate) fn parse_wild(text: &str, source: &str) -> Result<Trace, TraceError> 
     for (line, l) in lines(text) {
         let f = fields(l);
         if f.len() != 4 {
-            return Err(err(source, line, None, format!("expected 4 comma-separated fields (id, time, event, type), got {}", f.len())));
+            return Err(err(
+                source,
+                line,
+                None,
+                format!("expected 4 comma-separated fields (id, time, event, type), got {}", f.len()),
+            ));
         }
         if f[0].is_empty() {
             return Err(err(source, line, Some("id"), "empty job id"));
         }
         let t = ev.time(line, f[1])?;
         let arrival = event(source, line, f[2])?;
-        let ty: JobType = f[3].parse().map_err(|e: weave_core::JobSpecError| err(source, line, Some("type"), e.to_string()))?;
+        let ty: JobType =
+            f[3].parse().map_err(|e: weave_core::JobSpecError| err(source, line, Some("type"), e.to_string()))?;
         if profile.measured(Deployment::Disagg, ty).is_none() {
             let known: Vec<String> = profile.measured_types(Deployment::Disagg).map(|(t, _)| t.to_string()).collect();
-            return Err(err(source, line, Some("type"), format!("unknown job type `{ty}` (known: {})", known.join(", "))));
+            return Err(err(
+                source,
+                line,
+                Some("type"),
+                format!("unknown job type `{ty}` (known: {})", known.join(", ")),
+            ));
         }
         if arrival {
             ev.arrive(line, f[0], Open { line, arrival_s: t, job_type: ty, slo: None, phase_times: None })?;
@@ -154,7 +192,12 @@ pub(crate) fn parse_philly(text: &str, source: &str, opts: &crate::ReadOptions) 
     for (line, l) in lines(text) {
         let f = fields(l);
         if f.len() != 3 && f.len() != 6 {
-            return Err(err(source, line, None, format!("expected 3 fields (id, time, event) or 6 (plus T_roll, T_train, SLO), got {}", f.len())));
+            return Err(err(
+                source,
+                line,
+                None,
+                format!("expected 3 fields (id, time, event) or 6 (plus T_roll, T_train, SLO), got {}", f.len()),
+            ));
         }
         if f[0].is_empty() {
             return Err(err(source, line, Some("id"), "empty job id"));
@@ -170,7 +213,9 @@ pub(crate) fn parse_philly(text: &str, source: &str, opts: &crate::ReadOptions) 
         }
         let (slo, phase_times) = if f.len() == 6 {
             let secs = |i: usize, name: &str| -> Result<Micros, TraceError> {
-                let v: f64 = f[i].parse().map_err(|_| err(source, line, Some(name), format!("expected seconds, got `{}`", f[i])))?;
+                let v: f64 = f[i]
+                    .parse()
+                    .map_err(|_| err(source, line, Some(name), format!("expected seconds, got `{}`", f[i])))?;
                 if v.is_finite() && v > 0.0 && v < 1e9 {
                     Ok(Micros::from_secs_f64(v))
                 } else {
@@ -178,7 +223,9 @@ pub(crate) fn parse_philly(text: &str, source: &str, opts: &crate::ReadOptions) 
                 }
             };
             let times = PhaseTimes { rollout: secs(3, "T_roll")?, train: secs(4, "T_train")? };
-            let slo_v: f64 = f[5].parse().map_err(|_| err(source, line, Some("SLO"), format!("expected a number, got `{}`", f[5])))?;
+            let slo_v: f64 = f[5]
+                .parse()
+                .map_err(|_| err(source, line, Some("SLO"), format!("expected a number, got `{}`", f[5])))?;
             let slo = Slo::new(slo_v).map_err(|e| err(source, line, Some("SLO"), e.to_string()))?;
             (Some(slo), Some(times))
         } else {

@@ -63,7 +63,13 @@ pub struct GenConfig {
 impl GenConfig {
     /// The built-in default workload of `weave simulate`.
     pub fn default_workload() -> Self {
-        GenConfig { mode: GenMode::Production, jobs: 60, arrivals: Arrivals::Poisson { per_hour: 1.5 }, seed: 2026, lifetime_median_h: 16.0 }
+        GenConfig {
+            mode: GenMode::Production,
+            jobs: 60,
+            arrivals: Arrivals::Poisson { per_hour: 1.5 },
+            seed: 2026,
+            lifetime_median_h: 16.0,
+        }
     }
 }
 

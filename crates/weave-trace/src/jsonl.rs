@@ -97,7 +97,8 @@ impl JsonlJob {
                     serde_json::Value::String(s) => parse_tokens(s),
                     _ => None,
                 };
-                let max_tokens = tokens.ok_or(("max_tokens", "expected a positive token count such as 8192 or \"8k\"".to_string()))?;
+                let max_tokens = tokens
+                    .ok_or(("max_tokens", "expected a positive token count such as 8192 or \"8k\"".to_string()))?;
                 Ok(JobType { model, max_tokens })
             }
             _ => Err(("type", "give either `type` (e.g. \"7B_8k\") or both `model` and `max_tokens`".into())),
@@ -130,7 +131,7 @@ impl JsonlJob {
 }
 
 fn seconds(field: &'static str, v: f64) -> FieldResult<Micros> {
-    if v.is_finite() && v >= 0.0 && v < 1e12 {
+    if v.is_finite() && (0.0..1e12).contains(&v) {
         Ok(Micros::from_secs_f64(v))
     } else {
         Err((field, format!("expected a non-negative number of seconds, got {v}")))

@@ -105,7 +105,12 @@ pub fn parse(text: &str, format: Format, source: &str, opts: &ReadOptions) -> Re
         Format::Philly => authors::parse_philly(text, source, opts)?,
     };
     if trace.jobs.is_empty() {
-        return Err(TraceError { file: source.into(), line: 0, field: None, message: "the trace holds no jobs".into() });
+        return Err(TraceError {
+            file: source.into(),
+            line: 0,
+            field: None,
+            message: "the trace holds no jobs".into(),
+        });
     }
     Ok(trace)
 }

@@ -44,8 +44,9 @@ impl Summary {
             };
             lifetimes.push(life.as_hours_f64());
         }
-        let mut types: Vec<TypeCount> = types.into_iter().map(|(t, n)| TypeCount { job_type: t.to_string(), jobs: n }).collect();
-        types.sort_by(|a, b| b.jobs.cmp(&a.jobs));
+        let mut types: Vec<TypeCount> =
+            types.into_iter().map(|(t, n)| TypeCount { job_type: t.to_string(), jobs: n }).collect();
+        types.sort_by_key(|t| std::cmp::Reverse(t.jobs));
         let n = trace.jobs.len();
         let span = match (trace.jobs.first(), trace.jobs.last()) {
             (Some(a), Some(b)) => b.arrival.saturating_sub(a.arrival).as_hours_f64(),

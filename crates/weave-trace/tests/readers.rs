@@ -40,7 +40,11 @@ fn wild_trace_has_200_jobs_and_mean_lifetime_27_9_h() {
 
 /// Replaces line `n` (1-based) of `text`.
 fn with_line(text: &str, n: usize, new: &str) -> String {
-    text.lines().enumerate().map(|(i, l)| if i + 1 == n { new.to_string() } else { l.to_string() }).collect::<Vec<_>>().join("\n")
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| if i + 1 == n { new.to_string() } else { l.to_string() })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[test]
@@ -72,7 +76,11 @@ fn departures_without_arrivals_and_open_jobs_are_errors() {
     assert!(e.to_string().contains("arrives but never departs"), "{e}");
     let e = read("a, 2025-01-01 00:00:00, 1, 7B_8k\na, 2025-01-01 01:00:00, -1, 14B_8k\n", Format::Wild).unwrap_err();
     assert!(e.to_string().contains("left as 14B_8k but arrived as 7B_8k"), "{e}");
-    let e = read("a, 2025-01-01 00:00:00, 1, 7B_8k\na, 2025-01-01 01:00:00, -1, 7B_8k\na, 2025-01-01 02:00:00, 1, 7B_8k\n", Format::Wild).unwrap_err();
+    let e = read(
+        "a, 2025-01-01 00:00:00, 1, 7B_8k\na, 2025-01-01 01:00:00, -1, 7B_8k\na, 2025-01-01 02:00:00, 1, 7B_8k\n",
+        Format::Wild,
+    )
+    .unwrap_err();
     assert_eq!((e.line, e.field.as_deref()), (3, Some("id")));
 }
 
@@ -103,7 +111,10 @@ fn jsonl_round_trips_generated_traces() {
     let profile = ProfileModel::builtin();
     for mode in [
         weave_trace::GenMode::Production,
-        weave_trace::GenMode::Classes { profile: weave_trace::ProfileClass::Mixed, size: weave_trace::SizeClass::Mixed },
+        weave_trace::GenMode::Classes {
+            profile: weave_trace::ProfileClass::Mixed,
+            size: weave_trace::SizeClass::Mixed,
+        },
     ] {
         let cfg = weave_trace::GenConfig { mode, ..weave_trace::GenConfig::default_workload() };
         let t = generate::generate(&cfg, &profile);
@@ -174,8 +185,15 @@ fn production_mix_looks_like_production() {
 fn class_mode_respects_the_rollout_share() {
     use weave_trace::{GenMode, ProfileClass, SizeClass};
     let profile = ProfileModel::builtin();
-    for (class, lo, hi) in [(ProfileClass::Balanced, 0.9, 1.1), (ProfileClass::RolloutHeavy, 3.0, 4.0), (ProfileClass::TrainingHeavy, 0.4, 0.6)] {
-        let cfg = weave_trace::GenConfig { mode: GenMode::Classes { profile: class, size: SizeClass::Large }, ..weave_trace::GenConfig::default_workload() };
+    for (class, lo, hi) in [
+        (ProfileClass::Balanced, 0.9, 1.1),
+        (ProfileClass::RolloutHeavy, 3.0, 4.0),
+        (ProfileClass::TrainingHeavy, 0.4, 0.6),
+    ] {
+        let cfg = weave_trace::GenConfig {
+            mode: GenMode::Classes { profile: class, size: SizeClass::Large },
+            ..weave_trace::GenConfig::default_workload()
+        };
         for j in generate::generate(&cfg, &profile).jobs {
             let p = j.phase_times.unwrap();
             let r = p.rollout.as_secs_f64() / p.train.as_secs_f64();

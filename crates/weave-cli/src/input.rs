@@ -1,0 +1,73 @@
+//! Loading what the user points at: traces and cluster configs, with context in errors.
+
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+use weave_core::ClusterConfig;
+use weave_model::ProfileModel;
+use weave_trace::{generate, Format, GenConfig, ReadOptions, Trace};
+
+/// Trace selection shared by every command that reads one.
+#[derive(clap::Args, Clone, Debug)]
+pub struct TraceArgs {
+    /// Trace file (Weave JSON Lines, the authors' wild.trace format, or Philly-derived).
+    /// Without it, the built-in default workload is used.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// Trace format; detected from the content when omitted.
+    #[arg(long, value_name = "jsonl|wild|philly")]
+    pub format: Option<Format>,
+    /// Job type assumed for Philly-derived traces, which carry none.
+    #[arg(long, value_name = "TYPE", default_value = "7B_8k")]
+    pub philly_type: weave_core::JobType,
+}
+
+impl TraceArgs {
+    pub fn load(&self, profile: &ProfileModel) -> Result<Trace> {
+        match &self.trace {
+            Some(path) => read_trace(path, self.format, &ReadOptions { philly_default_type: self.philly_type }),
+            None => Ok(generate::generate(&GenConfig::default_workload(), profile)),
+        }
+    }
+}
+
+pub fn read_trace(path: &Path, format: Option<Format>, opts: &ReadOptions) -> Result<Trace> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read trace {}", path.display()))?;
+    let format = format.unwrap_or_else(|| weave_trace::detect_format(&text));
+    Ok(weave_trace::parse(&text, format, &path.display().to_string(), opts)?)
+}
+
+/// The cluster from `--cluster FILE`, or the built-in testbed.
+pub fn load_cluster(path: Option<&Path>) -> Result<ClusterConfig> {
+    match path {
+        None => Ok(ClusterConfig::default()),
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("cannot read cluster config {}", p.display()))?;
+            ClusterConfig::from_toml(&text).with_context(|| format!("invalid cluster config {}", p.display()))
+        }
+    }
+}
+
+/// Writes `text` to `path`, or to stdout when `path` is `None` or `-`.
+pub fn write_output(path: Option<&Path>, text: &str) -> Result<()> {
+    match path {
+        Some(p) if p != Path::new("-") => {
+            std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display()))
+        }
+        _ => {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            // A closed pipe (`weave ... | head`) is not an error worth reporting.
+            match out.write_all(text.as_bytes()) {
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                other => other.context("cannot write to stdout"),
+            }
+        }
+    }
+}
+
+pub fn json<T: serde::Serialize>(value: &T) -> Result<String> {
+    let mut s = serde_json::to_string_pretty(value)?;
+    s.push('\n');
+    Ok(s)
+}
