@@ -1,0 +1,108 @@
+//! The `weave` binary end to end: real processes, real files.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn weave(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_weave")).args(args).output().expect("weave runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn temp_file(name: &str, contents: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("weave-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, contents).unwrap();
+    p
+}
+
+const WILD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/rollmux/wild.trace");
+
+#[test]
+fn simulate_runs_on_the_default_workload_without_files() {
+    let o = weave(&["simulate"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("jobs: 60"), "{}", stdout(&o));
+    let o = weave(&["simulate", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
+    assert_eq!(v["workload"]["jobs"], 60);
+}
+
+#[test]
+fn trace_show_wild() {
+    if !std::path::Path::new(WILD).exists() {
+        eprintln!("skipped: {WILD} not present");
+        return;
+    }
+    let o = weave(&["trace", "show", WILD, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["summary"]["jobs"], 200);
+    let mean = v["summary"]["mean_lifetime_h"].as_f64().unwrap();
+    assert!((mean - 27.9).abs() < 0.05, "{mean}");
+}
+
+#[test]
+fn corrupted_trace_error_names_file_and_line() {
+    let Ok(text) = std::fs::read_to_string(WILD) else {
+        eprintln!("skipped: {WILD} not present");
+        return;
+    };
+    let bad = text.replacen("job3, 2025-07-30 15:43:08, 1, 8B_8k", "job3, 2025-07-30 15:43:08, 1, 8B_8q", 1);
+    let p = temp_file("bad.trace", &bad);
+    let o = weave(&["trace", "show", p.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("bad.trace:4: field `type`"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn generate_convert_show_round_trip() {
+    let o = weave(&["trace", "generate", "--jobs", "25", "--seed", "9"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let p = temp_file("gen.jsonl", &stdout(&o));
+    let o2 = weave(&["trace", "convert", p.to_str().unwrap()]);
+    assert_eq!(stdout(&o2), stdout(&o), "converting our own format is the identity");
+    let o3 = weave(&["simulate", "--trace", p.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o3.stdout).unwrap();
+    assert_eq!(v["workload"]["jobs"], 25);
+}
+
+#[test]
+fn bad_generator_flags_are_errors() {
+    let o = weave(&["trace", "generate", "--jobs", "0"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--jobs"));
+    let o = weave(&["trace", "generate", "--rate=-1"]);
+    assert!(stderr(&o).contains("--rate"), "{}", stderr(&o));
+}
+
+#[test]
+fn config_show_and_bad_config() {
+    let o = weave(&["config", "show"]);
+    assert!(o.status.success());
+    let toml = stdout(&o);
+    assert!(toml.contains("nodes = 41") && toml.contains("price_per_gpu_hour = 5.28"), "{toml}");
+    let p = temp_file("bad.toml", &toml.replace("gpus_per_node = 8", "gpus_per_nod = 8"));
+    let o = weave(&["config", "show", "--cluster", p.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("gpus_per_nod"), "{}", stderr(&o));
+    let p = temp_file("zero.toml", &toml.replacen("nodes = 41", "nodes = 0", 1));
+    let o = weave(&["config", "show", "--cluster", p.to_str().unwrap()]);
+    assert!(stderr(&o).contains("rollout.nodes"), "{}", stderr(&o));
+}
+
+#[test]
+fn missing_files_are_clear_errors() {
+    let o = weave(&["trace", "show", "/nonexistent/x.trace"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("cannot read trace /nonexistent/x.trace"), "{}", stderr(&o));
+}
