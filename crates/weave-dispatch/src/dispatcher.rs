@@ -1,0 +1,512 @@
+//! The dispatcher state machine.
+//!
+//! Each member cycles through: ready for rollout -> (switch) -> rollout -> ready for training
+//! -> (switch) -> training -> weight sync -> ready for rollout of the next iteration. The
+//! barrier is structural: a member's training can only start from "rollout finished" of the
+//! same iteration, and its next rollout only from "sync finished".
+//!
+//! Round-robin: every resource (the training pool, each rollout node) counts the phases it
+//! served per member. A member may take a resource only if it is not ahead of any other member
+//! sharing that resource, so in each meta-iteration every member runs one rollout and one
+//! training phase [paper, Theorem 1]. Among eligible members, the one ready first goes first
+//! (FIFO). A free resource never idles while an eligible member is ready for it. The member
+//! with the fewest completed iterations is always eligible everywhere, so nobody starves.
+//!
+//! Sync is a network transfer into the job's host buffers: it occupies neither pool's GPUs,
+//! only the job's own critical path.
+
+use crate::memory::{GroupLimits, MemoryLedger};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use thiserror::Error;
+use weave_core::{Bytes, JobId, Micros};
+use weave_model::SwitchKind;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Rollout,
+    Train,
+}
+
+/// Switch times of one member, per pool, from the profile model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SwitchCosts {
+    pub rollout_warm: Micros,
+    pub rollout_cold: Micros,
+    pub train_warm: Micros,
+    pub train_cold: Micros,
+}
+
+impl SwitchCosts {
+    pub fn get(&self, phase: Phase, kind: SwitchKind) -> Micros {
+        match (phase, kind) {
+            (Phase::Rollout, SwitchKind::Warm) => self.rollout_warm,
+            (Phase::Rollout, SwitchKind::Cold) => self.rollout_cold,
+            (Phase::Train, SwitchKind::Warm) => self.train_warm,
+            (Phase::Train, SwitchKind::Cold) => self.train_cold,
+        }
+    }
+}
+
+/// A job joining the group.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MemberSpec {
+    pub job: JobId,
+    /// Group-local rollout node indices (sorted, non-empty); the rollout needs all at once.
+    pub rollout_nodes: Vec<u32>,
+    pub costs: SwitchCosts,
+    /// Weight-sync time after each training phase.
+    pub sync: Micros,
+    /// Whether the job's state stays cached in host DRAM (warm switches). `false` models
+    /// cold time slicing: every switch to this job is cold and nothing is cached.
+    pub resident: bool,
+    /// Host DRAM the job's cached state takes on each of its rollout nodes / training nodes.
+    pub rollout_state: Bytes,
+    pub train_state: Bytes,
+    /// Iterations to run; `None` runs until the job leaves.
+    pub iterations: Option<u64>,
+    /// Iterations already done (a job re-admitted from a checkpoint resumes there).
+    pub start_iteration: u64,
+}
+
+/// Inputs: what happened.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub enum Input {
+    Join(MemberSpec),
+    /// The job left or failed; whatever it held is released.
+    Leave {
+        job: JobId,
+    },
+    SwitchFinished {
+        job: JobId,
+        phase: Phase,
+        iteration: u64,
+    },
+    PhaseFinished {
+        job: JobId,
+        phase: Phase,
+        iteration: u64,
+    },
+    SyncFinished {
+        job: JobId,
+        iteration: u64,
+    },
+}
+
+/// Outputs: what to do now. Durations of switches and syncs come from the model; the driver
+/// reports their end with the matching input.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum Action {
+    BeginSwitch { job: JobId, phase: Phase, iteration: u64, kind: SwitchKind, duration: Micros, nodes: Vec<u32> },
+    StartRollout { job: JobId, iteration: u64, nodes: Vec<u32> },
+    StartTraining { job: JobId, iteration: u64 },
+    BeginSync { job: JobId, iteration: u64, duration: Micros },
+    Completed { job: JobId, iterations: u64 },
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum DispatchError {
+    #[error("job {0} is not a member of this group")]
+    UnknownJob(JobId),
+    #[error("job {0} is already a member of this group")]
+    AlreadyMember(JobId),
+    #[error("job {job}: {reason}")]
+    Barrier { job: JobId, reason: String },
+    #[error("job {job}: {reason}")]
+    BadSpec { job: JobId, reason: String },
+    #[error("job {job} refused: {reason}")]
+    Residency { job: JobId, reason: String },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogKind {
+    Join,
+    Leave,
+    SwitchStart,
+    PhaseStart,
+    PhaseEnd,
+    SyncStart,
+    SyncEnd,
+    Completed,
+}
+
+/// One traceable dispatcher decision or observation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LogEntry {
+    pub time: Micros,
+    pub job: JobId,
+    pub kind: LogKind,
+    pub phase: Option<Phase>,
+    pub iteration: u64,
+    /// Rollout nodes involved (empty for the training pool).
+    pub nodes: Vec<u32>,
+    pub switch: Option<SwitchKind>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    Ready(Phase),
+    Switching(Phase),
+    Running(Phase),
+    Syncing,
+}
+
+#[derive(Clone, Debug)]
+struct Member {
+    spec: MemberSpec,
+    iteration: u64,
+    stage: Stage,
+    /// When the member became ready for its pending phase (FIFO order).
+    ready_seq: u64,
+}
+
+/// A training pool or one rollout node.
+#[derive(Clone, Debug, Default)]
+struct Resource {
+    holder: Option<JobId>,
+    last: Option<JobId>,
+    /// Members whose state is already loaded in this resource's host DRAM.
+    loaded: BTreeSet<JobId>,
+    /// Phases served per current member (round-robin fairness).
+    served: BTreeMap<JobId, u64>,
+}
+
+impl Resource {
+    fn eligible(&self, job: JobId) -> bool {
+        let mine = self.served.get(&job).copied().unwrap_or(0);
+        self.served.values().all(|&s| mine <= s)
+    }
+
+    fn add_member(&mut self, job: JobId) {
+        // A newcomer starts level with the least-served member: it neither waits for nor
+        // blocks the others because of history it did not take part in.
+        let floor = self.served.values().copied().min().unwrap_or(0);
+        self.served.insert(job, floor);
+    }
+
+    fn remove_member(&mut self, job: JobId) {
+        self.served.remove(&job);
+        self.loaded.remove(&job);
+        if self.holder == Some(job) {
+            self.holder = None;
+        }
+    }
+
+    /// The switch needed to hand this resource to `job`, and takes it.
+    fn take(&mut self, job: JobId, resident: bool) -> Option<SwitchKind> {
+        self.holder = Some(job);
+        *self.served.entry(job).or_default() += 1;
+        if self.last == Some(job) {
+            return None;
+        }
+        let kind = if resident && self.loaded.contains(&job) { SwitchKind::Warm } else { SwitchKind::Cold };
+        if resident {
+            self.loaded.insert(job);
+        }
+        Some(kind)
+    }
+
+    fn release(&mut self, job: JobId) {
+        if self.holder == Some(job) {
+            self.holder = None;
+            self.last = Some(job);
+        }
+    }
+}
+
+/// The intra-group dispatcher. Deterministic: the same inputs give the same actions.
+#[derive(Clone, Debug)]
+pub struct Dispatcher {
+    members: BTreeMap<JobId, Member>,
+    train: Resource,
+    rollout: Vec<Resource>,
+    memory: MemoryLedger,
+    seq: u64,
+    now: Micros,
+    logging: bool,
+    log: Vec<LogEntry>,
+}
+
+impl Dispatcher {
+    pub fn new(limits: GroupLimits) -> Self {
+        Dispatcher {
+            members: BTreeMap::new(),
+            train: Resource::default(),
+            rollout: Vec::new(),
+            memory: MemoryLedger::new(limits),
+            seq: 0,
+            now: Micros::ZERO,
+            logging: true,
+            log: Vec::new(),
+        }
+    }
+
+    /// Turns the decision log on or off (long simulations that need no timeline turn it off).
+    pub fn set_logging(&mut self, on: bool) {
+        self.logging = on;
+    }
+
+    /// Takes the decision log accumulated so far.
+    pub fn take_log(&mut self) -> Vec<LogEntry> {
+        std::mem::take(&mut self.log)
+    }
+
+    pub fn members(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.members.keys().copied()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    pub fn rollout_node_count(&self) -> u32 {
+        self.rollout.len() as u32
+    }
+
+    /// Host DRAM in use on each rollout node and on each training node.
+    pub fn memory(&self) -> &MemoryLedger {
+        &self.memory
+    }
+
+    /// Completed iterations of a member.
+    pub fn iteration(&self, job: JobId) -> Option<u64> {
+        self.members.get(&job).map(|m| m.iteration)
+    }
+
+    /// Handles one input at time `now` (monotonic, from the driver) and returns the actions to
+    /// take, in order. An input that would break a barrier is refused and changes nothing.
+    pub fn handle(&mut self, now: Micros, input: Input) -> Result<Vec<Action>, DispatchError> {
+        self.now = self.now.max(now);
+        let mut actions = Vec::new();
+        match input {
+            Input::Join(spec) => self.join(spec)?,
+            Input::Leave { job } => self.leave(job)?,
+            Input::SwitchFinished { job, phase, iteration } => {
+                self.switch_finished(job, phase, iteration, &mut actions)?
+            }
+            Input::PhaseFinished { job, phase, iteration } => {
+                self.phase_finished(job, phase, iteration, &mut actions)?
+            }
+            Input::SyncFinished { job, iteration } => self.sync_finished(job, iteration)?,
+        }
+        self.pump(&mut actions);
+        Ok(actions)
+    }
+
+    fn join(&mut self, spec: MemberSpec) -> Result<(), DispatchError> {
+        let job = spec.job;
+        if self.members.contains_key(&job) {
+            return Err(DispatchError::AlreadyMember(job));
+        }
+        if spec.rollout_nodes.is_empty() || spec.rollout_nodes.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(DispatchError::BadSpec { job, reason: "rollout nodes must be a non-empty sorted set".into() });
+        }
+        if spec.iterations.is_some_and(|n| spec.start_iteration >= n) {
+            return Err(DispatchError::BadSpec { job, reason: "no iterations left to run".into() });
+        }
+        if spec.resident {
+            self.memory
+                .admit(job, &spec.rollout_nodes, spec.rollout_state, spec.train_state)
+                .map_err(|reason| DispatchError::Residency { job, reason })?;
+        }
+        let max_node = spec.rollout_nodes[spec.rollout_nodes.len() - 1] as usize;
+        if self.rollout.len() <= max_node {
+            self.rollout.resize_with(max_node + 1, Resource::default);
+        }
+        self.train.add_member(job);
+        for &n in &spec.rollout_nodes {
+            self.rollout[n as usize].add_member(job);
+        }
+        self.record(job, LogKind::Join, None, spec.start_iteration, spec.rollout_nodes.clone(), None);
+        let seq = self.next_seq();
+        let iteration = spec.start_iteration;
+        self.members.insert(job, Member { spec, iteration, stage: Stage::Ready(Phase::Rollout), ready_seq: seq });
+        Ok(())
+    }
+
+    fn leave(&mut self, job: JobId) -> Result<(), DispatchError> {
+        let m = self.members.remove(&job).ok_or(DispatchError::UnknownJob(job))?;
+        self.release_member(job, &m.spec.rollout_nodes);
+        self.record(job, LogKind::Leave, None, m.iteration, Vec::new(), None);
+        Ok(())
+    }
+
+    fn release_member(&mut self, job: JobId, nodes: &[u32]) {
+        self.train.remove_member(job);
+        for &n in nodes {
+            self.rollout[n as usize].remove_member(job);
+        }
+        self.memory.evict(job);
+    }
+
+    fn member_in(&mut self, job: JobId, want: Stage, iteration: u64) -> Result<&mut Member, DispatchError> {
+        let m = self.members.get_mut(&job).ok_or(DispatchError::UnknownJob(job))?;
+        if m.stage != want || m.iteration != iteration {
+            let reason = format!(
+                "expected {:?} of iteration {iteration}, but the job is {:?} in iteration {}",
+                want, m.stage, m.iteration
+            );
+            return Err(DispatchError::Barrier { job, reason });
+        }
+        Ok(m)
+    }
+
+    fn switch_finished(
+        &mut self,
+        job: JobId,
+        phase: Phase,
+        iteration: u64,
+        actions: &mut Vec<Action>,
+    ) -> Result<(), DispatchError> {
+        let m = self.member_in(job, Stage::Switching(phase), iteration)?;
+        m.stage = Stage::Running(phase);
+        let nodes = m.spec.rollout_nodes.clone();
+        actions.push(self.start_action(job, phase, iteration, nodes));
+        Ok(())
+    }
+
+    fn start_action(&mut self, job: JobId, phase: Phase, iteration: u64, nodes: Vec<u32>) -> Action {
+        let log_nodes = if phase == Phase::Rollout { nodes.clone() } else { Vec::new() };
+        self.record(job, LogKind::PhaseStart, Some(phase), iteration, log_nodes, None);
+        match phase {
+            Phase::Rollout => Action::StartRollout { job, iteration, nodes },
+            Phase::Train => Action::StartTraining { job, iteration },
+        }
+    }
+
+    fn phase_finished(
+        &mut self,
+        job: JobId,
+        phase: Phase,
+        iteration: u64,
+        actions: &mut Vec<Action>,
+    ) -> Result<(), DispatchError> {
+        let seq = self.seq;
+        let m = self.member_in(job, Stage::Running(phase), iteration)?;
+        let nodes = m.spec.rollout_nodes.clone();
+        let (sync, last) = (m.spec.sync, m.spec.iterations == Some(iteration + 1));
+        match phase {
+            Phase::Rollout => {
+                m.stage = Stage::Ready(Phase::Train);
+                m.ready_seq = seq;
+                self.seq += 1;
+                for &n in &nodes {
+                    self.rollout[n as usize].release(job);
+                }
+                self.record(job, LogKind::PhaseEnd, Some(phase), iteration, nodes, None);
+            }
+            Phase::Train => {
+                self.train.release(job);
+                self.record(job, LogKind::PhaseEnd, Some(phase), iteration, Vec::new(), None);
+                if last {
+                    let m = self.members.remove(&job).expect("member checked above");
+                    self.release_member(job, &m.spec.rollout_nodes);
+                    self.record(job, LogKind::Completed, None, iteration + 1, Vec::new(), None);
+                    actions.push(Action::Completed { job, iterations: iteration + 1 });
+                } else {
+                    if let Some(m) = self.members.get_mut(&job) {
+                        m.stage = Stage::Syncing;
+                    }
+                    self.record(job, LogKind::SyncStart, None, iteration, Vec::new(), None);
+                    actions.push(Action::BeginSync { job, iteration, duration: sync });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn sync_finished(&mut self, job: JobId, iteration: u64) -> Result<(), DispatchError> {
+        let seq = self.next_seq();
+        let m = self.member_in(job, Stage::Syncing, iteration)?;
+        m.iteration += 1;
+        m.stage = Stage::Ready(Phase::Rollout);
+        m.ready_seq = seq;
+        self.record(job, LogKind::SyncEnd, None, iteration, Vec::new(), None);
+        Ok(())
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    /// Starts every phase that can start now: training first (one pool), then rollouts in
+    /// FIFO-ready order on free nodes.
+    fn pump(&mut self, actions: &mut Vec<Action>) {
+        if self.train.holder.is_none() {
+            let next = self
+                .members
+                .values()
+                .filter(|m| m.stage == Stage::Ready(Phase::Train) && self.train.eligible(m.spec.job))
+                .min_by_key(|m| m.ready_seq)
+                .map(|m| m.spec.job);
+            if let Some(job) = next {
+                self.start(job, Phase::Train, actions);
+            }
+        }
+        let mut waiting: Vec<(u64, JobId)> = self
+            .members
+            .values()
+            .filter(|m| m.stage == Stage::Ready(Phase::Rollout))
+            .map(|m| (m.ready_seq, m.spec.job))
+            .collect();
+        waiting.sort_unstable();
+        for (_, job) in waiting {
+            let nodes = &self.members[&job].spec.rollout_nodes;
+            let can = nodes.iter().all(|&n| {
+                let r = &self.rollout[n as usize];
+                r.holder.is_none() && r.eligible(job)
+            });
+            if can {
+                self.start(job, Phase::Rollout, actions);
+            }
+        }
+    }
+
+    fn start(&mut self, job: JobId, phase: Phase, actions: &mut Vec<Action>) {
+        let m = &self.members[&job];
+        let (resident, costs, iteration, nodes) =
+            (m.spec.resident, m.spec.costs, m.iteration, m.spec.rollout_nodes.clone());
+        let switch = match phase {
+            Phase::Train => self.train.take(job, resident),
+            Phase::Rollout => {
+                // All nodes switch in parallel; one cold node makes the switch cold.
+                let kinds: Vec<Option<SwitchKind>> =
+                    nodes.iter().map(|&n| self.rollout[n as usize].take(job, resident)).collect();
+                kinds.into_iter().flatten().max()
+            }
+        };
+        let m = self.members.get_mut(&job).expect("member exists");
+        match switch {
+            Some(kind) => {
+                m.stage = Stage::Switching(phase);
+                let duration = costs.get(phase, kind);
+                let log_nodes = if phase == Phase::Rollout { nodes.clone() } else { Vec::new() };
+                self.record(job, LogKind::SwitchStart, Some(phase), iteration, log_nodes, Some(kind));
+                let nodes = if phase == Phase::Rollout { nodes } else { Vec::new() };
+                actions.push(Action::BeginSwitch { job, phase, iteration, kind, duration, nodes });
+            }
+            None => {
+                m.stage = Stage::Running(phase);
+                let a = self.start_action(job, phase, iteration, nodes);
+                actions.push(a);
+            }
+        }
+    }
+
+    fn record(
+        &mut self,
+        job: JobId,
+        kind: LogKind,
+        phase: Option<Phase>,
+        iteration: u64,
+        nodes: Vec<u32>,
+        switch: Option<SwitchKind>,
+    ) {
+        if self.logging {
+            self.log.push(LogEntry { time: self.now, job, kind, phase, iteration, nodes, switch });
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! Group timing: the steady state of a candidate group.
+//!
+//! Closed form [paper, Theorem 1], extended with switch and sync costs (the prototype ignored
+//! both): member j's co-executed cycle is `T'(j) = roll + s_r + train + s_t + sync`, where
+//! `s_r` is its rollout switch when its nodes are shared and `s_t` its training switch when
+//! the group has other members (round-robin hands the pool over every phase). With
+//! `T_cycle = max_j T'(j)` and
+//! `T_load = max(sum_j (train + s_t), max over rollout nodes n of sum_{j on n} (roll + s_r))`,
+//! the group is saturated when `T_load >= T_cycle`; otherwise the meta-iteration lasts
+//! `T_cycle` and every member completes one iteration per meta-iteration.
+//!
+//! Saturated groups are evaluated by driving the real [`Dispatcher`] with deterministic
+//! durations and measuring its steady state.
+
+use crate::dispatcher::{Action, Dispatcher, Input, MemberSpec, Phase, SwitchCosts};
+use crate::memory::GroupLimits;
+use serde::Serialize;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use weave_core::{Bytes, JobId, Micros};
+use weave_model::SwitchKind;
+
+/// One member as the timing model sees it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TimingMember {
+    pub job: JobId,
+    pub rollout: Micros,
+    pub train: Micros,
+    /// Group-local rollout nodes (sorted, non-empty).
+    pub nodes: Vec<u32>,
+    pub costs: SwitchCosts,
+    pub sync: Micros,
+    /// State cached in host DRAM (warm switches); `false` = every switch is cold.
+    pub resident: bool,
+}
+
+impl TimingMember {
+    /// Solo iteration: the job alone on its own nodes never switches.
+    pub fn solo(&self) -> Micros {
+        self.rollout + self.train + self.sync
+    }
+
+    fn switch(&self, phase: Phase) -> Micros {
+        self.costs.get(phase, if self.resident { SwitchKind::Warm } else { SwitchKind::Cold })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MemberTiming {
+    pub job: JobId,
+    pub solo: Micros,
+    /// Steady-state co-executed iteration time.
+    pub coexec: Micros,
+    pub slowdown: f64,
+}
+
+/// Time shares of one resource over a meta-iteration (they sum to 1).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PoolUse {
+    /// `training` or `r<i>`.
+    pub resource: String,
+    pub busy: f64,
+    pub switching: f64,
+    pub idle: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GroupTiming {
+    pub meta_iteration: Micros,
+    pub t_cycle: Micros,
+    pub t_load: Micros,
+    pub saturated: bool,
+    /// `closed-form` or `event-level`.
+    pub method: &'static str,
+    pub members: Vec<MemberTiming>,
+    pub pools: Vec<PoolUse>,
+}
+
+impl GroupTiming {
+    pub fn max_slowdown(&self) -> f64 {
+        self.members.iter().map(|m| m.slowdown).fold(0.0, f64::max)
+    }
+}
+
+fn rollout_shared(members: &[TimingMember], j: usize) -> bool {
+    members.iter().enumerate().any(|(i, m)| i != j && m.nodes.iter().any(|n| members[j].nodes.contains(n)))
+}
+
+/// Per-member cycle with overheads, and the two loads.
+struct Loads {
+    roll_sw: Vec<Micros>,
+    train_sw: Vec<Micros>,
+    t_cycle: Micros,
+    t_load: Micros,
+}
+
+fn loads(members: &[TimingMember]) -> Loads {
+    let many = members.len() > 1;
+    let roll_sw: Vec<Micros> = (0..members.len())
+        .map(|j| if rollout_shared(members, j) { members[j].switch(Phase::Rollout) } else { Micros::ZERO })
+        .collect();
+    let train_sw: Vec<Micros> =
+        members.iter().map(|m| if many { m.switch(Phase::Train) } else { Micros::ZERO }).collect();
+    let t_cycle = members
+        .iter()
+        .enumerate()
+        .map(|(j, m)| m.rollout + roll_sw[j] + m.train + train_sw[j] + m.sync)
+        .fold(Micros::ZERO, Micros::max);
+    let train_load: Micros = members.iter().zip(&train_sw).map(|(m, s)| m.train + *s).sum();
+    let mut node_load: BTreeMap<u32, Micros> = BTreeMap::new();
+    for (j, m) in members.iter().enumerate() {
+        for n in &m.nodes {
+            *node_load.entry(*n).or_default() += m.rollout + roll_sw[j];
+        }
+    }
+    let t_load = node_load.values().copied().fold(train_load, Micros::max);
+    Loads { roll_sw, train_sw, t_cycle, t_load }
+}
+
+/// True when the brief's theorem does not apply.
+pub fn is_saturated(members: &[TimingMember]) -> bool {
+    let l = loads(members);
+    l.t_load >= l.t_cycle
+}
+
+/// The closed form; `None` for a saturated (or empty) group.
+pub fn closed_form(members: &[TimingMember]) -> Option<GroupTiming> {
+    if members.is_empty() {
+        return None;
+    }
+    let l = loads(members);
+    if l.t_load >= l.t_cycle {
+        return None;
+    }
+    let meta = l.t_cycle;
+    let frac = |t: Micros| t.0 as f64 / meta.0 as f64;
+    let mut pools = Vec::new();
+    let train_busy: Micros = members.iter().map(|m| m.train).sum();
+    let train_sw: Micros = l.train_sw.iter().copied().sum();
+    pools.push(pool_use("training".into(), frac(train_busy), frac(train_sw)));
+    let mut nodes: BTreeMap<u32, (Micros, Micros)> = BTreeMap::new();
+    for (j, m) in members.iter().enumerate() {
+        for n in &m.nodes {
+            let e = nodes.entry(*n).or_default();
+            e.0 += m.rollout;
+            e.1 += l.roll_sw[j];
+        }
+    }
+    pools.extend(nodes.into_iter().map(|(n, (b, s))| pool_use(format!("r{n}"), frac(b), frac(s))));
+    Some(GroupTiming {
+        meta_iteration: meta,
+        t_cycle: l.t_cycle,
+        t_load: l.t_load,
+        saturated: false,
+        method: "closed-form",
+        members: members.iter().map(|m| member_timing(m, meta)).collect(),
+        pools,
+    })
+}
+
+fn pool_use(resource: String, busy: f64, switching: f64) -> PoolUse {
+    PoolUse { resource, busy, switching, idle: (1.0 - busy - switching).max(0.0) }
+}
+
+fn member_timing(m: &TimingMember, coexec: Micros) -> MemberTiming {
+    let solo = m.solo();
+    MemberTiming { job: m.job, solo, coexec, slowdown: coexec.0 as f64 / solo.0.max(1) as f64 }
+}
+
+/// Closed form when it applies, the event-level evaluation otherwise.
+pub fn evaluate(members: &[TimingMember]) -> GroupTiming {
+    closed_form(members).unwrap_or_else(|| simulate(members, DEFAULT_ITERATIONS))
+}
+
+/// Iterations per member the event-level evaluation runs; the first half is warm-up.
+pub const DEFAULT_ITERATIONS: u64 = 24;
+
+/// Event-level evaluation: drives the real dispatcher with deterministic durations for
+/// `iterations` per member and measures the second half.
+pub fn simulate(members: &[TimingMember], iterations: u64) -> GroupTiming {
+    let l = loads(members);
+    let run = run_group(members, iterations.max(8));
+    let lo = (iterations.max(8) / 2) as usize;
+    // Stop short of the last iterations: as members finish, the others run alone.
+    let hi = iterations.max(8) as usize - 3;
+    let mut out = Vec::new();
+    for m in members {
+        let ends = &run.train_ends[&m.job];
+        let period = Micros((ends[hi].0 - ends[lo].0) / (hi - lo) as u64);
+        out.push(member_timing(m, period));
+    }
+    let meta = out.iter().map(|m| m.coexec).fold(Micros::ZERO, Micros::max);
+    // Measure pool use over whole meta-iterations of the slowest member, in steady state.
+    let slowest = out.iter().max_by_key(|m| m.coexec).map(|m| m.job);
+    let pools = match slowest {
+        Some(job) => run.usage(run.train_ends[&job][lo], run.train_ends[&job][hi]),
+        None => Vec::new(),
+    };
+    GroupTiming {
+        meta_iteration: meta,
+        t_cycle: l.t_cycle,
+        t_load: l.t_load,
+        saturated: l.t_load >= l.t_cycle,
+        method: "event-level",
+        members: out,
+        pools,
+    }
+}
+
+/// What one deterministic run of a group produced.
+pub struct GroupRun {
+    /// End time of every training phase, per member, by iteration.
+    pub train_ends: BTreeMap<JobId, Vec<Micros>>,
+    /// (resource, start, end, is_switch) intervals.
+    pub intervals: Vec<(String, Micros, Micros, bool)>,
+    /// Every dispatcher decision, for timelines and golden tests.
+    pub log: Vec<crate::LogEntry>,
+    pub end: Micros,
+}
+
+impl GroupRun {
+    fn usage(&self, start: Micros, end: Micros) -> Vec<PoolUse> {
+        let span = end.saturating_sub(start).0.max(1) as f64;
+        let mut acc: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+        for (res, a, b, is_switch) in &self.intervals {
+            let clipped = (*b).min(end).saturating_sub((*a).max(start)).0;
+            let e = acc.entry(res.clone()).or_default();
+            if *is_switch {
+                e.1 += clipped;
+            } else {
+                e.0 += clipped;
+            }
+        }
+        // Training first, then rollout nodes in numeric order.
+        let mut names: Vec<&String> = acc.keys().collect();
+        names.sort_by_key(|n| (n.as_str() != "training", n.trim_start_matches('r').parse::<u32>().unwrap_or(0)));
+        names.into_iter().map(|n| pool_use(n.clone(), acc[n].0 as f64 / span, acc[n].1 as f64 / span)).collect()
+    }
+}
+
+/// Runs every member for `iterations` iterations from a cold start, all joining at time 0.
+pub fn run_group(members: &[TimingMember], iterations: u64) -> GroupRun {
+    let mut d = Dispatcher::new(GroupLimits::UNLIMITED);
+    let by_job: BTreeMap<JobId, &TimingMember> = members.iter().map(|m| (m.job, m)).collect();
+    let mut queue: BinaryHeap<Reverse<(Micros, u8, u64, JobId, u8, u64)>> = BinaryHeap::new();
+    let mut run = GroupRun { train_ends: BTreeMap::new(), intervals: Vec::new(), log: Vec::new(), end: Micros::ZERO };
+    let mut seq = 0u64;
+    let mut pending: Vec<Action> = Vec::new();
+    for m in members {
+        let spec = MemberSpec {
+            job: m.job,
+            rollout_nodes: m.nodes.clone(),
+            costs: m.costs,
+            sync: m.sync,
+            resident: m.resident,
+            rollout_state: Bytes(0),
+            train_state: Bytes(0),
+            iterations: Some(iterations),
+            start_iteration: 0,
+        };
+        pending.extend(d.handle(Micros::ZERO, Input::Join(spec)).expect("distinct members join"));
+        run.train_ends.insert(m.job, Vec::new());
+    }
+    let mut now = Micros::ZERO;
+    loop {
+        for a in pending.drain(..) {
+            schedule(&a, now, &by_job, &mut queue, &mut seq, &mut run);
+        }
+        let Some(Reverse((t, _class, _seq, job, kind, iteration))) = queue.pop() else { break };
+        now = t;
+        let input = match kind {
+            0 => Input::PhaseFinished { job, phase: Phase::Train, iteration },
+            1 => Input::PhaseFinished { job, phase: Phase::Rollout, iteration },
+            2 => Input::SyncFinished { job, iteration },
+            3 => Input::SwitchFinished { job, phase: Phase::Train, iteration },
+            _ => Input::SwitchFinished { job, phase: Phase::Rollout, iteration },
+        };
+        if kind == 0 {
+            run.train_ends.get_mut(&job).expect("member").push(t);
+        }
+        pending.extend(d.handle(t, input).expect("the driver only reports what the dispatcher started"));
+    }
+    run.end = now;
+    run.log = d.take_log();
+    run
+}
+
+/// Turns an action into its completion event (event classes order same-time events).
+fn schedule(
+    a: &Action,
+    now: Micros,
+    by_job: &BTreeMap<JobId, &TimingMember>,
+    queue: &mut BinaryHeap<Reverse<(Micros, u8, u64, JobId, u8, u64)>>,
+    seq: &mut u64,
+    run: &mut GroupRun,
+) {
+    let (job, kind, iteration, dur, resources, is_switch) = match a {
+        Action::StartTraining { job, iteration } => {
+            (*job, 0, *iteration, by_job[job].train, vec!["training".to_string()], false)
+        }
+        Action::StartRollout { job, iteration, nodes } => {
+            (*job, 1, *iteration, by_job[job].rollout, node_names(nodes), false)
+        }
+        Action::BeginSync { job, iteration, duration } => (*job, 2, *iteration, *duration, vec![], false),
+        Action::BeginSwitch { job, phase: Phase::Train, iteration, duration, .. } => {
+            (*job, 3, *iteration, *duration, vec!["training".to_string()], true)
+        }
+        Action::BeginSwitch { job, phase: Phase::Rollout, iteration, duration, nodes, .. } => {
+            (*job, 4, *iteration, *duration, node_names(nodes), true)
+        }
+        Action::Completed { .. } => return,
+    };
+    let end = now + dur;
+    for r in resources {
+        run.intervals.push((r, now, end, is_switch));
+    }
+    *seq += 1;
+    queue.push(Reverse((end, kind, *seq, job, kind, iteration)));
+}
+
+fn node_names(nodes: &[u32]) -> Vec<String> {
+    nodes.iter().map(|n| format!("r{n}")).collect()
+}
