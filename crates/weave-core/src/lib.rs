@@ -4,12 +4,14 @@
 //! and the control-plane server both build on these types.
 
 pub mod cluster;
+pub mod events;
 pub mod hardware;
 pub mod job;
 pub mod placement;
 pub mod units;
 
 pub use cluster::{ClusterConfig, ConfigError, NetworkConfig, PoolConfig};
+pub use events::EventQueue;
 pub use hardware::{GpuKind, GpuSpec, GPUS_PER_NODE};
 pub use job::{parse_tokens, Algorithm, JobId, JobSpec, JobSpecError, JobType, Lifetime, ModelSize, PhaseTimes, Slo};
 pub use placement::{GroupId, NodeId, Placement, Pool};

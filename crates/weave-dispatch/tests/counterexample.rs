@@ -1,0 +1,73 @@
+//! A counterexample to "FIFO round-robin achieves T_cycle = max_j T_solo(j) in every
+//! unsaturated group" (the brief's Theorem 1 applied to our dispatcher), and to "no other
+//! periodic phase order beats round-robin", kept as a test.
+//!
+//! Job B spans rollout nodes {2, 3}; A runs on {2} and C on {3}. Loads: training 462 s,
+//! node 2 420 s, node 3 427 s, against T_cycle = 475 s (C alone): unsaturated. The dispatcher
+//! settles into a 611 s meta-iteration, yet a periodic schedule with period 475 s exists
+//! (built and checked below). The timing model therefore evaluates groups with partially
+//! overlapping node sets by driving the dispatcher, not with the closed form.
+
+use weave_core::{JobId, Micros};
+use weave_dispatch::timing::{closed_form, closed_form_applies, evaluate, simulate};
+use weave_dispatch::{SwitchCosts, TimingMember};
+
+fn member(job: u32, roll: u64, train: u64, nodes: &[u32]) -> TimingMember {
+    TimingMember {
+        job: JobId(job),
+        rollout: Micros::from_secs(roll),
+        train: Micros::from_secs(train),
+        nodes: nodes.to_vec(),
+        costs: SwitchCosts::default(),
+        sync: Micros::ZERO,
+        resident: true,
+    }
+}
+
+fn group() -> Vec<TimingMember> {
+    vec![member(0, 197, 4, &[2]), member(1, 223, 187, &[2, 3]), member(2, 204, 271, &[3])]
+}
+
+#[test]
+fn fifo_round_robin_settles_slower_than_t_cycle() {
+    let g = group();
+    let cf = closed_form(&g).expect("the group is unsaturated");
+    assert_eq!(cf.meta_iteration, Micros::from_secs(475));
+    assert_eq!(cf.t_load, Micros::from_secs(462));
+    for iterations in [100, 400] {
+        let ev = simulate(&g, iterations);
+        assert_eq!(ev.meta_iteration, Micros::from_secs(611), "after {iterations} iterations");
+    }
+    assert!(!closed_form_applies(&g));
+    assert_eq!(evaluate(&g).meta_iteration, Micros::from_secs(611));
+}
+
+/// A periodic schedule with period 475 s, checked for exclusive resources and each job's
+/// barrier.
+#[test]
+fn a_475_second_periodic_schedule_exists() {
+    const P: i64 = 475;
+    let g = group();
+    // (rollout start, training start) per job, modulo P.
+    let starts: [(i64, i64); 3] = [(465, 190), (204, 0), (0, 204)];
+    let secs = |t: Micros| (t.0 / 1_000_000) as i64;
+    for (m, (r, t)) in g.iter().zip(starts) {
+        let (roll, train) = (secs(m.rollout), secs(m.train));
+        let train_at = if t >= r { t } else { t + P }; // the first training slot after the rollout
+        assert!(train_at >= r + roll, "job {:?}: training at {train_at} before its rollout ends", m.job);
+        assert!(r + P >= train_at + train, "job {:?}: next rollout before its training ends", m.job);
+    }
+    let overlaps = |a: (i64, i64), b: (i64, i64)| (-2..=2).any(|k| a.0 + k * P < b.1 && b.0 < a.1 + k * P);
+    for i in 0..g.len() {
+        for j in i + 1..g.len() {
+            let ti = (starts[i].1, starts[i].1 + secs(g[i].train));
+            let tj = (starts[j].1, starts[j].1 + secs(g[j].train));
+            assert!(!overlaps(ti, tj), "trainings of {i} and {j} overlap");
+            if g[i].nodes.iter().any(|n| g[j].nodes.contains(n)) {
+                let ri = (starts[i].0, starts[i].0 + secs(g[i].rollout));
+                let rj = (starts[j].0, starts[j].0 + secs(g[j].rollout));
+                assert!(!overlaps(ri, rj), "rollouts of {i} and {j} overlap on a shared node");
+            }
+        }
+    }
+}
