@@ -1,6 +1,8 @@
 //! `weave`: a thin command-line front end over Weave's library crates.
 
+mod bench_cmd;
 mod config_cmd;
+mod group_cmd;
 mod input;
 mod simulate_cmd;
 mod table;
@@ -29,6 +31,12 @@ enum Command {
     /// Cluster configuration.
     #[command(subcommand)]
     Config(config_cmd::ConfigCommand),
+    /// Co-execution groups.
+    #[command(subcommand)]
+    Group(group_cmd::GroupCommand),
+    /// Benchmarks (reported numbers, not pass/fail).
+    #[command(subcommand)]
+    Bench(bench_cmd::BenchCommand),
 }
 
 fn main() {
@@ -37,6 +45,8 @@ fn main() {
         Command::Simulate(args) => simulate_cmd::run(args),
         Command::Trace(cmd) => trace_cmd::run(cmd),
         Command::Config(cmd) => config_cmd::run(cmd),
+        Command::Group(cmd) => group_cmd::run(cmd),
+        Command::Bench(cmd) => bench_cmd::run(cmd),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

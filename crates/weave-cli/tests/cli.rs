@@ -106,3 +106,65 @@ fn missing_files_are_clear_errors() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("cannot read trace /nonexistent/x.trace"), "{}", stderr(&o));
 }
+
+#[test]
+fn group_analyze_reports_timing_and_memory() {
+    let o = weave(&["group", "analyze", "--member", "300:100@0", "--member", "100:200@1", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // Unsaturated: the meta-iteration is the longest solo cycle (rollout + train + sync).
+    assert_eq!(v["timing"]["saturated"], false);
+    assert_eq!(v["timing"]["method"], "closed-form");
+    let meta = v["timing"]["meta_iteration"].as_u64().unwrap();
+    let solo0 = v["timing"]["members"][0]["solo"].as_u64().unwrap();
+    assert!(meta >= solo0 && meta < solo0 + 10_000_000, "{meta} vs {solo0}");
+    assert_eq!(v["memory"].as_array().unwrap().len(), 3);
+
+    let o = weave(&["group", "analyze", "--member", "7B_8k@0", "--member", "7B_8k@0"]);
+    let out = stdout(&o);
+    assert!(out.contains("saturated: yes") && out.contains("each training node"), "{out}");
+}
+
+#[test]
+fn group_analyze_refuses_what_does_not_fit_and_bad_specs() {
+    // Five 32B jobs on one rollout node: 5 x 490 GB of rollout state exceeds 2 TB.
+    let mut args = vec!["group", "analyze"];
+    for _ in 0..5 {
+        args.extend(["--member", "32B_8k@0"]);
+    }
+    let o = weave(&args);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("host DRAM"), "{}", stderr(&o));
+    let o = weave(&["group", "analyze", "--member", "7B_8k"]);
+    assert!(stderr(&o).contains("--member #1"), "{}", stderr(&o));
+    let o = weave(&["group", "analyze", "--member", "0:5@0"]);
+    assert!(stderr(&o).contains("positive"), "{}", stderr(&o));
+    let o = weave(&["group", "analyze"]);
+    assert!(stderr(&o).contains("no members"), "{}", stderr(&o));
+}
+
+#[test]
+fn group_file_toml() {
+    let p = temp_file("group.toml", "[[member]]\ntype = \"14B_8k\"\nnodes = [0]\n\n[[member]]\nrollout_s = 50\ntrain_s = 60\nmodel = \"3B\"\nnodes = [1]\n");
+    let o = weave(&["group", "analyze", "--file", p.to_str().unwrap(), "--cold", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["resident"], false);
+    let p = temp_file("bad-group.toml", "[[member]]\ntype = \"14B_8k\"\nnodez = [0]\n");
+    let o = weave(&["group", "analyze", "--file", p.to_str().unwrap()]);
+    assert!(stderr(&o).contains("nodez"), "{}", stderr(&o));
+}
+
+#[test]
+fn migration_bench_reports_a_gain_per_pair() {
+    let o = weave(&["bench", "migration", "--rounds", "4", "--repeats", "2", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    for r in rows {
+        assert!(r["throughput_gain"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let o = weave(&["bench", "migration", "--trigger", "sometimes"]);
+    assert!(!o.status.success());
+}

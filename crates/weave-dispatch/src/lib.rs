@@ -10,6 +10,7 @@
 //! and [`rollout`] models a rollout request by request, with long-tail migration.
 
 mod dispatcher;
+pub mod from_model;
 pub mod memory;
 pub mod rollout;
 pub mod timing;

@@ -16,7 +16,7 @@ pub mod sync;
 pub use profile::{Deployment, Estimate, EstimateSource, ProfileError, ProfileModel, REFERENCE_BATCH};
 pub use rng::{named_stream, Stream};
 pub use runtime::{Drift, RuntimeModel};
-pub use state::{rollout_state_per_node, training_state_per_node};
+pub use state::{job_rollout_state, job_training_state, rollout_state_per_node, training_state_per_node};
 pub use switch::{switch_time, SwitchKind};
 pub use sync::{sync_bytes, sync_time, SyncPlanKind};
 

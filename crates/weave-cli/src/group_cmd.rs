@@ -1,0 +1,239 @@
+//! `weave group analyze`: the steady state of a candidate co-execution group.
+
+use crate::input::{json, load_cluster, write_output};
+use crate::table;
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use weave_core::{Algorithm, ClusterConfig, JobId, JobSpec, JobType, Lifetime, Micros, PhaseTimes};
+use weave_dispatch::from_model::{member_spec, timing_member};
+use weave_dispatch::{timing, Dispatcher, GroupLimits, GroupTiming, Input, MemoryUse};
+use weave_model::{Deployment, ProfileModel, REFERENCE_BATCH};
+
+#[derive(clap::Subcommand)]
+pub enum GroupCommand {
+    /// Meta-iteration time, each member's slowdown, pool idle time, saturation and memory use
+    /// of a group. Members come from --member flags or a TOML/JSON file.
+    Analyze(AnalyzeArgs),
+}
+
+#[derive(clap::Args)]
+pub struct AnalyzeArgs {
+    /// A member as `<type>@<nodes>` (e.g. `7B_8k@0`) or `<rollout s>:<train s>@<nodes>` (e.g.
+    /// `120:80@0,1`), nodes being group-local rollout node indices. Repeat for each member.
+    #[arg(long = "member", value_name = "SPEC")]
+    members: Vec<String>,
+    /// A group file: `[[member]]` tables with `type` or `rollout_s`/`train_s` (and optional
+    /// `model` for switch costs) and `nodes`. TOML, or JSON when the name ends in .json.
+    #[arg(long, value_name = "FILE")]
+    file: Option<PathBuf>,
+    /// Cold time slicing: states are not kept in host DRAM, every switch is cold.
+    #[arg(long)]
+    cold: bool,
+    /// Cluster config (host DRAM, network); the paper's testbed when omitted.
+    #[arg(long, value_name = "FILE")]
+    cluster: Option<PathBuf>,
+    #[arg(long)]
+    json: bool,
+}
+
+/// One member as a group file gives it.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MemberEntry {
+    #[serde(rename = "type")]
+    job_type: Option<String>,
+    model: Option<String>,
+    rollout_s: Option<f64>,
+    train_s: Option<f64>,
+    nodes: Vec<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GroupFile {
+    member: Vec<MemberEntry>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    timing: GroupTiming,
+    members: Vec<MemberRow>,
+    memory: Vec<MemoryUse>,
+    resident: bool,
+}
+
+#[derive(Serialize)]
+struct MemberRow {
+    job: JobId,
+    job_type: String,
+    nodes: Vec<u32>,
+    rollout_s: f64,
+    train_s: f64,
+}
+
+pub fn run(cmd: GroupCommand) -> Result<()> {
+    let GroupCommand::Analyze(args) = cmd;
+    let cluster = load_cluster(args.cluster.as_deref())?;
+    let mut entries = Vec::new();
+    if let Some(path) = &args.file {
+        entries.extend(read_group_file(path)?);
+    }
+    for (i, m) in args.members.iter().enumerate() {
+        entries.push(parse_member_flag(m).with_context(|| format!("--member #{} `{m}`", i + 1))?);
+    }
+    if entries.is_empty() {
+        bail!("no members: give --member SPEC (repeatable) or --file FILE");
+    }
+    let report = analyze(&entries, &cluster, !args.cold)?;
+    if args.json {
+        return write_output(None, &json(&report)?);
+    }
+    write_output(None, &render(&report))
+}
+
+fn read_group_file(path: &PathBuf) -> Result<Vec<MemberEntry>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read group file {}", path.display()))?;
+    let file: GroupFile = if path.extension().is_some_and(|e| e == "json") {
+        serde_json::from_str(&text).with_context(|| format!("{}: invalid group JSON", path.display()))?
+    } else {
+        toml::from_str(&text).with_context(|| format!("{}: invalid group TOML", path.display()))?
+    };
+    Ok(file.member)
+}
+
+fn parse_member_flag(s: &str) -> Result<MemberEntry> {
+    let (what, nodes) = s.split_once('@').context("expected <type or rollout:train>@<nodes>")?;
+    let nodes = nodes
+        .split(',')
+        .map(|n| n.trim().parse::<u32>().with_context(|| format!("node `{n}` is not an index")))
+        .collect::<Result<Vec<u32>>>()?;
+    let mut entry = MemberEntry { job_type: None, model: None, rollout_s: None, train_s: None, nodes };
+    match what.split_once(':') {
+        Some((r, t)) => {
+            entry.rollout_s = Some(r.trim().parse().with_context(|| format!("rollout seconds `{r}`"))?);
+            entry.train_s = Some(t.trim().parse().with_context(|| format!("training seconds `{t}`"))?);
+        }
+        None => entry.job_type = Some(what.trim().to_string()),
+    }
+    Ok(entry)
+}
+
+/// Turns an entry into a job and its conservative phase durations.
+fn job_of(i: usize, e: &MemberEntry, profile: &ProfileModel) -> Result<(JobSpec, PhaseTimes, Vec<u32>)> {
+    let ctx = || format!("member {}", i + 1);
+    let ty: JobType = match (&e.job_type, &e.model) {
+        (Some(t), _) => t.parse().with_context(ctx)?,
+        (None, Some(m)) => JobType { model: m.parse().with_context(ctx)?, max_tokens: 8192 },
+        // Explicit durations without a model: switch costs of a 7B model.
+        (None, None) => JobType::new(7, 8),
+    };
+    let mut nodes = e.nodes.clone();
+    nodes.sort_unstable();
+    nodes.dedup();
+    if nodes.is_empty() {
+        bail!("member {}: `nodes` must list at least one rollout node", i + 1);
+    }
+    let width = nodes.len() as u32;
+    let mut job = JobSpec {
+        id: JobId(i as u32),
+        name: format!("m{i}"),
+        arrival: Micros::ZERO,
+        job_type: ty,
+        batch: REFERENCE_BATCH,
+        algorithm: Algorithm::Grpo,
+        rollout_nodes: width,
+        train_nodes: JobSpec::default_width(ty.model),
+        slo: None,
+        lifetime: Lifetime::Iterations(1),
+        phase_times: None,
+    };
+    let times = match (e.rollout_s, e.train_s) {
+        (Some(r), Some(t)) => {
+            if !(r.is_finite() && r > 0.0 && t.is_finite() && t > 0.0) {
+                bail!("member {}: phase durations must be positive seconds", i + 1);
+            }
+            PhaseTimes { rollout: Micros::from_secs_f64(r), train: Micros::from_secs_f64(t) }
+        }
+        (None, None) => profile.estimate(Deployment::Disagg, &job).times,
+        _ => bail!("member {}: give both rollout_s and train_s, or neither", i + 1),
+    };
+    job.phase_times = Some(times);
+    Ok((job, times, nodes))
+}
+
+fn analyze(entries: &[MemberEntry], cluster: &ClusterConfig, resident: bool) -> Result<Report> {
+    let profile = ProfileModel::builtin();
+    let limits = GroupLimits { rollout_dram: cluster.rollout.host_dram(), train_dram: cluster.training.host_dram() };
+    let mut dispatcher = Dispatcher::new(limits);
+    let mut members = Vec::new();
+    let mut rows = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        let (job, times, nodes) = job_of(i, e, &profile)?;
+        // The residency check is the dispatcher's own: a join it refuses is refused here.
+        dispatcher
+            .handle(Micros::ZERO, Input::Join(member_spec(&job, nodes.clone(), cluster, resident, None)))
+            .with_context(|| format!("member {} cannot join", i + 1))?;
+        members.push(timing_member(&job, times, nodes.clone(), cluster, resident));
+        rows.push(MemberRow {
+            job: job.id,
+            job_type: job.job_type.to_string(),
+            nodes,
+            rollout_s: times.rollout.as_secs_f64(),
+            train_s: times.train.as_secs_f64(),
+        });
+    }
+    Ok(Report { timing: timing::evaluate(&members), members: rows, memory: dispatcher.memory().usage(), resident })
+}
+
+fn render(r: &Report) -> String {
+    let t = &r.timing;
+    let mut out = format!(
+        "meta-iteration {:.1} s ({})   T_cycle {:.1} s   T_load {:.1} s   saturated: {}   state: {}\n",
+        t.meta_iteration.as_secs_f64(),
+        t.method,
+        t.t_cycle.as_secs_f64(),
+        t.t_load.as_secs_f64(),
+        if t.saturated { "yes" } else { "no" },
+        if r.resident { "warm (host DRAM)" } else { "cold (no residency)" },
+    );
+    let mut m = table::new(&["member", "type", "nodes", "rollout s", "train s", "solo s", "co-exec s", "slowdown"]);
+    for (row, mt) in r.members.iter().zip(&t.members) {
+        let nodes: Vec<String> = row.nodes.iter().map(|n| format!("r{n}")).collect();
+        m.add_row(vec![
+            format!("m{}", row.job.0),
+            row.job_type.clone(),
+            nodes.join(","),
+            format!("{:.1}", row.rollout_s),
+            format!("{:.1}", row.train_s),
+            format!("{:.1}", mt.solo.as_secs_f64()),
+            format!("{:.1}", mt.coexec.as_secs_f64()),
+            format!("{:.3}", mt.slowdown),
+        ]);
+    }
+    table::align_numbers(&mut m);
+    out.push_str(&format!("{m}\n"));
+    let mut p = table::new(&["resource", "busy", "switching", "idle"]);
+    for u in &t.pools {
+        p.add_row(vec![u.resource.clone(), pct(u.busy), pct(u.switching), pct(u.idle)]);
+    }
+    table::align_numbers(&mut p);
+    out.push_str(&format!("{p}\n"));
+    let mut mem = table::new(&["node", "cached state", "host DRAM", "use"]);
+    for u in &r.memory {
+        let node = if u.node == "t" { "each training node".to_string() } else { u.node.clone() };
+        mem.add_row(vec![
+            node,
+            u.used.to_string(),
+            u.capacity.to_string(),
+            pct(u.used.0 as f64 / u.capacity.0.max(1) as f64),
+        ]);
+    }
+    table::align_numbers(&mut mem);
+    out.push_str(&format!("{mem}\n"));
+    out
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}
