@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use weave_core::{Algorithm, ClusterConfig, JobId, JobSpec, JobType, Lifetime, Micros, PhaseTimes};
 use weave_dispatch::from_model::{member_spec, timing_member};
-use weave_dispatch::{timing, Dispatcher, GroupLimits, GroupTiming, Input, MemoryUse};
+use weave_dispatch::{timing, Dispatcher, GroupLimits, GroupTiming, Input, MemoryUse, TimingMember};
 use weave_model::{Deployment, ProfileModel, REFERENCE_BATCH};
 
 #[derive(clap::Subcommand)]
@@ -35,6 +35,13 @@ pub struct AnalyzeArgs {
     cluster: Option<PathBuf>,
     #[arg(long)]
     json: bool,
+    /// Write the dispatcher's decision log (JSON Lines: time, job, kind, phase, iteration,
+    /// nodes, switch) for the first N iterations of every member, starting cold, to FILE.
+    #[arg(long, value_name = "FILE")]
+    events: Option<PathBuf>,
+    /// Iterations per member in the --events log.
+    #[arg(long, default_value_t = 4)]
+    events_iterations: u64,
 }
 
 /// One member as a group file gives it.
@@ -85,7 +92,16 @@ pub fn run(cmd: GroupCommand) -> Result<()> {
     if entries.is_empty() {
         bail!("no members: give --member SPEC (repeatable) or --file FILE");
     }
-    let report = analyze(&entries, &cluster, !args.cold)?;
+    let (report, members) = analyze(&entries, &cluster, !args.cold)?;
+    if let Some(path) = &args.events {
+        let run = timing::run_group(&members, args.events_iterations.max(1));
+        let mut text = String::new();
+        for e in &run.log {
+            text.push_str(&serde_json::to_string(e)?);
+            text.push('\n');
+        }
+        std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
     if args.json {
         return write_output(None, &json(&report)?);
     }
@@ -162,7 +178,7 @@ fn job_of(i: usize, e: &MemberEntry, profile: &ProfileModel) -> Result<(JobSpec,
     Ok((job, times, nodes))
 }
 
-fn analyze(entries: &[MemberEntry], cluster: &ClusterConfig, resident: bool) -> Result<Report> {
+fn analyze(entries: &[MemberEntry], cluster: &ClusterConfig, resident: bool) -> Result<(Report, Vec<TimingMember>)> {
     let profile = ProfileModel::builtin();
     let limits = GroupLimits { rollout_dram: cluster.rollout.host_dram(), train_dram: cluster.training.host_dram() };
     let mut dispatcher = Dispatcher::new(limits);
@@ -183,7 +199,9 @@ fn analyze(entries: &[MemberEntry], cluster: &ClusterConfig, resident: bool) -> 
             train_s: times.train.as_secs_f64(),
         });
     }
-    Ok(Report { timing: timing::evaluate(&members), members: rows, memory: dispatcher.memory().usage(), resident })
+    let report =
+        Report { timing: timing::evaluate(&members), members: rows, memory: dispatcher.memory().usage(), resident };
+    Ok((report, members))
 }
 
 fn render(r: &Report) -> String {

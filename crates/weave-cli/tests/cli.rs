@@ -120,8 +120,23 @@ fn group_analyze_reports_timing_and_memory() {
     assert!(meta >= solo0 && meta < solo0 + 10_000_000, "{meta} vs {solo0}");
     assert_eq!(v["memory"].as_array().unwrap().len(), 3);
 
-    let o = weave(&["group", "analyze", "--member", "7B_8k@0", "--member", "7B_8k@0"]);
+    let events = temp_file("events.jsonl", "");
+    let o = weave(&[
+        "group",
+        "analyze",
+        "--member",
+        "7B_8k@0",
+        "--member",
+        "7B_8k@0",
+        "--events",
+        events.to_str().unwrap(),
+    ]);
     let out = stdout(&o);
+    let log = std::fs::read_to_string(&events).unwrap();
+    let first: serde_json::Value = serde_json::from_str(log.lines().next().unwrap()).unwrap();
+    assert_eq!(first["kind"], "join");
+    // Two members, four iterations each: every phase start is logged.
+    assert_eq!(log.lines().filter(|l| l.contains("\"phase_start\"")).count(), 16);
     assert!(out.contains("saturated: yes") && out.contains("each training node"), "{out}");
 }
 
