@@ -116,6 +116,13 @@ fn loads(members: &[TimingMember]) -> Loads {
     Loads { roll_sw, train_sw, t_cycle, t_load }
 }
 
+/// `(T_cycle, T_load)` with switch and sync costs: `max(T_cycle, T_load)` is a lower bound on
+/// any schedule's meta-iteration.
+pub fn bounds(members: &[TimingMember]) -> (Micros, Micros) {
+    let l = loads(members);
+    (l.t_cycle, l.t_load)
+}
+
 /// True when the brief's theorem does not apply.
 pub fn is_saturated(members: &[TimingMember]) -> bool {
     let l = loads(members);

@@ -1,0 +1,161 @@
+//! A co-execution group as the placer sees it: a training pool, rollout blocks (node sets
+//! whose members share all of them), members, and what they cost.
+
+use crate::job::PlaceJob;
+use serde::Serialize;
+use weave_core::{Bytes, GroupId, JobId, Micros, NodeId};
+use weave_dispatch::timing::{self, bounds, closed_form_applies};
+use weave_dispatch::TimingMember;
+
+/// Rollout nodes used together: every member of a block runs its rollout on all of them.
+/// Blocks never partially overlap, which keeps the closed-form timing exact.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Block {
+    /// Group-local id, never reused within the group (the dispatcher's rollout node index).
+    pub id: u32,
+    pub nodes: Vec<NodeId>,
+    /// Cached rollout state on each node of the block.
+    pub used: Bytes,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Member {
+    pub job: PlaceJob,
+    /// Id of the block the member's rollout runs on.
+    pub block: u32,
+}
+
+/// The predicted steady state of a group.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Prediction {
+    pub meta_iteration: Micros,
+    /// Co-executed iteration time per member, in member order.
+    pub coexec: Vec<Micros>,
+    pub saturated: bool,
+    /// Share of the training pool's time that is busy (training or switching).
+    pub train_busy: f64,
+}
+
+impl Prediction {
+    /// Slowdown of member `i` against its solo iteration.
+    pub fn slowdown(&self, i: usize, job: &PlaceJob) -> f64 {
+        self.coexec[i].0 as f64 / job.solo().0.max(1) as f64
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Group {
+    pub id: GroupId,
+    pub training_nodes: Vec<NodeId>,
+    pub blocks: Vec<Block>,
+    pub next_block: u32,
+    pub members: Vec<Member>,
+    /// Cached training state on each training node.
+    pub train_used: Bytes,
+    pub prediction: Prediction,
+}
+
+/// Host DRAM per node and whether states stay resident (warm switching).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Residency {
+    pub rollout_dram: Bytes,
+    pub train_dram: Bytes,
+    /// `false` = cold time slicing: nothing is cached, memory is not a constraint, every switch
+    /// is cold.
+    pub resident: bool,
+}
+
+impl Group {
+    pub fn train_width(&self) -> u32 {
+        self.training_nodes.len() as u32
+    }
+
+    pub fn rollout_node_count(&self) -> u32 {
+        self.blocks.iter().map(|b| b.nodes.len() as u32).sum()
+    }
+
+    pub fn member_ids(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.members.iter().map(|m| m.job.id)
+    }
+
+    pub fn block(&self, id: u32) -> Option<&Block> {
+        self.blocks.iter().find(|b| b.id == id)
+    }
+
+    /// The members' timing view, plus an optional candidate on block `block`.
+    pub fn timing_members(&self, extra: Option<(&PlaceJob, u32)>, resident: bool) -> Vec<TimingMember> {
+        let w = self.train_width();
+        let mut v: Vec<TimingMember> = self.members.iter().map(|m| m.job.timing_member(m.block, w, resident)).collect();
+        if let Some((job, block)) = extra {
+            v.push(job.timing_member(block, w, resident));
+        }
+        v
+    }
+
+    /// Whether `job` fits on block `block` (an existing id, or `None` for a new block of its
+    /// own width) without breaking residency or any member's SLO; the prediction if so.
+    pub fn try_add(&self, job: &PlaceJob, block: Option<u32>, res: &Residency) -> Option<Prediction> {
+        let existing = match block {
+            Some(id) => Some(self.block(id)?),
+            None => None,
+        };
+        if existing.is_some_and(|b| b.nodes.len() as u32 != job.rollout_width) {
+            return None;
+        }
+        if res.resident && !self.memory_fits(job, existing, res) {
+            return None;
+        }
+        let members = self.timing_members(Some((job, block.unwrap_or(self.next_block))), res.resident);
+        let jobs: Vec<&PlaceJob> = self.members.iter().map(|m| &m.job).chain(std::iter::once(job)).collect();
+        predict_within_slo(&members, &jobs)
+    }
+
+    fn memory_fits(&self, job: &PlaceJob, block: Option<&Block>, res: &Residency) -> bool {
+        let rollout_used = block.map_or(Bytes(0), |b| b.used);
+        let train_add = job.train_state_total.0 / self.train_width().max(1) as u64;
+        rollout_used.0.saturating_add(job.rollout_state.0) <= res.rollout_dram.0
+            && self.train_used.0.saturating_add(train_add) <= res.train_dram.0
+    }
+
+    /// Recomputes the cached prediction (after a departure; SLOs are not re-checked here).
+    pub fn refresh(&mut self, resident: bool) {
+        let members = self.timing_members(None, resident);
+        self.prediction = predict(&members);
+    }
+}
+
+/// The prediction for `members`, or `None` if any `jobs[i]` would exceed its SLO.
+pub fn predict_within_slo(members: &[TimingMember], jobs: &[&PlaceJob]) -> Option<Prediction> {
+    // Cheap rejection first: no schedule beats max(T_cycle, T_load).
+    let (t_cycle, t_load) = bounds(members);
+    let lower = t_cycle.max(t_load);
+    if jobs.iter().any(|j| lower.0 as f64 > j.slo * j.solo().0 as f64) {
+        return None;
+    }
+    let p = predict(members);
+    let ok = jobs.iter().zip(&p.coexec).all(|(j, c)| c.0 as f64 <= j.slo * j.solo().0 as f64);
+    ok.then_some(p)
+}
+
+/// The group's steady state: closed form where it is exact, otherwise the dispatcher driven
+/// event by event.
+pub fn predict(members: &[TimingMember]) -> Prediction {
+    let (t_cycle, t_load) = bounds(members);
+    let train_load: Micros = members.iter().map(|m| m.train).sum();
+    if t_load < t_cycle && closed_form_applies(members) {
+        return Prediction {
+            meta_iteration: t_cycle,
+            coexec: vec![t_cycle; members.len()],
+            saturated: false,
+            train_busy: train_load.0 as f64 / t_cycle.0.max(1) as f64,
+        };
+    }
+    let t = timing::simulate(members, timing::DEFAULT_ITERATIONS);
+    let train_busy = t.pools.iter().find(|p| p.resource == "training").map_or(1.0, |p| p.busy + p.switching);
+    Prediction {
+        meta_iteration: t.meta_iteration,
+        coexec: t.members.iter().map(|m| m.coexec).collect(),
+        saturated: t.saturated,
+        train_busy,
+    }
+}

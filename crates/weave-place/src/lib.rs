@@ -1,0 +1,15 @@
+//! Inter-group placement: where each arriving job runs.
+//!
+//! [`Placer`] admits jobs online (direct packing, rollout scaling, isolated provisioning,
+//! under residency and per-member SLOs from the group timing model), handles departures, and
+//! hosts the baseline policies. [`optimal`] finds the cheapest feasible grouping of a small
+//! set of jobs exactly. Pure: no I/O, no clock.
+
+pub mod group;
+pub mod job;
+pub mod optimal;
+pub mod placer;
+
+pub use group::{Block, Group, Member, Prediction, Residency};
+pub use job::PlaceJob;
+pub use placer::{Decision, DecisionKind, Departure, PlaceError, PlacePolicy, Placer, PlacerConfig};

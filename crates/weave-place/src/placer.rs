@@ -1,0 +1,384 @@
+//! Online admission and departure.
+//!
+//! On arrival, every group that is not saturated is tried with direct packing (the job on an
+//! existing rollout block: no new cost) and rollout scaling (a new block of the job's width:
+//! the cost of its rollout nodes); isolated provisioning (a new group) is always a candidate.
+//! Candidates that break residency or any member's SLO under the group timing model are
+//! dropped. `weave` takes the cheapest, ties broken by (kind, group id, block id); since all
+//! direct options cost nothing and all scaling options cost the same, the scan stops at the
+//! first feasible direct option, and the work per decision is linear in the number of groups.
+
+use crate::group::{Block, Group, Member, Prediction, Residency};
+use crate::job::PlaceJob;
+use rand::Rng;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use thiserror::Error;
+use weave_core::{Bytes, GroupId, JobId, Micros, Money, NodeId, Pool};
+use weave_model::named_stream;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DecisionKind {
+    Direct,
+    Scaling,
+    Isolated,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PlacePolicy {
+    /// Cheapest feasible option.
+    Weave,
+    /// Uniformly random among feasible options (seeded).
+    Random,
+    /// The feasible group with the most idle training time; isolated if none.
+    MostIdle,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PlacerConfig {
+    pub policy: PlacePolicy,
+    /// Whether rollout scaling is allowed (off for the `weave-no-scaling` ablation).
+    pub scaling: bool,
+    pub residency: Residency,
+    /// Hourly price of one node of each pool.
+    pub rollout_node_price: Money,
+    pub train_node_price: Money,
+    /// Node limits per pool (`fixed` capacity mode); `None` rents on demand.
+    pub capacity: Option<(u32, u32)>,
+    pub seed: u64,
+}
+
+/// Why a job was placed where it was.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Decision {
+    pub job: JobId,
+    pub kind: DecisionKind,
+    pub group: GroupId,
+    pub block: u32,
+    /// The job's rollout nodes and the group's training nodes.
+    pub rollout_nodes: Vec<NodeId>,
+    pub training_nodes: Vec<NodeId>,
+    /// Nodes rented for this decision.
+    pub new_nodes: Vec<NodeId>,
+    /// Added cost per hour.
+    pub marginal_cost_per_hour: Money,
+    /// Predicted slowdown of every member after the decision (member order).
+    pub slowdowns: Vec<(JobId, f64)>,
+    pub meta_iteration: Micros,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Departure {
+    pub job: JobId,
+    pub group: GroupId,
+    pub released: Vec<NodeId>,
+    pub dissolved: bool,
+}
+
+#[derive(Debug, Error, PartialEq)]
+pub enum PlaceError {
+    #[error("job {0} is already placed")]
+    AlreadyPlaced(JobId),
+    #[error("job {0} is not placed")]
+    NotPlaced(JobId),
+    #[error("job {job} cannot run even alone: {reason}")]
+    NeverFits { job: JobId, reason: String },
+    #[error("job {0}: no capacity left in the fixed pools")]
+    NoCapacity(JobId),
+}
+
+struct Candidate {
+    kind: DecisionKind,
+    group: Option<GroupId>,
+    block: Option<u32>,
+    cost: Money,
+    prediction: Prediction,
+}
+
+pub struct Placer {
+    cfg: PlacerConfig,
+    groups: BTreeMap<GroupId, Group>,
+    job_group: BTreeMap<JobId, GroupId>,
+    next_group: u32,
+    next_node: [u32; 2],
+    in_use: [u32; 2],
+}
+
+impl Placer {
+    pub fn new(cfg: PlacerConfig) -> Self {
+        Placer {
+            cfg,
+            groups: BTreeMap::new(),
+            job_group: BTreeMap::new(),
+            next_group: 0,
+            next_node: [0, 0],
+            in_use: [0, 0],
+        }
+    }
+
+    pub fn config(&self) -> &PlacerConfig {
+        &self.cfg
+    }
+
+    pub fn groups(&self) -> impl Iterator<Item = &Group> {
+        self.groups.values()
+    }
+
+    pub fn group(&self, id: GroupId) -> Option<&Group> {
+        self.groups.get(&id)
+    }
+
+    pub fn group_of(&self, job: JobId) -> Option<GroupId> {
+        self.job_group.get(&job).copied()
+    }
+
+    /// Nodes held per pool: (rollout, training).
+    pub fn nodes_in_use(&self) -> (u32, u32) {
+        (self.in_use[0], self.in_use[1])
+    }
+
+    /// Total hourly cost of every node held.
+    pub fn hourly_cost(&self) -> Money {
+        Money(
+            self.cfg.rollout_node_price.0 * self.in_use[0] as i64 + self.cfg.train_node_price.0 * self.in_use[1] as i64,
+        )
+    }
+
+    fn free(&self, pool: usize) -> u32 {
+        match self.cfg.capacity {
+            Some(cap) => [cap.0, cap.1][pool].saturating_sub(self.in_use[pool]),
+            None => u32::MAX,
+        }
+    }
+
+    /// Places `job`; on success the placement is applied.
+    pub fn admit(&mut self, job: PlaceJob) -> Result<Decision, PlaceError> {
+        if self.job_group.contains_key(&job.id) {
+            return Err(PlaceError::AlreadyPlaced(job.id));
+        }
+        let isolated = self.isolated(&job)?;
+        let chosen = match self.cfg.policy {
+            PlacePolicy::Weave => self.cheapest(&job).unwrap_or(isolated),
+            PlacePolicy::MostIdle => self.most_idle(&job).unwrap_or(isolated),
+            PlacePolicy::Random => {
+                let mut all = self.all_options(&job);
+                all.push(isolated);
+                let mut rng = named_stream(self.cfg.seed, "place-random", job.id.0 as u64);
+                let i = rng.random_range(0..all.len());
+                all.swap_remove(i)
+            }
+        };
+        if chosen.kind == DecisionKind::Isolated && (self.free(0) < job.rollout_width || self.free(1) < job.train_width)
+        {
+            return Err(PlaceError::NoCapacity(job.id));
+        }
+        Ok(self.apply(job, chosen))
+    }
+
+    /// The isolated option: always SLO-feasible (alone, a job runs solo); fails only if the
+    /// job's own state does not fit a node.
+    fn isolated(&self, job: &PlaceJob) -> Result<Candidate, PlaceError> {
+        let res = &self.cfg.residency;
+        let train_per_node = Bytes(job.train_state_total.0 / job.train_width.max(1) as u64);
+        if res.resident && (job.rollout_state > res.rollout_dram || train_per_node > res.train_dram) {
+            let reason = format!(
+                "its cached state ({} per rollout node, {train_per_node} per training node) exceeds host DRAM",
+                job.rollout_state
+            );
+            return Err(PlaceError::NeverFits { job: job.id, reason });
+        }
+        let members = [job.timing_member(0, job.train_width, res.resident)];
+        let prediction = crate::group::predict(&members);
+        let cost = Money(
+            self.cfg.rollout_node_price.0 * job.rollout_width as i64
+                + self.cfg.train_node_price.0 * job.train_width as i64,
+        );
+        Ok(Candidate { kind: DecisionKind::Isolated, group: None, block: None, cost, prediction })
+    }
+
+    fn scaling_cost(&self, job: &PlaceJob) -> Money {
+        Money(self.cfg.rollout_node_price.0 * job.rollout_width as i64)
+    }
+
+    /// Feasible options in one group: direct on each block (stopping at the first if
+    /// `stop_at_direct`), then scaling if `want_scaling`.
+    fn group_options(&self, g: &Group, job: &PlaceJob, stop_at_direct: bool, want_scaling: bool) -> Vec<Candidate> {
+        let mut out = Vec::new();
+        let res = &self.cfg.residency;
+        for b in &g.blocks {
+            if let Some(p) = g.try_add(job, Some(b.id), res) {
+                out.push(Candidate {
+                    kind: DecisionKind::Direct,
+                    group: Some(g.id),
+                    block: Some(b.id),
+                    cost: Money::ZERO,
+                    prediction: p,
+                });
+                if stop_at_direct {
+                    return out;
+                }
+            }
+        }
+        if want_scaling && self.cfg.scaling && self.free(0) >= job.rollout_width {
+            if let Some(p) = g.try_add(job, None, res) {
+                out.push(Candidate {
+                    kind: DecisionKind::Scaling,
+                    group: Some(g.id),
+                    block: None,
+                    cost: self.scaling_cost(job),
+                    prediction: p,
+                });
+            }
+        }
+        out
+    }
+
+    /// Weave's choice among group options: the first feasible direct option in group order,
+    /// else the first feasible scaling option (all scaling options cost the same).
+    fn cheapest(&self, job: &PlaceJob) -> Option<Candidate> {
+        let mut first_scaling: Option<Candidate> = None;
+        for g in self.groups.values().filter(|g| !g.prediction.saturated) {
+            for c in self.group_options(g, job, true, first_scaling.is_none()) {
+                match c.kind {
+                    DecisionKind::Direct => return Some(c),
+                    _ => first_scaling = Some(c),
+                }
+            }
+        }
+        first_scaling
+    }
+
+    fn all_options(&self, job: &PlaceJob) -> Vec<Candidate> {
+        self.groups
+            .values()
+            .filter(|g| !g.prediction.saturated)
+            .flat_map(|g| self.group_options(g, job, false, true))
+            .collect()
+    }
+
+    /// Greedy "most idle": the group whose training pool idles most, among those that can take
+    /// the job (direct preferred within the group).
+    fn most_idle(&self, job: &PlaceJob) -> Option<Candidate> {
+        let mut best: Option<(f64, Candidate)> = None;
+        for g in self.groups.values().filter(|g| !g.prediction.saturated) {
+            let idle = 1.0 - g.prediction.train_busy;
+            if best.as_ref().is_some_and(|(b, _)| idle <= *b) {
+                continue;
+            }
+            if let Some(c) = self.group_options(g, job, true, true).into_iter().next() {
+                best = Some((idle, c));
+            }
+        }
+        best.map(|(_, c)| c)
+    }
+
+    fn new_nodes(&mut self, pool: Pool, n: u32) -> Vec<NodeId> {
+        let p = (pool == Pool::Training) as usize;
+        let start = self.next_node[p];
+        self.next_node[p] += n;
+        self.in_use[p] += n;
+        (start..start + n).map(|index| NodeId { pool, index }).collect()
+    }
+
+    fn apply(&mut self, job: PlaceJob, c: Candidate) -> Decision {
+        let mut new_nodes = Vec::new();
+        let gid = match c.group {
+            Some(g) => g,
+            None => {
+                let id = GroupId(self.next_group);
+                self.next_group += 1;
+                let training_nodes = self.new_nodes(Pool::Training, job.train_width);
+                new_nodes.extend(training_nodes.iter().copied());
+                let prediction = c.prediction.clone();
+                let group = Group {
+                    id,
+                    training_nodes,
+                    blocks: Vec::new(),
+                    next_block: 0,
+                    members: Vec::new(),
+                    train_used: Bytes(0),
+                    prediction,
+                };
+                self.groups.insert(id, group);
+                id
+            }
+        };
+        let block_id = match c.block {
+            Some(b) => b,
+            None => {
+                let nodes = self.new_nodes(Pool::Rollout, job.rollout_width);
+                new_nodes.extend(nodes.iter().copied());
+                let g = self.groups.get_mut(&gid).expect("group exists");
+                let id = g.next_block;
+                g.next_block += 1;
+                g.blocks.push(Block { id, nodes, used: Bytes(0) });
+                id
+            }
+        };
+        let g = self.groups.get_mut(&gid).expect("group exists");
+        let resident = self.cfg.residency.resident;
+        if resident {
+            if let Some(b) = g.blocks.iter_mut().find(|b| b.id == block_id) {
+                b.used = b.used + job.rollout_state;
+            }
+            g.train_used = g.train_used + Bytes(job.train_state_total.0 / g.training_nodes.len().max(1) as u64);
+        }
+        let id = job.id;
+        g.members.push(Member { job, block: block_id });
+        g.prediction = c.prediction;
+        self.job_group.insert(id, gid);
+        let g = &self.groups[&gid];
+        Decision {
+            job: id,
+            kind: c.kind,
+            group: gid,
+            block: block_id,
+            rollout_nodes: g.block(block_id).map(|b| b.nodes.clone()).unwrap_or_default(),
+            training_nodes: g.training_nodes.clone(),
+            new_nodes,
+            marginal_cost_per_hour: c.cost,
+            slowdowns: g
+                .members
+                .iter()
+                .enumerate()
+                .map(|(i, m)| (m.job.id, g.prediction.slowdown(i, &m.job)))
+                .collect(),
+            meta_iteration: g.prediction.meta_iteration,
+        }
+    }
+
+    /// Removes a job (finished, cancelled or failed): rollout blocks no member uses are
+    /// released, an empty group dissolves, nothing else moves.
+    pub fn depart(&mut self, job: JobId) -> Result<Departure, PlaceError> {
+        let gid = self.job_group.remove(&job).ok_or(PlaceError::NotPlaced(job))?;
+        let resident = self.cfg.residency.resident;
+        let g = self.groups.get_mut(&gid).expect("placed jobs have groups");
+        let pos = g.members.iter().position(|m| m.job.id == job).expect("member of its group");
+        let m = g.members.remove(pos);
+        if resident {
+            if let Some(b) = g.blocks.iter_mut().find(|b| b.id == m.block) {
+                b.used = Bytes(b.used.0 - m.job.rollout_state.0);
+            }
+            g.train_used = Bytes(g.train_used.0 - m.job.train_state_total.0 / g.training_nodes.len().max(1) as u64);
+        }
+        let mut released = Vec::new();
+        if !g.members.iter().any(|o| o.block == m.block) {
+            if let Some(i) = g.blocks.iter().position(|b| b.id == m.block) {
+                released.extend(g.blocks.remove(i).nodes);
+            }
+        }
+        let dissolved = g.members.is_empty();
+        if dissolved {
+            let g = self.groups.remove(&gid).expect("exists");
+            released.extend(g.training_nodes);
+        } else {
+            g.refresh(resident);
+        }
+        for n in &released {
+            self.in_use[(n.pool == Pool::Training) as usize] -= 1;
+        }
+        Ok(Departure { job, group: gid, released, dissolved })
+    }
+}

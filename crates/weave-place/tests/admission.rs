@@ -1,0 +1,112 @@
+//! Admission and departure on small hand-made cases.
+
+mod common;
+
+use common::{config, job};
+use weave_core::{Bytes, Money, Pool};
+use weave_place::{DecisionKind, PlaceError, PlacePolicy, Placer};
+
+#[test]
+fn complementary_jobs_pack_directly_and_tight_slos_isolate() {
+    let mut p = Placer::new(config(PlacePolicy::Weave));
+    let a = p.admit(job(0, 300, 100, 1.5)).unwrap();
+    assert_eq!(a.kind, DecisionKind::Isolated);
+    assert_eq!(a.new_nodes.len(), 2);
+    // $1.85 x 8 + $5.28 x 8 per hour.
+    assert_eq!(a.marginal_cost_per_hour, Money::from_dollars(14.8 + 42.24));
+    // A second job on the same rollout node: both phases fit in each other's bubbles.
+    let b = p.admit(job(1, 100, 250, 1.5)).unwrap();
+    assert_eq!(b.kind, DecisionKind::Direct);
+    assert_eq!(b.group, a.group);
+    assert_eq!(b.marginal_cost_per_hour, Money::ZERO);
+    assert!(b.new_nodes.is_empty());
+    assert_eq!(b.slowdowns.len(), 2);
+    assert!(b.slowdowns.iter().all(|(_, s)| *s <= 1.5));
+    // A job that allows no slowdown at all cannot share (switches cost time): isolated.
+    let c = p.admit(job(2, 100, 100, 1.0)).unwrap();
+    assert_eq!(c.kind, DecisionKind::Isolated);
+    assert_ne!(c.group, a.group);
+    assert_eq!(p.nodes_in_use(), (2, 2));
+}
+
+#[test]
+fn rollout_scaling_adds_a_node_when_the_shared_one_is_full() {
+    let mut p = Placer::new(config(PlacePolicy::Weave));
+    p.admit(job(0, 400, 50, 1.2)).unwrap();
+    // Rollout-heavy: sharing the rollout node would double the first job's iteration, but the
+    // training pool has room; a new rollout node is cheaper than a new group.
+    let d = p.admit(job(1, 400, 50, 1.2)).unwrap();
+    assert_eq!(d.kind, DecisionKind::Scaling);
+    assert_eq!(d.new_nodes.len(), 1);
+    assert_eq!(d.new_nodes[0].pool, Pool::Rollout);
+    assert_eq!(d.marginal_cost_per_hour, Money::from_dollars(14.8));
+
+    let mut cfg = config(PlacePolicy::Weave);
+    cfg.scaling = false;
+    let mut p = Placer::new(cfg);
+    p.admit(job(0, 400, 50, 1.2)).unwrap();
+    assert_eq!(p.admit(job(1, 400, 50, 1.2)).unwrap().kind, DecisionKind::Isolated);
+}
+
+#[test]
+fn residency_limits_packing() {
+    let mut cfg = config(PlacePolicy::Weave);
+    cfg.residency.rollout_dram = Bytes::from_gb_f64(600.0);
+    let mut p = Placer::new(cfg);
+    // Complementary shapes keep the group unsaturated; the long SLO leaves memory as the
+    // only reason not to share a node.
+    let shapes = [(300, 10), (10, 280), (200, 5)];
+    let kinds: Vec<DecisionKind> =
+        shapes.iter().enumerate().map(|(i, &(r, t))| p.admit(job(i as u32, r, t, 10.0)).unwrap().kind).collect();
+    // Two 275.7 GB states fit a 600 GB node; the third needs another node.
+    assert_eq!(kinds, [DecisionKind::Isolated, DecisionKind::Direct, DecisionKind::Scaling]);
+}
+
+#[test]
+fn departures_release_nodes_and_dissolve_groups() {
+    let mut p = Placer::new(config(PlacePolicy::Weave));
+    p.admit(job(0, 400, 50, 1.2)).unwrap();
+    let d = p.admit(job(1, 400, 50, 1.2)).unwrap();
+    assert_eq!(p.nodes_in_use(), (2, 1));
+    let out = p.depart(d.job).unwrap();
+    assert_eq!(out.released, d.new_nodes);
+    assert!(!out.dissolved);
+    let out = p.depart(weave_core::JobId(0)).unwrap();
+    assert!(out.dissolved);
+    assert_eq!(out.released.len(), 2);
+    assert_eq!(p.nodes_in_use(), (0, 0));
+    assert_eq!(p.groups().count(), 0);
+    assert_eq!(p.depart(weave_core::JobId(0)), Err(PlaceError::NotPlaced(weave_core::JobId(0))));
+}
+
+#[test]
+fn fixed_capacity_refuses_when_full() {
+    let mut cfg = config(PlacePolicy::Weave);
+    cfg.capacity = Some((1, 1));
+    let mut p = Placer::new(cfg);
+    p.admit(job(0, 100, 100, 1.0)).unwrap();
+    assert_eq!(p.admit(job(1, 100, 100, 1.0)), Err(PlaceError::NoCapacity(weave_core::JobId(1))));
+    assert_eq!(p.admit(job(0, 100, 100, 1.0)), Err(PlaceError::AlreadyPlaced(weave_core::JobId(0))));
+}
+
+#[test]
+fn a_job_too_big_for_any_node_is_refused_with_a_reason() {
+    let mut cfg = config(PlacePolicy::Weave);
+    cfg.residency.train_dram = Bytes::from_gb_f64(100.0);
+    let mut p = Placer::new(cfg);
+    let e = p.admit(job(0, 100, 100, 1.5)).unwrap_err();
+    assert!(e.to_string().contains("exceeds host DRAM"), "{e}");
+}
+
+#[test]
+fn baselines_place_deterministically() {
+    for policy in [PlacePolicy::Random, PlacePolicy::MostIdle] {
+        let run = || {
+            let mut p = Placer::new(config(policy));
+            (0..12)
+                .map(|i| p.admit(job(i, 100 + 37 * (i as u64 % 5), 60 + 53 * (i as u64 % 3), 1.6)).unwrap().group)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(), run(), "{policy:?}");
+    }
+}

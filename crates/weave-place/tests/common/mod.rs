@@ -1,0 +1,36 @@
+#![allow(dead_code)]
+
+use weave_core::{Bytes, ClusterConfig, JobId, Micros, ModelSize, PhaseTimes};
+use weave_dispatch::from_model::switch_costs;
+use weave_place::{PlaceJob, PlacePolicy, PlacerConfig, Residency};
+
+pub fn job(id: u32, roll: u64, train: u64, slo: f64) -> PlaceJob {
+    PlaceJob {
+        id: JobId(id),
+        times: PhaseTimes { rollout: Micros::from_secs(roll), train: Micros::from_secs(train) },
+        slo,
+        rollout_width: 1,
+        train_width: 1,
+        rollout_state: Bytes::from_gb_f64(275.7),
+        train_state_total: Bytes::from_gb_f64(240.0),
+        costs: switch_costs(ModelSize::billions(7)),
+        sync: Micros::from_secs_f64(0.9),
+    }
+}
+
+pub fn config(policy: PlacePolicy) -> PlacerConfig {
+    let c = ClusterConfig::default();
+    PlacerConfig {
+        policy,
+        scaling: true,
+        residency: Residency {
+            rollout_dram: c.rollout.host_dram(),
+            train_dram: c.training.host_dram(),
+            resident: true,
+        },
+        rollout_node_price: c.rollout.price().cost(8, Micros(Micros::PER_HOUR)),
+        train_node_price: c.training.price().cost(8, Micros(Micros::PER_HOUR)),
+        capacity: None,
+        seed: 7,
+    }
+}
