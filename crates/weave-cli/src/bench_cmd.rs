@@ -13,6 +13,10 @@ pub enum BenchCommand {
     /// Throughput gain of long-tail migration for pairs of jobs alternating rollouts on the
     /// same H20 node(s), from the request-level rollout model.
     Migration(MigrationArgs),
+    /// Latency of one admission decision with 100 .. 20,000 jobs already placed.
+    Placement(crate::place_bench::PlacementArgs),
+    /// Online heuristic vs the exact optimum on many small random instances.
+    Optimality(crate::place_bench::OptimalityArgs),
 }
 
 #[derive(clap::Args)]
@@ -78,7 +82,14 @@ fn job_rollout(ty: JobType, profile: &ProfileModel, seed: u64) -> RolloutConfig 
 }
 
 pub fn run(cmd: BenchCommand) -> Result<()> {
-    let BenchCommand::Migration(args) = cmd;
+    match cmd {
+        BenchCommand::Migration(args) => migration(args),
+        BenchCommand::Placement(args) => crate::place_bench::placement(args),
+        BenchCommand::Optimality(args) => crate::place_bench::optimality(args),
+    }
+}
+
+fn migration(args: MigrationArgs) -> Result<()> {
     let trigger = parse_trigger(&args.trigger)?;
     if args.rounds == 0 || args.repeats == 0 {
         bail!("--rounds and --repeats must be at least 1");

@@ -4,6 +4,7 @@ mod bench_cmd;
 mod config_cmd;
 mod group_cmd;
 mod input;
+mod place_bench;
 mod simulate_cmd;
 mod table;
 mod trace_cmd;

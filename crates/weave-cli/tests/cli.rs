@@ -183,3 +183,20 @@ fn migration_bench_reports_a_gain_per_pair() {
     let o = weave(&["bench", "migration", "--trigger", "sometimes"]);
     assert!(!o.status.success());
 }
+
+#[test]
+fn placement_and_optimality_benches_run() {
+    let o = weave(&["bench", "placement", "--sizes", "50", "--probes", "5", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v[0]["jobs"], 50);
+    let o = weave(&["bench", "optimality", "--jobs", "4", "--instances", "2", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for row in v.as_array().unwrap() {
+        // The optimum is a lower bound on the heuristic's cost.
+        assert!(row["mean_ratio"].as_f64().unwrap() >= 1.0 - 1e-12, "{row}");
+    }
+    let o = weave(&["bench", "optimality", "--jobs", "40"]);
+    assert!(!o.status.success());
+}

@@ -47,6 +47,10 @@ pub struct PlacerConfig {
     pub train_node_price: Money,
     /// Node limits per pool (`fixed` capacity mode); `None` rents on demand.
     pub capacity: Option<(u32, u32)>,
+    /// Skip saturated groups before any detailed search (the paper's rule; fast). When
+    /// `false`, saturated groups are tried too, with the event-level timing model: cheaper
+    /// placements at several times the decision cost (see `weave bench optimality`).
+    pub skip_saturated: bool,
     pub seed: u64,
 }
 
@@ -198,6 +202,11 @@ impl Placer {
         Ok(Candidate { kind: DecisionKind::Isolated, group: None, block: None, cost, prediction })
     }
 
+    /// Whether a group is considered for new members at all.
+    fn open(&self, g: &Group) -> bool {
+        !(self.cfg.skip_saturated && g.prediction.saturated)
+    }
+
     fn scaling_cost(&self, job: &PlaceJob) -> Money {
         Money(self.cfg.rollout_node_price.0 * job.rollout_width as i64)
     }
@@ -239,7 +248,7 @@ impl Placer {
     /// else the first feasible scaling option (all scaling options cost the same).
     fn cheapest(&self, job: &PlaceJob) -> Option<Candidate> {
         let mut first_scaling: Option<Candidate> = None;
-        for g in self.groups.values().filter(|g| !g.prediction.saturated) {
+        for g in self.groups.values().filter(|g| self.open(g)) {
             for c in self.group_options(g, job, true, first_scaling.is_none()) {
                 match c.kind {
                     DecisionKind::Direct => return Some(c),
@@ -251,18 +260,14 @@ impl Placer {
     }
 
     fn all_options(&self, job: &PlaceJob) -> Vec<Candidate> {
-        self.groups
-            .values()
-            .filter(|g| !g.prediction.saturated)
-            .flat_map(|g| self.group_options(g, job, false, true))
-            .collect()
+        self.groups.values().filter(|g| self.open(g)).flat_map(|g| self.group_options(g, job, false, true)).collect()
     }
 
     /// Greedy "most idle": the group whose training pool idles most, among those that can take
     /// the job (direct preferred within the group).
     fn most_idle(&self, job: &PlaceJob) -> Option<Candidate> {
         let mut best: Option<(f64, Candidate)> = None;
-        for g in self.groups.values().filter(|g| !g.prediction.saturated) {
+        for g in self.groups.values().filter(|g| self.open(g)) {
             let idle = 1.0 - g.prediction.train_busy;
             if best.as_ref().is_some_and(|(b, _)| idle <= *b) {
                 continue;

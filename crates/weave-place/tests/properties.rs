@@ -44,8 +44,10 @@ proptest! {
     /// elastic mode never fails.
     #[test]
     fn admissions_respect_memory_and_slo(jobs in arb_jobs(16), departures in prop::collection::vec(any::<u16>(), 0..6),
-                                         policy in prop::sample::select(vec![PlacePolicy::Weave, PlacePolicy::Random, PlacePolicy::MostIdle])) {
-        let cfg = config(policy);
+                                         policy in prop::sample::select(vec![PlacePolicy::Weave, PlacePolicy::Random, PlacePolicy::MostIdle]),
+                                         try_saturated in any::<bool>()) {
+        let mut cfg = config(policy);
+        cfg.skip_saturated = !try_saturated;
         let res = cfg.residency;
         let mut p = Placer::new(cfg);
         for (i, j) in jobs.into_iter().enumerate() {
@@ -76,8 +78,9 @@ proptest! {
 
     /// The exact optimiser is never worse than the online heuristic.
     #[test]
-    fn optimiser_never_worse_than_heuristic(jobs in arb_jobs(7)) {
-        let cfg = config(PlacePolicy::Weave);
+    fn optimiser_never_worse_than_heuristic(jobs in arb_jobs(7), try_saturated in any::<bool>()) {
+        let mut cfg = config(PlacePolicy::Weave);
+        cfg.skip_saturated = !try_saturated;
         let res = cfg.residency;
         let mut p = Placer::new(cfg);
         for j in jobs.clone() {

@@ -31,6 +31,7 @@ pub fn config(policy: PlacePolicy) -> PlacerConfig {
         rollout_node_price: c.rollout.price().cost(8, Micros(Micros::PER_HOUR)),
         train_node_price: c.training.price().cost(8, Micros(Micros::PER_HOUR)),
         capacity: None,
+        skip_saturated: true,
         seed: 7,
     }
 }
