@@ -1,8 +1,13 @@
 use crate::input::{json, load_cluster, write_output, TraceArgs};
+use crate::table;
 use crate::trace_cmd::render_summary;
-use anyhow::Result;
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::time::Instant;
 use weave_model::ProfileModel;
+use weave_sim::{compare, prepare, CapacityMode, Policy, PolicyReport, SimConfig, SloSetting};
 use weave_trace::Summary;
 
 #[derive(clap::Args)]
@@ -12,30 +17,207 @@ pub struct Args {
     /// Cluster config (TOML); the paper's testbed when omitted.
     #[arg(long, value_name = "FILE")]
     cluster: Option<PathBuf>,
+    /// Policies to compare, comma-separated: weave, weave-no-migration, weave-no-scaling,
+    /// weave-cold, solo-disagg, colocated, random, most-idle, or `all`.
+    #[arg(long, value_delimiter = ',', default_value = "weave,solo-disagg,colocated,random,most-idle")]
+    policy: Vec<String>,
+    /// `elastic`: nodes are rented on demand and paid while held; `fixed`: the configured
+    /// pools are all there is and jobs queue.
+    #[arg(long, default_value = "elastic", value_parser = ["elastic", "fixed"])]
+    capacity: String,
+    /// Allowed slowdown: a number for every job (e.g. 1.5), `uniform:LO,HI`, or `trace` (the
+    /// trace's value, else uniform in [1, 2]).
+    #[arg(long, default_value = "trace")]
+    slo: String,
     /// Seed for every random stream of the replay.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Also try saturated groups at admission (slower decisions, cheaper placements).
+    #[arg(long)]
+    try_saturated: bool,
+    /// Write the per-phase event log of every policy (JSON Lines) to FILE.
+    #[arg(long, value_name = "FILE")]
+    events: Option<PathBuf>,
     /// Machine-readable output.
     #[arg(long)]
     json: bool,
 }
 
-const NOT_YET: &str =
-    "the trace-replay simulator is not implemented yet (issue 5): this prints the loaded workload only";
+pub fn parse_slo(s: &str) -> Result<SloSetting> {
+    let check = |v: f64| -> Result<f64> {
+        if v.is_finite() && v >= 1.0 {
+            Ok(v)
+        } else {
+            bail!("--slo: an allowed slowdown must be a number >= 1, got {v}")
+        }
+    };
+    if s == "trace" {
+        return Ok(SloSetting::default());
+    }
+    if let Some(range) = s.strip_prefix("uniform:") {
+        let (lo, hi) = range.split_once(',').context("--slo uniform:LO,HI")?;
+        let (lo, hi) = (check(lo.trim().parse()?)?, check(hi.trim().parse()?)?);
+        if hi < lo {
+            bail!("--slo uniform:LO,HI needs LO <= HI");
+        }
+        return Ok(SloSetting::Uniform { lo, hi });
+    }
+    let v: f64 = s.parse().with_context(|| format!("--slo: expected a number, uniform:LO,HI or trace, got `{s}`"))?;
+    Ok(SloSetting::Fixed { value: check(v)? })
+}
+
+pub fn parse_policies(names: &[String]) -> Result<Vec<Policy>> {
+    if names.iter().any(|n| n == "all") {
+        return Ok(Policy::ALL.to_vec());
+    }
+    let mut out = Vec::new();
+    for n in names {
+        let p: Policy = n.trim().parse().map_err(anyhow::Error::msg)?;
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    if out.is_empty() {
+        bail!("--policy: name at least one policy");
+    }
+    Ok(out)
+}
+
+#[derive(Serialize)]
+struct Output<'a> {
+    workload: &'a Summary,
+    seed: u64,
+    capacity: &'a str,
+    note: &'a str,
+    policies: Vec<&'a PolicyReport>,
+}
+
+const NOTE: &str = "long-tail migration is not yet modelled inside the replay: weave and weave-no-migration are equal here (see `weave bench migration`)";
 
 pub fn run(args: Args) -> Result<()> {
     let profile = ProfileModel::builtin();
     let cluster = load_cluster(args.cluster.as_deref())?;
     let trace = args.trace.load(&profile)?;
+    let policies = parse_policies(&args.policy)?;
+    let cfg = SimConfig {
+        seed: args.seed,
+        capacity: if args.capacity == "fixed" { CapacityMode::Fixed } else { CapacityMode::Elastic },
+        slo: parse_slo(&args.slo)?,
+        events: args.events.is_some(),
+        skip_saturated: !args.try_saturated,
+        ..SimConfig::default()
+    };
+    let jobs = prepare(&trace, &cluster, &profile, cfg.slo, cfg.seed);
+    let show_progress = !args.json && std::io::stderr().is_terminal();
+    let started = Instant::now();
+    let mut last = Instant::now();
+    let replays = compare(&jobs, &cluster, &policies, &cfg, &mut |p, done, total| {
+        if show_progress && (done == total || last.elapsed().as_millis() > 200) {
+            last = Instant::now();
+            eprint!("\r{p:<20} {done}/{total} jobs");
+            if done == total {
+                eprint!("\r{:<50}\r", "");
+            }
+        }
+    });
+    let elapsed = started.elapsed().as_secs_f64();
+    if let Some(path) = &args.events {
+        let mut text = String::new();
+        for (r, policy) in replays.iter().zip(&policies) {
+            for e in &r.events {
+                let mut v = serde_json::to_value(e)?;
+                v["policy"] = serde_json::Value::String(policy.name().to_string());
+                text.push_str(&serde_json::to_string(&v)?);
+                text.push('\n');
+            }
+        }
+        std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
     let summary = Summary::of(&trace, &profile);
+    let reports: Vec<&PolicyReport> = replays.iter().map(|r| &r.report).collect();
     if args.json {
-        let out = serde_json::json!({ "status": NOT_YET, "seed": args.seed, "workload": summary, "cluster": cluster });
+        let out =
+            Output { workload: &summary, seed: args.seed, capacity: &args.capacity, note: NOTE, policies: reports };
         return write_output(None, &json(&out)?);
     }
     let mut text = render_summary(&summary);
     text.push_str(&format!(
-        "cluster: {} {} nodes + {} {} nodes\n\nnote: {NOT_YET}.\n",
-        cluster.rollout.nodes, cluster.rollout.gpu, cluster.training.nodes, cluster.training.gpu
+        "replayed {} policies in {elapsed:.2} s (seed {}, {} capacity)\n",
+        reports.len(),
+        args.seed,
+        args.capacity
     ));
+    text.push_str(&render(&reports));
+    text.push_str(&format!("note: {NOTE}.\n"));
     write_output(None, &text)
+}
+
+fn ratio(r: Option<f64>) -> String {
+    r.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into())
+}
+
+pub fn render(reports: &[&PolicyReport]) -> String {
+    let mut cost = table::new(&[
+        "policy",
+        "cost $",
+        "$/h",
+        "lower bound $",
+        "iters/$1k",
+        "vs solo",
+        "vs colo",
+        "H20 GPU-h",
+        "H800 GPU-h",
+        "peak H20",
+        "peak H800",
+        "idle H20 GPU-h",
+        "idle H800 GPU-h",
+    ]);
+    for r in reports {
+        cost.add_row(vec![
+            r.policy.clone(),
+            format!("{:.0}", r.total_cost.as_dollars()),
+            format!("{:.1}", r.cost_per_hour),
+            format!("{:.0}", r.lower_bound_cost.as_dollars()),
+            format!("{:.1}", r.iterations_per_k_dollars),
+            ratio(r.vs_solo_disagg),
+            ratio(r.vs_colocated),
+            format!("{:.0}", r.rollout.gpu_hours),
+            format!("{:.0}", r.training.gpu_hours),
+            r.rollout.peak_gpus.to_string(),
+            r.training.peak_gpus.to_string(),
+            format!("{:.0}", r.rollout.idle_gpu_hours),
+            format!("{:.0}", r.training.idle_gpu_hours),
+        ]);
+    }
+    table::align_numbers(&mut cost);
+    let mut service = table::new(&[
+        "policy",
+        "jobs",
+        "iterations",
+        "slowdown p50",
+        "p99",
+        "max",
+        "SLO met (jobs)",
+        "SLO met (iters)",
+        "direct/scaling/isolated",
+        "queued",
+        "rejected",
+    ]);
+    for r in reports {
+        service.add_row(vec![
+            r.policy.clone(),
+            r.jobs.to_string(),
+            r.iterations.to_string(),
+            format!("{:.3}", r.slowdown.p50),
+            format!("{:.3}", r.slowdown.p99),
+            format!("{:.3}", r.slowdown.max),
+            format!("{:.1}%", r.slo_attainment_jobs * 100.0),
+            format!("{:.1}%", r.slo_attainment_iterations * 100.0),
+            format!("{}/{}/{}", r.admissions.direct, r.admissions.scaling, r.admissions.isolated),
+            format!("{} (max {:.1} h)", r.queued_jobs, r.max_queue_delay_h),
+            r.rejected.to_string(),
+        ]);
+    }
+    table::align_numbers(&mut service);
+    format!("{cost}\n{service}\n")
 }

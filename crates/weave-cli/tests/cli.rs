@@ -29,7 +29,7 @@ const WILD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/ro
 fn simulate_runs_on_the_default_workload_without_files() {
     let o = weave(&["simulate"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains("jobs: 60"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("jobs: 60") && stdout(&o).contains("solo-disagg"), "{}", stdout(&o));
     let o = weave(&["simulate", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
     assert_eq!(v["workload"]["jobs"], 60);
@@ -199,4 +199,53 @@ fn placement_and_optimality_benches_run() {
     }
     let o = weave(&["bench", "optimality", "--jobs", "40"]);
     assert!(!o.status.success());
+}
+
+#[test]
+fn simulate_compares_policies() {
+    let o = weave(&["simulate", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let names: Vec<&str> = v["policies"].as_array().unwrap().iter().map(|p| p["policy"].as_str().unwrap()).collect();
+    assert_eq!(names, ["weave", "solo-disagg", "colocated", "random", "most-idle"]);
+    let solo = &v["policies"][1];
+    assert_eq!(solo["vs_solo_disagg"], 1.0);
+    // Same bytes for the same seed.
+    let again = weave(&["simulate", "--json"]);
+    assert_eq!(again.stdout, o.stdout);
+}
+
+#[test]
+fn simulate_options_and_errors() {
+    let events = temp_file("sim-events.jsonl", "");
+    let o = weave(&[
+        "simulate",
+        "--policy",
+        "weave,weave-cold",
+        "--capacity",
+        "fixed",
+        "--slo",
+        "uniform:1.2,1.8",
+        "--seed",
+        "3",
+        "--events",
+        events.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["capacity"], "fixed");
+    let log = std::fs::read_to_string(&events).unwrap();
+    let first: serde_json::Value = serde_json::from_str(log.lines().next().unwrap()).unwrap();
+    assert_eq!(first["policy"], "weave");
+    assert!(first["group"].is_number() && first["time"].is_number(), "{first}");
+    for (args, want) in [
+        (vec!["simulate", "--policy", "magic"], "unknown policy `magic`"),
+        (vec!["simulate", "--slo", "0.5"], ">= 1"),
+        (vec!["simulate", "--slo", "uniform:2,1"], "LO <= HI"),
+    ] {
+        let o = weave(&args);
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains(want), "{}", stderr(&o));
+    }
 }

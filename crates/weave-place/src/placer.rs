@@ -34,6 +34,8 @@ pub enum PlacePolicy {
     Random,
     /// The feasible group with the most idle training time; isolated if none.
     MostIdle,
+    /// Always a new group of the job's own nodes (solo disaggregation).
+    Isolate,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -166,6 +168,7 @@ impl Placer {
         let chosen = match self.cfg.policy {
             PlacePolicy::Weave => self.cheapest(&job).unwrap_or(isolated),
             PlacePolicy::MostIdle => self.most_idle(&job).unwrap_or(isolated),
+            PlacePolicy::Isolate => isolated,
             PlacePolicy::Random => {
                 let mut all = self.all_options(&job);
                 all.push(isolated);

@@ -1,0 +1,92 @@
+//! The co-located baseline: every job on its own H800 node(s), running both phases there
+//! with the `colo` profile, for its whole life. No contention, so each job's life is the sum
+//! of its iterations; only fixed capacity makes jobs wait.
+
+use crate::metrics::{JobOutcome, Metrics};
+use crate::workload::{draw_iteration, SimJob};
+use crate::{CapacityMode, SimConfig};
+use std::collections::VecDeque;
+use weave_core::{ClusterConfig, EventQueue, Micros, Pool};
+
+enum Ev {
+    Arrival(usize),
+    Departure(usize),
+}
+
+pub fn run(jobs: &[SimJob], cluster: &ClusterConfig, cfg: &SimConfig) -> Metrics {
+    let mut m = Metrics::default();
+    let gpus = (cluster.rollout.gpus_per_node, cluster.training.gpus_per_node);
+    let capacity = match cfg.capacity {
+        CapacityMode::Elastic => u32::MAX,
+        CapacityMode::Fixed => cluster.training.nodes,
+    };
+    let mut queue = EventQueue::new();
+    for (i, j) in jobs.iter().enumerate() {
+        queue.push(j.spec.arrival, 1, Ev::Arrival(i));
+    }
+    let mut held = 0u32;
+    let mut waiting: VecDeque<usize> = VecDeque::new();
+    let mut now = Micros::ZERO;
+    while let Some((t, ev)) = queue.pop() {
+        now = t;
+        match ev {
+            Ev::Arrival(i) => waiting.push_back(i),
+            Ev::Departure(i) => {
+                held -= jobs[i].spec.train_nodes;
+                m.nodes(now, (0, held), gpus);
+            }
+        }
+        while let Some(&i) = waiting.front() {
+            let job = &jobs[i];
+            if job.spec.train_nodes > capacity {
+                m.rejected += 1;
+                waiting.pop_front();
+                continue;
+            }
+            if held + job.spec.train_nodes > capacity {
+                break;
+            }
+            waiting.pop_front();
+            held += job.spec.train_nodes;
+            m.nodes(now, (0, held), gpus);
+            let life = run_job(job, cfg, &mut m, gpus.1, now);
+            queue.push(now + life, 0, Ev::Departure(i));
+        }
+    }
+    m.rejected += waiting.len() as u64;
+    m.nodes(now, (0, held), gpus);
+    m.end = now;
+    m
+}
+
+/// Runs one job's iterations back to back; returns its life.
+fn run_job(job: &SimJob, cfg: &SimConfig, m: &mut Metrics, gpus_per_node: u32, start: Micros) -> Micros {
+    let mut rng = job.runtime_stream(cfg.seed);
+    let gpus = job.spec.train_nodes * gpus_per_node;
+    m.switching(Pool::Training, gpus, job.cold_start);
+    let mut life = job.cold_start;
+    let mut solo_sum = Micros::ZERO;
+    let mut within = 0;
+    for k in 0..job.iterations {
+        let (disagg, colo) = draw_iteration(job, &cfg.runtime, k, &mut rng);
+        let took = colo.solo() + if k == 0 { job.cold_start } else { Micros::ZERO };
+        let solo = job.solo_iteration(disagg, k);
+        if took.0 as f64 <= job.slo * solo.0 as f64 {
+            within += 1;
+        }
+        solo_sum += solo;
+        life += colo.solo();
+        m.busy(Pool::Training, gpus, colo.solo());
+    }
+    m.admitted(weave_place::DecisionKind::Isolated);
+    m.queue_delays.push(start.saturating_sub(job.spec.arrival));
+    m.jobs.push(JobOutcome {
+        name: job.spec.name.clone(),
+        slo: job.slo,
+        iterations: job.iterations,
+        slowdown: life.0 as f64 / solo_sum.0.max(1) as f64,
+        iterations_within_slo: within,
+        queued: start.saturating_sub(job.spec.arrival),
+    });
+    life
+}

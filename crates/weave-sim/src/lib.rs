@@ -1,0 +1,121 @@
+//! Trace replay: Weave against every baseline on the same jobs and the same random draws.
+//!
+//! The simulator drives the real placer ([`weave_place::Placer`]) and one real dispatcher
+//! ([`weave_dispatch::Dispatcher`]) per group with simulated time. Admission uses each job's
+//! conservative estimate; phases take the durations drawn from the job's own runtime stream,
+//! so every policy sees the same draws for the same job.
+
+mod colocated;
+mod engine;
+pub mod metrics;
+pub mod policy;
+pub mod workload;
+
+pub use metrics::{PolicyReport, PoolReport};
+pub use policy::Policy;
+pub use workload::{prepare, SimJob, SloSetting};
+
+use serde::Serialize;
+use weave_core::{ClusterConfig, GroupId};
+use weave_dispatch::LogEntry;
+use weave_model::RuntimeModel;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CapacityMode {
+    /// Nodes are rented when a group needs them and paid while held.
+    Elastic,
+    /// The configured pools are all there is; jobs that cannot be placed wait.
+    Fixed,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SimConfig {
+    pub seed: u64,
+    pub capacity: CapacityMode,
+    pub slo: SloSetting,
+    pub runtime: RuntimeModel,
+    /// Keep the per-phase event log.
+    pub events: bool,
+    /// Skip saturated groups at admission (the paper's rule).
+    pub skip_saturated: bool,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            seed: 1,
+            capacity: CapacityMode::Elastic,
+            slo: SloSetting::default(),
+            runtime: RuntimeModel::default(),
+            events: false,
+            skip_saturated: true,
+        }
+    }
+}
+
+/// One dispatcher decision, with its group.
+#[derive(Clone, Debug, Serialize)]
+pub struct EventRecord {
+    pub group: GroupId,
+    #[serde(flatten)]
+    pub entry: LogEntry,
+}
+
+pub struct Replay {
+    pub report: PolicyReport,
+    pub events: Vec<EventRecord>,
+}
+
+/// Replays prepared jobs under one policy.
+pub fn replay(
+    jobs: &[SimJob],
+    cluster: &ClusterConfig,
+    policy: Policy,
+    cfg: &SimConfig,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Replay {
+    match policy.placement() {
+        None => {
+            let m = colocated::run(jobs, cluster, cfg);
+            progress(jobs.len(), jobs.len());
+            Replay { report: m.report(policy.name(), cluster), events: Vec::new() }
+        }
+        Some(placement) => {
+            let mut e = engine::Engine::new(jobs, cluster, cfg, placement, policy.scaling(), policy.resident());
+            e.run(progress);
+            Replay { report: e.metrics.report(policy.name(), cluster), events: std::mem::take(&mut e.events) }
+        }
+    }
+}
+
+/// Replays several policies and fills in the cost-efficiency ratios against solo-disagg and
+/// colocated (running those baselines too if they were not asked for).
+pub fn compare(
+    jobs: &[SimJob],
+    cluster: &ClusterConfig,
+    policies: &[Policy],
+    cfg: &SimConfig,
+    progress: &mut dyn FnMut(Policy, usize, usize),
+) -> Vec<Replay> {
+    let mut out: Vec<Replay> =
+        policies.iter().map(|&p| replay(jobs, cluster, p, cfg, &mut |d, t| progress(p, d, t))).collect();
+    let baseline = |p: Policy, out: &[Replay]| -> f64 {
+        match out.iter().find(|r| r.report.policy == p.name()) {
+            Some(r) => r.report.iterations_per_k_dollars,
+            None => {
+                replay(jobs, cluster, p, &SimConfig { events: false, ..cfg.clone() }, &mut |_, _| {})
+                    .report
+                    .iterations_per_k_dollars
+            }
+        }
+    };
+    let solo = baseline(Policy::SoloDisagg, &out);
+    let colo = baseline(Policy::Colocated, &out);
+    for r in &mut out {
+        let e = r.report.iterations_per_k_dollars;
+        r.report.vs_solo_disagg = (solo > 0.0).then(|| e / solo);
+        r.report.vs_colocated = (colo > 0.0).then(|| e / colo);
+    }
+    out
+}

@@ -1,0 +1,209 @@
+//! What a replay measures, and the report it produces.
+
+use serde::Serialize;
+use weave_core::{ClusterConfig, Micros, Money, Pool};
+use weave_place::DecisionKind;
+
+/// Per-pool GPU-time in GPU-microseconds (integers, priced once at the end).
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct PoolTime {
+    pub held: u128,
+    pub busy: u128,
+    pub switching: u128,
+}
+
+/// Accumulates a replay as it runs.
+#[derive(Clone, Debug, Default)]
+pub struct Metrics {
+    pools: [PoolTime; 2],
+    held_nodes: [u32; 2],
+    peak_nodes: [u32; 2],
+    last_change: Micros,
+    pub end: Micros,
+    pub admissions: [u64; 3],
+    pub rejected: u64,
+    pub jobs: Vec<JobOutcome>,
+    pub queue_delays: Vec<Micros>,
+}
+
+/// One job's result.
+#[derive(Clone, Debug, Serialize)]
+pub struct JobOutcome {
+    pub name: String,
+    pub slo: f64,
+    pub iterations: u64,
+    pub slowdown: f64,
+    pub iterations_within_slo: u64,
+    pub queued: Micros,
+}
+
+fn pool_index(pool: Pool) -> usize {
+    (pool == Pool::Training) as usize
+}
+
+impl Metrics {
+    /// The number of nodes held changed at `now`.
+    pub fn nodes(&mut self, now: Micros, held: (u32, u32), gpus_per_node: (u32, u32)) {
+        let dt = now.saturating_sub(self.last_change).0 as u128;
+        self.pools[0].held += dt * self.held_nodes[0] as u128 * gpus_per_node.0 as u128;
+        self.pools[1].held += dt * self.held_nodes[1] as u128 * gpus_per_node.1 as u128;
+        self.held_nodes = [held.0, held.1];
+        self.peak_nodes[0] = self.peak_nodes[0].max(held.0);
+        self.peak_nodes[1] = self.peak_nodes[1].max(held.1);
+        self.last_change = now;
+    }
+
+    pub fn busy(&mut self, pool: Pool, gpus: u32, t: Micros) {
+        self.pools[pool_index(pool)].busy += gpus as u128 * t.0 as u128;
+    }
+
+    pub fn switching(&mut self, pool: Pool, gpus: u32, t: Micros) {
+        self.pools[pool_index(pool)].switching += gpus as u128 * t.0 as u128;
+    }
+
+    /// Adds held GPU-time directly (baselines that hold nodes for known intervals).
+    pub fn held(&mut self, pool: Pool, gpus: u32, t: Micros) {
+        self.pools[pool_index(pool)].held += gpus as u128 * t.0 as u128;
+    }
+
+    pub fn set_peak(&mut self, pool: Pool, nodes: u32) {
+        let i = pool_index(pool);
+        self.peak_nodes[i] = self.peak_nodes[i].max(nodes);
+    }
+
+    pub fn admitted(&mut self, kind: DecisionKind) {
+        self.admissions[kind as usize] += 1;
+    }
+
+    pub fn report(&self, policy: &str, cluster: &ClusterConfig) -> PolicyReport {
+        let prices = [cluster.rollout.price(), cluster.training.price()];
+        let gpus = [cluster.rollout.gpus_per_node, cluster.training.gpus_per_node];
+        let cost = |i: usize, t: u128| prices[i].cost_of_gpu_micros(t);
+        let total = cost(0, self.pools[0].held) + cost(1, self.pools[1].held);
+        let lower = cost(0, self.pools[0].busy) + cost(1, self.pools[1].busy);
+        let gpu_hours = |t: u128| t as f64 / Micros::PER_HOUR as f64;
+        let pool = |i: usize| PoolReport {
+            gpu_hours: gpu_hours(self.pools[i].held),
+            busy_gpu_hours: gpu_hours(self.pools[i].busy),
+            switching_gpu_hours: gpu_hours(self.pools[i].switching),
+            idle_gpu_hours: gpu_hours(self.pools[i].held.saturating_sub(self.pools[i].busy + self.pools[i].switching)),
+            peak_gpus: self.peak_nodes[i] * gpus[i],
+            cost: cost(i, self.pools[i].held),
+        };
+        let iterations: u64 = self.jobs.iter().map(|j| j.iterations).sum();
+        let within: u64 = self.jobs.iter().map(|j| j.iterations_within_slo).sum();
+        let mut slowdowns: Vec<f64> = self.jobs.iter().map(|j| j.slowdown).collect();
+        slowdowns.sort_by(f64::total_cmp);
+        let hours = self.end.as_hours_f64();
+        let dollars = total.as_dollars();
+        let queued: Vec<f64> = self.queue_delays.iter().map(|d| d.as_hours_f64()).collect();
+        PolicyReport {
+            policy: policy.to_string(),
+            jobs: self.jobs.len(),
+            rejected: self.rejected,
+            total_cost: total,
+            cost_per_hour: if hours > 0.0 { dollars / hours } else { 0.0 },
+            makespan_h: hours,
+            rollout: pool(0),
+            training: pool(1),
+            iterations,
+            iterations_per_k_dollars: if dollars > 0.0 { iterations as f64 / dollars * 1_000.0 } else { 0.0 },
+            slowdown: Distribution::of(&slowdowns),
+            slo_attainment_jobs: frac(
+                self.jobs.iter().filter(|j| j.slowdown <= j.slo + 1e-9).count() as u64,
+                self.jobs.len() as u64,
+            ),
+            slo_attainment_iterations: frac(within, iterations),
+            admissions: Admissions {
+                direct: self.admissions[0],
+                scaling: self.admissions[1],
+                isolated: self.admissions[2],
+            },
+            lower_bound_cost: lower,
+            queued_jobs: queued.iter().filter(|d| **d > 0.0).count(),
+            mean_queue_delay_h: if queued.is_empty() { 0.0 } else { queued.iter().sum::<f64>() / queued.len() as f64 },
+            max_queue_delay_h: queued.iter().copied().fold(0.0, f64::max),
+            vs_solo_disagg: None,
+            vs_colocated: None,
+        }
+    }
+}
+
+fn frac(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        1.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PoolReport {
+    pub gpu_hours: f64,
+    pub busy_gpu_hours: f64,
+    pub switching_gpu_hours: f64,
+    /// Held but neither running a phase nor switching: the bubbles.
+    pub idle_gpu_hours: f64,
+    pub peak_gpus: u32,
+    pub cost: Money,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Distribution {
+    pub mean: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Distribution {
+    /// Of sorted values.
+    pub fn of(sorted: &[f64]) -> Distribution {
+        if sorted.is_empty() {
+            return Distribution { mean: 0.0, p50: 0.0, p90: 0.0, p99: 0.0, max: 0.0 };
+        }
+        let at = |q: f64| sorted[((sorted.len() - 1) as f64 * q).round() as usize];
+        Distribution {
+            mean: sorted.iter().sum::<f64>() / sorted.len() as f64,
+            p50: at(0.5),
+            p90: at(0.9),
+            p99: at(0.99),
+            max: sorted[sorted.len() - 1],
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Admissions {
+    pub direct: u64,
+    pub scaling: u64,
+    pub isolated: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PolicyReport {
+    pub policy: String,
+    pub jobs: usize,
+    /// Jobs that could not run at all (their state exceeds a node's host DRAM).
+    pub rejected: u64,
+    pub total_cost: Money,
+    pub cost_per_hour: f64,
+    pub makespan_h: f64,
+    pub rollout: PoolReport,
+    pub training: PoolReport,
+    pub iterations: u64,
+    pub iterations_per_k_dollars: f64,
+    pub slowdown: Distribution,
+    pub slo_attainment_jobs: f64,
+    pub slo_attainment_iterations: f64,
+    pub admissions: Admissions,
+    /// Cost if no allocated GPU ever idled or switched: busy GPU-time only.
+    pub lower_bound_cost: Money,
+    pub queued_jobs: usize,
+    pub mean_queue_delay_h: f64,
+    pub max_queue_delay_h: f64,
+    /// Cost efficiency (iterations per $) relative to solo-disagg and colocated.
+    pub vs_solo_disagg: Option<f64>,
+    pub vs_colocated: Option<f64>,
+}

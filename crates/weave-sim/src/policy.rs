@@ -1,0 +1,99 @@
+//! The policies a replay can run, by name.
+
+use serde::Serialize;
+use std::fmt;
+use std::str::FromStr;
+use weave_place::PlacePolicy;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Policy {
+    /// Full Weave: cheapest feasible placement, warm (host-DRAM) switching, rollout scaling.
+    Weave,
+    /// Weave without long-tail migration (see `Policy::migration`).
+    WeaveNoMigration,
+    /// Weave without rollout scaling: direct packing or a new group.
+    WeaveNoScaling,
+    /// Weave's groups without host-DRAM residency: every switch is cold.
+    WeaveCold,
+    /// Every job on its own rollout and training nodes for its whole life.
+    SoloDisagg,
+    /// Every job on its own H800 node(s) running both phases (the `colo` profile).
+    Colocated,
+    /// Co-execution groups, random feasible placement.
+    Random,
+    /// Co-execution groups, greedy most-idle placement.
+    MostIdle,
+}
+
+impl Policy {
+    pub const ALL: [Policy; 8] = [
+        Policy::Weave,
+        Policy::WeaveNoMigration,
+        Policy::WeaveNoScaling,
+        Policy::WeaveCold,
+        Policy::SoloDisagg,
+        Policy::Colocated,
+        Policy::Random,
+        Policy::MostIdle,
+    ];
+
+    /// What `weave simulate` runs by default.
+    pub const MAIN: [Policy; 5] =
+        [Policy::Weave, Policy::SoloDisagg, Policy::Colocated, Policy::Random, Policy::MostIdle];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Weave => "weave",
+            Policy::WeaveNoMigration => "weave-no-migration",
+            Policy::WeaveNoScaling => "weave-no-scaling",
+            Policy::WeaveCold => "weave-cold",
+            Policy::SoloDisagg => "solo-disagg",
+            Policy::Colocated => "colocated",
+            Policy::Random => "random",
+            Policy::MostIdle => "most-idle",
+        }
+    }
+
+    /// The placer behind a group-based policy; `None` for the co-located baseline.
+    pub fn placement(self) -> Option<PlacePolicy> {
+        match self {
+            Policy::Colocated => None,
+            Policy::Random => Some(PlacePolicy::Random),
+            Policy::MostIdle => Some(PlacePolicy::MostIdle),
+            Policy::SoloDisagg => Some(PlacePolicy::Isolate),
+            _ => Some(PlacePolicy::Weave),
+        }
+    }
+
+    pub fn scaling(self) -> bool {
+        self != Policy::WeaveNoScaling
+    }
+
+    pub fn resident(self) -> bool {
+        self != Policy::WeaveCold
+    }
+
+    /// Long-tail migration is modelled request by request (`weave bench migration`) but not
+    /// yet inside the simulator's node-granular dispatcher, so no policy uses it here and
+    /// `weave` equals `weave-no-migration` in replays.
+    pub fn migration(self) -> bool {
+        false
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Policy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Policy::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
+            format!("unknown policy `{s}` (expected one of {})", names.join(", "))
+        })
+    }
+}
