@@ -17,6 +17,8 @@ pub enum BenchCommand {
     Placement(crate::place_bench::PlacementArgs),
     /// Online heuristic vs the exact optimum on many small random instances.
     Optimality(crate::place_bench::OptimalityArgs),
+    /// Replay speed per policy on a trace (default: 100,000 generated jobs).
+    Replay(crate::replay_bench::ReplayArgs),
 }
 
 #[derive(clap::Args)]
@@ -86,6 +88,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Migration(args) => migration(args),
         BenchCommand::Placement(args) => crate::place_bench::placement(args),
         BenchCommand::Optimality(args) => crate::place_bench::optimality(args),
+        BenchCommand::Replay(args) => crate::replay_bench::run(args),
     }
 }
 

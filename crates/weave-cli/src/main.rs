@@ -5,6 +5,7 @@ mod config_cmd;
 mod group_cmd;
 mod input;
 mod place_bench;
+mod replay_bench;
 mod simulate_cmd;
 mod table;
 mod trace_cmd;

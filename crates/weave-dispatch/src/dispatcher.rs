@@ -278,21 +278,25 @@ impl Dispatcher {
     /// Handles one input at time `now` (monotonic, from the driver) and returns the actions to
     /// take, in order. An input that would break a barrier is refused and changes nothing.
     pub fn handle(&mut self, now: Micros, input: Input) -> Result<Vec<Action>, DispatchError> {
-        self.now = self.now.max(now);
         let mut actions = Vec::new();
+        self.handle_into(now, input, &mut actions)?;
+        Ok(actions)
+    }
+
+    /// [`Dispatcher::handle`] appending to a caller's buffer (hot loops reuse one). On error
+    /// nothing is appended and no member's state changes.
+    pub fn handle_into(&mut self, now: Micros, input: Input, out: &mut Vec<Action>) -> Result<(), DispatchError> {
+        self.now = self.now.max(now);
+        let actions = out;
         match input {
             Input::Join(spec) => self.join(spec)?,
             Input::Leave { job } => self.leave(job)?,
-            Input::SwitchFinished { job, phase, iteration } => {
-                self.switch_finished(job, phase, iteration, &mut actions)?
-            }
-            Input::PhaseFinished { job, phase, iteration } => {
-                self.phase_finished(job, phase, iteration, &mut actions)?
-            }
+            Input::SwitchFinished { job, phase, iteration } => self.switch_finished(job, phase, iteration, actions)?,
+            Input::PhaseFinished { job, phase, iteration } => self.phase_finished(job, phase, iteration, actions)?,
             Input::SyncFinished { job, iteration } => self.sync_finished(job, iteration)?,
         }
-        self.pump(&mut actions);
-        Ok(actions)
+        self.pump(actions);
+        Ok(())
     }
 
     fn join(&mut self, spec: MemberSpec) -> Result<(), DispatchError> {
@@ -319,7 +323,7 @@ impl Dispatcher {
         for &n in &spec.rollout_nodes {
             self.rollout[n as usize].add_member(job);
         }
-        self.record(job, LogKind::Join, None, spec.start_iteration, spec.rollout_nodes.clone(), None);
+        self.record(job, LogKind::Join, None, spec.start_iteration, &spec.rollout_nodes, None);
         let seq = self.next_seq();
         let iteration = spec.start_iteration;
         self.members.insert(job, Member { spec, iteration, stage: Stage::Ready(Phase::Rollout), ready_seq: seq });
@@ -329,7 +333,7 @@ impl Dispatcher {
     fn leave(&mut self, job: JobId) -> Result<(), DispatchError> {
         let m = self.members.remove(&job).ok_or(DispatchError::UnknownJob(job))?;
         self.release_member(job, &m.spec.rollout_nodes);
-        self.record(job, LogKind::Leave, None, m.iteration, Vec::new(), None);
+        self.record(job, LogKind::Leave, None, m.iteration, &[], None);
         Ok(())
     }
 
@@ -368,8 +372,7 @@ impl Dispatcher {
     }
 
     fn start_action(&mut self, job: JobId, phase: Phase, iteration: u64, nodes: Vec<u32>) -> Action {
-        let log_nodes = if phase == Phase::Rollout { nodes.clone() } else { Vec::new() };
-        self.record(job, LogKind::PhaseStart, Some(phase), iteration, log_nodes, None);
+        self.record(job, LogKind::PhaseStart, Some(phase), iteration, &nodes, None);
         match phase {
             Phase::Rollout => Action::StartRollout { job, iteration, nodes },
             Phase::Train => Action::StartTraining { job, iteration },
@@ -385,31 +388,35 @@ impl Dispatcher {
     ) -> Result<(), DispatchError> {
         let seq = self.seq;
         let m = self.member_in(job, Stage::Running(phase), iteration)?;
-        let nodes = m.spec.rollout_nodes.clone();
         let (sync, last) = (m.spec.sync, m.spec.iterations == Some(iteration + 1));
         match phase {
             Phase::Rollout => {
                 m.stage = Stage::Ready(Phase::Train);
                 m.ready_seq = seq;
+                // Borrowed out and back to release the nodes without cloning the list.
+                let nodes = std::mem::take(&mut m.spec.rollout_nodes);
                 self.seq += 1;
                 for &n in &nodes {
                     self.rollout[n as usize].release(job);
                 }
-                self.record(job, LogKind::PhaseEnd, Some(phase), iteration, nodes, None);
+                self.record(job, LogKind::PhaseEnd, Some(phase), iteration, &nodes, None);
+                if let Some(m) = self.members.get_mut(&job) {
+                    m.spec.rollout_nodes = nodes;
+                }
             }
             Phase::Train => {
                 self.train.release(job);
-                self.record(job, LogKind::PhaseEnd, Some(phase), iteration, Vec::new(), None);
+                self.record(job, LogKind::PhaseEnd, Some(phase), iteration, &[], None);
                 if last {
                     let m = self.members.remove(&job).expect("member checked above");
                     self.release_member(job, &m.spec.rollout_nodes);
-                    self.record(job, LogKind::Completed, None, iteration + 1, Vec::new(), None);
+                    self.record(job, LogKind::Completed, None, iteration + 1, &[], None);
                     actions.push(Action::Completed { job, iterations: iteration + 1 });
                 } else {
                     if let Some(m) = self.members.get_mut(&job) {
                         m.stage = Stage::Syncing;
                     }
-                    self.record(job, LogKind::SyncStart, None, iteration, Vec::new(), None);
+                    self.record(job, LogKind::SyncStart, None, iteration, &[], None);
                     actions.push(Action::BeginSync { job, iteration, duration: sync });
                 }
             }
@@ -423,7 +430,7 @@ impl Dispatcher {
         m.iteration += 1;
         m.stage = Stage::Ready(Phase::Rollout);
         m.ready_seq = seq;
-        self.record(job, LogKind::SyncEnd, None, iteration, Vec::new(), None);
+        self.record(job, LogKind::SyncEnd, None, iteration, &[], None);
         Ok(())
     }
 
@@ -446,36 +453,41 @@ impl Dispatcher {
                 self.start(job, Phase::Train, actions);
             }
         }
-        let mut waiting: Vec<(u64, JobId)> = self
+        // FIFO over members ready for rollout: repeatedly start the earliest-ready one that
+        // can start now. Starting a rollout only takes nodes away, so this equals one pass in
+        // FIFO order, without allocating.
+        while let Some(job) = self
             .members
             .values()
-            .filter(|m| m.stage == Stage::Ready(Phase::Rollout))
-            .map(|m| (m.ready_seq, m.spec.job))
-            .collect();
-        waiting.sort_unstable();
-        for (_, job) in waiting {
-            let nodes = &self.members[&job].spec.rollout_nodes;
-            let can = nodes.iter().all(|&n| {
-                let r = &self.rollout[n as usize];
-                r.holder.is_none() && r.eligible(job)
-            });
-            if can {
-                self.start(job, Phase::Rollout, actions);
-            }
+            .filter(|m| m.stage == Stage::Ready(Phase::Rollout) && self.can_start_rollout(m))
+            .min_by_key(|m| m.ready_seq)
+            .map(|m| m.spec.job)
+        {
+            self.start(job, Phase::Rollout, actions);
         }
+    }
+
+    fn can_start_rollout(&self, m: &Member) -> bool {
+        m.spec.rollout_nodes.iter().all(|&n| {
+            let r = &self.rollout[n as usize];
+            r.holder.is_none() && r.eligible(m.spec.job)
+        })
     }
 
     fn start(&mut self, job: JobId, phase: Phase, actions: &mut Vec<Action>) {
         let m = &self.members[&job];
-        let (resident, costs, iteration, nodes) =
-            (m.spec.resident, m.spec.costs, m.iteration, m.spec.rollout_nodes.clone());
+        let (resident, costs, iteration) = (m.spec.resident, m.spec.costs, m.iteration);
+        // Only a rollout names nodes; the training pool is the group's whole pool.
+        let nodes = if phase == Phase::Rollout { m.spec.rollout_nodes.clone() } else { Vec::new() };
         let switch = match phase {
             Phase::Train => self.train.take(job, resident),
             Phase::Rollout => {
                 // All nodes switch in parallel; one cold node makes the switch cold.
-                let kinds: Vec<Option<SwitchKind>> =
-                    nodes.iter().map(|&n| self.rollout[n as usize].take(job, resident)).collect();
-                kinds.into_iter().flatten().max()
+                let mut kind = None;
+                for &n in &nodes {
+                    kind = kind.max(self.rollout[n as usize].take(job, resident));
+                }
+                kind
             }
         };
         let m = self.members.get_mut(&job).expect("member exists");
@@ -483,9 +495,7 @@ impl Dispatcher {
             Some(kind) => {
                 m.stage = Stage::Switching(phase);
                 let duration = costs.get(phase, kind);
-                let log_nodes = if phase == Phase::Rollout { nodes.clone() } else { Vec::new() };
-                self.record(job, LogKind::SwitchStart, Some(phase), iteration, log_nodes, Some(kind));
-                let nodes = if phase == Phase::Rollout { nodes } else { Vec::new() };
+                self.record(job, LogKind::SwitchStart, Some(phase), iteration, &nodes, Some(kind));
                 actions.push(Action::BeginSwitch { job, phase, iteration, kind, duration, nodes });
             }
             None => {
@@ -502,11 +512,11 @@ impl Dispatcher {
         kind: LogKind,
         phase: Option<Phase>,
         iteration: u64,
-        nodes: Vec<u32>,
+        nodes: &[u32],
         switch: Option<SwitchKind>,
     ) {
         if self.logging {
-            self.log.push(LogEntry { time: self.now, job, kind, phase, iteration, nodes, switch });
+            self.log.push(LogEntry { time: self.now, job, kind, phase, iteration, nodes: nodes.to_vec(), switch });
         }
     }
 }

@@ -12,14 +12,32 @@ use weave_dispatch::{Action, Dispatcher, GroupLimits, Input, MemberSpec, Phase};
 use weave_model::Stream;
 use weave_place::{PlaceError, PlacePolicy, Placer, PlacerConfig, Residency};
 
-enum Ev {
-    Arrival(usize),
-    Group(GroupId, Input),
+/// A completion inside a group. Kept small: the event heap moves these around a lot.
+#[derive(Clone, Copy)]
+struct Done {
+    group: GroupId,
+    job: JobId,
+    what: What,
+    iteration: u64,
 }
 
-/// Event classes: same-instant completions first (so freed resources are reused at once),
-/// arrivals last.
-const ARRIVAL: u8 = 5;
+#[derive(Clone, Copy)]
+enum What {
+    Switch(Phase),
+    Phase(Phase),
+    Sync,
+}
+
+impl Done {
+    fn input(self) -> Input {
+        let (job, iteration) = (self.job, self.iteration);
+        match self.what {
+            What::Switch(phase) => Input::SwitchFinished { job, phase, iteration },
+            What::Phase(phase) => Input::PhaseFinished { job, phase, iteration },
+            What::Sync => Input::SyncFinished { job, iteration },
+        }
+    }
+}
 
 struct JobState {
     rng: Stream,
@@ -43,10 +61,14 @@ pub struct Engine<'a> {
     states: Vec<Option<JobState>>,
     placer: Placer,
     dispatchers: BTreeMap<GroupId, Dispatcher>,
-    queue: EventQueue<Ev>,
+    queue: EventQueue<Done>,
+    /// Jobs are in arrival order: arrivals are read from here rather than queued, so the
+    /// event heap holds only what is in flight.
+    next_arrival: usize,
     waiting: VecDeque<usize>,
     pub metrics: Metrics,
     pub events: Vec<EventRecord>,
+    actions: Vec<Action>,
     now: Micros,
 }
 
@@ -77,10 +99,6 @@ impl<'a> Engine<'a> {
             skip_saturated: cfg.skip_saturated,
             seed: cfg.seed,
         });
-        let mut queue = EventQueue::new();
-        for (i, j) in jobs.iter().enumerate() {
-            queue.push(j.spec.arrival, ARRIVAL, Ev::Arrival(i));
-        }
         Engine {
             jobs,
             cluster,
@@ -89,10 +107,12 @@ impl<'a> Engine<'a> {
             states: jobs.iter().map(|_| None).collect(),
             placer,
             dispatchers: BTreeMap::new(),
-            queue,
+            queue: EventQueue::new(),
+            next_arrival: 0,
             waiting: VecDeque::new(),
             metrics: Metrics::default(),
             events: Vec::new(),
+            actions: Vec::new(),
             now: Micros::ZERO,
         }
     }
@@ -104,21 +124,30 @@ impl<'a> Engine<'a> {
     /// Runs to the end; calls `progress(done, total)` now and then.
     pub fn run(&mut self, progress: &mut dyn FnMut(usize, usize)) {
         let mut finished = 0usize;
-        while let Some((t, ev)) = self.queue.pop() {
-            self.now = t;
-            match ev {
-                Ev::Arrival(i) => {
-                    if self.admit(i).is_err() {
-                        self.waiting.push_back(i);
-                    }
+        loop {
+            // Same-instant completions go before arrivals, so freed resources are reused.
+            let arrival = self.jobs.get(self.next_arrival).map(|j| j.spec.arrival);
+            let take_arrival = match (arrival, self.queue.peek_time()) {
+                (Some(a), Some(q)) => a < q,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => break,
+            };
+            if take_arrival {
+                let i = self.next_arrival;
+                self.next_arrival += 1;
+                self.now = self.jobs[i].spec.arrival;
+                if self.admit(i).is_err() {
+                    self.waiting.push_back(i);
                 }
-                Ev::Group(g, input) => {
-                    if self.dispatch(g, input) {
-                        finished += 1;
-                        if finished.is_multiple_of(256) {
-                            progress(finished, self.jobs.len());
-                        }
-                    }
+                continue;
+            }
+            let (t, done) = self.queue.pop().expect("peeked");
+            self.now = t;
+            if self.dispatch(done.group, done.input()) {
+                finished += 1;
+                if finished.is_multiple_of(256) {
+                    progress(finished, self.jobs.len());
                 }
             }
         }
@@ -189,10 +218,14 @@ impl<'a> Engine<'a> {
         if let Input::PhaseFinished { job, phase: Phase::Train, iteration } = input {
             self.iteration_done(job.0 as usize, iteration);
         }
+        // One action buffer serves every event (taken out while in use).
+        let mut actions = std::mem::take(&mut self.actions);
+        actions.clear();
         let d = self.dispatchers.get_mut(&g).expect("events only for live groups");
-        let actions = d.handle(self.now, input).expect("the engine reports only what the dispatcher started");
+        d.handle_into(self.now, input, &mut actions).expect("the engine reports only what the dispatcher started");
         let completed = actions.iter().any(|a| matches!(a, Action::Completed { .. }));
-        self.apply(g, actions);
+        self.apply(g, actions.drain(..));
+        self.actions = actions;
         completed
     }
 
@@ -209,7 +242,7 @@ impl<'a> Engine<'a> {
         s.last_train_end = self.now;
     }
 
-    fn apply(&mut self, g: GroupId, actions: Vec<Action>) {
+    fn apply(&mut self, g: GroupId, actions: impl IntoIterator<Item = Action>) {
         if self.cfg.events {
             if let Some(d) = self.dispatchers.get_mut(&g) {
                 let group = g;
@@ -234,7 +267,7 @@ impl<'a> Engine<'a> {
                 self.queue.push(
                     self.now + duration,
                     class,
-                    Ev::Group(g, Input::SwitchFinished { job, phase, iteration }),
+                    Done { group: g, job, what: What::Switch(phase), iteration },
                 );
             }
             Action::StartRollout { job, iteration, .. } => {
@@ -247,8 +280,11 @@ impl<'a> Engine<'a> {
                 s.current = disagg;
                 let n = s.block_width * gpus.0;
                 self.metrics.busy(Pool::Rollout, n, disagg.rollout);
-                let input = Input::PhaseFinished { job, phase: Phase::Rollout, iteration };
-                self.queue.push(self.now + disagg.rollout, 1, Ev::Group(g, input));
+                self.queue.push(
+                    self.now + disagg.rollout,
+                    1,
+                    Done { group: g, job, what: What::Phase(Phase::Rollout), iteration },
+                );
             }
             Action::StartTraining { job, iteration } => {
                 let i = job.0 as usize;
@@ -257,11 +293,10 @@ impl<'a> Engine<'a> {
                 let own = self.jobs[i].spec.train_nodes as u64;
                 let d = Micros(s.current.train.0 * own / s.pool_width.max(1) as u64);
                 self.metrics.busy(Pool::Training, s.pool_width * gpus.1, d);
-                let input = Input::PhaseFinished { job, phase: Phase::Train, iteration };
-                self.queue.push(self.now + d, 0, Ev::Group(g, input));
+                self.queue.push(self.now + d, 0, Done { group: g, job, what: What::Phase(Phase::Train), iteration });
             }
             Action::BeginSync { job, iteration, duration } => {
-                self.queue.push(self.now + duration, 2, Ev::Group(g, Input::SyncFinished { job, iteration }));
+                self.queue.push(self.now + duration, 2, Done { group: g, job, what: What::Sync, iteration });
             }
             Action::Completed { job, .. } => self.complete(job),
         }
