@@ -7,6 +7,7 @@ mod input;
 mod place_bench;
 mod replay_bench;
 mod simulate_cmd;
+mod sweep_cmd;
 mod table;
 mod trace_cmd;
 
@@ -36,6 +37,9 @@ enum Command {
     /// Co-execution groups.
     #[command(subcommand)]
     Group(group_cmd::GroupCommand),
+    /// Rerun the comparison across SLOs, prices, link speeds or workload classes.
+    #[command(subcommand)]
+    Sweep(sweep_cmd::SweepCommand),
     /// Benchmarks (reported numbers, not pass/fail).
     #[command(subcommand)]
     Bench(bench_cmd::BenchCommand),
@@ -49,6 +53,7 @@ fn main() {
         Command::Config(cmd) => config_cmd::run(cmd),
         Command::Group(cmd) => group_cmd::run(cmd),
         Command::Bench(cmd) => bench_cmd::run(cmd),
+        Command::Sweep(cmd) => sweep_cmd::run(cmd),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -249,3 +249,14 @@ fn simulate_options_and_errors() {
         assert!(stderr(&o).contains(want), "{}", stderr(&o));
     }
 }
+
+#[test]
+fn sweeps_run() {
+    let o = weave(&["sweep", "slo", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 4);
+    let o = weave(&["sweep", "classes", "--jobs", "12"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("rollout-heavy"), "{}", stdout(&o));
+}
