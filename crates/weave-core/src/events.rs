@@ -1,5 +1,6 @@
-//! A deterministic event queue: events pop in (time, class, sequence) order, so same-instant
-//! events are processed by class and then in the order they were scheduled.
+//! A deterministic event queue: events pop in (time, class, key, sequence) order, so
+//! same-instant events are processed by class, then by an optional key, then in the order
+//! they were scheduled.
 
 use crate::units::Micros;
 use std::cmp::Ordering;
@@ -8,13 +9,14 @@ use std::collections::BinaryHeap;
 struct Entry<E> {
     time: Micros,
     class: u8,
+    key: u64,
     seq: u64,
     event: E,
 }
 
 impl<E> PartialEq for Entry<E> {
     fn eq(&self, o: &Self) -> bool {
-        (self.time, self.class, self.seq) == (o.time, o.class, o.seq)
+        (self.time, self.class, self.key, self.seq) == (o.time, o.class, o.key, o.seq)
     }
 }
 
@@ -29,7 +31,7 @@ impl<E> PartialOrd for Entry<E> {
 impl<E> Ord for Entry<E> {
     // Reversed: BinaryHeap is a max-heap and we want the earliest first.
     fn cmp(&self, o: &Self) -> Ordering {
-        (o.time, o.class, o.seq).cmp(&(self.time, self.class, self.seq))
+        (o.time, o.class, o.key, o.seq).cmp(&(self.time, self.class, self.key, self.seq))
     }
 }
 
@@ -49,10 +51,17 @@ impl<E> EventQueue<E> {
         Self::default()
     }
 
-    /// Schedules `event` at `time`; lower `class` goes first among same-time events.
+    /// Schedules `event` at `time`; lower `class` goes first among same-time events, then
+    /// the order of scheduling.
     pub fn push(&mut self, time: Micros, class: u8, event: E) {
+        self.push_keyed(time, class, 0, event);
+    }
+
+    /// Like [`EventQueue::push`], with an explicit tie-break `key` (e.g. a job id) between
+    /// the class and the order of scheduling.
+    pub fn push_keyed(&mut self, time: Micros, class: u8, key: u64, event: E) {
         self.next_seq += 1;
-        self.heap.push(Entry { time, class, seq: self.next_seq, event });
+        self.heap.push(Entry { time, class, key, seq: self.next_seq, event });
     }
 
     pub fn pop(&mut self) -> Option<(Micros, E)> {

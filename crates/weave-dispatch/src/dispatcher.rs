@@ -145,6 +145,18 @@ pub struct LogEntry {
     pub switch: Option<SwitchKind>,
 }
 
+/// How a resource chooses among ready members.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fairness {
+    /// Weave: no member gets ahead of another on a shared resource (one phase each per
+    /// meta-iteration), FIFO among the rest.
+    #[default]
+    RoundRobin,
+    /// Plain FIFO by readiness (the research prototype's group simulation).
+    Fifo,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Stage {
     Ready(Phase),
@@ -223,6 +235,7 @@ pub struct Dispatcher {
     train: Resource,
     rollout: Vec<Resource>,
     memory: MemoryLedger,
+    fairness: Fairness,
     seq: u64,
     now: Micros,
     logging: bool,
@@ -236,11 +249,17 @@ impl Dispatcher {
             train: Resource::default(),
             rollout: Vec::new(),
             memory: MemoryLedger::new(limits),
+            fairness: Fairness::RoundRobin,
             seq: 0,
             now: Micros::ZERO,
             logging: true,
             log: Vec::new(),
         }
+    }
+
+    /// Chooses how ready members are ordered (round-robin unless told otherwise).
+    pub fn set_fairness(&mut self, fairness: Fairness) {
+        self.fairness = fairness;
     }
 
     /// Turns the decision log on or off (long simulations that need no timeline turn it off).
@@ -446,7 +465,7 @@ impl Dispatcher {
             let next = self
                 .members
                 .values()
-                .filter(|m| m.stage == Stage::Ready(Phase::Train) && self.train.eligible(m.spec.job))
+                .filter(|m| m.stage == Stage::Ready(Phase::Train) && self.due(&self.train, m.spec.job))
                 .min_by_key(|m| m.ready_seq)
                 .map(|m| m.spec.job);
             if let Some(job) = next {
@@ -470,8 +489,13 @@ impl Dispatcher {
     fn can_start_rollout(&self, m: &Member) -> bool {
         m.spec.rollout_nodes.iter().all(|&n| {
             let r = &self.rollout[n as usize];
-            r.holder.is_none() && r.eligible(m.spec.job)
+            r.holder.is_none() && self.due(r, m.spec.job)
         })
+    }
+
+    /// Whether fairness lets `job` take `r` now.
+    fn due(&self, r: &Resource, job: JobId) -> bool {
+        self.fairness == Fairness::Fifo || r.eligible(job)
     }
 
     fn start(&mut self, job: JobId, phase: Phase, actions: &mut Vec<Action>) {

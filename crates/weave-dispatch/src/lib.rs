@@ -15,6 +15,8 @@ pub mod memory;
 pub mod rollout;
 pub mod timing;
 
-pub use dispatcher::{Action, DispatchError, Dispatcher, Input, LogEntry, LogKind, MemberSpec, Phase, SwitchCosts};
+pub use dispatcher::{
+    Action, DispatchError, Dispatcher, Fairness, Input, LogEntry, LogKind, MemberSpec, Phase, SwitchCosts,
+};
 pub use memory::{GroupLimits, MemoryUse};
 pub use timing::{GroupTiming, MemberTiming, PoolUse, TimingMember};

@@ -12,7 +12,7 @@
 //! Saturated groups are evaluated by driving the real [`Dispatcher`] with deterministic
 //! durations and measuring its steady state.
 
-use crate::dispatcher::{Action, Dispatcher, Input, MemberSpec, Phase, SwitchCosts};
+use crate::dispatcher::{Action, Dispatcher, Fairness, Input, MemberSpec, Phase, SwitchCosts};
 use crate::memory::GroupLimits;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -266,7 +266,15 @@ impl GroupRun {
 
 /// Runs every member for `iterations` iterations from a cold start, all joining at time 0.
 pub fn run_group(members: &[TimingMember], iterations: u64) -> GroupRun {
+    run_group_with(members, iterations, Fairness::RoundRobin)
+}
+
+/// [`run_group`] with a choice of fairness. Under `Fifo` (the prototype's rules) same-instant
+/// events are ordered by (time, event kind, job id).
+pub fn run_group_with(members: &[TimingMember], iterations: u64, fairness: Fairness) -> GroupRun {
     let mut d = Dispatcher::new(GroupLimits::UNLIMITED);
+    d.set_fairness(fairness);
+    let by_job_id = fairness == Fairness::Fifo;
     let by_job: BTreeMap<JobId, &TimingMember> = members.iter().map(|m| (m.job, m)).collect();
     let mut queue: EventQueue<Input> = EventQueue::new();
     let mut run = GroupRun { train_ends: BTreeMap::new(), intervals: Vec::new(), log: Vec::new(), end: Micros::ZERO };
@@ -289,7 +297,7 @@ pub fn run_group(members: &[TimingMember], iterations: u64) -> GroupRun {
     let mut now = Micros::ZERO;
     loop {
         for a in pending.drain(..) {
-            schedule(&a, now, &by_job, &mut queue, &mut run);
+            schedule(&a, now, &by_job, &mut queue, &mut run, by_job_id);
         }
         let Some((t, input)) = queue.pop() else { break };
         now = t;
@@ -311,6 +319,7 @@ fn schedule(
     by_job: &BTreeMap<JobId, &TimingMember>,
     queue: &mut EventQueue<Input>,
     run: &mut GroupRun,
+    by_job_id: bool,
 ) {
     let train = || vec!["training".to_string()];
     let (class, input, dur, resources, is_switch) = match a {
@@ -341,7 +350,18 @@ fn schedule(
     for r in resources {
         run.intervals.push((r, now, end, is_switch));
     }
-    queue.push(end, class, input);
+    let key = if by_job_id { input_job(&input).0 as u64 } else { 0 };
+    queue.push_keyed(end, class, key, input);
+}
+
+fn input_job(i: &Input) -> JobId {
+    match i {
+        Input::Join(s) => s.job,
+        Input::Leave { job }
+        | Input::SwitchFinished { job, .. }
+        | Input::PhaseFinished { job, .. }
+        | Input::SyncFinished { job, .. } => *job,
+    }
 }
 
 fn node_names(nodes: &[u32]) -> Vec<String> {

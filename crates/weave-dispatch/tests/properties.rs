@@ -5,7 +5,7 @@ use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 use weave_core::{Bytes, JobId, Micros};
 use weave_dispatch::timing::{closed_form, closed_form_applies, simulate};
-use weave_dispatch::{Action, Dispatcher, GroupLimits, Input, MemberSpec, Phase, SwitchCosts, TimingMember};
+use weave_dispatch::{Action, Dispatcher, Fairness, GroupLimits, Input, MemberSpec, Phase, SwitchCosts, TimingMember};
 
 #[derive(Clone, Debug)]
 struct Case {
@@ -48,6 +48,8 @@ struct Observer {
     train_served: BTreeMap<JobId, u64>,
     node_served: BTreeMap<(u32, JobId), u64>,
     completed: BTreeMap<JobId, u64>,
+    /// Plain FIFO dispatch: every ready member is due.
+    fifo: bool,
 }
 
 impl Observer {
@@ -137,7 +139,8 @@ impl Observer {
         let min_train = self.train_served.values().copied().min().unwrap_or(0);
         if self.train_holder.is_none() {
             for (job, (_, st)) in &self.stage {
-                assert!(!(*st == 2 && self.train_served[job] == min_train), "training pool idle while {job} is ready");
+                let due = self.fifo || self.train_served[job] == min_train;
+                assert!(!(*st == 2 && due), "training pool idle while {job} is ready");
             }
         }
         for (job, (_, st)) in &self.stage {
@@ -146,7 +149,7 @@ impl Observer {
             }
             let all_free_and_due = self.nodes[job].iter().all(|n| {
                 let min = self.node_served.iter().filter(|((m, _), _)| m == n).map(|(_, v)| *v).min().unwrap_or(0);
-                !self.node_holder.contains_key(n) && self.node_served[&(*n, *job)] == min
+                !self.node_holder.contains_key(n) && (self.fifo || self.node_served[&(*n, *job)] == min)
             });
             assert!(!all_free_and_due, "rollout nodes {:?} idle while {job} is ready", self.nodes[job]);
         }
@@ -193,9 +196,13 @@ proptest! {
         case in case(),
         picks in proptest::collection::vec(any::<u32>(), 300),
         leave_at in proptest::option::of(0usize..40),
+        fifo in any::<bool>(),
     ) {
         let mut d = Dispatcher::new(GroupLimits::UNLIMITED);
-        let mut obs = Observer::default();
+        let mut obs = Observer { fifo, ..Observer::default() };
+        if fifo {
+            d.set_fairness(Fairness::Fifo);
+        }
         let mut pending: Vec<Pending> = Vec::new();
         for j in 0..case.nodes.len() {
             obs.join(JobId(j as u32), case.nodes[j].clone());
