@@ -38,6 +38,11 @@ pub struct Args {
     /// Write the per-phase event log of every policy (JSON Lines) to FILE.
     #[arg(long, value_name = "FILE")]
     events: Option<PathBuf>,
+    /// `faithful` (default): our full model. `prototype`: the research prototype's
+    /// simplifications (fixed lifetimes, analytic baselines, FIFO group simulation, no switch
+    /// or sync costs, at most 5 jobs per group), for number-for-number comparison.
+    #[arg(long, default_value = "faithful", value_parser = ["faithful", "prototype"])]
+    model: String,
     /// Machine-readable output.
     #[arg(long)]
     json: bool,
@@ -98,6 +103,9 @@ pub fn run(args: Args) -> Result<()> {
     let profile = ProfileModel::builtin();
     let cluster = load_cluster(args.cluster.as_deref())?;
     let trace = args.trace.load(&profile)?;
+    if args.model == "prototype" {
+        return run_prototype(&args, &trace, &profile);
+    }
     let policies = parse_policies(&args.policy)?;
     let cfg = SimConfig {
         seed: args.seed,
@@ -220,4 +228,56 @@ pub fn render(reports: &[&PolicyReport]) -> String {
     }
     table::align_numbers(&mut service);
     format!("{cost}\n{service}\n")
+}
+
+fn run_prototype(args: &Args, trace: &weave_trace::Trace, profile: &ProfileModel) -> Result<()> {
+    let mut cfg = weave_sim::prototype::ProtoConfig { seed: args.seed, ..Default::default() };
+    match parse_slo(&args.slo)? {
+        SloSetting::Fixed { value } => cfg.slo_fixed = Some(value),
+        SloSetting::Uniform { lo, hi } => (cfg.slo_lo, cfg.slo_hi) = (lo, hi),
+        // The prototype's default range for jobs without an SLO in the trace.
+        SloSetting::FromTrace { .. } => {}
+    }
+    let started = Instant::now();
+    let report = weave_sim::prototype::run(trace, profile, &cfg);
+    let elapsed = started.elapsed().as_secs_f64();
+    if args.json {
+        return write_output(None, &json(&report)?);
+    }
+    let summary = Summary::of(trace, profile);
+    let mut text = render_summary(&summary);
+    text.push_str(&format!(
+        "prototype mode (fixed lifetimes; cost 1 per training node-second, 1/3 per rollout node-second), {elapsed:.2} s\n"
+    ));
+    let mut t = table::new(&[
+        "policy",
+        "cost (node-hours)",
+        "iterations",
+        "iters per cost-hour",
+        "vs solo",
+        "vs colo",
+        "rollout util",
+        "training util",
+    ]);
+    let pct = |v: Option<f64>| v.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "-".into());
+    for p in &report.policies {
+        t.add_row(vec![
+            p.policy.clone(),
+            format!("{:.1}", p.cost / 3600.0),
+            p.iterations.to_string(),
+            format!("{:.2}", p.iterations_per_cost_hour),
+            format!("{:.2}x", p.vs_solo_disagg),
+            format!("{:.2}x", p.vs_colocated),
+            pct(p.rollout_utilisation),
+            pct(p.training_utilisation),
+        ]);
+    }
+    table::align_numbers(&mut t);
+    text.push_str(&format!("{t}\n"));
+    let a = &report.admissions;
+    text.push_str(&format!(
+        "weave admissions: direct {} / scaling {} / new group {}; mean group size {:.2}; jobs with an SLO violation: {}\n",
+        a.direct, a.scaling, a.isolated, report.mean_group_size, report.slo_violations
+    ));
+    write_output(None, &text)
 }

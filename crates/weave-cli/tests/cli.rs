@@ -260,3 +260,22 @@ fn sweeps_run() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("rollout-heavy"), "{}", stdout(&o));
 }
+
+#[test]
+fn prototype_mode_on_the_wild_trace() {
+    if !std::path::Path::new(WILD).exists() {
+        eprintln!("skipped: {WILD} not present");
+        return;
+    }
+    let o = weave(&["simulate", "--model", "prototype", "--trace", WILD, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["jobs"], 200);
+    let names: Vec<&str> = v["policies"].as_array().unwrap().iter().map(|p| p["policy"].as_str().unwrap()).collect();
+    assert_eq!(names, ["weave", "solo-disagg", "colocated"]);
+    let a = &v["admissions"];
+    let total = a["direct"].as_u64().unwrap() + a["scaling"].as_u64().unwrap() + a["isolated"].as_u64().unwrap();
+    assert_eq!(total, 200);
+    let o = weave(&["simulate", "--model", "prototype", "--trace", WILD]);
+    assert!(stdout(&o).contains("new group"), "{}", stdout(&o));
+}

@@ -9,6 +9,7 @@ mod colocated;
 mod engine;
 pub mod metrics;
 pub mod policy;
+pub mod prototype;
 pub mod workload;
 
 pub use metrics::{PolicyReport, PoolReport};
