@@ -193,6 +193,17 @@ pub struct ProtoReport {
     pub mean_group_size: f64,
 }
 
+/// The best candidate so far during one admission.
+struct Choice {
+    cost: f64,
+    group: usize,
+    members: Vec<(usize, Vec<u32>)>,
+    nodes: Vec<u32>,
+    /// 0 = direct packing, 1 = rollout scaling.
+    kind: usize,
+    sim: Sim,
+}
+
 struct State<'a> {
     jobs: &'a [PJob],
     cfg: &'a ProtoConfig,
@@ -215,8 +226,7 @@ impl State<'_> {
     fn admit(&mut self, j: usize) {
         let job = &self.jobs[j];
         let w = job.width as usize;
-        // (cost increase, group, members, nodes, kind)
-        let mut best: Option<(f64, usize, Vec<(usize, Vec<u32>)>, Vec<u32>, usize, Sim)> = None;
+        let mut best: Option<Choice> = None;
         for (gi, g) in self.groups.iter().enumerate() {
             if g.members.len() >= self.cfg.max_members {
                 continue;
@@ -228,31 +238,31 @@ impl State<'_> {
             grown.extend(&fresh);
             candidates.push((w as f64 / 3.0, fresh, grown, 1));
             for (cost, mine, nodes, kind) in candidates {
-                if best.as_ref().is_some_and(|b| b.0 <= cost) {
+                if best.as_ref().is_some_and(|b| b.cost <= cost) {
                     continue;
                 }
                 let mut members = g.members.clone();
                 members.push((j, mine));
                 let s = simulate(self.jobs, &nodes, &members, self.cfg.sim_iterations);
                 if feasible(self.jobs, &members, s.period) {
-                    best = Some((cost, gi, members, nodes, kind, s));
+                    best = Some(Choice { cost, group: gi, members, nodes, kind, sim: s });
                 }
             }
         }
         let new_group_cost = 1.0 + w as f64 / 3.0;
         match best {
-            Some((cost, gi, members, nodes, kind, s)) if cost < new_group_cost => {
-                if kind == 1 {
+            Some(c) if c.cost < new_group_cost => {
+                if c.kind == 1 {
                     self.next_node += w as u32;
                 }
-                let g = &mut self.groups[gi];
-                g.members = members;
-                g.nodes = nodes;
-                g.period = s.period;
-                g.train_busy = s.train_busy;
-                g.node_busy = s.node_busy;
-                self.job_group[j] = Some(gi);
-                self.admissions[kind] += 1;
+                let g = &mut self.groups[c.group];
+                g.members = c.members;
+                g.nodes = c.nodes;
+                g.period = c.sim.period;
+                g.train_busy = c.sim.train_busy;
+                g.node_busy = c.sim.node_busy;
+                self.job_group[j] = Some(c.group);
+                self.admissions[c.kind] += 1;
             }
             _ => {
                 let nodes: Vec<u32> = (0..w as u32).map(|i| self.next_node + i).collect();
