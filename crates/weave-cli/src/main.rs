@@ -6,6 +6,7 @@ mod group_cmd;
 mod input;
 mod place_bench;
 mod replay_bench;
+mod report_cmd;
 mod simulate_cmd;
 mod sweep_cmd;
 mod table;
@@ -40,6 +41,8 @@ enum Command {
     /// Rerun the comparison across SLOs, prices, link speeds or workload classes.
     #[command(subcommand)]
     Sweep(sweep_cmd::SweepCommand),
+    /// Render an HTML report from a saved event log (and optionally results).
+    Report(report_cmd::ReportArgs),
     /// Benchmarks (reported numbers, not pass/fail).
     #[command(subcommand)]
     Bench(bench_cmd::BenchCommand),
@@ -54,6 +57,7 @@ fn main() {
         Command::Group(cmd) => group_cmd::run(cmd),
         Command::Bench(cmd) => bench_cmd::run(cmd),
         Command::Sweep(cmd) => sweep_cmd::run(cmd),
+        Command::Report(args) => report_cmd::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

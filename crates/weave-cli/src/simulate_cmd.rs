@@ -46,6 +46,18 @@ pub struct Args {
     /// Machine-readable output.
     #[arg(long)]
     json: bool,
+    /// Include every job's outcome in --json output.
+    #[arg(long)]
+    per_job: bool,
+    /// Write a self-contained HTML report (charts and a phase timeline) to FILE.
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
+    /// Timeline window for --report, START,END in hours (default: the first two hours).
+    #[arg(long)]
+    window: Option<String>,
+    /// Policy whose phase timeline --report draws.
+    #[arg(long, default_value = "weave")]
+    timeline_policy: String,
 }
 
 pub fn parse_slo(s: &str) -> Result<SloSetting> {
@@ -142,7 +154,14 @@ pub fn run(args: Args) -> Result<()> {
         std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
     }
     let summary = Summary::of(&trace, &profile);
-    let reports: Vec<&PolicyReport> = replays.iter().map(|r| &r.report).collect();
+    if let Some(path) = &args.report {
+        write_report(path, &args, &trace, &cluster, &cfg, &jobs, &replays, &summary)?;
+    }
+    let mut owned: Vec<PolicyReport> = replays.iter().map(|r| r.report.clone()).collect();
+    if !args.per_job {
+        owned.iter_mut().for_each(|r| r.per_job.clear());
+    }
+    let reports: Vec<&PolicyReport> = owned.iter().collect();
     if args.json {
         let out =
             Output { workload: &summary, seed: args.seed, capacity: &args.capacity, note: NOTE, policies: reports };
@@ -280,4 +299,40 @@ fn run_prototype(args: &Args, trace: &weave_trace::Trace, profile: &ProfileModel
         a.direct, a.scaling, a.isolated, report.mean_group_size, report.slo_violations
     ));
     write_output(None, &text)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_report(
+    path: &std::path::Path,
+    args: &Args,
+    trace: &weave_trace::Trace,
+    cluster: &weave_core::ClusterConfig,
+    cfg: &SimConfig,
+    jobs: &[weave_sim::SimJob],
+    replays: &[weave_sim::Replay],
+    summary: &Summary,
+) -> Result<()> {
+    let window = args.window.as_deref().map(crate::report_cmd::parse_window).transpose()?;
+    let policy: Policy = args.timeline_policy.parse().map_err(anyhow::Error::msg)?;
+    // The replay is deterministic: run the timeline policy once more with its event log on,
+    // rather than keeping every policy's log in memory.
+    let logged = weave_sim::replay(jobs, cluster, policy, &SimConfig { events: true, ..cfg.clone() }, &mut |_, _| {});
+    let timeline = (policy != Policy::Colocated).then(|| {
+        weave_report::Timeline::from_events(
+            policy.name(),
+            &logged.events,
+            window,
+            crate::report_cmd::MAX_TIMELINE_GROUPS,
+        )
+    });
+    let reports: Vec<PolicyReport> = replays.iter().map(|r| r.report.clone()).collect();
+    let notes = vec![
+        format!(
+            "Workload: {} ({} jobs, mean solo lifetime {:.1} h).",
+            trace.source, summary.jobs, summary.mean_lifetime_h
+        ),
+        format!("Seed {}, {} capacity. {NOTE}.", args.seed, args.capacity),
+    ];
+    let html = crate::report_cmd::build("Weave replay report".into(), notes, &reports, cluster, timeline);
+    std::fs::write(path, html).with_context(|| format!("cannot write {}", path.display()))
 }

@@ -279,3 +279,36 @@ fn prototype_mode_on_the_wild_trace() {
     let o = weave(&["simulate", "--model", "prototype", "--trace", WILD]);
     assert!(stdout(&o).contains("new group"), "{}", stdout(&o));
 }
+
+#[test]
+fn simulate_report_and_weave_report() {
+    let html = temp_file("report.html", "");
+    let events = temp_file("report-events.jsonl", "");
+    let sim = temp_file("report-sim.json", "");
+    let o = weave(&[
+        "simulate",
+        "--policy",
+        "weave,solo-disagg",
+        "--report",
+        html.to_str().unwrap(),
+        "--window",
+        "0,3",
+        "--events",
+        events.to_str().unwrap(),
+        "--json",
+        "--per-job",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(&sim, &o.stdout).unwrap();
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.starts_with("<!DOCTYPE html>") && page.contains("Phase timeline: weave") && page.contains("<svg"));
+    let out = temp_file("report2.html", "");
+    let o = weave(&["report", events.to_str().unwrap(), "--sim", sim.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let page = std::fs::read_to_string(&out).unwrap();
+    assert!(page.contains("solo-disagg") && page.contains("timeline of group"), "report from files");
+    let o = weave(&["report", events.to_str().unwrap(), "--policy", "nope", "-o", out.to_str().unwrap()]);
+    assert!(stderr(&o).contains("no events of policy `nope`"), "{}", stderr(&o));
+    let o = weave(&["simulate", "--report", html.to_str().unwrap(), "--window", "3,1"]);
+    assert!(stderr(&o).contains("--window"), "{}", stderr(&o));
+}

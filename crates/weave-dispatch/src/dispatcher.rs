@@ -16,13 +16,13 @@
 //! only the job's own critical path.
 
 use crate::memory::{GroupLimits, MemoryLedger};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use thiserror::Error;
 use weave_core::{Bytes, JobId, Micros};
 use weave_model::SwitchKind;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Phase {
     Rollout,
@@ -119,7 +119,7 @@ pub enum DispatchError {
     Residency { job: JobId, reason: String },
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LogKind {
     Join,
@@ -133,7 +133,7 @@ pub enum LogKind {
 }
 
 /// One traceable dispatcher decision or observation.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogEntry {
     pub time: Micros,
     pub job: JobId,

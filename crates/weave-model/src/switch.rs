@@ -13,7 +13,7 @@
 use crate::interp::piecewise;
 use weave_core::{Micros, ModelSize, Pool};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SwitchKind {
     /// The incoming job's state is resident in the node's host DRAM.

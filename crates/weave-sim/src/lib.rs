@@ -56,7 +56,7 @@ impl Default for SimConfig {
 }
 
 /// One dispatcher decision, with its group.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct EventRecord {
     pub group: GroupId,
     #[serde(flatten)]

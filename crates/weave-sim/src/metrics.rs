@@ -1,6 +1,6 @@
 //! What a replay measures, and the report it produces.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use weave_core::{ClusterConfig, Micros, Money, Pool};
 use weave_place::DecisionKind;
 
@@ -24,10 +24,12 @@ pub struct Metrics {
     pub rejected: u64,
     pub jobs: Vec<JobOutcome>,
     pub queue_delays: Vec<Micros>,
+    /// (time, rollout GPUs held, training GPUs held) at every change.
+    series: Vec<(Micros, u32, u32)>,
 }
 
 /// One job's result.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct JobOutcome {
     pub name: String,
     pub slo: f64,
@@ -51,6 +53,38 @@ impl Metrics {
         self.peak_nodes[0] = self.peak_nodes[0].max(held.0);
         self.peak_nodes[1] = self.peak_nodes[1].max(held.1);
         self.last_change = now;
+        let point = (now, held.0 * gpus_per_node.0, held.1 * gpus_per_node.1);
+        match self.series.last_mut() {
+            Some(last) if last.0 == now => *last = point,
+            Some(last) if (last.1, last.2) == (point.1, point.2) => {}
+            _ => self.series.push(point),
+        }
+    }
+
+    /// The GPU series with at most `max` points: per time bucket, the most GPUs held (so
+    /// peaks survive downsampling).
+    fn downsampled(&self, max: usize) -> Vec<SeriesPoint> {
+        let to_point = |&(t, r, tr): &(Micros, u32, u32)| SeriesPoint {
+            hours: t.as_hours_f64(),
+            rollout_gpus: r,
+            training_gpus: tr,
+        };
+        if self.series.len() <= max || self.end.0 == 0 {
+            return self.series.iter().map(to_point).collect();
+        }
+        let width = (self.end.0 / max as u64).max(1);
+        let mut out: Vec<(Micros, u32, u32)> = Vec::new();
+        for &(t, r, tr) in &self.series {
+            let bucket = Micros(t.0 / width * width);
+            match out.last_mut() {
+                Some(last) if last.0 == bucket => {
+                    last.1 = last.1.max(r);
+                    last.2 = last.2.max(tr);
+                }
+                _ => out.push((bucket, r, tr)),
+            }
+        }
+        out.iter().map(to_point).collect()
     }
 
     pub fn busy(&mut self, pool: Pool, gpus: u32, t: Micros) {
@@ -125,6 +159,8 @@ impl Metrics {
             max_queue_delay_h: queued.iter().copied().fold(0.0, f64::max),
             vs_solo_disagg: None,
             vs_colocated: None,
+            gpu_series: self.downsampled(1_000),
+            per_job: self.jobs.clone(),
         }
     }
 }
@@ -137,7 +173,7 @@ fn frac(a: u64, b: u64) -> f64 {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PoolReport {
     pub gpu_hours: f64,
     pub busy_gpu_hours: f64,
@@ -148,7 +184,7 @@ pub struct PoolReport {
     pub cost: Money,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Distribution {
     pub mean: f64,
     pub p50: f64,
@@ -174,14 +210,14 @@ impl Distribution {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Admissions {
     pub direct: u64,
     pub scaling: u64,
     pub isolated: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PolicyReport {
     pub policy: String,
     pub jobs: usize,
@@ -206,4 +242,16 @@ pub struct PolicyReport {
     /// Cost efficiency (iterations per $) relative to solo-disagg and colocated.
     pub vs_solo_disagg: Option<f64>,
     pub vs_colocated: Option<f64>,
+    /// GPUs held over time (at most 1,000 points; per-bucket maxima).
+    pub gpu_series: Vec<SeriesPoint>,
+    /// Every job's outcome (omitted from JSON when empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_job: Vec<JobOutcome>,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct SeriesPoint {
+    pub hours: f64,
+    pub rollout_gpus: u32,
+    pub training_gpus: u32,
 }

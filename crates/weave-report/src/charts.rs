@@ -1,0 +1,108 @@
+//! Policy-level charts.
+
+use crate::svg::{color, legend, Plot, Svg};
+use weave_sim::PolicyReport;
+
+const W: f64 = 560.0;
+const H: f64 = 260.0;
+
+pub fn cost_bars(reports: &[PolicyReport]) -> String {
+    let max = reports.iter().map(|r| r.total_cost.as_dollars()).fold(0.0, f64::max).max(1.0);
+    let row = 26.0;
+    let (left, width) = (150.0, 520.0);
+    let mut s = Svg::new(left + width + 90.0, 20.0 + row * reports.len() as f64 + 30.0);
+    for (i, r) in reports.iter().enumerate() {
+        let y = 10.0 + i as f64 * row;
+        let cost = r.total_cost.as_dollars();
+        let w = cost / max * width;
+        s.text(left - 8.0, y + 15.0, "end", &r.policy);
+        s.rect(left, y + 3.0, w, row - 8.0, color(i), Some(&format!("{}: ${cost:.0}", r.policy)));
+        s.text(left + w + 6.0, y + 15.0, "start", &format!("${cost:.0}"));
+        let lb = left + r.lower_bound_cost.as_dollars() / max * width;
+        s.line(lb, y, lb, y + row - 2.0, "#000", true);
+    }
+    let axis_y = 14.0 + row * reports.len() as f64;
+    s.line(left, axis_y, left + width, axis_y, "#333", false);
+    s.text(left + width / 2.0, axis_y + 18.0, "middle", "total cost ($); dashed: lower bound (busy GPU-time only)");
+    s.finish("total cost per policy")
+}
+
+fn series_end(reports: &[PolicyReport]) -> f64 {
+    reports.iter().flat_map(|r| r.gpu_series.last()).map(|p| p.hours).fold(0.0, f64::max).max(r_makespan(reports))
+}
+
+fn r_makespan(reports: &[PolicyReport]) -> f64 {
+    reports.iter().map(|r| r.makespan_h).fold(0.0, f64::max)
+}
+
+/// Step line of a series (value holds until the next point).
+fn steps(p: &Plot, pts: &[(f64, f64)], end: f64) -> Vec<(f64, f64)> {
+    let mut out = Vec::with_capacity(pts.len() * 2 + 1);
+    for (i, &(x, y)) in pts.iter().enumerate() {
+        if i > 0 {
+            out.push((p.px(x), p.py(pts[i - 1].1)));
+        }
+        out.push((p.px(x), p.py(y)));
+    }
+    if let Some(&(_, y)) = pts.last() {
+        out.push((p.px(end), p.py(y)));
+    }
+    out
+}
+
+fn line_chart(
+    reports: &[PolicyReport],
+    title: &str,
+    y_title: &str,
+    value: &dyn Fn(&weave_sim::metrics::SeriesPoint) -> f64,
+) -> String {
+    let end = series_end(reports);
+    let ymax = reports.iter().flat_map(|r| r.gpu_series.iter().map(value)).fold(0.0, f64::max).max(1.0) * 1.05;
+    let mut p = Plot::new(W, H, (0.0, end.max(1e-6)), (0.0, ymax), "time (hours)", y_title);
+    for (i, r) in reports.iter().enumerate() {
+        let pts: Vec<(f64, f64)> = r.gpu_series.iter().map(|q| (q.hours, value(q))).collect();
+        let line = steps(&p, &pts, end);
+        p.svg.polyline(&line, color(i));
+    }
+    p.svg.finish(title)
+}
+
+pub fn gpus_over_time(reports: &[PolicyReport]) -> String {
+    let items: Vec<(String, &str)> = reports.iter().enumerate().map(|(i, r)| (r.policy.clone(), color(i))).collect();
+    format!(
+        "{}<div class=\"charts\"><div><p class=\"muted\">Rollout pool (H20)</p>{}</div><div><p class=\"muted\">Training pool (H800)</p>{}</div></div>",
+        legend(&items),
+        line_chart(reports, "H20 GPUs held over time", "H20 GPUs held", &|q| q.rollout_gpus as f64),
+        line_chart(reports, "H800 GPUs held over time", "H800 GPUs held", &|q| q.training_gpus as f64),
+    )
+}
+
+pub fn cost_over_time(reports: &[PolicyReport], prices: (f64, f64)) -> String {
+    let items: Vec<(String, &str)> = reports.iter().enumerate().map(|(i, r)| (r.policy.clone(), color(i))).collect();
+    let cost =
+        move |q: &weave_sim::metrics::SeriesPoint| q.rollout_gpus as f64 * prices.0 + q.training_gpus as f64 * prices.1;
+    format!("{}{}", legend(&items), line_chart(reports, "cost per hour over time", "cost ($ per hour)", &cost))
+}
+
+pub fn slowdown_vs_slo(reports: &[PolicyReport]) -> String {
+    let mut out = String::from("<div class=\"charts\">");
+    let ymax = reports.iter().flat_map(|r| r.per_job.iter().map(|j| j.slowdown)).fold(2.0, f64::max) * 1.05;
+    let xmax = reports.iter().flat_map(|r| r.per_job.iter().map(|j| j.slo)).fold(2.0, f64::max) * 1.02;
+    for (i, r) in reports.iter().enumerate() {
+        let mut p = Plot::new(360.0, 240.0, (0.9, xmax), (0.0, ymax), "job's SLO (allowed slowdown)", "slowdown");
+        let (a, b) = (p.px(0.9), p.px(xmax));
+        let (ya, yb) = (p.py(0.9), p.py(xmax.min(ymax)));
+        p.svg.line(a, ya, b.min(p.px(ymax)), yb, "#000", true);
+        for j in &r.per_job {
+            let (x, y) = (p.px(j.slo), p.py(j.slowdown));
+            p.svg.circle(x, y, 2.5, color(i), &format!("{}: slowdown {:.3}, SLO {:.2}", j.name, j.slowdown, j.slo));
+        }
+        out.push_str(&format!(
+            "<div><p class=\"muted\">{}</p>{}</div>",
+            crate::svg::escape(&r.policy),
+            p.svg.finish(&format!("slowdown vs SLO: {}", r.policy))
+        ));
+    }
+    out.push_str("</div>");
+    out
+}

@@ -1,0 +1,99 @@
+//! Weave's pictures: one self-contained HTML file (inline SVG, inline CSS, no scripts, fonts
+//! or network) with a phase timeline per co-execution group, GPUs held and cost per hour over
+//! time per policy, total cost against its lower bound, slowdown against SLO per job, and the
+//! headline table. Pure: takes data, returns a string.
+
+mod charts;
+pub mod svg;
+mod timeline;
+
+pub use timeline::{Bar, BarKind, GroupTimeline, Lane, Timeline};
+
+use std::fmt::Write;
+use svg::escape;
+use weave_sim::PolicyReport;
+
+/// Everything a report shows.
+pub struct ReportData<'a> {
+    pub title: String,
+    /// Lines describing the workload and the run.
+    pub notes: Vec<String>,
+    pub reports: &'a [PolicyReport],
+    /// $ per GPU-hour of the rollout and training pools (for cost over time).
+    pub prices: (f64, f64),
+    /// The phase timeline of one policy, if events were recorded.
+    pub timeline: Option<Timeline>,
+}
+
+const STYLE: &str = "body{font-family:sans-serif;margin:24px;color:#222;max-width:1200px}\
+h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}\
+table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}\
+th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}\
+.legend span{margin-right:14px;font-size:12px;white-space:nowrap}\
+.legend i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}\
+.charts{display:flex;flex-wrap:wrap;gap:16px}.muted{color:#666;font-size:12px}";
+
+/// Renders the whole report.
+pub fn render(data: &ReportData) -> String {
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"/><title>{}</title><style>{STYLE}</style></head><body>",
+        escape(&data.title)
+    );
+    let _ = write!(h, "<h1>{}</h1>", escape(&data.title));
+    for n in &data.notes {
+        let _ = write!(h, "<p class=\"muted\">{}</p>", escape(n));
+    }
+    h.push_str("<h2>Headline</h2>");
+    h.push_str(&headline_table(data.reports));
+    h.push_str("<h2>Total cost per policy</h2><p class=\"muted\">Bars: what was paid. Dashed line: the lower bound, what the GPUs actually kept busy would cost.</p>");
+    h.push_str(&charts::cost_bars(data.reports));
+    h.push_str("<h2>GPUs held over time</h2>");
+    h.push_str(&charts::gpus_over_time(data.reports));
+    h.push_str("<h2>Cost per hour over time</h2>");
+    h.push_str(&charts::cost_over_time(data.reports, data.prices));
+    h.push_str("<h2>Slowdown against SLO, per job</h2><p class=\"muted\">Each dot is a job; above the dashed diagonal its slowdown exceeded its SLO.</p>");
+    h.push_str(&charts::slowdown_vs_slo(data.reports));
+    if let Some(t) = &data.timeline {
+        let _ = write!(h, "<h2>Phase timeline: {}</h2>", escape(&t.policy));
+        h.push_str(&timeline::render(t));
+    }
+    h.push_str("</body></html>\n");
+    h
+}
+
+fn headline_table(reports: &[PolicyReport]) -> String {
+    let mut t = String::from(
+        "<table><tr><th>policy</th><th>cost $</th><th>lower bound $</th><th>$/h</th><th>iterations per $1k</th>\
+<th>vs solo-disagg</th><th>vs colocated</th><th>peak H20 GPUs</th><th>peak H800 GPUs</th><th>idle H20 GPU-h</th>\
+<th>idle H800 GPU-h</th><th>slowdown p50 / p99</th><th>SLO met (jobs / iterations)</th><th>admissions direct / scaling / isolated</th></tr>",
+    );
+    let ratio = |v: Option<f64>| v.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into());
+    for r in reports {
+        let _ = write!(
+            t,
+            "<tr><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{:.3} / {:.3}</td><td>{:.1}% / {:.1}%</td><td>{} / {} / {}</td></tr>",
+            escape(&r.policy),
+            r.total_cost.as_dollars(),
+            r.lower_bound_cost.as_dollars(),
+            r.cost_per_hour,
+            r.iterations_per_k_dollars,
+            ratio(r.vs_solo_disagg),
+            ratio(r.vs_colocated),
+            r.rollout.peak_gpus,
+            r.training.peak_gpus,
+            r.rollout.idle_gpu_hours,
+            r.training.idle_gpu_hours,
+            r.slowdown.p50,
+            r.slowdown.p99,
+            r.slo_attainment_jobs * 100.0,
+            r.slo_attainment_iterations * 100.0,
+            r.admissions.direct,
+            r.admissions.scaling,
+            r.admissions.isolated
+        );
+    }
+    t.push_str("</table>");
+    t
+}
