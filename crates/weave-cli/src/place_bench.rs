@@ -6,35 +6,11 @@ use anyhow::{bail, Result};
 use rand::Rng;
 use serde::Serialize;
 use std::time::Instant;
-use weave_core::{ClusterConfig, JobId, Micros};
+use weave_core::{ClusterConfig, JobId};
 use weave_model::{named_stream, ProfileModel};
 use weave_place::optimal::{optimal, Prices, MAX_JOBS};
-use weave_place::{PlaceJob, PlacePolicy, Placer, PlacerConfig, Residency};
+use weave_place::{PlaceJob, PlacePolicy, Placer, PlacerConfig};
 use weave_trace::{generate, Arrivals, GenConfig, GenMode, ProfileClass, SizeClass};
-
-pub fn placer_config(
-    cluster: &ClusterConfig,
-    policy: PlacePolicy,
-    scaling: bool,
-    resident: bool,
-    seed: u64,
-) -> PlacerConfig {
-    let hour = Micros(Micros::PER_HOUR);
-    PlacerConfig {
-        policy,
-        scaling,
-        residency: Residency {
-            rollout_dram: cluster.rollout.host_dram(),
-            train_dram: cluster.training.host_dram(),
-            resident,
-        },
-        rollout_node_price: cluster.rollout.price().cost(cluster.rollout.gpus_per_node as u64, hour),
-        train_node_price: cluster.training.price().cost(cluster.training.gpus_per_node as u64, hour),
-        capacity: None,
-        skip_saturated: true,
-        seed,
-    }
-}
 
 /// Synthetic jobs: the production mix, SLO uniform in [1, 2].
 fn synthetic_jobs(n: usize, seed: u64, mode: GenMode, slo: SloSetting, cluster: &ClusterConfig) -> Vec<PlaceJob> {
@@ -107,7 +83,7 @@ pub fn placement(args: PlacementArgs) -> Result<()> {
     let mut rows = Vec::new();
     for &n in &args.sizes {
         let jobs = synthetic_jobs(n + args.probes, args.seed, GenMode::Production, SloSetting::Uniform, &cluster);
-        let mut cfg = placer_config(&cluster, PlacePolicy::Weave, true, true, args.seed);
+        let mut cfg = PlacerConfig::for_cluster(&cluster, PlacePolicy::Weave, true, true, args.seed);
         cfg.skip_saturated = !args.try_saturated;
         let mut placer = Placer::new(cfg);
         let start = Instant::now();
@@ -195,7 +171,7 @@ pub fn optimality(args: OptimalityArgs) -> Result<()> {
         bail!("--jobs must be 1..={MAX_JOBS} and --instances at least 1");
     }
     let cluster = ClusterConfig::default();
-    let mut cfg = placer_config(&cluster, PlacePolicy::Weave, true, true, args.seed);
+    let mut cfg = PlacerConfig::for_cluster(&cluster, PlacePolicy::Weave, true, true, args.seed);
     cfg.skip_saturated = !args.try_saturated;
     let prices = Prices { rollout_node: cfg.rollout_node_price, train_node: cfg.train_node_price };
     let classes = [

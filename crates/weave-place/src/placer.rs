@@ -14,7 +14,7 @@ use rand::Rng;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use thiserror::Error;
-use weave_core::{Bytes, GroupId, JobId, Micros, Money, NodeId, Pool};
+use weave_core::{Bytes, ClusterConfig, GroupId, JobId, Micros, Money, NodeId, Pool};
 use weave_model::named_stream;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -54,6 +54,27 @@ pub struct PlacerConfig {
     /// placements at several times the decision cost (see `weave bench optimality`).
     pub skip_saturated: bool,
     pub seed: u64,
+}
+
+impl PlacerConfig {
+    /// The elastic configuration for `cluster`: its host DRAM and its node prices.
+    pub fn for_cluster(cluster: &ClusterConfig, policy: PlacePolicy, scaling: bool, resident: bool, seed: u64) -> Self {
+        let hour = Micros(Micros::PER_HOUR);
+        PlacerConfig {
+            policy,
+            scaling,
+            residency: Residency {
+                rollout_dram: cluster.rollout.host_dram(),
+                train_dram: cluster.training.host_dram(),
+                resident,
+            },
+            rollout_node_price: cluster.rollout.price().cost(cluster.rollout.gpus_per_node as u64, hour),
+            train_node_price: cluster.training.price().cost(cluster.training.gpus_per_node as u64, hour),
+            capacity: None,
+            skip_saturated: true,
+            seed,
+        }
+    }
 }
 
 /// Why a job was placed where it was.

@@ -10,7 +10,7 @@ use weave_core::{ClusterConfig, EventQueue, GroupId, JobId, Micros, PhaseTimes, 
 use weave_dispatch::from_model::switch_costs;
 use weave_dispatch::{Action, Dispatcher, GroupLimits, Input, MemberSpec, Phase};
 use weave_model::Stream;
-use weave_place::{PlaceError, PlacePolicy, Placer, PlacerConfig, Residency};
+use weave_place::{PlaceError, PlacePolicy, Placer, PlacerConfig};
 
 /// A completion inside a group. Kept small: the event heap moves these around a lot.
 #[derive(Clone, Copy)]
@@ -81,24 +81,13 @@ impl<'a> Engine<'a> {
         scaling: bool,
         resident: bool,
     ) -> Self {
-        let hour = Micros(Micros::PER_HOUR);
-        let placer = Placer::new(PlacerConfig {
-            policy: placement,
-            scaling,
-            residency: Residency {
-                rollout_dram: cluster.rollout.host_dram(),
-                train_dram: cluster.training.host_dram(),
-                resident,
-            },
-            rollout_node_price: cluster.rollout.price().cost(cluster.rollout.gpus_per_node as u64, hour),
-            train_node_price: cluster.training.price().cost(cluster.training.gpus_per_node as u64, hour),
-            capacity: match cfg.capacity {
-                CapacityMode::Elastic => None,
-                CapacityMode::Fixed => Some((cluster.rollout.nodes, cluster.training.nodes)),
-            },
-            skip_saturated: cfg.skip_saturated,
-            seed: cfg.seed,
-        });
+        let mut placer_cfg = PlacerConfig::for_cluster(cluster, placement, scaling, resident, cfg.seed);
+        placer_cfg.capacity = match cfg.capacity {
+            CapacityMode::Elastic => None,
+            CapacityMode::Fixed => Some((cluster.rollout.nodes, cluster.training.nodes)),
+        };
+        placer_cfg.skip_saturated = cfg.skip_saturated;
+        let placer = Placer::new(placer_cfg);
         Engine {
             jobs,
             cluster,
