@@ -15,6 +15,11 @@ pub enum GroupCommand {
     /// Meta-iteration time, each member's slowdown, pool idle time, saturation and memory use
     /// of a group. Members come from --member flags or a TOML/JSON file.
     Analyze(AnalyzeArgs),
+    /// List the groups of a running `weave serve`.
+    List {
+        #[command(flatten)]
+        conn: crate::client_cmd::Conn,
+    },
 }
 
 #[derive(clap::Args)]
@@ -80,7 +85,12 @@ struct MemberRow {
 }
 
 pub fn run(cmd: GroupCommand) -> Result<()> {
-    let GroupCommand::Analyze(args) = cmd;
+    let args = match cmd {
+        GroupCommand::Analyze(args) => args,
+        GroupCommand::List { conn } => {
+            return crate::client_cmd::group(crate::client_cmd::GroupListCommand::List { conn })
+        }
+    };
     let cluster = load_cluster(args.cluster.as_deref())?;
     let mut entries = Vec::new();
     if let Some(path) = &args.file {

@@ -1,12 +1,14 @@
 //! `weave`: a thin command-line front end over Weave's library crates.
 
 mod bench_cmd;
+mod client_cmd;
 mod config_cmd;
 mod group_cmd;
 mod input;
 mod place_bench;
 mod replay_bench;
 mod report_cmd;
+mod serve_cmd;
 mod simulate_cmd;
 mod sweep_cmd;
 mod table;
@@ -35,9 +37,17 @@ enum Command {
     /// Cluster configuration.
     #[command(subcommand)]
     Config(config_cmd::ConfigCommand),
-    /// Co-execution groups.
+    /// Co-execution groups: analyze a candidate group offline, or list a server's groups.
     #[command(subcommand)]
     Group(group_cmd::GroupCommand),
+    /// Run the control plane: admit jobs, place them, gate their phases (HTTP/JSON).
+    Serve(serve_cmd::ServeArgs),
+    /// Jobs on a running `weave serve`.
+    #[command(subcommand)]
+    Job(client_cmd::JobCommand),
+    /// Tokens for the tenants file.
+    #[command(subcommand)]
+    Token(serve_cmd::TokenCommand),
     /// Rerun the comparison across SLOs, prices, link speeds or workload classes.
     #[command(subcommand)]
     Sweep(sweep_cmd::SweepCommand),
@@ -55,6 +65,9 @@ fn main() {
         Command::Trace(cmd) => trace_cmd::run(cmd),
         Command::Config(cmd) => config_cmd::run(cmd),
         Command::Group(cmd) => group_cmd::run(cmd),
+        Command::Serve(args) => serve_cmd::serve(args),
+        Command::Job(cmd) => client_cmd::job(cmd),
+        Command::Token(cmd) => serve_cmd::token(cmd),
         Command::Bench(cmd) => bench_cmd::run(cmd),
         Command::Sweep(cmd) => sweep_cmd::run(cmd),
         Command::Report(args) => report_cmd::run(args),

@@ -182,16 +182,27 @@ impl Placer {
 
     /// Places `job`; on success the placement is applied.
     pub fn admit(&mut self, job: PlaceJob) -> Result<Decision, PlaceError> {
+        let chosen = self.choose(&job)?;
+        Ok(self.apply(job, chosen))
+    }
+
+    /// What [`Placer::admit`] would decide, without changing anything (a server checks this
+    /// before it makes the submission durable).
+    pub fn preview(&self, job: &PlaceJob) -> Result<DecisionKind, PlaceError> {
+        self.choose(job).map(|c| c.kind)
+    }
+
+    fn choose(&self, job: &PlaceJob) -> Result<Candidate, PlaceError> {
         if self.job_group.contains_key(&job.id) {
             return Err(PlaceError::AlreadyPlaced(job.id));
         }
-        let isolated = self.isolated(&job)?;
+        let isolated = self.isolated(job)?;
         let chosen = match self.cfg.policy {
-            PlacePolicy::Weave => self.cheapest(&job).unwrap_or(isolated),
-            PlacePolicy::MostIdle => self.most_idle(&job).unwrap_or(isolated),
+            PlacePolicy::Weave => self.cheapest(job).unwrap_or(isolated),
+            PlacePolicy::MostIdle => self.most_idle(job).unwrap_or(isolated),
             PlacePolicy::Isolate => isolated,
             PlacePolicy::Random => {
-                let mut all = self.all_options(&job);
+                let mut all = self.all_options(job);
                 all.push(isolated);
                 let mut rng = named_stream(self.cfg.seed, "place-random", job.id.0 as u64);
                 let i = rng.random_range(0..all.len());
@@ -202,7 +213,20 @@ impl Placer {
         {
             return Err(PlaceError::NoCapacity(job.id));
         }
-        Ok(self.apply(job, chosen))
+        Ok(chosen)
+    }
+
+    /// Replaces a placed job's estimate (online re-estimation from measured phases) and
+    /// re-predicts its group. Returns false if the job is not placed.
+    pub fn update_times(&mut self, job: JobId, times: weave_core::PhaseTimes) -> bool {
+        let Some(gid) = self.job_group.get(&job) else { return false };
+        let resident = self.cfg.residency.resident;
+        let g = self.groups.get_mut(gid).expect("placed jobs have groups");
+        if let Some(m) = g.members.iter_mut().find(|m| m.job.id == job) {
+            m.job.times = times;
+        }
+        g.refresh(resident);
+        true
     }
 
     /// The isolated option: always SLO-feasible (alone, a job runs solo); fails only if the

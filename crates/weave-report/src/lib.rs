@@ -9,6 +9,11 @@ mod timeline;
 
 pub use timeline::{Bar, BarKind, GroupTimeline, Lane, Timeline};
 
+/// The timeline section alone (the live status page uses it too).
+pub fn render_timeline(t: &Timeline) -> String {
+    timeline::render(t)
+}
+
 use std::fmt::Write;
 use svg::escape;
 use weave_sim::PolicyReport;

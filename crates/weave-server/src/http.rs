@@ -1,0 +1,443 @@
+//! The HTTP/JSON API (axum). Every error is JSON `{"error": "..."}` with a status that says
+//! what kind of problem it is.
+
+use crate::auth::Caller;
+use crate::plane::{JobEntry, JobState, PlaneError, Record, SubmitSpec};
+use crate::state::{ServeError, Shared};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use weave_dispatch::Phase;
+
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        ApiError { status, message: message.into() }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(json!({ "error": self.message }))).into_response()
+    }
+}
+
+impl From<ServeError> for ApiError {
+    fn from(e: ServeError) -> Self {
+        let status = match &e {
+            ServeError::Plane(PlaneError::Invalid { .. }) => StatusCode::BAD_REQUEST,
+            ServeError::Plane(PlaneError::NotFound(_)) => StatusCode::NOT_FOUND,
+            ServeError::Plane(PlaneError::Duplicate(_) | PlaneError::Conflict { .. } | PlaneError::Placement(_)) => {
+                StatusCode::CONFLICT
+            }
+            ServeError::Store(_) | ServeError::Recovery { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError::new(status, e.to_string())
+    }
+}
+
+impl From<PlaneError> for ApiError {
+    fn from(e: PlaneError) -> Self {
+        ServeError::Plane(e).into()
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+/// Commits off the async workers: the durable append waits for the disk.
+async fn commit(s: &Arc<Shared>, make: impl FnOnce(u64) -> Record + Send + 'static) -> ApiResult<()> {
+    let s = s.clone();
+    match tokio::task::spawn_blocking(move || s.commit(make)).await {
+        Ok(r) => r.map_err(ApiError::from),
+        Err(e) => Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("commit task failed: {e}"))),
+    }
+}
+
+fn caller(s: &Shared, headers: &HeaderMap) -> ApiResult<Caller> {
+    let h = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    s.cfg
+        .tenants
+        .authenticate(h)
+        .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "missing or unknown bearer token"))
+}
+
+fn json_body<T>(body: Result<Json<T>, JsonRejection>) -> ApiResult<T> {
+    body.map(|Json(v)| v).map_err(|e| {
+        let status = if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            StatusCode::PAYLOAD_TOO_LARGE
+        } else {
+            StatusCode::BAD_REQUEST
+        };
+        ApiError::new(status, format!("request body: {}", e.body_text()))
+    })
+}
+
+/// A job as clients see it.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct JobView {
+    pub id: String,
+    pub tenant: String,
+    pub state: JobState,
+    pub job_type: String,
+    pub slo: f64,
+    pub iterations: Option<u64>,
+    pub completed_iterations: u64,
+    pub group: Option<u32>,
+    pub placement: Option<String>,
+    pub rollout_nodes: Vec<String>,
+    pub training_nodes: Vec<String>,
+    pub predicted_slowdown: Option<f64>,
+    pub granted: Option<String>,
+    pub next: String,
+    pub estimate_rollout_s: f64,
+    pub estimate_train_s: f64,
+    pub failure: Option<String>,
+}
+
+fn phase_name(p: Phase) -> &'static str {
+    match p {
+        Phase::Rollout => "rollout",
+        Phase::Train => "train",
+    }
+}
+
+pub fn view(j: &JobEntry) -> JobView {
+    let d = j.decision.as_ref();
+    JobView {
+        id: j.name.clone(),
+        tenant: j.tenant.clone(),
+        state: j.state,
+        job_type: j.spec.job_type.to_string(),
+        slo: j.slo,
+        iterations: j.iterations,
+        completed_iterations: j.completed_iterations,
+        group: d.map(|d| d.group.0),
+        placement: d.map(|d| format!("{:?}", d.kind).to_lowercase()),
+        rollout_nodes: d.map(|d| d.rollout_nodes.iter().map(|n| n.to_string()).collect()).unwrap_or_default(),
+        training_nodes: d.map(|d| d.training_nodes.iter().map(|n| n.to_string()).collect()).unwrap_or_default(),
+        predicted_slowdown: d.and_then(|d| d.slowdowns.iter().find(|(id, _)| *id == j.id).map(|(_, s)| *s)),
+        granted: j.granted.map(|(p, k)| format!("{} {k}", phase_name(p))),
+        next: format!("{} {}", phase_name(j.next.0), j.next.1),
+        estimate_rollout_s: j.estimate.rollout.as_secs_f64(),
+        estimate_train_s: j.estimate.train.as_secs_f64(),
+        failure: j.failure.clone(),
+    }
+}
+
+/// A job visible to `c`, else 404 (another tenant's job is indistinguishable from none).
+fn visible(s: &Shared, c: &Caller, name: &str) -> ApiResult<JobView> {
+    let g = s.lock();
+    match g.plane.job(name) {
+        Some(j) if c.may_see(&j.tenant) => Ok(view(j)),
+        _ => Err(ApiError::new(StatusCode::NOT_FOUND, format!("job `{name}` not found"))),
+    }
+}
+
+async fn submit(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Result<Json<SubmitSpec>, JsonRejection>,
+) -> ApiResult<(StatusCode, Json<serde_json::Value>)> {
+    let c = caller(&s, &headers)?;
+    let spec = json_body(body)?;
+    {
+        // Another tenant's job of the same name: refuse without revealing whose it is.
+        let g = s.lock();
+        if g.plane.job(&spec.id).is_some_and(|j| !c.may_see(&j.tenant)) {
+            return Err(ApiError::new(StatusCode::CONFLICT, format!("job id `{}` is taken", spec.id)));
+        }
+    }
+    let name = spec.id.clone();
+    let tenant = c.tenant.clone();
+    commit(&s, move |time_us| Record::Submit { time_us, tenant, job: spec }).await?;
+    let g = s.lock();
+    let j = g.plane.job(&name).expect("just admitted");
+    let decision = j.decision.clone();
+    Ok((StatusCode::CREATED, Json(json!({ "job": view(j), "decision": decision }))))
+}
+
+async fn list_jobs(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<Json<Vec<JobView>>> {
+    let c = caller(&s, &headers)?;
+    let g = s.lock();
+    Ok(Json(g.plane.jobs().filter(|j| c.may_see(&j.tenant)).map(view).collect()))
+}
+
+async fn show_job(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    let c = caller(&s, &headers)?;
+    let v = visible(&s, &c, &name)?;
+    let g = s.lock();
+    let history: Vec<_> = g.plane.events().iter().filter(|e| e.job == name).cloned().collect();
+    Ok(Json(json!({ "job": v, "history": history })))
+}
+
+async fn cancel_job(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> ApiResult<Json<JobView>> {
+    let c = caller(&s, &headers)?;
+    visible(&s, &c, &name)?;
+    let job = name.clone();
+    commit(&s, move |time_us| Record::Cancel { time_us, job }).await?;
+    visible(&s, &c, &name).map(Json)
+}
+
+fn parse_phase(p: &str) -> ApiResult<Phase> {
+    match p {
+        "rollout" => Ok(Phase::Rollout),
+        "train" | "training" => Ok(Phase::Train),
+        _ => Err(ApiError::new(StatusCode::BAD_REQUEST, format!("phase `{p}`: expected rollout or train"))),
+    }
+}
+
+#[derive(Deserialize)]
+struct WaitQuery {
+    wait_s: Option<f64>,
+}
+
+/// Long-poll: 200 when the phase is granted, 202 if not yet within the wait, 409 if asking
+/// for it breaks the job's on-policy barrier.
+async fn phase_start(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Path((name, phase, iteration)): Path<(String, String, u64)>,
+    Query(q): Query<WaitQuery>,
+) -> ApiResult<(StatusCode, Json<serde_json::Value>)> {
+    let c = caller(&s, &headers)?;
+    visible(&s, &c, &name)?;
+    let phase = parse_phase(&phase)?;
+    let wait = Duration::from_secs_f64(q.wait_s.unwrap_or(25.0).clamp(0.0, s.cfg.max_wait.as_secs_f64()));
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut rx = s.changed.subscribe();
+    loop {
+        let granted = s.lock().plane.may_start(&name, phase, iteration)?;
+        if granted {
+            let body = json!({ "status": "granted", "job": name, "phase": phase_name(phase), "iteration": iteration });
+            return Ok((StatusCode::OK, Json(body)));
+        }
+        match tokio::time::timeout_at(deadline, rx.changed()).await {
+            Ok(Ok(())) => continue,
+            _ => {
+                let body =
+                    json!({ "status": "waiting", "job": name, "phase": phase_name(phase), "iteration": iteration });
+                return Ok((StatusCode::ACCEPTED, Json(body)));
+            }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FinishBody {
+    duration_s: f64,
+    #[serde(default)]
+    meta: Option<serde_json::Value>,
+}
+
+async fn phase_finish(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Path((name, phase, iteration)): Path<(String, String, u64)>,
+    body: Result<Json<FinishBody>, JsonRejection>,
+) -> ApiResult<Json<JobView>> {
+    let c = caller(&s, &headers)?;
+    visible(&s, &c, &name)?;
+    let phase = parse_phase(&phase)?;
+    let b = json_body(body)?;
+    if !(b.duration_s.is_finite() && b.duration_s >= 0.0 && b.duration_s < 1e7) {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "`duration_s`: expected non-negative seconds"));
+    }
+    let duration_us = (b.duration_s * 1e6).round() as u64;
+    let job = name.clone();
+    commit(&s, move |time_us| Record::Finish { time_us, job, phase, iteration, duration_us, meta: b.meta }).await?;
+    visible(&s, &c, &name).map(Json)
+}
+
+async fn heartbeat(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    let c = caller(&s, &headers)?;
+    let v = visible(&s, &c, &name)?;
+    if v.state != JobState::Running {
+        return Err(ApiError::new(StatusCode::CONFLICT, format!("job `{name}` is {:?}", v.state).to_lowercase()));
+    }
+    s.lock().heartbeats.insert(name, std::time::Instant::now());
+    Ok(Json(json!({ "status": "ok" })))
+}
+
+async fn groups(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<Json<serde_json::Value>> {
+    let c = caller(&s, &headers)?;
+    let g = s.lock();
+    let mut out = Vec::new();
+    for grp in g.plane.placer().groups() {
+        let members: Vec<serde_json::Value> = grp
+            .members
+            .iter()
+            .filter_map(|m| g.plane.job_name(m.job.id).and_then(|n| g.plane.job(n)))
+            .map(|j| {
+                if c.may_see(&j.tenant) {
+                    json!({ "job": j.name, "granted": j.granted.map(|(p, k)| format!("{} {k}", phase_name(p))) })
+                } else {
+                    json!({ "job": "(another tenant)" })
+                }
+            })
+            .collect();
+        let mine = grp
+            .members
+            .iter()
+            .any(|m| g.plane.job_name(m.job.id).and_then(|n| g.plane.job(n)).is_some_and(|j| c.may_see(&j.tenant)));
+        if !mine {
+            continue;
+        }
+        let blocks: Vec<_> = grp.blocks.iter().map(|b| json!({ "block": b.id, "nodes": b.nodes.iter().map(|n| n.to_string()).collect::<Vec<_>>(), "cached_state_gb": b.used.as_gb_f64() })).collect();
+        out.push(json!({
+            "group": grp.id.0,
+            "training_nodes": grp.training_nodes.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+            "training_cached_state_gb": grp.train_used.as_gb_f64(),
+            "rollout_blocks": blocks,
+            "members": members,
+            "predicted_meta_iteration_s": grp.prediction.meta_iteration.as_secs_f64(),
+            "saturated": grp.prediction.saturated,
+        }));
+    }
+    Ok(Json(json!(out)))
+}
+
+async fn nodes(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<Json<serde_json::Value>> {
+    let c = caller(&s, &headers)?;
+    if !c.admin {
+        return Err(ApiError::new(StatusCode::FORBIDDEN, "the node list is for admins"));
+    }
+    let g = s.lock();
+    let mut out = Vec::new();
+    for grp in g.plane.placer().groups() {
+        for b in &grp.blocks {
+            for n in &b.nodes {
+                out.push(json!({ "node": n.to_string(), "pool": "rollout", "group": grp.id.0, "cached_state_gb": b.used.as_gb_f64() }));
+            }
+        }
+        for n in &grp.training_nodes {
+            out.push(json!({ "node": n.to_string(), "pool": "training", "group": grp.id.0, "cached_state_gb": grp.train_used.as_gb_f64() }));
+        }
+    }
+    Ok(Json(json!(out)))
+}
+
+async fn cluster(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<Json<serde_json::Value>> {
+    caller(&s, &headers)?;
+    let g = s.lock();
+    let (r, t) = g.plane.placer().nodes_in_use();
+    let cfg = g.plane.cluster();
+    Ok(Json(json!({
+        "config": cfg,
+        "capacity": if s.cfg.fixed_capacity { "fixed" } else { "elastic" },
+        "nodes_in_use": { "rollout": r, "training": t },
+        "hourly_cost_dollars": g.plane.placer().hourly_cost().as_dollars(),
+    })))
+}
+
+async fn events(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<Json<serde_json::Value>> {
+    let c = caller(&s, &headers)?;
+    let g = s.lock();
+    let visible: Vec<_> = g
+        .plane
+        .events()
+        .iter()
+        .filter(|e| g.plane.job(&e.job).is_some_and(|j| c.may_see(&j.tenant)))
+        .cloned()
+        .collect();
+    Ok(Json(json!(visible)))
+}
+
+async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+async fn metrics(State(s): State<Arc<Shared>>) -> impl IntoResponse {
+    let g = s.lock();
+    let mut counts = std::collections::BTreeMap::new();
+    for j in g.plane.jobs() {
+        *counts.entry(format!("{:?}", j.state).to_lowercase()).or_insert(0u64) += 1;
+    }
+    let mut out = String::from("# HELP weave_jobs Jobs by state.\n# TYPE weave_jobs gauge\n");
+    for state in ["running", "completed", "cancelled", "failed"] {
+        out.push_str(&format!("weave_jobs{{state=\"{state}\"}} {}\n", counts.get(state).copied().unwrap_or(0)));
+    }
+    let (r, t) = g.plane.placer().nodes_in_use();
+    out.push_str("# HELP weave_nodes_in_use Nodes held per pool.\n# TYPE weave_nodes_in_use gauge\n");
+    out.push_str(&format!("weave_nodes_in_use{{pool=\"rollout\"}} {r}\nweave_nodes_in_use{{pool=\"training\"}} {t}\n"));
+    out.push_str("# HELP weave_groups Co-execution groups.\n# TYPE weave_groups gauge\n");
+    out.push_str(&format!("weave_groups {}\n", g.plane.placer().groups().count()));
+    out.push_str(
+        "# HELP weave_hourly_cost_dollars Cost per hour of the nodes held.\n# TYPE weave_hourly_cost_dollars gauge\n",
+    );
+    out.push_str(&format!("weave_hourly_cost_dollars {:.6}\n", g.plane.placer().hourly_cost().as_dollars()));
+    let grants = g.plane.events().iter().filter(|e| e.kind == "grant").count();
+    out.push_str("# HELP weave_phase_grants_total Phases granted.\n# TYPE weave_phase_grants_total counter\n");
+    out.push_str(&format!("weave_phase_grants_total {grants}\n"));
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
+}
+
+async fn openapi() -> Json<serde_json::Value> {
+    Json(crate::openapi::document())
+}
+
+async fn status_page(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Query(q): Query<TokenQuery>,
+) -> ApiResult<Html<String>> {
+    // Browsers cannot easily send a bearer header: the token may come as ?token=.
+    let mut h = headers.clone();
+    if let Some(t) = q.token {
+        if let Ok(v) = format!("Bearer {t}").parse() {
+            h.insert(header::AUTHORIZATION, v);
+        }
+    }
+    let c = caller(&s, &h)?;
+    let now_us = s.now_us();
+    let g = s.lock();
+    Ok(Html(crate::status::render(&g.plane, &c, now_us)))
+}
+
+#[derive(Deserialize)]
+struct TokenQuery {
+    token: Option<String>,
+}
+
+pub fn router(shared: Arc<Shared>) -> Router {
+    let limit = shared.cfg.max_body_bytes;
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
+        .route("/status", get(status_page))
+        .route("/v1/jobs", post(submit).get(list_jobs))
+        .route("/v1/jobs/{id}", get(show_job).delete(cancel_job))
+        .route("/v1/jobs/{id}/heartbeat", post(heartbeat))
+        .route("/v1/jobs/{id}/phases/{phase}/{iteration}/start", post(phase_start))
+        .route("/v1/jobs/{id}/phases/{phase}/{iteration}/finish", post(phase_finish))
+        .route("/v1/groups", get(groups))
+        .route("/v1/nodes", get(nodes))
+        .route("/v1/cluster", get(cluster))
+        .route("/v1/events", get(events))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(shared)
+}

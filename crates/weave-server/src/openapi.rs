@@ -1,0 +1,81 @@
+//! The OpenAPI description, served at `/openapi.json`.
+
+use serde_json::{json, Value};
+
+fn err() -> Value {
+    json!({ "description": "error", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } })
+}
+
+fn ok(desc: &str) -> Value {
+    json!({ "description": desc, "content": { "application/json": {} } })
+}
+
+pub fn document() -> Value {
+    let auth = json!([{ "bearer": [] }]);
+    let job_id = json!({ "name": "id", "in": "path", "required": true, "schema": { "type": "string" } });
+    let phase = json!({ "name": "phase", "in": "path", "required": true, "schema": { "type": "string", "enum": ["rollout", "train"] } });
+    let iteration =
+        json!({ "name": "iteration", "in": "path", "required": true, "schema": { "type": "integer", "minimum": 0 } });
+    json!({
+        "openapi": "3.0.3",
+        "info": { "title": "Weave control plane", "version": env!("CARGO_PKG_VERSION"),
+                  "description": "Admits RL post-training jobs into co-execution groups and gates their rollout and training phases." },
+        "components": {
+            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },
+            "schemas": {
+                "Error": { "type": "object", "required": ["error"], "properties": { "error": { "type": "string" } } },
+                "SubmitSpec": {
+                    "type": "object", "required": ["id"], "additionalProperties": false,
+                    "properties": {
+                        "id": { "type": "string", "pattern": "^[A-Za-z0-9_.-]{1,128}$" },
+                        "type": { "type": "string", "example": "7B_8k" },
+                        "model": { "type": "string", "example": "7B" },
+                        "max_tokens": { "oneOf": [{ "type": "integer" }, { "type": "string" }] },
+                        "batch": { "type": "integer", "minimum": 1 },
+                        "algorithm": { "type": "string", "enum": ["ppo", "grpo", "dapo"] },
+                        "rollout_nodes": { "type": "integer", "minimum": 1 },
+                        "train_nodes": { "type": "integer", "minimum": 1 },
+                        "slo": { "type": "number", "minimum": 1 },
+                        "iterations": { "type": "integer", "minimum": 1 },
+                        "rollout_s": { "type": "number" },
+                        "train_s": { "type": "number" },
+                        "resume_from": { "type": "integer", "minimum": 0 }
+                    }
+                },
+                "Finish": { "type": "object", "required": ["duration_s"], "additionalProperties": false,
+                            "properties": { "duration_s": { "type": "number", "minimum": 0 }, "meta": { "type": "object" } } }
+            }
+        },
+        "paths": {
+            "/healthz": { "get": { "summary": "Liveness", "responses": { "200": ok("ok") } } },
+            "/metrics": { "get": { "summary": "Prometheus metrics", "responses": { "200": { "description": "text exposition format" } } } },
+            "/openapi.json": { "get": { "summary": "This document", "responses": { "200": ok("OpenAPI 3") } } },
+            "/status": { "get": { "summary": "Read-only status page (HTML); token as header or ?token=", "security": auth, "responses": { "200": { "description": "HTML" }, "401": err() } } },
+            "/v1/jobs": {
+                "post": { "summary": "Submit a job", "security": auth,
+                          "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/SubmitSpec" } } } },
+                          "responses": { "201": ok("admitted, with the placement decision"), "400": err(), "401": err(), "409": err(), "413": err() } },
+                "get": { "summary": "List the caller's jobs (all for admins)", "security": auth, "responses": { "200": ok("jobs"), "401": err() } }
+            },
+            "/v1/jobs/{id}": {
+                "get": { "summary": "Show a job and its history", "security": auth, "parameters": [job_id], "responses": { "200": ok("job"), "401": err(), "404": err() } },
+                "delete": { "summary": "Cancel a job", "security": auth, "parameters": [job_id], "responses": { "200": ok("job"), "401": err(), "404": err(), "409": err() } }
+            },
+            "/v1/jobs/{id}/heartbeat": { "post": { "summary": "Heartbeat", "security": auth, "parameters": [job_id], "responses": { "200": ok("ok"), "404": err(), "409": err() } } },
+            "/v1/jobs/{id}/phases/{phase}/{iteration}/start": {
+                "post": { "summary": "Ask to start a phase; long-polls up to wait_s", "security": auth,
+                          "parameters": [job_id, phase, iteration, { "name": "wait_s", "in": "query", "schema": { "type": "number" } }],
+                          "responses": { "200": ok("granted"), "202": ok("not yet: ask again"), "401": err(), "404": err(), "409": err() } }
+            },
+            "/v1/jobs/{id}/phases/{phase}/{iteration}/finish": {
+                "post": { "summary": "Report a granted phase finished, with its measured duration", "security": auth, "parameters": [job_id, phase, iteration],
+                          "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Finish" } } } },
+                          "responses": { "200": ok("job"), "400": err(), "401": err(), "404": err(), "409": err() } }
+            },
+            "/v1/groups": { "get": { "summary": "Groups holding the caller's jobs", "security": auth, "responses": { "200": ok("groups"), "401": err() } } },
+            "/v1/nodes": { "get": { "summary": "Nodes with their groups and cached state (admin)", "security": auth, "responses": { "200": ok("nodes"), "401": err(), "403": err() } } },
+            "/v1/cluster": { "get": { "summary": "Cluster inventory and cost", "security": auth, "responses": { "200": ok("cluster"), "401": err() } } },
+            "/v1/events": { "get": { "summary": "Grants, finishes and job endings visible to the caller", "security": auth, "responses": { "200": ok("events"), "401": err() } } }
+        }
+    })
+}

@@ -1,0 +1,517 @@
+//! The control plane's core: a deterministic state machine over durable records. It holds the
+//! same `Placer` and `Dispatcher`s the simulator uses, driven by wall-clock records instead of
+//! simulated events. Replaying the records of a store through a fresh `Plane` rebuilds jobs,
+//! groups, placements and every group's dispatch position exactly.
+//!
+//! Run-time gating: a job's switch and weight sync are done by the job itself as part of its
+//! phases, so the plane completes them at once; what it hands out are phase grants.
+
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+use thiserror::Error;
+use weave_core::{ClusterConfig, GroupId, JobId, JobSpec, Lifetime, Micros, PhaseTimes};
+use weave_dispatch::from_model::member_spec;
+use weave_dispatch::{Action, Dispatcher, GroupLimits, Input, Phase};
+use weave_model::ProfileModel;
+use weave_place::{Decision, PlaceError, PlaceJob, Placer, PlacerConfig};
+use weave_trace::JsonlJob;
+
+/// Allowed slowdown of a job that does not give one.
+pub const DEFAULT_SLO: f64 = 1.5;
+/// Measured phases kept per job for re-estimation.
+const MEASURED_KEPT: usize = 9;
+
+/// A job as a client submits it: the trace format's fields, without arrival (the server's
+/// clock gives it) and with an optional checkpoint to resume from.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitSpec {
+    pub id: String,
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub job_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub algorithm: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_nodes: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub train_nodes: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<f64>,
+    /// Iterations to run; absent = until cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iterations: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub train_s: Option<f64>,
+    /// Re-admission from a checkpoint: iterations already done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_from: Option<u64>,
+}
+
+impl SubmitSpec {
+    /// Validates through the trace reader's rules; errors name the field.
+    pub fn to_spec(&self, id: JobId, arrival: Micros) -> Result<JobSpec, PlaneError> {
+        let row = JsonlJob {
+            id: self.id.clone(),
+            arrival_s: 0.0,
+            job_type: self.job_type.clone(),
+            model: self.model.clone(),
+            max_tokens: self.max_tokens.clone(),
+            batch: self.batch,
+            algorithm: self.algorithm.clone(),
+            rollout_nodes: self.rollout_nodes,
+            train_nodes: self.train_nodes,
+            slo: self.slo,
+            iterations: Some(self.iterations.unwrap_or(u64::MAX)),
+            departure_s: None,
+            rollout_s: self.rollout_s,
+            train_s: self.train_s,
+        };
+        let mut spec =
+            row.to_spec().map_err(|(field, reason)| PlaneError::Invalid { field: field.to_string(), reason })?;
+        if self.id.len() > 128 || !self.id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+            return Err(PlaneError::Invalid {
+                field: "id".into(),
+                reason: "use 1-128 characters from A-Z a-z 0-9 - _ .".into(),
+            });
+        }
+        if let (Some(n), Some(r)) = (self.iterations, self.resume_from) {
+            if r >= n {
+                return Err(PlaneError::Invalid {
+                    field: "resume_from".into(),
+                    reason: format!("must be below iterations ({n})"),
+                });
+            }
+        }
+        spec.id = id;
+        spec.arrival = arrival;
+        Ok(spec)
+    }
+}
+
+/// One durable input.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Record {
+    Submit {
+        time_us: u64,
+        tenant: String,
+        job: SubmitSpec,
+    },
+    Cancel {
+        time_us: u64,
+        job: String,
+    },
+    Finish {
+        time_us: u64,
+        job: String,
+        phase: Phase,
+        iteration: u64,
+        duration_us: u64,
+        meta: Option<serde_json::Value>,
+    },
+    Fail {
+        time_us: u64,
+        job: String,
+        reason: String,
+    },
+}
+
+#[derive(Debug, Error, PartialEq)]
+pub enum PlaneError {
+    #[error("`{field}`: {reason}")]
+    Invalid { field: String, reason: String },
+    #[error("job `{0}` not found")]
+    NotFound(String),
+    #[error("job `{0}` already exists and is active")]
+    Duplicate(String),
+    #[error("job `{job}`: {reason}")]
+    Conflict { job: String, reason: String },
+    #[error("cannot place job: {0}")]
+    Placement(String),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    Running,
+    Completed,
+    Cancelled,
+    Failed,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct JobEntry {
+    pub name: String,
+    pub tenant: String,
+    pub id: JobId,
+    pub spec: JobSpec,
+    pub slo: f64,
+    /// `None`: runs until cancelled.
+    pub iterations: Option<u64>,
+    pub state: JobState,
+    pub decision: Option<Decision>,
+    /// The phase the job may run now.
+    pub granted: Option<(Phase, u64)>,
+    /// The phase the job's barrier allows next.
+    pub next: (Phase, u64),
+    pub completed_iterations: u64,
+    pub failure: Option<String>,
+    pub submitted_us: u64,
+    /// Current estimate (conservative at first, then re-estimated from measured phases).
+    pub estimate: PhaseTimes,
+    #[serde(skip)]
+    measured: (VecDeque<Micros>, VecDeque<Micros>),
+}
+
+/// What happened, for clients and tests (grants, finishes with their metadata, endings).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PlaneEvent {
+    pub seq: u64,
+    pub time_us: u64,
+    pub job: String,
+    pub kind: String,
+    pub phase: Option<Phase>,
+    pub iteration: Option<u64>,
+    pub group: Option<u32>,
+    pub meta: Option<serde_json::Value>,
+}
+
+pub struct Plane {
+    cluster: ClusterConfig,
+    profile: ProfileModel,
+    placer: Placer,
+    dispatchers: BTreeMap<GroupId, Dispatcher>,
+    jobs: BTreeMap<String, JobEntry>,
+    names: Vec<String>,
+    events: Vec<PlaneEvent>,
+    /// Changes with every applied record (long-polls wait for it to move).
+    pub version: u64,
+}
+
+impl Plane {
+    pub fn new(cluster: ClusterConfig, placer: PlacerConfig) -> Plane {
+        Plane {
+            cluster,
+            profile: ProfileModel::builtin(),
+            placer: Placer::new(placer),
+            dispatchers: BTreeMap::new(),
+            jobs: BTreeMap::new(),
+            names: Vec::new(),
+            events: Vec::new(),
+            version: 0,
+        }
+    }
+
+    pub fn cluster(&self) -> &ClusterConfig {
+        &self.cluster
+    }
+
+    pub fn placer(&self) -> &Placer {
+        &self.placer
+    }
+
+    pub fn job(&self, name: &str) -> Option<&JobEntry> {
+        self.jobs.get(name)
+    }
+
+    pub fn jobs(&self) -> impl Iterator<Item = &JobEntry> {
+        self.jobs.values()
+    }
+
+    pub fn events(&self) -> &[PlaneEvent] {
+        &self.events
+    }
+
+    pub fn dispatcher(&self, g: GroupId) -> Option<&Dispatcher> {
+        self.dispatchers.get(&g)
+    }
+
+    pub fn job_name(&self, id: JobId) -> Option<&str> {
+        self.names.get(id.0 as usize).map(String::as_str)
+    }
+
+    fn place_job(&self, spec: &JobSpec, slo: f64) -> PlaceJob {
+        PlaceJob::from_spec(spec, slo, &self.profile, &self.cluster)
+    }
+
+    /// Checks a record without changing anything: only records that pass are made durable.
+    pub fn check(&self, rec: &Record) -> Result<(), PlaneError> {
+        match rec {
+            Record::Submit { time_us, job, .. } => {
+                if self.jobs.get(&job.id).is_some_and(|j| j.state == JobState::Running) {
+                    return Err(PlaneError::Duplicate(job.id.clone()));
+                }
+                let id = JobId(self.names.len() as u32);
+                let spec = job.to_spec(id, Micros(*time_us))?;
+                let slo = spec.slo.map(|s| s.get()).unwrap_or(DEFAULT_SLO);
+                self.placer
+                    .preview(&self.place_job(&spec, slo))
+                    .map(|_| ())
+                    .map_err(|e| PlaneError::Placement(e.to_string()))
+            }
+            Record::Cancel { job, .. } | Record::Fail { job, .. } => self.running(job).map(|_| ()),
+            Record::Finish { job, phase, iteration, .. } => {
+                let j = self.running(job)?;
+                if j.granted != Some((*phase, *iteration)) {
+                    return Err(PlaneError::Conflict {
+                        job: job.clone(),
+                        reason: barrier_reason(j, *phase, *iteration, "finish"),
+                    });
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn running(&self, name: &str) -> Result<&JobEntry, PlaneError> {
+        match self.jobs.get(name) {
+            Some(j) if j.state == JobState::Running => Ok(j),
+            Some(j) => Err(PlaneError::Conflict {
+                job: name.into(),
+                reason: format!("the job is {:?}", j.state).to_lowercase(),
+            }),
+            None => Err(PlaneError::NotFound(name.into())),
+        }
+    }
+
+    /// Applies a checked record.
+    pub fn apply(&mut self, rec: &Record) -> Result<(), PlaneError> {
+        self.check(rec)?;
+        self.version += 1;
+        match rec {
+            Record::Submit { time_us, tenant, job } => self.submit(*time_us, tenant, job),
+            Record::Cancel { time_us, job } => {
+                self.end(*time_us, job, JobState::Cancelled, None);
+                Ok(())
+            }
+            Record::Fail { time_us, job, reason } => {
+                self.end(*time_us, job, JobState::Failed, Some(reason.clone()));
+                Ok(())
+            }
+            Record::Finish { time_us, job, phase, iteration, duration_us, meta } => {
+                self.finish(*time_us, job, *phase, *iteration, Micros(*duration_us), meta.clone());
+                Ok(())
+            }
+        }
+    }
+
+    fn event(&mut self, mut e: PlaneEvent) {
+        e.seq = self.events.len() as u64;
+        self.events.push(e);
+    }
+
+    fn submit(&mut self, time_us: u64, tenant: &str, submit: &SubmitSpec) -> Result<(), PlaneError> {
+        let id = JobId(self.names.len() as u32);
+        let spec = submit.to_spec(id, Micros(time_us))?;
+        let slo = spec.slo.map(|s| s.get()).unwrap_or(DEFAULT_SLO);
+        let place = self.place_job(&spec, slo);
+        let estimate = place.times;
+        let decision = self.placer.admit(place).map_err(|e: PlaceError| PlaneError::Placement(e.to_string()))?;
+        let iterations = submit.iterations;
+        let start = submit.resume_from.unwrap_or(0);
+        let pool = decision.training_nodes.len().max(1) as u64;
+        let mut member = member_spec(&spec, vec![decision.block], &self.cluster, true, iterations);
+        member.start_iteration = start;
+        member.train_state =
+            weave_core::Bytes(weave_model::job_training_state(&spec).0 * spec.train_nodes as u64 / pool);
+        let group = decision.group;
+        self.names.push(submit.id.clone());
+        self.jobs.insert(
+            submit.id.clone(),
+            JobEntry {
+                name: submit.id.clone(),
+                tenant: tenant.into(),
+                id,
+                spec,
+                slo,
+                iterations,
+                state: JobState::Running,
+                decision: Some(decision),
+                granted: None,
+                next: (Phase::Rollout, start),
+                completed_iterations: start,
+                failure: None,
+                submitted_us: time_us,
+                estimate,
+                measured: Default::default(),
+            },
+        );
+        self.event(ev(time_us, &submit.id, "admitted", None, None, Some(group)));
+        let limits = GroupLimits {
+            rollout_dram: self.cluster.rollout.host_dram(),
+            train_dram: self.cluster.training.host_dram(),
+        };
+        self.dispatchers.entry(group).or_insert_with(|| {
+            let mut d = Dispatcher::new(limits);
+            d.set_logging(false);
+            d
+        });
+        self.drive(time_us, group, Input::Join(member));
+        Ok(())
+    }
+
+    fn finish(
+        &mut self,
+        time_us: u64,
+        name: &str,
+        phase: Phase,
+        iteration: u64,
+        duration: Micros,
+        meta: Option<serde_json::Value>,
+    ) {
+        let j = self.jobs.get_mut(name).expect("checked");
+        j.granted = None;
+        let kept = if phase == Phase::Rollout { &mut j.measured.0 } else { &mut j.measured.1 };
+        kept.push_back(duration);
+        if kept.len() > MEASURED_KEPT {
+            kept.pop_front();
+        }
+        j.next = match phase {
+            Phase::Rollout => (Phase::Train, iteration),
+            Phase::Train => {
+                j.completed_iterations = iteration + 1;
+                (Phase::Rollout, iteration + 1)
+            }
+        };
+        // Robust re-estimation: the median of recent measurements, once there are some.
+        let median = |v: &VecDeque<Micros>| {
+            let mut s: Vec<Micros> = v.iter().copied().collect();
+            s.sort_unstable();
+            s.get(s.len() / 2).copied()
+        };
+        if let (Some(r), Some(t)) = (median(&j.measured.0), median(&j.measured.1)) {
+            j.estimate = PhaseTimes { rollout: r, train: t };
+            let (id, est) = (j.id, j.estimate);
+            self.placer.update_times(id, est);
+        }
+        let (id, group) = (self.jobs[name].id, self.group_of(name));
+        self.event(PlaneEvent { meta, ..ev(time_us, name, "finish", Some(phase), Some(iteration), group) });
+        if let Some(g) = group {
+            self.drive(time_us, g, Input::PhaseFinished { job: id, phase, iteration });
+        }
+    }
+
+    fn group_of(&self, name: &str) -> Option<GroupId> {
+        self.jobs.get(name).and_then(|j| j.decision.as_ref()).map(|d| d.group)
+    }
+
+    fn end(&mut self, time_us: u64, name: &str, state: JobState, failure: Option<String>) {
+        let group = self.group_of(name);
+        let j = self.jobs.get_mut(name).expect("checked");
+        j.state = state;
+        j.granted = None;
+        j.failure = failure;
+        let id = j.id;
+        let kind = format!("{state:?}").to_lowercase();
+        self.event(ev(time_us, name, &kind, None, None, group));
+        if let Some(g) = group {
+            self.drive(time_us, g, Input::Leave { job: id });
+            self.depart(g, id);
+        }
+    }
+
+    fn depart(&mut self, g: GroupId, id: JobId) {
+        if let Ok(d) = self.placer.depart(id) {
+            if d.dissolved {
+                self.dispatchers.remove(&g);
+            }
+        }
+    }
+
+    /// Feeds an input and everything it causes to a group's dispatcher.
+    fn drive(&mut self, time_us: u64, g: GroupId, first: Input) {
+        let now = Micros(time_us);
+        let mut queue = VecDeque::from([first]);
+        while let Some(input) = queue.pop_front() {
+            let Some(d) = self.dispatchers.get_mut(&g) else { return };
+            let actions = match d.handle(now, input) {
+                Ok(a) => a,
+                // Only checked inputs reach here; a refusal means the job already left.
+                Err(_) => continue,
+            };
+            for a in actions {
+                match a {
+                    Action::BeginSwitch { job, phase, iteration, .. } => {
+                        queue.push_back(Input::SwitchFinished { job, phase, iteration })
+                    }
+                    Action::BeginSync { job, iteration, .. } => queue.push_back(Input::SyncFinished { job, iteration }),
+                    Action::StartRollout { job, iteration, .. } => {
+                        self.grant(time_us, job, Phase::Rollout, iteration, g)
+                    }
+                    Action::StartTraining { job, iteration } => self.grant(time_us, job, Phase::Train, iteration, g),
+                    Action::Completed { job, .. } => {
+                        let name = self.names[job.0 as usize].clone();
+                        if let Some(j) = self.jobs.get_mut(&name) {
+                            j.state = JobState::Completed;
+                        }
+                        self.event(ev(time_us, &name, "completed", None, None, Some(g)));
+                        self.depart(g, job);
+                    }
+                }
+            }
+        }
+    }
+
+    fn grant(&mut self, time_us: u64, job: JobId, phase: Phase, iteration: u64, g: GroupId) {
+        let name = self.names[job.0 as usize].clone();
+        if let Some(j) = self.jobs.get_mut(&name) {
+            j.granted = Some((phase, iteration));
+        }
+        self.event(ev(time_us, &name, "grant", Some(phase), Some(iteration), Some(g)));
+    }
+
+    /// Whether `name` may start `phase` of `iteration` now: `Ok(true)` granted, `Ok(false)`
+    /// not yet (it is the job's next phase; wait), `Err` the request breaks the barrier.
+    pub fn may_start(&self, name: &str, phase: Phase, iteration: u64) -> Result<bool, PlaneError> {
+        let j = self.running(name)?;
+        if j.granted == Some((phase, iteration)) {
+            return Ok(true);
+        }
+        if j.next == (phase, iteration) {
+            return Ok(false);
+        }
+        Err(PlaneError::Conflict { job: name.into(), reason: barrier_reason(j, phase, iteration, "start") })
+    }
+}
+
+fn barrier_reason(j: &JobEntry, phase: Phase, iteration: u64, verb: &str) -> String {
+    let name = |p: Phase| if p == Phase::Rollout { "rollout" } else { "training" };
+    let (np, ni) = j.next;
+    format!(
+        "on-policy barrier: cannot {verb} {} of iteration {iteration}; the job's next phase is {} of iteration {ni}{}",
+        name(phase),
+        name(np),
+        match j.granted {
+            Some((p, k)) => format!(" (granted: {} of iteration {k})", name(p)),
+            None => String::new(),
+        }
+    )
+}
+
+fn ev(
+    time_us: u64,
+    job: &str,
+    kind: &str,
+    phase: Option<Phase>,
+    iteration: Option<u64>,
+    group: Option<GroupId>,
+) -> PlaneEvent {
+    PlaneEvent {
+        seq: 0,
+        time_us,
+        job: job.into(),
+        kind: kind.into(),
+        phase,
+        iteration,
+        group: group.map(|g| g.0),
+        meta: None,
+    }
+}

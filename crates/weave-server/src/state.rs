@@ -1,0 +1,138 @@
+//! The server's shared state: the plane, its durable store, the clock and the change signal.
+//! Every mutation goes check -> append (durable) -> apply, under one lock, so what a client
+//! was told succeeded is on disk and nothing half-done is ever visible.
+
+use crate::auth::Tenants;
+use crate::plane::{JobState, Plane, PlaneError, Record};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use thiserror::Error;
+use tokio::sync::watch;
+use weave_core::ClusterConfig;
+use weave_place::{PlacePolicy, PlacerConfig};
+use weave_store::{Store, StoreError};
+
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub data_dir: PathBuf,
+    pub tenants: Tenants,
+    pub cluster: ClusterConfig,
+    /// Limit nodes to the configured pools (otherwise rent on demand).
+    pub fixed_capacity: bool,
+    pub heartbeat_timeout: Duration,
+    pub max_body_bytes: usize,
+    /// Longest a phase-start request waits before answering "not yet".
+    pub max_wait: Duration,
+}
+
+#[derive(Debug, Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Plane(#[from] PlaneError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("recovering from the store: record {index}: {error}")]
+    Recovery { index: usize, error: PlaneError },
+}
+
+pub struct Inner {
+    pub plane: Plane,
+    store: Store,
+    /// Last heartbeat (or admission / restart) per running job.
+    pub heartbeats: BTreeMap<String, Instant>,
+}
+
+pub struct Shared {
+    pub cfg: ServerConfig,
+    pub inner: Mutex<Inner>,
+    started: Instant,
+    /// Time of the last record before this process started: the clock continues from there.
+    offset_us: u64,
+    pub changed: watch::Sender<u64>,
+}
+
+fn record_time(r: &Record) -> u64 {
+    match r {
+        Record::Submit { time_us, .. }
+        | Record::Cancel { time_us, .. }
+        | Record::Finish { time_us, .. }
+        | Record::Fail { time_us, .. } => *time_us,
+    }
+}
+
+impl Shared {
+    /// Opens the store and replays it.
+    pub fn open(cfg: ServerConfig) -> Result<Shared, ServeError> {
+        std::fs::create_dir_all(&cfg.data_dir)
+            .map_err(|e| StoreError::Open { path: cfg.data_dir.display().to_string(), message: e.to_string() })?;
+        let store = Store::open(&cfg.data_dir.join("weave.redb"))?;
+        let mut placer = PlacerConfig::for_cluster(&cfg.cluster, PlacePolicy::Weave, true, true, 0);
+        if cfg.fixed_capacity {
+            placer.capacity = Some((cfg.cluster.rollout.nodes, cfg.cluster.training.nodes));
+        }
+        let mut plane = Plane::new(cfg.cluster.clone(), placer);
+        let records: Vec<Record> = store.records()?;
+        let mut offset_us = 0;
+        for (index, r) in records.iter().enumerate() {
+            plane.apply(r).map_err(|error| ServeError::Recovery { index, error })?;
+            offset_us = offset_us.max(record_time(r) + 1);
+        }
+        let now = Instant::now();
+        // Running jobs get a fresh heartbeat grace period after a restart.
+        let heartbeats = plane.jobs().filter(|j| j.state == JobState::Running).map(|j| (j.name.clone(), now)).collect();
+        let (changed, _) = watch::channel(plane.version);
+        Ok(Shared { cfg, inner: Mutex::new(Inner { plane, store, heartbeats }), started: now, offset_us, changed })
+    }
+
+    /// Microseconds on the plane's clock (monotonic across restarts).
+    pub fn now_us(&self) -> u64 {
+        self.offset_us + self.started.elapsed().as_micros() as u64
+    }
+
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A poisoned lock means a handler panicked mid-request; the plane itself is only
+        // changed after the durable append, so its state is still consistent.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Check, make durable, apply; then wake waiters.
+    pub fn commit(&self, make: impl FnOnce(u64) -> Record) -> Result<(), ServeError> {
+        let mut g = self.lock();
+        let rec = make(self.now_us());
+        g.plane.check(&rec)?;
+        g.store.append(&rec)?;
+        g.plane.apply(&rec)?;
+        match &rec {
+            Record::Submit { job, .. } => {
+                g.heartbeats.insert(job.id.clone(), Instant::now());
+            }
+            Record::Cancel { job, .. } | Record::Fail { job, .. } => {
+                g.heartbeats.remove(job);
+            }
+            Record::Finish { job, .. } => {
+                g.heartbeats.insert(job.clone(), Instant::now());
+            }
+        }
+        let version = g.plane.version;
+        drop(g);
+        self.changed.send_replace(version);
+        Ok(())
+    }
+
+    /// Marks jobs whose heartbeats stopped as failed (they leave their groups).
+    pub fn expire_heartbeats(&self) {
+        let timeout = self.cfg.heartbeat_timeout;
+        let stale: Vec<String> = {
+            let g = self.lock();
+            let now = Instant::now();
+            g.heartbeats.iter().filter(|(_, t)| now.duration_since(**t) > timeout).map(|(n, _)| n.clone()).collect()
+        };
+        for job in stale {
+            let reason = format!("no heartbeat for {:.1} s", timeout.as_secs_f64());
+            let _ = self.commit(|time_us| Record::Fail { time_us, job: job.clone(), reason });
+            self.lock().heartbeats.remove(&job);
+        }
+    }
+}

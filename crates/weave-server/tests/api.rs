@@ -1,0 +1,268 @@
+//! Every endpoint over real HTTP on 127.0.0.1 with an ephemeral port.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use std::time::Duration;
+
+fn spec(id: &str, iterations: u64) -> serde_json::Value {
+    json!({ "id": id, "type": "7B_8k", "iterations": iterations, "rollout_s": 100, "train_s": 100, "slo": 2.0 })
+}
+
+#[test]
+fn health_metrics_openapi_need_no_token() {
+    let s = TestServer::start(temp_dir("open"), Duration::from_secs(60));
+    let c = client();
+    assert_eq!(c.get(s.url("/healthz")).send().unwrap().status(), 200);
+    let m = c.get(s.url("/metrics")).send().unwrap().text().unwrap();
+    assert!(m.contains("weave_jobs{state=\"running\"} 0"), "{m}");
+    let (st, doc) = body(c.get(s.url("/openapi.json")).send().unwrap());
+    assert_eq!(st, 200);
+    assert_eq!(doc["openapi"], "3.0.3");
+    for path in [
+        "/v1/jobs",
+        "/v1/jobs/{id}",
+        "/v1/jobs/{id}/phases/{phase}/{iteration}/start",
+        "/v1/groups",
+        "/v1/nodes",
+        "/v1/cluster",
+    ] {
+        assert!(doc["paths"][path].is_object(), "{path} missing from OpenAPI");
+    }
+}
+
+#[test]
+fn auth_and_tenant_isolation() {
+    let s = TestServer::start(temp_dir("auth"), Duration::from_secs(60));
+    let c = client();
+    assert_eq!(c.get(s.url("/v1/jobs")).send().unwrap().status(), 401);
+    assert_eq!(c.get(s.url("/v1/jobs")).bearer_auth("wrong").send().unwrap().status(), 401);
+    assert_eq!(submit(&s, ALICE, spec("a1", 2)).0, 201);
+    assert_eq!(submit(&s, BOB, spec("b1", 2)).0, 201);
+    // Bob cannot see, drive or cancel Alice's job: 404, as if it did not exist.
+    assert_eq!(c.get(s.url("/v1/jobs/a1")).bearer_auth(BOB).send().unwrap().status(), 404);
+    assert_eq!(c.delete(s.url("/v1/jobs/a1")).bearer_auth(BOB).send().unwrap().status(), 404);
+    assert_eq!(start_phase(&s, BOB, "a1", "rollout", 0, 0.0).0, 404);
+    // Nor take its name.
+    assert_eq!(submit(&s, BOB, spec("a1", 2)).0, 409);
+    let (_, mine) = body(c.get(s.url("/v1/jobs")).bearer_auth(BOB).send().unwrap());
+    assert_eq!(mine.as_array().unwrap().len(), 1);
+    let (_, all) = body(c.get(s.url("/v1/jobs")).bearer_auth(OPS).send().unwrap());
+    assert_eq!(all.as_array().unwrap().len(), 2);
+    // Groups show other tenants' members anonymously; nodes are admin-only.
+    let (_, groups) = body(c.get(s.url("/v1/groups")).bearer_auth(BOB).send().unwrap());
+    assert!(!groups.to_string().contains("a1"), "{groups}");
+    assert_eq!(c.get(s.url("/v1/nodes")).bearer_auth(BOB).send().unwrap().status(), 403);
+    let (st, nodes) = body(c.get(s.url("/v1/nodes")).bearer_auth(OPS).send().unwrap());
+    assert_eq!(st, 200);
+    assert!(!nodes.as_array().unwrap().is_empty());
+    let (st, cluster) = body(c.get(s.url("/v1/cluster")).bearer_auth(BOB).send().unwrap());
+    assert_eq!(st, 200);
+    assert_eq!(cluster["config"]["rollout"]["nodes"], 41);
+    // The status page takes the token as a query parameter too.
+    let page = c.get(s.url(&format!("/status?token={OPS}"))).send().unwrap();
+    assert_eq!(page.status(), 200);
+    let html = page.text().unwrap();
+    assert!(html.contains("a1") && html.contains("b1"));
+    assert_eq!(c.get(s.url("/status")).send().unwrap().status(), 401);
+}
+
+#[test]
+fn malformed_and_oversized_bodies_are_refused_clearly() {
+    let s = TestServer::start(temp_dir("bad"), Duration::from_secs(60));
+    let c = client();
+    let post = |body: String| {
+        body_of(
+            c.post(s.url("/v1/jobs"))
+                .bearer_auth(ALICE)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .unwrap(),
+        )
+    };
+    fn body_of(r: reqwest::blocking::Response) -> (u16, String) {
+        (r.status().as_u16(), r.text().unwrap())
+    }
+    let (st, msg) = post("{not json".into());
+    assert_eq!(st, 400, "{msg}");
+    let (st, msg) = post(json!({ "id": "x", "type": "7B_8k", "colour": 1 }).to_string());
+    assert!(st == 400 && msg.contains("colour"), "{st} {msg}");
+    let (st, msg) = post(json!({ "id": "x", "type": "7X_8k" }).to_string());
+    assert!(st == 400 && msg.contains("type"), "{st} {msg}");
+    let (st, msg) = post(json!({ "id": "x", "type": "7B_8k", "slo": 0.2 }).to_string());
+    assert!(st == 400 && msg.contains("slo"), "{st} {msg}");
+    let (st, msg) = post(json!({ "id": "bad id!", "type": "7B_8k" }).to_string());
+    assert!(st == 400 && msg.contains("`id`"), "{st} {msg}");
+    let (st, msg) = post(json!({ "id": "x", "type": "7B_8k", "iterations": 3, "resume_from": 3 }).to_string());
+    assert!(st == 400 && msg.contains("resume_from"), "{st} {msg}");
+    let huge = json!({ "id": "x", "type": "7B_8k", "algorithm": "a".repeat(40_000) }).to_string();
+    let (st, _) = post(huge);
+    assert_eq!(st, 413);
+    // A job too big for any node is refused with the reason.
+    let (st, msg) = post(json!({ "id": "huge", "model": "2000B", "max_tokens": 8192 }).to_string());
+    assert!(st == 409 && msg.contains("host DRAM"), "{st} {msg}");
+    assert_eq!(submit(&s, ALICE, spec("x", 2)).0, 201);
+    let (st, _) = body(
+        c.post(s.url("/v1/jobs/x/phases/rollout/0/finish"))
+            .bearer_auth(ALICE)
+            .json(&json!({ "duration_s": -1 }))
+            .send()
+            .unwrap(),
+    );
+    assert_eq!(st, 400);
+    let (st, _) = body(c.post(s.url("/v1/jobs/x/phases/dance/0/start")).bearer_auth(ALICE).send().unwrap());
+    assert_eq!(st, 400);
+    assert_eq!(submit(&s, ALICE, spec("x", 2)).0, 409, "duplicate active id");
+}
+
+#[test]
+fn the_gate_enforces_the_barrier_and_interleaves_two_jobs() {
+    let s = TestServer::start(temp_dir("gate"), Duration::from_secs(60));
+    let (st, a) = submit(&s, ALICE, spec("g1", 2));
+    assert_eq!(st, 201);
+    assert_eq!(a["decision"]["kind"], "isolated");
+    let (st, b) = submit(&s, ALICE, spec("g2", 2));
+    assert_eq!(st, 201);
+    assert_eq!(b["decision"]["kind"], "direct", "{b}");
+    // Training before rollout breaks the barrier: 409 with the reason.
+    let (st, v) = start_phase(&s, ALICE, "g1", "train", 0, 0.0);
+    assert_eq!(st, 409);
+    assert!(v["error"].as_str().unwrap().contains("on-policy barrier"), "{v}");
+    // A later iteration too; and finishing what was not granted.
+    assert_eq!(start_phase(&s, ALICE, "g1", "rollout", 1, 0.0).0, 409);
+    assert_eq!(finish_phase(&s, ALICE, "g2", "rollout", 0, 1.0).0, 409);
+    // g1 holds the shared rollout node; g2 waits (202), then gets it when g1's rollout ends.
+    assert_eq!(start_phase(&s, ALICE, "g1", "rollout", 0, 0.0).0, 200);
+    assert_eq!(start_phase(&s, ALICE, "g2", "rollout", 0, 0.2).0, 202);
+    let waiter = {
+        let url = s.url("/v1/jobs/g2/phases/rollout/0/start?wait_s=5");
+        std::thread::spawn(move || body(client().post(url).bearer_auth(ALICE).send().unwrap()).0)
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(finish_phase(&s, ALICE, "g1", "rollout", 0, 95.0).0, 200);
+    assert_eq!(waiter.join().unwrap(), 200, "the long-poll is answered when the node frees");
+    run_rest(&s);
+    let (_, events) = body(client().get(s.url("/v1/events")).bearer_auth(ALICE).send().unwrap());
+    let grants: Vec<String> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "grant" && e["phase"] == "rollout")
+        .map(|e| e["job"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(grants, ["g1", "g2", "g1", "g2"], "rollouts alternate on the shared node");
+    let (_, j) = body(client().get(s.url("/v1/jobs/g1")).bearer_auth(ALICE).send().unwrap());
+    assert_eq!(j["job"]["state"], "completed");
+    assert_eq!(j["job"]["completed_iterations"], 2);
+    // Measured durations re-estimate the job (median of what was reported).
+    assert!(j["job"]["estimate_rollout_s"].as_f64().unwrap() < 100.0, "{j}");
+}
+
+/// Both jobs to the end, concurrently: g1 from its training 0, g2 from its granted rollout 0.
+fn run_rest(s: &TestServer) {
+    std::thread::scope(|scope| {
+        let h1 = scope.spawn(|| {
+            for (phase, k) in [("train", 0), ("rollout", 1), ("train", 1)] {
+                wait_and_finish(s, "g1", phase, k);
+            }
+        });
+        let h2 = scope.spawn(|| {
+            let (st, _) = finish_phase(s, ALICE, "g2", "rollout", 0, 80.0);
+            assert_eq!(st, 200);
+            for (phase, k) in [("train", 0), ("rollout", 1), ("train", 1)] {
+                wait_and_finish(s, "g2", phase, k);
+            }
+        });
+        h1.join().unwrap();
+        h2.join().unwrap();
+    });
+}
+
+fn wait_and_finish(s: &TestServer, job: &str, phase: &str, k: u64) {
+    loop {
+        let (st, v) = start_phase(s, ALICE, job, phase, k, 2.0);
+        match st {
+            200 => break,
+            202 => continue,
+            _ => panic!("{job} {phase} {k}: {st} {v}"),
+        }
+    }
+    assert_eq!(finish_phase(s, ALICE, job, phase, k, 90.0).0, 200);
+}
+
+#[test]
+fn cancel_and_heartbeat_failure_and_readmission() {
+    let s = TestServer::start(temp_dir("fail"), Duration::from_millis(800));
+    let c = client();
+    assert_eq!(submit(&s, ALICE, spec("h1", 10)).0, 201);
+    assert_eq!(submit(&s, ALICE, spec("h2", 10)).0, 201);
+    // h2 keeps beating; h1 goes silent and is failed; the group keeps h2.
+    for _ in 0..8 {
+        assert_eq!(c.post(s.url("/v1/jobs/h2/heartbeat")).bearer_auth(ALICE).send().unwrap().status(), 200);
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let (_, h1) = body(c.get(s.url("/v1/jobs/h1")).bearer_auth(ALICE).send().unwrap());
+    assert_eq!(h1["job"]["state"], "failed", "{h1}");
+    assert!(h1["job"]["failure"].as_str().unwrap().contains("heartbeat"));
+    let (_, h2) = body(c.get(s.url("/v1/jobs/h2")).bearer_auth(ALICE).send().unwrap());
+    assert_eq!(h2["job"]["state"], "running");
+    // h2 now has the node alone: its rollout is granted at once.
+    assert_eq!(start_phase(&s, ALICE, "h2", "rollout", 0, 1.0).0, 200);
+    // h1 comes back from its checkpoint (iteration 4).
+    let mut again = spec("h1", 10);
+    again["resume_from"] = 4.into();
+    assert_eq!(submit(&s, ALICE, again).0, 201);
+    assert_eq!(start_phase(&s, ALICE, "h1", "rollout", 0, 0.0).0, 409, "iteration 0 is before the checkpoint");
+    let (_, v) = body(c.get(s.url("/v1/jobs/h1")).bearer_auth(ALICE).send().unwrap());
+    assert_eq!(v["job"]["next"], "rollout 4");
+    // Cancel.
+    let (st, v) = body(c.delete(s.url("/v1/jobs/h2")).bearer_auth(ALICE).send().unwrap());
+    assert_eq!((st, v["state"].as_str().unwrap()), (200, "cancelled"));
+    assert_eq!(c.delete(s.url("/v1/jobs/h2")).bearer_auth(ALICE).send().unwrap().status(), 409);
+    assert_eq!(c.post(s.url("/v1/jobs/h2/heartbeat")).bearer_auth(ALICE).send().unwrap().status(), 409);
+}
+
+#[test]
+fn restart_recovers_jobs_groups_and_dispatch_position() {
+    let dir = temp_dir("restart");
+    let before;
+    {
+        let s = TestServer::start(dir.clone(), Duration::from_secs(60));
+        for i in 0..3 {
+            assert_eq!(submit(&s, ALICE, spec(&format!("r{i}"), 5)).0, 201);
+        }
+        run_job(&s, ALICE, "r0", 1);
+        before = body(client().get(s.url("/v1/jobs")).bearer_auth(OPS).send().unwrap()).1;
+        s.stop();
+    }
+    let s = TestServer::start(dir, Duration::from_secs(60));
+    let after = body(client().get(s.url("/v1/jobs")).bearer_auth(OPS).send().unwrap()).1;
+    assert_eq!(before, after, "jobs, placements, grants and positions survive a restart");
+    // The gate continues where it was: r0 and r1 share a rollout node (r2, arriving at a
+    // saturated group, got its own); r1 still holds the node, r0 waits for it, and gets it
+    // when r1's rollout ends.
+    assert_eq!(after.as_array().unwrap().iter().filter(|j| j["group"] == 0).count(), 2);
+    assert_eq!(start_phase(&s, ALICE, "r1", "rollout", 0, 0.0).0, 200);
+    assert_eq!(start_phase(&s, ALICE, "r0", "rollout", 1, 0.0).0, 202);
+    assert_eq!(finish_phase(&s, ALICE, "r1", "rollout", 0, 50.0).0, 200);
+    assert_eq!(start_phase(&s, ALICE, "r0", "rollout", 1, 2.0).0, 200);
+}
+
+#[test]
+fn concurrent_clients() {
+    let s = TestServer::start(temp_dir("concurrent"), Duration::from_secs(60));
+    std::thread::scope(|scope| {
+        for t in 0..6 {
+            let s = &s;
+            scope.spawn(move || {
+                let id = format!("c{t}");
+                assert_eq!(submit(s, ALICE, spec(&id, 3)).0, 201);
+                run_job(s, ALICE, &id, 3);
+            });
+        }
+    });
+    let (_, jobs) = body(client().get(s.url("/v1/jobs")).bearer_auth(ALICE).send().unwrap());
+    assert!(jobs.as_array().unwrap().iter().all(|j| j["state"] == "completed"), "{jobs}");
+}

@@ -1,0 +1,145 @@
+#![allow(dead_code)]
+
+use reqwest::blocking::{Client, Response};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use weave_core::ClusterConfig;
+use weave_server::auth::{hex, sha256};
+use weave_server::{ServerConfig, Shared, Tenants};
+
+pub const ALICE: &str = "alice-token";
+pub const BOB: &str = "bob-token";
+pub const OPS: &str = "ops-token";
+
+pub fn tenants() -> Tenants {
+    let text = format!(
+        "[[tenant]]\nname = \"alice\"\ntoken_sha256 = \"{}\"\n[[tenant]]\nname = \"bob\"\ntoken_sha256 = \"{}\"\n[[tenant]]\nname = \"ops\"\ntoken_sha256 = \"{}\"\nadmin = true\n",
+        hex(&sha256(ALICE)),
+        hex(&sha256(BOB)),
+        hex(&sha256(OPS))
+    );
+    Tenants::from_toml(&text).unwrap()
+}
+
+pub fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("weave-server-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+pub struct TestServer {
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl TestServer {
+    pub fn start(dir: PathBuf, heartbeat: Duration) -> TestServer {
+        let cfg = ServerConfig {
+            data_dir: dir,
+            tenants: tenants(),
+            cluster: ClusterConfig::default(),
+            fixed_capacity: false,
+            heartbeat_timeout: heartbeat,
+            max_body_bytes: 16 * 1024,
+            max_wait: Duration::from_secs(5),
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                tx.send(listener.local_addr().unwrap()).unwrap();
+                let shared = Arc::new(Shared::open(cfg).unwrap());
+                weave_server::serve(listener, shared, async move {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+            });
+        });
+        let addr = rx.recv_timeout(Duration::from_secs(20)).expect("server starts");
+        TestServer { addr, stop: Some(stop), thread: Some(thread) }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+pub fn client() -> Client {
+    Client::builder().timeout(Duration::from_secs(30)).build().unwrap()
+}
+
+pub fn body(r: Response) -> (u16, Value) {
+    let status = r.status().as_u16();
+    let v = r.json().unwrap_or(Value::Null);
+    (status, v)
+}
+
+pub fn submit(s: &TestServer, token: &str, spec: Value) -> (u16, Value) {
+    body(client().post(s.url("/v1/jobs")).bearer_auth(token).json(&spec).send().unwrap())
+}
+
+pub fn start_phase(s: &TestServer, token: &str, job: &str, phase: &str, it: u64, wait_s: f64) -> (u16, Value) {
+    body(
+        client()
+            .post(s.url(&format!("/v1/jobs/{job}/phases/{phase}/{it}/start?wait_s={wait_s}")))
+            .bearer_auth(token)
+            .send()
+            .unwrap(),
+    )
+}
+
+pub fn finish_phase(s: &TestServer, token: &str, job: &str, phase: &str, it: u64, secs: f64) -> (u16, Value) {
+    body(
+        client()
+            .post(s.url(&format!("/v1/jobs/{job}/phases/{phase}/{it}/finish")))
+            .bearer_auth(token)
+            .json(&json!({ "duration_s": secs }))
+            .send()
+            .unwrap(),
+    )
+}
+
+/// Runs `iterations` of a job through the gate: ask, wait until granted, finish.
+pub fn run_job(s: &TestServer, token: &str, job: &str, iterations: u64) {
+    for k in 0..iterations {
+        for phase in ["rollout", "train"] {
+            loop {
+                let (st, v) = start_phase(s, token, job, phase, k, 2.0);
+                match st {
+                    200 => break,
+                    202 => continue,
+                    _ => panic!("{job} {phase} {k}: {st} {v}"),
+                }
+            }
+            let (st, v) = finish_phase(s, token, job, phase, k, 0.01);
+            assert_eq!(st, 200, "{job} {phase} {k}: {v}");
+        }
+    }
+}
