@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use thiserror::Error;
-use weave_core::{ClusterConfig, GroupId, JobId, JobSpec, Lifetime, Micros, PhaseTimes};
+use weave_core::{ClusterConfig, GroupId, JobId, JobSpec, Micros, PhaseTimes};
 use weave_dispatch::from_model::member_spec;
 use weave_dispatch::{Action, Dispatcher, GroupLimits, Input, Phase};
 use weave_model::ProfileModel;
