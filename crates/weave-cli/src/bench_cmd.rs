@@ -19,6 +19,8 @@ pub enum BenchCommand {
     Optimality(crate::place_bench::OptimalityArgs),
     /// Replay speed per policy on a trace (default: 100,000 generated jobs).
     Replay(crate::replay_bench::ReplayArgs),
+    /// Control-plane load: submissions per second and phase-gate round trips on loopback.
+    Serve(crate::serve_bench::ServeBenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -89,6 +91,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Placement(args) => crate::place_bench::placement(args),
         BenchCommand::Optimality(args) => crate::place_bench::optimality(args),
         BenchCommand::Replay(args) => crate::replay_bench::run(args),
+        BenchCommand::Serve(args) => crate::serve_bench::run(args),
     }
 }
 

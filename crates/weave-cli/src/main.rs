@@ -8,6 +8,7 @@ mod input;
 mod place_bench;
 mod replay_bench;
 mod report_cmd;
+mod serve_bench;
 mod serve_cmd;
 mod simulate_cmd;
 mod sweep_cmd;

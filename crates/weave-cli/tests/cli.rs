@@ -312,3 +312,22 @@ fn simulate_report_and_weave_report() {
     let o = weave(&["simulate", "--report", html.to_str().unwrap(), "--window", "3,1"]);
     assert!(stderr(&o).contains("--window"), "{}", stderr(&o));
 }
+
+#[test]
+fn serve_bench_runs_bounded() {
+    let o = weave(&["bench", "serve", "--jobs", "20", "--round-trips", "20", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["jobs"], 20);
+    assert_eq!(v["round_trips"], 20);
+}
+
+#[test]
+fn serve_refuses_to_run_without_auth_choice() {
+    let o = weave(&["serve", "--addr", "127.0.0.1:0"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--tenants"), "{}", stderr(&o));
+    let p = temp_file("bad-tenants.toml", "[[tenant]]\nname = \"a\"\ntoken_sha256 = \"zz\"\n");
+    let o = weave(&["serve", "--addr", "127.0.0.1:0", "--tenants", p.to_str().unwrap()]);
+    assert!(stderr(&o).contains("tenant #1"), "{}", stderr(&o));
+}

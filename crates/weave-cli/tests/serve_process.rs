@@ -1,0 +1,231 @@
+//! `weave serve` as a real process: a SIGKILL crash test under concurrent load, and two toy
+//! RL jobs in Python co-scheduled through the phase gate.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "e2e-admin-token";
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("weave-serve-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn tenants(d: &Path) -> PathBuf {
+    let hash = Command::new(env!("CARGO_BIN_EXE_weave")).args(["token", "hash", TOKEN]).output().unwrap();
+    let p = d.join("tenants.toml");
+    std::fs::write(
+        &p,
+        format!(
+            "[[tenant]]\nname = \"ops\"\ntoken_sha256 = \"{}\"\nadmin = true\n",
+            String::from_utf8_lossy(&hash.stdout).trim()
+        ),
+    )
+    .unwrap();
+    p
+}
+
+/// Starts the server; returns the child and its address.
+fn serve(d: &Path) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weave"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--heartbeat-timeout-s", "120"])
+        .arg("--data")
+        .arg(d.join("data"))
+        .arg("--tenants")
+        .arg(tenants(d))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("weave serve starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let addr =
+        line.trim().strip_prefix("listening ").unwrap_or_else(|| panic!("unexpected first line `{line}`")).to_string();
+    (child, format!("http://{addr}"))
+}
+
+fn client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder().timeout(Duration::from_secs(10)).build().unwrap()
+}
+
+fn spec(id: &str) -> serde_json::Value {
+    serde_json::json!({ "id": id, "type": "3B_4k", "iterations": 3, "rollout_s": 50, "train_s": 60, "slo": 2.0 })
+}
+
+#[test]
+fn sigkill_under_load_loses_nothing_acknowledged() {
+    let d = dir("crash");
+    let (mut child, url) = serve(&d);
+    let acked_jobs = Arc::new(Mutex::new(Vec::<String>::new()));
+    let acked_finishes = Arc::new(Mutex::new(Vec::<(String, String, u64)>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for t in 0..4 {
+        let (url, jobs, fins, stop) = (url.clone(), acked_jobs.clone(), acked_finishes.clone(), stop.clone());
+        workers.push(std::thread::spawn(move || {
+            let c = client();
+            for n in 0.. {
+                if stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                let id = format!("t{t}-{n}");
+                let Ok(r) = c.post(format!("{url}/v1/jobs")).bearer_auth(TOKEN).json(&spec(&id)).send() else { return };
+                if r.status() != 201 {
+                    continue;
+                }
+                jobs.lock().unwrap().push(id.clone());
+                // Drive the job's phases while the gate grants them.
+                for k in 0..3u64 {
+                    for phase in ["rollout", "train"] {
+                        let start = format!("{url}/v1/jobs/{id}/phases/{phase}/{k}/start?wait_s=0");
+                        let Ok(r) = c.post(start).bearer_auth(TOKEN).send() else { return };
+                        if r.status() != 200 {
+                            break;
+                        }
+                        let fin = format!("{url}/v1/jobs/{id}/phases/{phase}/{k}/finish");
+                        let Ok(r) =
+                            c.post(fin).bearer_auth(TOKEN).json(&serde_json::json!({ "duration_s": 1.0 })).send()
+                        else {
+                            return;
+                        };
+                        if r.status() == 200 {
+                            fins.lock().unwrap().push((id.clone(), phase.to_string(), k));
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    child.kill().expect("SIGKILL");
+    child.wait().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    let jobs = acked_jobs.lock().unwrap().clone();
+    let fins = acked_finishes.lock().unwrap().clone();
+    assert!(
+        jobs.len() >= 8 && fins.len() >= 8,
+        "too little load before the kill: {} jobs, {} finishes",
+        jobs.len(),
+        fins.len()
+    );
+
+    let (mut child, url) = serve(&d);
+    let c = client();
+    let listed: Vec<serde_json::Value> =
+        c.get(format!("{url}/v1/jobs")).bearer_auth(TOKEN).send().unwrap().json().unwrap();
+    let mut ids: Vec<&str> = listed.iter().map(|j| j["id"].as_str().unwrap()).collect();
+    ids.sort_unstable();
+    let before = ids.len();
+    ids.dedup();
+    assert_eq!(before, ids.len(), "duplicated jobs after recovery");
+    for j in &jobs {
+        assert!(ids.binary_search(&j.as_str()).is_ok(), "acknowledged job {j} lost");
+    }
+    let events: Vec<serde_json::Value> =
+        c.get(format!("{url}/v1/events")).bearer_auth(TOKEN).send().unwrap().json().unwrap();
+    let mut seen = std::collections::BTreeMap::new();
+    for e in events.iter().filter(|e| e["kind"] == "finish") {
+        let key = (
+            e["job"].as_str().unwrap().to_string(),
+            e["phase"].as_str().unwrap().to_string(),
+            e["iteration"].as_u64().unwrap(),
+        );
+        *seen.entry(key).or_insert(0) += 1;
+    }
+    assert!(seen.values().all(|n| *n == 1), "a phase completion recorded twice");
+    for f in &fins {
+        assert_eq!(seen.get(f), Some(&1), "acknowledged completion {f:?} lost");
+    }
+    eprintln!(
+        "crash test: {} acknowledged jobs and {} completions survived SIGKILL ({} jobs recovered)",
+        jobs.len(),
+        fins.len(),
+        ids.len()
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+fn python() -> Option<&'static str> {
+    ["python3", "python"]
+        .into_iter()
+        .find(|p| Command::new(p).arg("--version").output().is_ok_and(|o| o.status.success()))
+}
+
+#[test]
+fn two_python_rl_jobs_share_a_group_through_the_gate() {
+    let Some(py) = python() else {
+        eprintln!("skipped: no python3 on this machine");
+        return;
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python");
+    let d = dir("python");
+    let (mut child, url) = serve(&d);
+    let iterations = "5";
+    let started = Instant::now();
+    // Both jobs are admitted before either runs, with their declared (placement-time)
+    // durations. Once they run, measured phases of a few hundred milliseconds re-estimate them,
+    // and against model switch times of seconds the group would no longer admit a newcomer.
+    let c = client();
+    for job in ["bandit-a", "bandit-b"] {
+        let body = serde_json::json!({ "id": job, "type": "7B_8k", "iterations": 5, "slo": 2.0, "rollout_s": 100, "train_s": 100 });
+        let r = c.post(format!("{url}/v1/jobs")).bearer_auth(TOKEN).json(&body).send().unwrap();
+        assert_eq!(r.status(), 201);
+    }
+    let spawn = |job: &str, seed: &str| {
+        Command::new(py)
+            .arg(root.join("examples/bandit.py"))
+            .args([
+                "--server",
+                &url,
+                "--token",
+                TOKEN,
+                "--job",
+                job,
+                "--iterations",
+                iterations,
+                "--seed",
+                seed,
+                "--no-submit",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let a = spawn("bandit-a", "1");
+    let b = spawn("bandit-b", "2");
+    for (name, p) in [("a", a), ("b", b)] {
+        let out = p.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "bandit {name} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        eprintln!("{}", String::from_utf8_lossy(&out.stdout).trim());
+    }
+    let check = Command::new(py)
+        .arg(root.join("tests/check_two_jobs.py"))
+        .args([&url, TOKEN, "bandit-a", "bandit-b", iterations])
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "event-log check failed: {}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    eprintln!("{} ({:.1} s)", String::from_utf8_lossy(&check.stdout).trim(), started.elapsed().as_secs_f64());
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

@@ -1,0 +1,123 @@
+"""A small client for the Weave control plane (``weave serve``), standard library only.
+
+A training loop wraps each phase in the gate::
+
+    client = WeaveClient("http://127.0.0.1:7070", token)
+    client.submit({"id": "my-job", "type": "7B_8k", "iterations": 100})
+    with client.keepalive("my-job"):
+        for k in range(100):
+            with client.phase("my-job", "rollout", k) as meta:
+                trajectories = generate(weights)          # runs only when Weave says so
+                meta["weights_version"] = weights.version
+            with client.phase("my-job", "train", k):
+                weights = update(weights, trajectories)
+
+``phase`` blocks until the job's turn comes (long-poll), measures the phase and reports it
+finished with its duration (and any metadata the body put in ``meta``). A request that would
+break the on-policy barrier raises ``WeaveError`` with status 409.
+"""
+
+import contextlib
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+
+__all__ = ["WeaveClient", "WeaveError"]
+
+
+class WeaveError(Exception):
+    """The server refused a request; ``status`` is the HTTP status."""
+
+    def __init__(self, status, message):
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class WeaveClient:
+    def __init__(self, server, token=None, timeout=40.0):
+        self.server = server.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def _request(self, method, path, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.server + path, data=data, method=method)
+        req.add_header("Content-Type", "application/json")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                raw = resp.read()
+                return resp.status, (json.loads(raw) if raw else None)
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            try:
+                message = json.loads(raw).get("error", raw.decode(errors="replace"))
+            except ValueError:
+                message = raw.decode(errors="replace")
+            raise WeaveError(e.code, message) from None
+
+    def submit(self, spec):
+        """Submits a job (the trace format's fields, without arrival); returns the decision."""
+        return self._request("POST", "/v1/jobs", spec)[1]
+
+    def job(self, job_id):
+        return self._request("GET", f"/v1/jobs/{job_id}")[1]
+
+    def jobs(self):
+        return self._request("GET", "/v1/jobs")[1]
+
+    def cancel(self, job_id):
+        return self._request("DELETE", f"/v1/jobs/{job_id}")[1]
+
+    def events(self):
+        return self._request("GET", "/v1/events")[1]
+
+    def heartbeat(self, job_id):
+        return self._request("POST", f"/v1/jobs/{job_id}/heartbeat")[1]
+
+    def start(self, job_id, phase, iteration, wait_s=25.0):
+        """Blocks until ``phase`` of ``iteration`` is granted."""
+        while True:
+            status, body = self._request("POST", f"/v1/jobs/{job_id}/phases/{phase}/{iteration}/start?wait_s={wait_s}")
+            if status == 200:
+                return body
+
+    def finish(self, job_id, phase, iteration, duration_s, meta=None):
+        body = {"duration_s": float(duration_s)}
+        if meta:
+            body["meta"] = meta
+        return self._request("POST", f"/v1/jobs/{job_id}/phases/{phase}/{iteration}/finish", body)[1]
+
+    @contextlib.contextmanager
+    def phase(self, job_id, phase, iteration):
+        """Waits for the gate, runs the body, reports the measured duration. The body may add
+        entries to the yielded dict; they are sent as the phase's metadata."""
+        self.start(job_id, phase, iteration)
+        meta = {}
+        t0 = time.monotonic()
+        yield meta
+        self.finish(job_id, phase, iteration, time.monotonic() - t0, meta)
+
+    @contextlib.contextmanager
+    def keepalive(self, job_id, interval_s=2.0):
+        """Sends heartbeats from a background thread while the body runs."""
+        stop = threading.Event()
+
+        def beat():
+            while not stop.wait(interval_s):
+                try:
+                    self.heartbeat(job_id)
+                except (WeaveError, OSError):
+                    pass
+
+        t = threading.Thread(target=beat, daemon=True)
+        t.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            t.join()
