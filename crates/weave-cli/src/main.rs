@@ -3,6 +3,7 @@
 mod bench_cmd;
 mod client_cmd;
 mod config_cmd;
+mod experiment_cmd;
 mod group_cmd;
 mod input;
 mod place_bench;
@@ -52,6 +53,9 @@ enum Command {
     /// Rerun the comparison across SLOs, prices, link speeds or workload classes.
     #[command(subcommand)]
     Sweep(sweep_cmd::SweepCommand),
+    /// Experiments beyond a single replay.
+    #[command(subcommand)]
+    Experiment(experiment_cmd::ExperimentCommand),
     /// Render an HTML report from a saved event log (and optionally results).
     Report(report_cmd::ReportArgs),
     /// Benchmarks (reported numbers, not pass/fail).
@@ -72,6 +76,7 @@ fn main() {
         Command::Bench(cmd) => bench_cmd::run(cmd),
         Command::Sweep(cmd) => sweep_cmd::run(cmd),
         Command::Report(args) => report_cmd::run(args),
+        Command::Experiment(cmd) => experiment_cmd::run(cmd),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

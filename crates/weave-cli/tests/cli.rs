@@ -331,3 +331,14 @@ fn serve_refuses_to_run_without_auth_choice() {
     let o = weave(&["serve", "--addr", "127.0.0.1:0", "--tenants", p.to_str().unwrap()]);
     assert!(stderr(&o).contains("tenant #1"), "{}", stderr(&o));
 }
+
+#[test]
+fn drift_experiment_runs() {
+    let o = weave(&["trace", "generate", "--jobs", "6", "--lifetime-median-h", "1", "--seed", "4"]);
+    let p = temp_file("drift.jsonl", &stdout(&o));
+    let o = weave(&["experiment", "drift", "--trace", p.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // 5 drift scenarios x failures off/on x 3 re-grouping policies.
+    assert_eq!(v.as_array().unwrap().len(), 30);
+}

@@ -6,8 +6,9 @@
 //!
 //! - the mean length fraction of an iteration is `mean_fraction x drift(progress)`;
 //! - rollout lasts until the longest response ends: `rollout = cons x (prefill + (1 -
-//!   prefill) x min(1, mean x G))`, with G log-normal (the longest-to-mean ratio of a batch),
-//!   so rollout never exceeds the conservative estimate;
+//!   prefill) x min(1, mean x G)) x (1 + w x (drift - 1))`, with G log-normal (the
+//!   longest-to-mean ratio of a batch): without drift it never exceeds the conservative
+//!   estimate; with drift more tokens per step slow decoding down (weight w);
 //! - training scales with the tokens generated: `train = cons x mean / mean_fraction x N`,
 //!   N log-normal noise; upward drift pushes training past the estimate, which is how a
 //!   group that fit at admission can break an SLO later.
@@ -56,6 +57,9 @@ pub struct RuntimeModel {
     pub prefill_share: f64,
     /// Log-space spread of training time around its token-proportional value.
     pub train_sigma: f64,
+    /// How much of a drift in mean length shows in rollout time (more tokens per step:
+    /// slower memory-bound decode); the longest response stays capped.
+    pub rollout_drift_weight: f64,
 }
 
 impl Default for RuntimeModel {
@@ -66,6 +70,7 @@ impl Default for RuntimeModel {
             longest_sigma: 0.2,
             prefill_share: 0.15,
             train_sigma: 0.08,
+            rollout_drift_weight: 0.5,
         }
     }
 }
@@ -79,6 +84,7 @@ impl RuntimeModel {
             longest_sigma: 0.0,
             prefill_share: 0.0,
             train_sigma: 0.0,
+            rollout_drift_weight: 0.5,
         }
     }
 
@@ -93,7 +99,8 @@ impl RuntimeModel {
     ) -> PhaseTimes {
         let mean = self.mean_fraction * drift.factor(progress);
         let longest = (mean * lognormal(self.longest_to_mean, self.longest_sigma, rng)).min(1.0);
-        let roll_factor = self.prefill_share + (1.0 - self.prefill_share) * longest;
+        let drifted = 1.0 + self.rollout_drift_weight * (drift.factor(progress) - 1.0);
+        let roll_factor = (self.prefill_share + (1.0 - self.prefill_share) * longest) * drifted;
         let train_factor = mean / self.mean_fraction * lognormal(1.0, self.train_sigma, rng);
         PhaseTimes { rollout: conservative.rollout.scale(roll_factor), train: conservative.train.scale(train_factor) }
     }
@@ -119,13 +126,23 @@ mod tests {
     const CONS: PhaseTimes = PhaseTimes { rollout: Micros(100_000_000), train: Micros(80_000_000) };
 
     #[test]
-    fn rollout_never_exceeds_the_conservative_estimate() {
+    fn rollout_never_exceeds_the_conservative_estimate_without_drift() {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(7);
         let m = RuntimeModel::default();
         for i in 0..10_000 {
-            let p = m.sample(CONS, i as f64 / 10_000.0, Drift::Increasing { extent: 1.0 }, &mut rng);
+            let p = m.sample(CONS, i as f64 / 10_000.0, Drift::None, &mut rng);
             assert!(p.rollout <= CONS.rollout);
         }
+    }
+
+    #[test]
+    fn upward_drift_lengthens_rollout_by_half_its_extent() {
+        let m = RuntimeModel::deterministic();
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(7);
+        let late = m.sample(CONS, 1.0, Drift::Increasing { extent: 0.4 }, &mut rng);
+        // Deterministic model: factor 1 + 0.5 x 0.4 on rollout, 1.4 on training.
+        assert_eq!(late.rollout, CONS.rollout.scale(1.2));
+        assert_eq!(late.train, CONS.train.scale(1.4));
     }
 
     #[test]

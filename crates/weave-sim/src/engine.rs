@@ -1,56 +1,87 @@
 //! The discrete-event replay of group-based policies: arrivals go through the real placer,
 //! each group runs the real dispatcher, and phase durations come from each job's own runtime
-//! stream while admission uses the conservative estimate.
+//! stream while admission uses the conservative estimate. Optionally jobs are re-estimated
+//! from what they measure, re-grouped when their group violates an SLO, and fail and come
+//! back from checkpoints.
 
+use crate::dynamics::{exp_wait, Regroup};
 use crate::metrics::{JobOutcome, Metrics};
 use crate::workload::{draw_iteration, SimJob};
 use crate::{CapacityMode, EventRecord, SimConfig};
+use rand::Rng;
 use std::collections::{BTreeMap, VecDeque};
 use weave_core::{ClusterConfig, EventQueue, GroupId, JobId, Micros, PhaseTimes, Pool};
 use weave_dispatch::from_model::switch_costs;
 use weave_dispatch::{Action, Dispatcher, GroupLimits, Input, MemberSpec, Phase};
-use weave_model::Stream;
+use weave_model::{named_stream, Stream};
 use weave_place::{PlaceError, PlacePolicy, Placer, PlacerConfig};
 
-/// A completion inside a group. Kept small: the event heap moves these around a lot.
+/// An event. Kept small: the heap moves these around a lot.
 #[derive(Clone, Copy)]
 struct Done {
     group: GroupId,
     job: JobId,
     what: What,
     iteration: u64,
+    /// The job's placement epoch when scheduled: events of an older placement are dropped.
+    epoch: u32,
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq)]
 enum What {
     Switch(Phase),
     Phase(Phase),
     Sync,
+    Readmit,
+    JobFailure,
+    NodeFailure,
+    RegroupTick,
 }
 
 impl Done {
-    fn input(self) -> Input {
+    fn input(self) -> Option<Input> {
         let (job, iteration) = (self.job, self.iteration);
         match self.what {
-            What::Switch(phase) => Input::SwitchFinished { job, phase, iteration },
-            What::Phase(phase) => Input::PhaseFinished { job, phase, iteration },
-            What::Sync => Input::SyncFinished { job, iteration },
+            What::Switch(phase) => Some(Input::SwitchFinished { job, phase, iteration }),
+            What::Phase(phase) => Some(Input::PhaseFinished { job, phase, iteration }),
+            What::Sync => Some(Input::SyncFinished { job, iteration }),
+            _ => None,
         }
     }
 }
 
+/// Event classes for same-instant order: completions first, then the rest.
+const CLASS_OTHER: u8 = 5;
+/// Measured iterations kept for re-estimation.
+const MEASURED_KEPT: usize = 9;
+/// A group counts as violating when a member's predicted iteration exceeds its SLO by this.
+const VIOLATION_MARGIN: f64 = 1.02;
+
+#[derive(Clone, Copy)]
+struct Placed {
+    group: GroupId,
+    block_width: u32,
+    pool_width: u32,
+}
+
 struct JobState {
     rng: Stream,
+    fail_rng: Stream,
     /// Durations of the current iteration (disaggregated, at the job's own widths).
     current: PhaseTimes,
-    admitted: Micros,
+    first_admitted: Micros,
     last_train_end: Micros,
     solo_sum: Micros,
     within_slo: u64,
     done: u64,
-    group: GroupId,
-    block_width: u32,
-    pool_width: u32,
+    checkpoint: u64,
+    /// The next finished iteration is the first since (re)admission: it paid a cold start.
+    fresh: bool,
+    placed: Option<Placed>,
+    epoch: u32,
+    measured: VecDeque<PhaseTimes>,
+    restarts: u32,
+    last_move: Option<Micros>,
 }
 
 pub struct Engine<'a> {
@@ -66,6 +97,10 @@ pub struct Engine<'a> {
     /// event heap holds only what is in flight.
     next_arrival: usize,
     waiting: VecDeque<usize>,
+    running: usize,
+    /// Failed jobs waiting out their restart delay.
+    pending_readmits: usize,
+    node_rng: Stream,
     pub metrics: Metrics,
     pub events: Vec<EventRecord>,
     actions: Vec<Action>,
@@ -87,18 +122,20 @@ impl<'a> Engine<'a> {
             CapacityMode::Fixed => Some((cluster.rollout.nodes, cluster.training.nodes)),
         };
         placer_cfg.skip_saturated = cfg.skip_saturated;
-        let placer = Placer::new(placer_cfg);
         Engine {
             jobs,
             cluster,
             cfg,
             resident,
             states: jobs.iter().map(|_| None).collect(),
-            placer,
+            placer: Placer::new(placer_cfg),
             dispatchers: BTreeMap::new(),
             queue: EventQueue::new(),
             next_arrival: 0,
             waiting: VecDeque::new(),
+            running: 0,
+            pending_readmits: 0,
+            node_rng: named_stream(cfg.seed, "node-failure", 0),
             metrics: Metrics::default(),
             events: Vec::new(),
             actions: Vec::new(),
@@ -110,9 +147,24 @@ impl<'a> Engine<'a> {
         (self.cluster.rollout.gpus_per_node, self.cluster.training.gpus_per_node)
     }
 
+    fn push(&mut self, at: Micros, class: u8, job: usize, what: What, iteration: u64) {
+        let (group, epoch) = match self.states.get(job).and_then(|s| s.as_ref()) {
+            Some(s) => (s.placed.map(|p| p.group).unwrap_or(GroupId(u32::MAX)), s.epoch),
+            None => (GroupId(u32::MAX), 0),
+        };
+        self.queue.push(at, class, Done { group, job: JobId(job as u32), what, iteration, epoch });
+    }
+
     /// Runs to the end; calls `progress(done, total)` now and then.
     pub fn run(&mut self, progress: &mut dyn FnMut(usize, usize)) {
         let mut finished = 0usize;
+        if let Regroup::Periodic { interval, .. } = self.cfg.regroup {
+            self.push(interval, CLASS_OTHER, 0, What::RegroupTick, 0);
+        }
+        if let Some(f) = self.cfg.failures {
+            let wait = exp_wait(f.node_rate_per_hour, &mut self.node_rng);
+            self.push(wait, CLASS_OTHER, 0, What::NodeFailure, 0);
+        }
         loop {
             // Same-instant completions go before arrivals, so freed resources are reused.
             let arrival = self.jobs.get(self.next_arrival).map(|j| j.spec.arrival);
@@ -126,31 +178,106 @@ impl<'a> Engine<'a> {
                 let i = self.next_arrival;
                 self.next_arrival += 1;
                 self.now = self.jobs[i].spec.arrival;
-                if self.admit(i).is_err() {
-                    self.waiting.push_back(i);
-                }
+                self.admit_or_wait(i);
                 continue;
             }
-            let (t, done) = self.queue.pop().expect("peeked");
+            let (t, ev) = self.queue.pop().expect("peeked");
             self.now = t;
-            if self.dispatch(done.group, done.input()) {
+            if self.handle(ev) {
                 finished += 1;
                 if finished.is_multiple_of(256) {
                     progress(finished, self.jobs.len());
                 }
             }
+            // Background processes (ticks, node failures) stop once nothing is left to run.
+            if !self.work_left() {
+                break;
+            }
         }
         // Jobs still waiting can never run (fixed pools too small for them).
         self.metrics.rejected += self.waiting.len() as u64;
         self.metrics.nodes(self.now, self.placer.nodes_in_use(), self.gpus());
-        self.metrics.end = self.now;
+        self.metrics.end = self.metrics.end.max(self.now);
         progress(self.jobs.len(), self.jobs.len());
+    }
+
+    /// Whether any job is running, waiting, restarting or still to arrive.
+    fn work_left(&self) -> bool {
+        self.running > 0 || self.pending_readmits > 0 || !self.waiting.is_empty() || self.next_arrival < self.jobs.len()
+    }
+
+    /// Handles one event; true if a job completed.
+    fn handle(&mut self, ev: Done) -> bool {
+        let i = ev.job.0 as usize;
+        match ev.what {
+            What::RegroupTick => {
+                self.periodic_regroup();
+                if let Regroup::Periodic { interval, .. } = self.cfg.regroup {
+                    if self.work_left() {
+                        self.push(self.now + interval, CLASS_OTHER, 0, What::RegroupTick, 0);
+                    }
+                }
+                false
+            }
+            What::NodeFailure => {
+                self.node_failure();
+                if let Some(f) = self.cfg.failures {
+                    let (r, t) = self.placer.nodes_in_use();
+                    let nodes = (r + t).max(1) as f64;
+                    let wait = exp_wait(f.node_rate_per_hour * nodes, &mut self.node_rng);
+                    if self.work_left() {
+                        self.push(self.now + wait, CLASS_OTHER, 0, What::NodeFailure, 0);
+                    }
+                }
+                false
+            }
+            What::Readmit => {
+                self.pending_readmits -= 1;
+                self.admit_or_wait(i);
+                false
+            }
+            What::JobFailure => {
+                if self.current(i, ev) {
+                    self.fail(i);
+                }
+                false
+            }
+            _ => {
+                if !self.current(i, ev) {
+                    return false;
+                }
+                let input = ev.input().expect("dispatcher event");
+                self.dispatch(ev.group, input)
+            }
+        }
+    }
+
+    /// Whether `ev` belongs to job `i`'s current placement.
+    fn current(&self, i: usize, ev: Done) -> bool {
+        self.states[i].as_ref().is_some_and(|s| s.epoch == ev.epoch && s.placed.is_some_and(|p| p.group == ev.group))
+    }
+
+    fn admit_or_wait(&mut self, i: usize) {
+        if self.admit(i).is_err() {
+            self.waiting.push_back(i);
+        }
+    }
+
+    /// The estimate admission uses: conservative at first, re-estimated from measurements.
+    fn estimate(&self, i: usize) -> PhaseTimes {
+        let job = &self.jobs[i];
+        match self.states[i].as_ref() {
+            Some(s) if self.cfg.reestimate && !s.measured.is_empty() => median(&s.measured),
+            _ => job.place.times,
+        }
     }
 
     /// Tries to place job `i`; `Err` when it must wait for capacity.
     fn admit(&mut self, i: usize) -> Result<(), ()> {
         let job = &self.jobs[i];
-        let decision = match self.placer.admit(job.place.clone()) {
+        let mut place = job.place.clone();
+        place.times = self.estimate(i);
+        let decision = match self.placer.admit(place) {
             Ok(d) => d,
             Err(PlaceError::NoCapacity(_)) => return Err(()),
             Err(_) => {
@@ -160,21 +287,44 @@ impl<'a> Engine<'a> {
         };
         self.metrics.admitted(decision.kind);
         self.metrics.nodes(self.now, self.placer.nodes_in_use(), self.gpus());
-        self.metrics.queue_delays.push(self.now.saturating_sub(job.spec.arrival));
-        let pool_width = decision.training_nodes.len() as u32;
-        let block_width = decision.rollout_nodes.len() as u32;
-        self.states[i] = Some(JobState {
-            rng: job.runtime_stream(self.cfg.seed),
+        let placed = Placed {
+            group: decision.group,
+            block_width: decision.rollout_nodes.len() as u32,
+            pool_width: decision.training_nodes.len() as u32,
+        };
+        let now = self.now;
+        let seed = self.cfg.seed;
+        let s = self.states[i].get_or_insert_with(|| JobState {
+            rng: job.runtime_stream(seed),
+            fail_rng: named_stream(seed, "job-failure", i as u64),
             current: job.disagg,
-            admitted: self.now,
-            last_train_end: self.now,
+            first_admitted: now,
+            last_train_end: now,
             solo_sum: Micros::ZERO,
             within_slo: 0,
             done: 0,
-            group: decision.group,
-            block_width,
-            pool_width,
+            checkpoint: 0,
+            fresh: true,
+            placed: None,
+            epoch: 0,
+            measured: VecDeque::new(),
+            restarts: 0,
+            last_move: None,
         });
+        if s.restarts == 0 && s.placed.is_none() && s.done == 0 && s.epoch == 0 {
+            self.metrics.queue_delays.push(now.saturating_sub(job.spec.arrival));
+        }
+        s.placed = Some(placed);
+        s.epoch += 1;
+        s.fresh = true;
+        s.last_train_end = now;
+        let start_iteration = s.done;
+        self.running += 1;
+        if let Some(f) = self.cfg.failures {
+            let s = self.states[i].as_mut().expect("just set");
+            let wait = exp_wait(f.job_rate_per_hour, &mut s.fail_rng);
+            self.push(now + wait, CLASS_OTHER, i, What::JobFailure, 0);
+        }
         let spec = MemberSpec {
             job: JobId(i as u32),
             rollout_nodes: vec![decision.block],
@@ -182,9 +332,9 @@ impl<'a> Engine<'a> {
             sync: job.sync,
             resident: self.resident,
             rollout_state: job.place.rollout_state,
-            train_state: weave_core::Bytes(job.place.train_state_total.0 / pool_width.max(1) as u64),
+            train_state: weave_core::Bytes(job.place.train_state_total.0 / placed.pool_width.max(1) as u64),
             iterations: Some(job.iterations),
-            start_iteration: 0,
+            start_iteration,
         };
         let limits = GroupLimits {
             rollout_dram: self.cluster.rollout.host_dram(),
@@ -204,8 +354,12 @@ impl<'a> Engine<'a> {
 
     /// Feeds one input to a group's dispatcher; true if a job completed.
     fn dispatch(&mut self, g: GroupId, input: Input) -> bool {
-        if let Input::PhaseFinished { job, phase: Phase::Train, iteration } = input {
-            self.iteration_done(job.0 as usize, iteration);
+        let finished_iteration = match input {
+            Input::PhaseFinished { job, phase: Phase::Train, iteration } => Some((job.0 as usize, iteration)),
+            _ => None,
+        };
+        if let Some((i, k)) = finished_iteration {
+            self.iteration_done(i, k);
         }
         // One action buffer serves every event (taken out while in use).
         let mut actions = std::mem::take(&mut self.actions);
@@ -215,6 +369,11 @@ impl<'a> Engine<'a> {
         let completed = actions.iter().any(|a| matches!(a, Action::Completed { .. }));
         self.apply(g, actions.drain(..));
         self.actions = actions;
+        if let (Some((i, _)), Regroup::Incremental, false) = (finished_iteration, self.cfg.regroup, completed) {
+            if let Some(p) = self.states[i].as_ref().and_then(|s| s.placed) {
+                self.repair(p.group);
+            }
+        }
         completed
     }
 
@@ -222,13 +381,31 @@ impl<'a> Engine<'a> {
         let job = &self.jobs[i];
         let s = self.states[i].as_mut().expect("running job");
         let took = self.now.saturating_sub(s.last_train_end);
-        let solo = job.solo_iteration(s.current, iteration);
+        let mut solo = job.solo_iteration(s.current, iteration);
+        if s.fresh && iteration > 0 {
+            // A restart or migration paid a cold start, as a solo restart would.
+            solo += job.cold_start;
+        }
+        s.fresh = false;
         s.solo_sum += solo;
         if took.0 as f64 <= job.slo * solo.0 as f64 {
             s.within_slo += 1;
         }
         s.done = iteration + 1;
         s.last_train_end = self.now;
+        if let Some(f) = self.cfg.failures {
+            if s.done.is_multiple_of(f.checkpoint_every.max(1)) {
+                s.checkpoint = s.done;
+            }
+        }
+        s.measured.push_back(s.current);
+        if s.measured.len() > MEASURED_KEPT {
+            s.measured.pop_front();
+        }
+        if self.cfg.reestimate {
+            let est = median(&s.measured);
+            self.placer.update_times(JobId(i as u32), est);
+        }
     }
 
     fn apply(&mut self, g: GroupId, actions: impl IntoIterator<Item = Action>) {
@@ -239,53 +416,44 @@ impl<'a> Engine<'a> {
             }
         }
         for a in actions {
-            self.schedule(g, a);
+            self.schedule(a);
         }
     }
 
-    fn schedule(&mut self, g: GroupId, a: Action) {
+    fn schedule(&mut self, a: Action) {
         let gpus = self.gpus();
         match a {
             Action::BeginSwitch { job, phase, iteration, duration, .. } => {
-                let s = self.states[job.0 as usize].as_ref().expect("running job");
+                let i = job.0 as usize;
+                let p = self.states[i].as_ref().and_then(|s| s.placed).expect("running job");
                 let (pool, n, class) = match phase {
-                    Phase::Rollout => (Pool::Rollout, s.block_width * gpus.0, 4),
-                    Phase::Train => (Pool::Training, s.pool_width * gpus.1, 3),
+                    Phase::Rollout => (Pool::Rollout, p.block_width * gpus.0, 4),
+                    Phase::Train => (Pool::Training, p.pool_width * gpus.1, 3),
                 };
                 self.metrics.switching(pool, n, duration);
-                self.queue.push(
-                    self.now + duration,
-                    class,
-                    Done { group: g, job, what: What::Switch(phase), iteration },
-                );
+                self.push(self.now + duration, class, i, What::Switch(phase), iteration);
             }
             Action::StartRollout { job, iteration, .. } => {
                 let i = job.0 as usize;
-                let (disagg, _) = {
-                    let s = self.states[i].as_mut().expect("running job");
-                    draw_iteration(&self.jobs[i], &self.cfg.runtime, iteration, &mut s.rng)
-                };
                 let s = self.states[i].as_mut().expect("running job");
+                let (disagg, _) = draw_iteration(&self.jobs[i], &self.cfg.runtime, iteration, &mut s.rng);
                 s.current = disagg;
-                let n = s.block_width * gpus.0;
+                let n = s.placed.expect("placed").block_width * gpus.0;
                 self.metrics.busy(Pool::Rollout, n, disagg.rollout);
-                self.queue.push(
-                    self.now + disagg.rollout,
-                    1,
-                    Done { group: g, job, what: What::Phase(Phase::Rollout), iteration },
-                );
+                self.push(self.now + disagg.rollout, 1, i, What::Phase(Phase::Rollout), iteration);
             }
             Action::StartTraining { job, iteration } => {
                 let i = job.0 as usize;
                 let s = self.states[i].as_ref().expect("running job");
+                let pool = s.placed.expect("placed").pool_width;
                 // Data parallelism adjusted to the group's pool.
                 let own = self.jobs[i].spec.train_nodes as u64;
-                let d = Micros(s.current.train.0 * own / s.pool_width.max(1) as u64);
-                self.metrics.busy(Pool::Training, s.pool_width * gpus.1, d);
-                self.queue.push(self.now + d, 0, Done { group: g, job, what: What::Phase(Phase::Train), iteration });
+                let d = Micros(s.current.train.0 * own / pool.max(1) as u64);
+                self.metrics.busy(Pool::Training, pool * gpus.1, d);
+                self.push(self.now + d, 0, i, What::Phase(Phase::Train), iteration);
             }
             Action::BeginSync { job, iteration, duration } => {
-                self.queue.push(self.now + duration, 2, Done { group: g, job, what: What::Sync, iteration });
+                self.push(self.now + duration, 2, job.0 as usize, What::Sync, iteration);
             }
             Action::Completed { job, .. } => self.complete(job),
         }
@@ -294,19 +462,35 @@ impl<'a> Engine<'a> {
     fn complete(&mut self, job: JobId) {
         let i = job.0 as usize;
         let s = self.states[i].take().expect("running job");
+        self.record_outcome(i, &s, false);
+        let g = s.placed.expect("placed").group;
+        self.release(job, g);
+    }
+
+    fn record_outcome(&mut self, i: usize, s: &JobState, failed: bool) {
         let spec = &self.jobs[i];
-        let life = self.now.saturating_sub(s.admitted);
+        let life = self.now.saturating_sub(s.first_admitted);
         self.metrics.jobs.push(JobOutcome {
             name: spec.spec.name.clone(),
             slo: spec.slo,
             iterations: s.done,
             slowdown: life.0 as f64 / s.solo_sum.0.max(1) as f64,
             iterations_within_slo: s.within_slo,
-            queued: s.admitted.saturating_sub(spec.spec.arrival),
+            queued: s.first_admitted.saturating_sub(spec.spec.arrival),
         });
-        let dep = self.placer.depart(job).expect("placed");
-        if dep.dissolved {
-            self.dispatchers.remove(&s.group);
+        if failed {
+            self.metrics.failed_permanently += 1;
+        }
+        self.metrics.end = self.now;
+    }
+
+    /// The job has left its dispatcher: free its place and let waiting jobs in.
+    fn release(&mut self, job: JobId, g: GroupId) {
+        self.running -= 1;
+        if let Ok(dep) = self.placer.depart(job) {
+            if dep.dissolved {
+                self.dispatchers.remove(&g);
+            }
         }
         self.metrics.nodes(self.now, self.placer.nodes_in_use(), self.gpus());
         // Fixed pools: released nodes may let waiting jobs in, oldest first.
@@ -317,4 +501,181 @@ impl<'a> Engine<'a> {
             self.waiting.pop_front();
         }
     }
+
+    /// Takes a running job out of its group (failure or migration); its in-flight iteration
+    /// is lost.
+    fn unplace(&mut self, i: usize) {
+        let Some(s) = self.states[i].as_mut() else { return };
+        let Some(p) = s.placed.take() else { return };
+        s.epoch += 1;
+        let job = JobId(i as u32);
+        if let Some(d) = self.dispatchers.get_mut(&p.group) {
+            if let Ok(actions) = d.handle(self.now, Input::Leave { job }) {
+                self.apply(p.group, actions);
+            }
+        }
+        self.release(job, p.group);
+    }
+
+    fn fail(&mut self, i: usize) {
+        let Some(f) = self.cfg.failures else { return };
+        self.unplace(i);
+        let s = self.states[i].as_mut().expect("known job");
+        self.metrics.lost_iterations += s.done - s.checkpoint;
+        s.done = s.checkpoint;
+        s.restarts += 1;
+        self.metrics.restarts += 1;
+        if s.restarts > f.max_restarts {
+            let s = self.states[i].take().expect("known job");
+            self.record_outcome(i, &s, true);
+        } else {
+            self.pending_readmits += 1;
+            self.push(self.now + f.restart_delay, CLASS_OTHER, i, What::Readmit, 0);
+        }
+    }
+
+    /// A random held node fails: every job with state on it fails.
+    fn node_failure(&mut self) {
+        let (r, t) = self.placer.nodes_in_use();
+        if r + t == 0 {
+            return;
+        }
+        let mut u = self.node_rng.random_range(0..r + t);
+        let mut victims: Vec<usize> = Vec::new();
+        'groups: for g in self.placer.groups() {
+            for b in &g.blocks {
+                let n = b.nodes.len() as u32;
+                if u < n {
+                    victims.extend(g.members.iter().filter(|m| m.block == b.id).map(|m| m.job.id.0 as usize));
+                    break 'groups;
+                }
+                u -= n;
+            }
+            let n = g.training_nodes.len() as u32;
+            if u < n {
+                victims.extend(g.members.iter().map(|m| m.job.id.0 as usize));
+                break;
+            }
+            u -= n;
+        }
+        self.metrics.node_failures += 1;
+        for v in victims {
+            self.fail(v);
+        }
+    }
+
+    /// If group `g` violates a member's SLO under current estimates, moves one member out:
+    /// the one whose departure leaves the rest with the smallest worst slowdown.
+    fn repair(&mut self, g: GroupId) {
+        let Some(group) = self.placer.group(g) else { return };
+        if group.members.len() < 2 {
+            return;
+        }
+        let violating =
+            group.members.iter().enumerate().any(|(k, m)| {
+                group.prediction.coexec[k].0 as f64 > m.job.slo * m.job.solo().0 as f64 * VIOLATION_MARGIN
+            });
+        if !violating {
+            return;
+        }
+        let cooldown = Micros(2 * Micros::PER_HOUR);
+        let mut best: Option<(f64, usize)> = None;
+        for (k, m) in group.members.iter().enumerate() {
+            let i = m.job.id.0 as usize;
+            if self.states[i].as_ref().and_then(|s| s.last_move).is_some_and(|t| self.now.saturating_sub(t) < cooldown)
+            {
+                continue;
+            }
+            let rest: Vec<_> = group
+                .members
+                .iter()
+                .enumerate()
+                .filter(|(x, _)| *x != k)
+                .map(|(_, o)| o.job.timing_member(o.block, group.train_width(), self.resident))
+                .collect();
+            let p = weave_place::group::predict(&rest);
+            let worst = group
+                .members
+                .iter()
+                .filter(|o| o.job.id != m.job.id)
+                .zip(&p.coexec)
+                .map(|(o, c)| c.0 as f64 / (o.job.slo * o.job.solo().0 as f64))
+                .fold(0.0, f64::max);
+            if best.is_none_or(|(b, _)| worst < b) {
+                best = Some((worst, i));
+            }
+        }
+        if let Some((_, i)) = best {
+            self.migrate(i);
+        }
+    }
+
+    fn migrate(&mut self, i: usize) {
+        self.unplace(i);
+        let s = self.states[i].as_mut().expect("known job");
+        s.last_move = Some(self.now);
+        self.metrics.migrations += 1;
+        self.admit_or_wait(i);
+    }
+
+    /// The periodic policy: repair violating groups, then re-pack everything if a fresh
+    /// packing saves more over the horizon than moving costs.
+    fn periodic_regroup(&mut self) {
+        let Regroup::Periodic { horizon, .. } = self.cfg.regroup else { return };
+        let groups: Vec<GroupId> = self.placer.groups().map(|g| g.id).collect();
+        for g in groups {
+            self.repair(g);
+        }
+        let running: Vec<usize> =
+            (0..self.jobs.len()).filter(|&i| self.states[i].as_ref().is_some_and(|s| s.placed.is_some())).collect();
+        if running.len() < 2 {
+            return;
+        }
+        let mut scratch = Placer::new(self.placer.config().clone());
+        for &i in &running {
+            let mut p = self.jobs[i].place.clone();
+            p.times = self.estimate(i);
+            if scratch.admit(p).is_err() {
+                return;
+            }
+        }
+        let saving = (self.placer.hourly_cost() - scratch.hourly_cost()).as_dollars();
+        if saving <= 0.0 {
+            return;
+        }
+        // Moving a job costs a cold start on its nodes plus, on average, half an iteration.
+        let hour = |t: Micros| t.as_hours_f64();
+        let (pr, pt) =
+            (self.placer.config().rollout_node_price.as_dollars(), self.placer.config().train_node_price.as_dollars());
+        let cost: f64 = running
+            .iter()
+            .map(|&i| {
+                let j = &self.jobs[i];
+                let t = j.cold_start + Micros(j.disagg.solo().0 / 2);
+                hour(t) * (pr * j.spec.rollout_nodes as f64 + pt * j.spec.train_nodes as f64)
+            })
+            .sum();
+        if saving * hour(horizon) <= cost {
+            return;
+        }
+        for &i in &running {
+            self.unplace(i);
+        }
+        for &i in &running {
+            let s = self.states[i].as_mut().expect("known job");
+            s.last_move = Some(self.now);
+            self.metrics.migrations += 1;
+            self.admit_or_wait(i);
+        }
+        self.metrics.repacks += 1;
+    }
+}
+
+/// Per-phase median of measured iterations.
+fn median(v: &VecDeque<PhaseTimes>) -> PhaseTimes {
+    let mut r: Vec<Micros> = v.iter().map(|p| p.rollout).collect();
+    let mut t: Vec<Micros> = v.iter().map(|p| p.train).collect();
+    r.sort_unstable();
+    t.sort_unstable();
+    PhaseTimes { rollout: r[r.len() / 2], train: t[t.len() / 2] }
 }

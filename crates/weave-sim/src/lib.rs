@@ -6,6 +6,7 @@
 //! so every policy sees the same draws for the same job.
 
 mod colocated;
+pub mod dynamics;
 mod engine;
 pub mod metrics;
 pub mod policy;
@@ -40,6 +41,10 @@ pub struct SimConfig {
     pub events: bool,
     /// Skip saturated groups at admission (the paper's rule).
     pub skip_saturated: bool,
+    /// Update each job's estimate from its measured iterations (median of the last 9).
+    pub reestimate: bool,
+    pub regroup: dynamics::Regroup,
+    pub failures: Option<dynamics::Failures>,
 }
 
 impl Default for SimConfig {
@@ -51,6 +56,9 @@ impl Default for SimConfig {
             runtime: RuntimeModel::default(),
             events: false,
             skip_saturated: true,
+            reestimate: false,
+            regroup: dynamics::Regroup::Static,
+            failures: None,
         }
     }
 }

@@ -24,6 +24,12 @@ pub struct Metrics {
     pub rejected: u64,
     pub jobs: Vec<JobOutcome>,
     pub queue_delays: Vec<Micros>,
+    pub migrations: u64,
+    pub repacks: u64,
+    pub restarts: u64,
+    pub node_failures: u64,
+    pub lost_iterations: u64,
+    pub failed_permanently: u64,
     /// (time, rollout GPUs held, training GPUs held) at every change.
     series: Vec<(Micros, u32, u32)>,
 }
@@ -159,6 +165,12 @@ impl Metrics {
             max_queue_delay_h: queued.iter().copied().fold(0.0, f64::max),
             vs_solo_disagg: None,
             vs_colocated: None,
+            migrations: self.migrations,
+            repacks: self.repacks,
+            restarts: self.restarts,
+            node_failures: self.node_failures,
+            lost_iterations: self.lost_iterations,
+            failed_permanently: self.failed_permanently,
             gpu_series: self.downsampled(1_000),
             per_job: self.jobs.clone(),
         }
@@ -242,6 +254,13 @@ pub struct PolicyReport {
     /// Cost efficiency (iterations per $) relative to solo-disagg and colocated.
     pub vs_solo_disagg: Option<f64>,
     pub vs_colocated: Option<f64>,
+    pub migrations: u64,
+    pub repacks: u64,
+    pub restarts: u64,
+    pub node_failures: u64,
+    /// Iterations redone because a failure lost them (since the last checkpoint).
+    pub lost_iterations: u64,
+    pub failed_permanently: u64,
     /// GPUs held over time (at most 1,000 points; per-bucket maxima).
     pub gpu_series: Vec<SeriesPoint>,
     /// Every job's outcome (omitted from JSON when empty).

@@ -40,6 +40,8 @@ pub struct SimJob {
     /// Loading the job's state from storage on both pools at its first start.
     pub cold_start: Micros,
     pub place: PlaceJob,
+    /// How the job's durations drift over its life (see `dynamics::assign_drift`).
+    pub drift: weave_model::Drift,
 }
 
 impl SimJob {
@@ -66,7 +68,7 @@ pub fn draw_iteration(
     rng: &mut Stream,
 ) -> (PhaseTimes, PhaseTimes) {
     let progress = iteration as f64 / job.iterations.max(1) as f64;
-    let disagg = runtime.sample(job.disagg, progress, weave_model::Drift::None, rng);
+    let disagg = runtime.sample(job.disagg, progress, job.drift, rng);
     let ratio = |a: Micros, b: Micros, c: Micros| Micros((c.0 as u128 * a.0 as u128 / b.0.max(1) as u128) as u64);
     let colo = PhaseTimes {
         rollout: ratio(disagg.rollout, job.disagg.rollout, job.colo.rollout),
@@ -107,6 +109,7 @@ pub fn prepare(
                 colo,
                 sync,
                 cold_start,
+                drift: weave_model::Drift::None,
             }
         })
         .collect()

@@ -1,0 +1,119 @@
+//! Drift, re-grouping and failures.
+
+use weave_core::ClusterConfig;
+use weave_model::{Drift, ProfileModel, RuntimeModel};
+use weave_sim::dynamics::{assign_drift, DriftScenario, Failures, Regroup};
+use weave_sim::{prepare, replay, Policy, SimConfig, SimJob};
+use weave_trace::{generate, parse, Format, GenConfig, ReadOptions};
+
+fn two_jobs() -> Vec<SimJob> {
+    // A and B share a group; B's responses lengthen a lot over its life (its training time
+    // triples), which pushes the shared training pool past A's SLO.
+    let text = r#"{"id":"a","arrival_s":0,"type":"7B_8k","iterations":60,"slo":1.3,"rollout_s":100,"train_s":100}
+{"id":"b","arrival_s":0,"type":"7B_8k","iterations":60,"slo":2.0,"rollout_s":100,"train_s":100}"#;
+    let trace = parse(text, Format::Jsonl, "drift", &ReadOptions::default()).unwrap();
+    let mut jobs = prepare(&trace, &ClusterConfig::default(), &ProfileModel::builtin(), Default::default(), 1);
+    jobs[1].drift = Drift::Increasing { extent: 3.0 };
+    jobs
+}
+
+fn attainment(r: &weave_sim::PolicyReport, name: &str) -> f64 {
+    let j = r.per_job.iter().find(|j| j.name == name).unwrap();
+    j.iterations_within_slo as f64 / j.iterations as f64
+}
+
+#[test]
+fn incremental_regrouping_repairs_what_static_breaks() {
+    let jobs = two_jobs();
+    let cluster = ClusterConfig::default();
+    let base = SimConfig { runtime: RuntimeModel::deterministic(), reestimate: true, ..SimConfig::default() };
+    let stat =
+        replay(&jobs, &cluster, Policy::Weave, &SimConfig { regroup: Regroup::Static, ..base.clone() }, &mut |_, _| {})
+            .report;
+    let inc = replay(
+        &jobs,
+        &cluster,
+        Policy::Weave,
+        &SimConfig { regroup: Regroup::Incremental, ..base.clone() },
+        &mut |_, _| {},
+    )
+    .report;
+    let (a_static, a_inc) = (attainment(&stat, "a"), attainment(&inc, "a"));
+    eprintln!("job a within SLO: static {a_static:.2}, incremental {a_inc:.2}; migrations {}", inc.migrations);
+    assert_eq!(stat.admissions.direct, 1, "the two jobs start in one group");
+    assert!(a_static < 0.75, "static should let a's SLO break: {a_static}");
+    assert!(a_inc > 0.9, "incremental should repair it: {a_inc}");
+    assert!(inc.migrations >= 1 && stat.migrations == 0);
+    assert_eq!(inc.iterations, 120);
+    // Periodic finds it too, later.
+    let per = replay(
+        &jobs,
+        &cluster,
+        Policy::Weave,
+        &SimConfig { regroup: Regroup::periodic_default(), ..base },
+        &mut |_, _| {},
+    )
+    .report;
+    assert!(attainment(&per, "a") > a_static, "periodic: {}", attainment(&per, "a"));
+}
+
+#[test]
+fn failures_never_lose_a_job() {
+    let profile = ProfileModel::builtin();
+    let trace =
+        generate::generate(&GenConfig { jobs: 40, lifetime_median_h: 6.0, ..GenConfig::default_workload() }, &profile);
+    let cluster = ClusterConfig::default();
+    let mut jobs = prepare(&trace, &cluster, &profile, Default::default(), 3);
+    assign_drift(&mut jobs, DriftScenario::Mixed { extent: 0.5 }, 3);
+    let failures = Failures {
+        job_rate_per_hour: 0.3,
+        node_rate_per_hour: 0.02,
+        checkpoint_every: 5,
+        max_restarts: 4,
+        ..Failures::default()
+    };
+    for regroup in [Regroup::Static, Regroup::periodic_default(), Regroup::Incremental] {
+        let cfg = SimConfig { seed: 3, reestimate: true, regroup, failures: Some(failures), ..SimConfig::default() };
+        let r = replay(&jobs, &cluster, Policy::Weave, &cfg, &mut |_, _| {}).report;
+        assert_eq!(r.per_job.len(), jobs.len(), "{}: every job is reported", regroup.name());
+        let mut complete = 0;
+        for (o, j) in r.per_job.iter().map(|o| (o, jobs.iter().find(|j| j.spec.name == o.name).unwrap())) {
+            if o.iterations == j.iterations {
+                complete += 1;
+            }
+        }
+        assert_eq!(
+            complete as u64 + r.failed_permanently,
+            jobs.len() as u64,
+            "{}: each job completes or is reported failed",
+            regroup.name()
+        );
+        assert!(r.restarts > 0 && r.lost_iterations > 0, "{}: failures were injected", regroup.name());
+        eprintln!(
+            "{}: {} restarts, {} node failures, {} lost iterations, {} failed permanently, {} migrations",
+            regroup.name(),
+            r.restarts,
+            r.node_failures,
+            r.lost_iterations,
+            r.failed_permanently,
+            r.migrations
+        );
+    }
+}
+
+#[test]
+fn drift_assignment_is_seeded_and_smaller_models_drift_less() {
+    let profile = ProfileModel::builtin();
+    let trace = generate::generate(&GenConfig { jobs: 30, ..GenConfig::default_workload() }, &profile);
+    let mut a = prepare(&trace, &ClusterConfig::default(), &profile, Default::default(), 1);
+    let mut b = a.clone();
+    assign_drift(&mut a, DriftScenario::Mixed { extent: 1.0 }, 9);
+    assign_drift(&mut b, DriftScenario::Mixed { extent: 1.0 }, 9);
+    assert!(a.iter().zip(&b).all(|(x, y)| x.drift == y.drift));
+    assign_drift(&mut a, DriftScenario::Increasing { extent: 1.0 }, 9);
+    for j in &a {
+        let Drift::Increasing { extent } = j.drift else { panic!() };
+        let b = j.spec.job_type.model.params_b();
+        assert!(if b >= 14.0 { extent == 1.0 } else { extent < 1.0 }, "{b}B: {extent}");
+    }
+}
