@@ -12,6 +12,7 @@ pub mod runtime;
 pub mod state;
 pub mod switch;
 pub mod sync;
+pub mod syncplan;
 
 pub use profile::{Deployment, Estimate, EstimateSource, ProfileError, ProfileModel, REFERENCE_BATCH};
 pub use rng::{named_stream, Stream};

@@ -12,10 +12,8 @@ use weave_core::{Bytes, Micros, ModelSize, NetworkConfig};
 
 /// Fraction of line rate one inter-cluster stream achieves (fitted to Fig. 12).
 pub const STREAM_EFFICIENCY: f64 = 0.85;
-const TOPOLOGY_FIXED_S: f64 = 0.06;
-const FLAT_FIXED_S: f64 = 0.6;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SyncPlanKind {
     /// One shard per training GPU crosses the slow link once, in parallel streams.
@@ -29,7 +27,8 @@ pub fn sync_bytes(model: ModelSize) -> Bytes {
     Bytes((model.params() * 2.0).round() as u64)
 }
 
-/// Predicted sync time for a job with `train_gpus` senders and `rollout_gpus` receivers.
+/// Predicted sync time for a job with `train_gpus` senders and `rollout_gpus` receivers
+/// (8 GPUs per node): the prediction of the explicit plan (see `syncplan`).
 pub fn sync_time(
     model: ModelSize,
     plan: SyncPlanKind,
@@ -37,18 +36,6 @@ pub fn sync_time(
     rollout_gpus: u32,
     net: &NetworkConfig,
 ) -> Micros {
-    let bytes = sync_bytes(model).0 as f64;
-    let stream = net.inter_cluster_per_stream().bytes_per_sec() * STREAM_EFFICIENCY;
-    let (rate, fixed) = match plan {
-        SyncPlanKind::TopologyAware => {
-            let streams = train_gpus.min(rollout_gpus).max(1) as f64;
-            let mut rate = stream * streams;
-            if net.inter_cluster_aggregate_gbps > 0.0 {
-                rate = rate.min(net.inter_cluster_aggregate_gbps * 1e9 / 8.0 * STREAM_EFFICIENCY);
-            }
-            (rate, TOPOLOGY_FIXED_S)
-        }
-        SyncPlanKind::Flat => (stream, FLAT_FIXED_S),
-    };
-    Micros::from_secs_f64(bytes / rate + fixed) + net.message_latency()
+    let topo = crate::syncplan::Topology::new(net, train_gpus, rollout_gpus, weave_core::GPUS_PER_NODE);
+    crate::syncplan::predict(&crate::syncplan::plan(plan, sync_bytes(model).0, &topo), &topo)
 }
