@@ -13,6 +13,8 @@ mod serve_bench;
 mod serve_cmd;
 mod simulate_cmd;
 mod sweep_cmd;
+mod sync_bench;
+mod sync_cmd;
 mod table;
 mod trace_cmd;
 
@@ -47,6 +49,9 @@ enum Command {
     /// Jobs on a running `weave serve`.
     #[command(subcommand)]
     Job(client_cmd::JobCommand),
+    /// Weight synchronisation: plans, the transfer engine, the namespace experiment.
+    #[command(subcommand)]
+    Sync(sync_cmd::SyncCommand),
     /// Tokens for the tenants file.
     #[command(subcommand)]
     Token(serve_cmd::TokenCommand),
@@ -73,6 +78,7 @@ fn main() {
         Command::Serve(args) => serve_cmd::serve(args),
         Command::Job(cmd) => client_cmd::job(cmd),
         Command::Token(cmd) => serve_cmd::token(cmd),
+        Command::Sync(cmd) => sync_cmd::run(cmd),
         Command::Bench(cmd) => bench_cmd::run(cmd),
         Command::Sweep(cmd) => sweep_cmd::run(cmd),
         Command::Report(args) => report_cmd::run(args),
@@ -81,5 +87,14 @@ fn main() {
     if let Err(e) = result {
         eprintln!("error: {e:#}");
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn command_line_definition_is_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
     }
 }

@@ -1,0 +1,165 @@
+//! `weave sync plan|send|receive|bench`.
+
+use crate::input::{json, load_cluster, write_output};
+use crate::table;
+use anyhow::{bail, Context, Result};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use weave_core::{ModelSize, GPUS_PER_NODE};
+use weave_model::syncplan::{plan, predict, slow_bytes, verify, Topology};
+use weave_model::{sync_bytes, SyncPlanKind};
+use weave_sync::{Fault, Manifest, Source, Staging};
+
+#[derive(clap::Subcommand)]
+pub enum SyncCommand {
+    /// Show the flat and topology-aware plans for a shape and their predicted times.
+    Plan {
+        #[arg(long, default_value = "7B")]
+        model: ModelSize,
+        #[arg(long, default_value_t = 8)]
+        train_gpus: u32,
+        #[arg(long, default_value_t = 8)]
+        rollout_gpus: u32,
+        #[arg(long, value_name = "FILE")]
+        cluster: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Serve a model file's byte ranges (a training GPU's side of a transfer).
+    Send {
+        #[arg(long)]
+        model_file: PathBuf,
+        /// The model version served.
+        #[arg(long, default_value_t = 1)]
+        model_version: u64,
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: String,
+        /// Fault injection: drop one connection after this many bytes.
+        #[arg(long)]
+        fail_after_bytes: Option<u64>,
+    },
+    /// Receive this rollout GPU's part of a plan and publish the version.
+    Receive {
+        /// Manifest JSON; waited for until it appears.
+        #[arg(long)]
+        manifest: PathBuf,
+        #[arg(long)]
+        me: u32,
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: String,
+        #[arg(long)]
+        out: PathBuf,
+        /// Keep serving peers this long after publishing.
+        #[arg(long, default_value_t = 3.0)]
+        linger_s: f64,
+    },
+    /// Measured vs predicted sync time in network namespaces with rate-limited links (root).
+    Bench(crate::sync_bench::BenchArgs),
+}
+
+pub fn run(cmd: SyncCommand) -> Result<()> {
+    match cmd {
+        SyncCommand::Plan { model, train_gpus, rollout_gpus, cluster, json: as_json } => {
+            show_plan(model, train_gpus, rollout_gpus, cluster, as_json)
+        }
+        SyncCommand::Send { model_file, model_version, listen, fail_after_bytes } => {
+            send(model_file, model_version, &listen, fail_after_bytes)
+        }
+        SyncCommand::Receive { manifest, me, listen, out, linger_s } => receive(&manifest, me, &listen, &out, linger_s),
+        SyncCommand::Bench(args) => crate::sync_bench::run(args),
+    }
+}
+
+fn show_plan(model: ModelSize, n: u32, m: u32, cluster: Option<PathBuf>, as_json: bool) -> Result<()> {
+    if n == 0 || m == 0 {
+        bail!("--train-gpus and --rollout-gpus must be at least 1");
+    }
+    let cluster = load_cluster(cluster.as_deref())?;
+    let topo = Topology::new(&cluster.network, n, m, GPUS_PER_NODE);
+    let bytes = sync_bytes(model).0;
+    let mut rows = Vec::new();
+    for kind in [SyncPlanKind::Flat, SyncPlanKind::TopologyAware] {
+        let p = plan(kind, bytes, &topo);
+        verify(&p).map_err(anyhow::Error::msg)?;
+        rows.push(serde_json::json!({
+            "plan": kind, "transfers": p.transfers.len(), "slow_link_bytes": slow_bytes(&p),
+            "slow_link_copies": slow_bytes(&p) as f64 / bytes as f64, "predicted_s": predict(&p, &topo).as_secs_f64(),
+        }));
+    }
+    if as_json {
+        return write_output(None, &json(&rows)?);
+    }
+    let mut t = table::new(&["plan", "transfers", "slow-link copies", "predicted s"]);
+    for r in &rows {
+        t.add_row(vec![
+            r["plan"].as_str().unwrap_or("").to_string(),
+            r["transfers"].to_string(),
+            format!("{:.2}", r["slow_link_copies"].as_f64().unwrap_or(0.0)),
+            format!("{:.2}", r["predicted_s"].as_f64().unwrap_or(0.0)),
+        ]);
+    }
+    table::align_numbers(&mut t);
+    write_output(
+        None,
+        &format!("{model} ({:.1} GB bf16), {n} training GPUs -> {m} rollout GPUs\n{t}\n", bytes as f64 / 1e9),
+    )
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+fn send(model_file: PathBuf, version: u64, listen: &str, fail_after: Option<u64>) -> Result<()> {
+    if !model_file.exists() {
+        bail!("no model file {}", model_file.display());
+    }
+    runtime()?.block_on(async move {
+        let l = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
+        println!("listening {}", l.local_addr()?);
+        let fault = fail_after.map(Fault::drop_after).unwrap_or_default();
+        weave_sync::serve(l, Source::whole(model_file, version), fault).await.context("serving")
+    })
+}
+
+fn wait_for_manifest(path: &Path) -> Result<Manifest> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            return serde_json::from_str(&text).with_context(|| format!("{}: invalid manifest", path.display()));
+        }
+        if Instant::now() > deadline {
+            bail!("no manifest at {} after 60 s", path.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn receive(manifest: &Path, me: u32, listen: &str, out: &Path, linger_s: f64) -> Result<()> {
+    runtime()?.block_on(async move {
+        let l = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
+        let addr: SocketAddr = l.local_addr()?;
+        println!("listening {addr}");
+        let m = tokio::task::spawn_blocking({
+            let p = manifest.to_path_buf();
+            move || wait_for_manifest(&p)
+        })
+        .await??;
+        let staging = Staging::create(out, m.version, m.plan.model_bytes)?;
+        tokio::spawn(weave_sync::serve(l, staging.source(), Fault::default()));
+        let t = Instant::now();
+        let stats = weave_sync::receive(&m, me, &staging, out).await?;
+        let secs = t.elapsed().as_secs_f64();
+        println!(
+            "{}",
+            serde_json::json!({ "me": me, "seconds": secs, "stats": stats, "published": weave_sync::current(out) })
+        );
+        tokio::time::sleep(Duration::from_secs_f64(linger_s.max(0.0))).await;
+        let _ = std::fs::remove_file(&staging.path);
+        Ok(())
+    })
+}
