@@ -109,7 +109,7 @@ struct Output<'a> {
     policies: Vec<&'a PolicyReport>,
 }
 
-const NOTE: &str = "long-tail migration is not yet modelled inside the replay: weave and weave-no-migration are equal here (see `weave bench migration`)";
+const NOTE: &str = "long-tail migration on shared rollout nodes uses the request-level model's release point and straggler slowdown per job type (see `weave bench migration`)";
 
 pub fn run(args: Args) -> Result<()> {
     let profile = ProfileModel::builtin();

@@ -74,6 +74,12 @@ pub struct MemberSpec {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub enum Input {
     Join(MemberSpec),
+    /// Long-tail migration: the job's rollout stragglers moved to a few of its workers, so
+    /// its rollout nodes are free for the next member although the rollout has not finished.
+    RolloutReleased {
+        job: JobId,
+        iteration: u64,
+    },
     /// The job left or failed; whatever it held is released.
     Leave {
         job: JobId,
@@ -123,6 +129,7 @@ pub enum DispatchError {
 #[serde(rename_all = "snake_case")]
 pub enum LogKind {
     Join,
+    RolloutReleased,
     Leave,
     SwitchStart,
     PhaseStart,
@@ -313,6 +320,7 @@ impl Dispatcher {
             Input::SwitchFinished { job, phase, iteration } => self.switch_finished(job, phase, iteration, actions)?,
             Input::PhaseFinished { job, phase, iteration } => self.phase_finished(job, phase, iteration, actions)?,
             Input::SyncFinished { job, iteration } => self.sync_finished(job, iteration)?,
+            Input::RolloutReleased { job, iteration } => self.rollout_released(job, iteration)?,
         }
         self.pump(actions);
         Ok(())
@@ -440,6 +448,16 @@ impl Dispatcher {
                 }
             }
         }
+        Ok(())
+    }
+
+    fn rollout_released(&mut self, job: JobId, iteration: u64) -> Result<(), DispatchError> {
+        let m = self.member_in(job, Stage::Running(Phase::Rollout), iteration)?;
+        let nodes = m.spec.rollout_nodes.clone();
+        for &n in &nodes {
+            self.rollout[n as usize].release(job);
+        }
+        self.record(job, LogKind::RolloutReleased, Some(Phase::Rollout), iteration, &nodes, None);
         Ok(())
     }
 

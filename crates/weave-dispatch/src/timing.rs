@@ -360,7 +360,8 @@ fn input_job(i: &Input) -> JobId {
         Input::Leave { job }
         | Input::SwitchFinished { job, .. }
         | Input::PhaseFinished { job, .. }
-        | Input::SyncFinished { job, .. } => *job,
+        | Input::SyncFinished { job, .. }
+        | Input::RolloutReleased { job, .. } => *job,
     }
 }
 

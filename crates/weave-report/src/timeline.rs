@@ -124,7 +124,9 @@ fn lanes(events: &[&EventRecord], window: (f64, f64)) -> Vec<Lane> {
                 let phase = if e.phase == Some(Phase::Rollout) { "rollout" } else { "training" };
                 open.insert((job, key(e.phase)), (t, BarKind::Phase, lane_names(e.phase, &e.nodes), what(phase)));
             }
-            LogKind::PhaseEnd => close(&mut open, job, key(e.phase), t),
+            // With long-tail migration the nodes are handed on before the stragglers finish
+            // on a few workers: the bar on the nodes ends at the release.
+            LogKind::PhaseEnd | LogKind::RolloutReleased => close(&mut open, job, key(e.phase), t),
             LogKind::SyncStart => {
                 open.insert((job, 2), (t, BarKind::Sync, lane_names(None, &[]), what("weight sync after iteration")));
             }

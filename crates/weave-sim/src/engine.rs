@@ -29,6 +29,8 @@ struct Done {
 
 #[derive(Clone, Copy, PartialEq)]
 enum What {
+    /// Long-tail migration hands the job's rollout nodes on.
+    Release,
     Switch(Phase),
     Phase(Phase),
     Sync,
@@ -45,6 +47,7 @@ impl Done {
             What::Switch(phase) => Some(Input::SwitchFinished { job, phase, iteration }),
             What::Phase(phase) => Some(Input::PhaseFinished { job, phase, iteration }),
             What::Sync => Some(Input::SyncFinished { job, iteration }),
+            What::Release => Some(Input::RolloutReleased { job, iteration }),
             _ => None,
         }
     }
@@ -60,6 +63,7 @@ const VIOLATION_MARGIN: f64 = 1.02;
 #[derive(Clone, Copy)]
 struct Placed {
     group: GroupId,
+    block: u32,
     block_width: u32,
     pool_width: u32,
 }
@@ -89,6 +93,9 @@ pub struct Engine<'a> {
     cluster: &'a ClusterConfig,
     cfg: &'a SimConfig,
     resident: bool,
+    migration: bool,
+    /// Per rollout block: until when migrated stragglers occupy part of it, and what share.
+    stragglers: BTreeMap<(GroupId, u32), (Micros, f64)>,
     states: Vec<Option<JobState>>,
     placer: Placer,
     dispatchers: BTreeMap<GroupId, Dispatcher>,
@@ -127,6 +134,8 @@ impl<'a> Engine<'a> {
             cluster,
             cfg,
             resident,
+            migration: false,
+            stragglers: BTreeMap::new(),
             states: jobs.iter().map(|_| None).collect(),
             placer: Placer::new(placer_cfg),
             dispatchers: BTreeMap::new(),
@@ -141,6 +150,12 @@ impl<'a> Engine<'a> {
             actions: Vec::new(),
             now: Micros::ZERO,
         }
+    }
+
+    /// Turns long-tail migration on (shared rollout blocks only).
+    pub fn with_migration(mut self, on: bool) -> Self {
+        self.migration = on;
+        self
     }
 
     fn gpus(&self) -> (u32, u32) {
@@ -252,6 +267,10 @@ impl<'a> Engine<'a> {
         }
     }
 
+    fn block_members(&self, g: GroupId, block: u32) -> usize {
+        self.placer.group(g).map_or(0, |grp| grp.members.iter().filter(|m| m.block == block).count())
+    }
+
     /// Whether `ev` belongs to job `i`'s current placement.
     fn current(&self, i: usize, ev: Done) -> bool {
         self.states[i].as_ref().is_some_and(|s| s.epoch == ev.epoch && s.placed.is_some_and(|p| p.group == ev.group))
@@ -289,6 +308,7 @@ impl<'a> Engine<'a> {
         self.metrics.nodes(self.now, self.placer.nodes_in_use(), self.gpus());
         let placed = Placed {
             group: decision.group,
+            block: decision.block,
             block_width: decision.rollout_nodes.len() as u32,
             pool_width: decision.training_nodes.len() as u32,
         };
@@ -438,9 +458,31 @@ impl<'a> Engine<'a> {
                 let s = self.states[i].as_mut().expect("running job");
                 let (disagg, _) = draw_iteration(&self.jobs[i], &self.cfg.runtime, iteration, &mut s.rng);
                 s.current = disagg;
-                let n = s.placed.expect("placed").block_width * gpus.0;
-                self.metrics.busy(Pool::Rollout, n, disagg.rollout);
-                self.push(self.now + disagg.rollout, 1, i, What::Phase(Phase::Rollout), iteration);
+                let p = s.placed.expect("placed");
+                let gpus_on_block = p.block_width * gpus.0;
+                let key = (p.group, p.block);
+                // Stragglers of the previous rollout still hold part of the block: this one
+                // runs on the rest until they finish.
+                let mut d = disagg.rollout;
+                if let Some(&(until, share)) = self.stragglers.get(&key) {
+                    if until > self.now {
+                        d += until.saturating_sub(self.now).min(d).scale(share);
+                    }
+                }
+                let shape = self.jobs[i].migration;
+                let shared = self.migration && shape.release < 1.0 && self.block_members(p.group, p.block) > 1;
+                if shared {
+                    let release = d.scale(shape.release);
+                    let end = d.scale(shape.end);
+                    self.stragglers.insert(key, (self.now + end, shape.share));
+                    let busy = release + end.saturating_sub(release).scale(shape.share);
+                    self.metrics.busy(Pool::Rollout, gpus_on_block, busy);
+                    self.push(self.now + release, 1, i, What::Release, iteration);
+                    self.push(self.now + end, 1, i, What::Phase(Phase::Rollout), iteration);
+                } else {
+                    self.metrics.busy(Pool::Rollout, gpus_on_block, d);
+                    self.push(self.now + d, 1, i, What::Phase(Phase::Rollout), iteration);
+                }
             }
             Action::StartTraining { job, iteration } => {
                 let i = job.0 as usize;

@@ -91,7 +91,8 @@ pub fn replay(
             Replay { report: m.report(policy.name(), cluster), events: Vec::new() }
         }
         Some(placement) => {
-            let mut e = engine::Engine::new(jobs, cluster, cfg, placement, policy.scaling(), policy.resident());
+            let mut e = engine::Engine::new(jobs, cluster, cfg, placement, policy.scaling(), policy.resident())
+                .with_migration(policy.migration());
             e.run(progress);
             Replay { report: e.metrics.report(policy.name(), cluster), events: std::mem::take(&mut e.events) }
         }

@@ -74,11 +74,10 @@ impl Policy {
         self != Policy::WeaveCold
     }
 
-    /// Long-tail migration is modelled request by request (`weave bench migration`) but not
-    /// yet inside the simulator's node-granular dispatcher, so no policy uses it here and
-    /// `weave` equals `weave-no-migration` in replays.
+    /// Long-tail migration on shared rollout blocks: every co-execution policy but the
+    /// `weave-no-migration` ablation (solo jobs never share a block; colocated has none).
     pub fn migration(self) -> bool {
-        false
+        !matches!(self, Policy::WeaveNoMigration | Policy::SoloDisagg | Policy::Colocated)
     }
 }
 

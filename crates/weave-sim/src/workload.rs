@@ -42,6 +42,59 @@ pub struct SimJob {
     pub place: PlaceJob,
     /// How the job's durations drift over its life (see `dynamics::assign_drift`).
     pub drift: weave_model::Drift,
+    /// How long-tail migration reshapes the job's rollouts on a shared block.
+    pub migration: MigrationShape,
+}
+
+/// Long-tail migration of one rollout, as fractions of its duration without migration: the
+/// nodes are handed on at `release`, the stragglers finish at `end` (later: they are packed
+/// onto a few workers and re-generated there), and meanwhile they occupy `share` of the block.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct MigrationShape {
+    pub release: f64,
+    pub end: f64,
+    pub share: f64,
+}
+
+impl MigrationShape {
+    /// No migration: the rollout holds its nodes to the end.
+    pub const NONE: MigrationShape = MigrationShape { release: 1.0, end: 1.0, share: 0.0 };
+}
+
+/// Measures the migration shape of a job type with the request-level rollout model (trigger:
+/// the remaining requests fit in two workers), averaged over `samples` seeded rollouts.
+pub fn migration_shape(spec: &JobSpec, seed: u64, samples: usize) -> MigrationShape {
+    use weave_dispatch::rollout::{simulate_rollout, MigrationTrigger, RolloutConfig};
+    let tp = if spec.job_type.model.params_b() >= 32.0 { 2 } else { 1 };
+    let cfg = RolloutConfig::for_job(spec.batch, spec.job_type.max_tokens, spec.rollout_nodes, tp);
+    let starts = vec![0.0; cfg.workers as usize];
+    let mut rng =
+        named_stream(seed, "migration-shape", spec.job_type.model.0 as u64 ^ ((spec.job_type.max_tokens as u64) << 32));
+    let (mut release, mut end, mut n) = (0.0, 0.0, 0);
+    for _ in 0..samples.max(1) {
+        let lengths = cfg.draw_lengths(&mut rng);
+        let plain = simulate_rollout(&cfg, &lengths, &starts, MigrationTrigger::Never).end;
+        let mig = simulate_rollout(&cfg, &lengths, &starts, MigrationTrigger::FitsInWorkers(2));
+        if let (Some(t), true) = (mig.migrated_at, plain > 0.0) {
+            release += t / plain;
+            end += mig.end / plain;
+            n += 1;
+        }
+    }
+    if n == 0 || cfg.workers <= 2 {
+        return MigrationShape::NONE;
+    }
+    MigrationShape { release: release / n as f64, end: end / n as f64, share: 2.0 / cfg.workers as f64 }
+}
+
+/// Fills in every job's migration shape (one measurement per distinct job shape).
+pub fn assign_migration(jobs: &mut [SimJob], seed: u64) {
+    let mut cache: std::collections::BTreeMap<(weave_core::JobType, u32, u32), MigrationShape> =
+        std::collections::BTreeMap::new();
+    for j in jobs {
+        let key = (j.spec.job_type, j.spec.batch, j.spec.rollout_nodes);
+        j.migration = *cache.entry(key).or_insert_with(|| migration_shape(&j.spec, seed, 10));
+    }
 }
 
 impl SimJob {
@@ -84,6 +137,18 @@ pub fn prepare(
     slo: SloSetting,
     seed: u64,
 ) -> Vec<SimJob> {
+    let mut jobs = prepare_jobs(trace, cluster, profile, slo, seed);
+    assign_migration(&mut jobs, seed);
+    jobs
+}
+
+fn prepare_jobs(
+    trace: &Trace,
+    cluster: &ClusterConfig,
+    profile: &ProfileModel,
+    slo: SloSetting,
+    seed: u64,
+) -> Vec<SimJob> {
     trace
         .jobs
         .iter()
@@ -110,6 +175,7 @@ pub fn prepare(
                 sync,
                 cold_start,
                 drift: weave_model::Drift::None,
+                migration: MigrationShape::NONE,
             }
         })
         .collect()

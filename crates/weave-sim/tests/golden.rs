@@ -53,10 +53,42 @@ fn two_jobs_share_one_weave_group() {
     // 618.5 s.
     let trace = r#"{"id":"a","arrival_s":0,"type":"7B_8k","iterations":2,"slo":2.0,"rollout_s":100,"train_s":100}
 {"id":"b","arrival_s":0,"type":"7B_8k","iterations":2,"slo":2.0,"rollout_s":100,"train_s":100}"#;
-    let r = run(trace, Policy::Weave);
+    // The hand-derived timeline is the dispatcher's without long-tail migration.
+    let r = run(trace, Policy::WeaveNoMigration);
     assert_eq!((r.admissions.isolated, r.admissions.direct, r.admissions.scaling), (1, 1, 0));
     assert!((r.makespan_h * 3600.0 - 618.5).abs() < 1e-6);
     assert_eq!(r.total_cost, Money(9_799_789));
+    // With migration, every rollout on the shared node hands it on at 60.3% of its length (the
+    // request-level model's release point for 7B_8k), and its stragglers take 32.8% longer.
+    let cfg = SimConfig { runtime: RuntimeModel::deterministic(), events: true, ..SimConfig::default() };
+    let parsed = parse(trace, Format::Jsonl, "golden", &ReadOptions::default()).unwrap();
+    let cluster = ClusterConfig::default();
+    let jobs = prepare(&parsed, &cluster, &ProfileModel::builtin(), cfg.slo, cfg.seed);
+    let shape = jobs[0].migration;
+    assert!((shape.release - 0.6026).abs() < 1e-3 && (shape.end - 1.3281).abs() < 1e-3, "{shape:?}");
+    let mig = replay(&jobs, &cluster, Policy::Weave, &cfg, &mut |_, _| {});
+    let released: Vec<_> =
+        mig.events.iter().filter(|e| e.entry.kind == weave_dispatch::LogKind::RolloutReleased).collect();
+    // All four rollouts are shared: even A's first starts after its 38.8 s cold switch, when B
+    // has joined.
+    assert_eq!(released.len(), 4);
+    let starts: Vec<_> = mig
+        .events
+        .iter()
+        .filter(|e| {
+            e.entry.kind == weave_dispatch::LogKind::PhaseStart && e.entry.phase == Some(weave_dispatch::Phase::Rollout)
+        })
+        .collect();
+    for rel in &released {
+        let start = starts
+            .iter()
+            .rev()
+            .find(|s| s.entry.job == rel.entry.job && s.entry.iteration == rel.entry.iteration)
+            .unwrap();
+        let took = rel.entry.time.0 - start.entry.time.0;
+        assert!((took as f64 - 100e6 * shape.release).abs() <= 1.0 + 100e6 * shape.share, "released after {took} us");
+    }
+    assert_ne!(mig.report.makespan_h, r.makespan_h);
     // Solo-disagg pays two pairs of nodes.
     let solo = run(trace, Policy::SoloDisagg);
     assert_eq!((solo.rollout.peak_gpus, solo.training.peak_gpus), (16, 16));
