@@ -296,6 +296,14 @@ impl Dispatcher {
         &self.memory
     }
 
+    /// Whether a member other than `job` is ready for a rollout that needs rollout node `node`
+    /// (so handing the node on early would let it start).
+    pub fn rollout_waiting(&self, node: u32, job: JobId) -> bool {
+        self.members.values().any(|m| {
+            m.spec.job != job && m.stage == Stage::Ready(Phase::Rollout) && m.spec.rollout_nodes.contains(&node)
+        })
+    }
+
     /// Completed iterations of a member.
     pub fn iteration(&self, job: JobId) -> Option<u64> {
         self.members.get(&job).map(|m| m.iteration)

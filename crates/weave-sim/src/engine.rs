@@ -29,6 +29,9 @@ struct Done {
 
 #[derive(Clone, Copy, PartialEq)]
 enum What {
+    /// The long-tail migration trigger of a rollout: migrate if another job waits for the
+    /// nodes, else let the rollout finish where it is.
+    MigrationPoint,
     /// Long-tail migration hands the job's rollout nodes on.
     Release,
     Switch(Phase),
@@ -86,6 +89,9 @@ struct JobState {
     measured: VecDeque<PhaseTimes>,
     restarts: u32,
     last_move: Option<Micros>,
+    /// The current rollout's start and its duration without migration.
+    rollout_started: Micros,
+    rollout_plain: Micros,
 }
 
 pub struct Engine<'a> {
@@ -257,6 +263,12 @@ impl<'a> Engine<'a> {
                 }
                 false
             }
+            What::MigrationPoint => {
+                if self.current(i, ev) {
+                    self.migration_point(i, ev.iteration);
+                }
+                false
+            }
             _ => {
                 if !self.current(i, ev) {
                     return false;
@@ -264,6 +276,29 @@ impl<'a> Engine<'a> {
                 let input = ev.input().expect("dispatcher event");
                 self.dispatch(ev.group, input)
             }
+        }
+    }
+
+    /// At a rollout's migration trigger: if another job waits for the block, move the
+    /// stragglers to a few workers and hand the block on; otherwise finish in place.
+    fn migration_point(&mut self, i: usize, iteration: u64) {
+        let s = self.states[i].as_ref().expect("running job");
+        let p = s.placed.expect("placed");
+        let (start, d) = (s.rollout_started, s.rollout_plain);
+        let gpus_on_block = p.block_width * self.gpus().0;
+        let waiting = self.dispatchers.get(&p.group).is_some_and(|disp| disp.rollout_waiting(p.block, JobId(i as u32)));
+        let shape = self.jobs[i].migration;
+        if waiting {
+            let end = start + d.scale(shape.end);
+            let release = self.now.saturating_sub(start);
+            self.stragglers.insert((p.group, p.block), (end, shape.share));
+            self.metrics.busy(Pool::Rollout, gpus_on_block, release + end.saturating_sub(self.now).scale(shape.share));
+            self.metrics.migrations_long_tail += 1;
+            self.push(self.now, 1, i, What::Release, iteration);
+            self.push(end, 1, i, What::Phase(Phase::Rollout), iteration);
+        } else {
+            self.metrics.busy(Pool::Rollout, gpus_on_block, d);
+            self.push(start + d, 1, i, What::Phase(Phase::Rollout), iteration);
         }
     }
 
@@ -330,6 +365,8 @@ impl<'a> Engine<'a> {
             measured: VecDeque::new(),
             restarts: 0,
             last_move: None,
+            rollout_started: Micros::ZERO,
+            rollout_plain: Micros::ZERO,
         });
         if s.restarts == 0 && s.placed.is_none() && s.done == 0 && s.epoch == 0 {
             self.metrics.queue_delays.push(now.saturating_sub(job.spec.arrival));
@@ -471,14 +508,11 @@ impl<'a> Engine<'a> {
                 }
                 let shape = self.jobs[i].migration;
                 let shared = self.migration && shape.release < 1.0 && self.block_members(p.group, p.block) > 1;
+                let s = self.states[i].as_mut().expect("running job");
+                s.rollout_started = self.now;
+                s.rollout_plain = d;
                 if shared {
-                    let release = d.scale(shape.release);
-                    let end = d.scale(shape.end);
-                    self.stragglers.insert(key, (self.now + end, shape.share));
-                    let busy = release + end.saturating_sub(release).scale(shape.share);
-                    self.metrics.busy(Pool::Rollout, gpus_on_block, busy);
-                    self.push(self.now + release, 1, i, What::Release, iteration);
-                    self.push(self.now + end, 1, i, What::Phase(Phase::Rollout), iteration);
+                    self.push(self.now + d.scale(shape.release), 1, i, What::MigrationPoint, iteration);
                 } else {
                     self.metrics.busy(Pool::Rollout, gpus_on_block, d);
                     self.push(self.now + d, 1, i, What::Phase(Phase::Rollout), iteration);

@@ -30,6 +30,8 @@ pub struct Metrics {
     pub node_failures: u64,
     pub lost_iterations: u64,
     pub failed_permanently: u64,
+    /// Rollouts whose stragglers were moved so another job could start (long-tail migration).
+    pub migrations_long_tail: u64,
     /// (time, rollout GPUs held, training GPUs held) at every change.
     series: Vec<(Micros, u32, u32)>,
 }
@@ -171,6 +173,7 @@ impl Metrics {
             node_failures: self.node_failures,
             lost_iterations: self.lost_iterations,
             failed_permanently: self.failed_permanently,
+            long_tail_migrations: self.migrations_long_tail,
             gpu_series: self.downsampled(1_000),
             per_job: self.jobs.clone(),
         }
@@ -261,6 +264,9 @@ pub struct PolicyReport {
     /// Iterations redone because a failure lost them (since the last checkpoint).
     pub lost_iterations: u64,
     pub failed_permanently: u64,
+    /// Rollouts that handed their nodes on early (long-tail migration).
+    #[serde(default)]
+    pub long_tail_migrations: u64,
     /// GPUs held over time (at most 1,000 points; per-bucket maxima).
     pub gpu_series: Vec<SeriesPoint>,
     /// Every job's outcome (omitted from JSON when empty).
