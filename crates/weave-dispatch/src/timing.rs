@@ -205,7 +205,7 @@ pub const DEFAULT_ITERATIONS: u64 = 48;
 /// `iterations` per member and measures the second half.
 pub fn simulate(members: &[TimingMember], iterations: u64) -> GroupTiming {
     let l = loads(members);
-    let run = run_group(members, iterations.max(8));
+    let run = run_group_unlogged(members, iterations.max(8), Fairness::RoundRobin);
     let lo = (iterations.max(8) / 2) as usize;
     // Stop short of the last iterations: as members finish, the others run alone.
     let hi = iterations.max(8) as usize - 3;
@@ -233,12 +233,28 @@ pub fn simulate(members: &[TimingMember], iterations: u64) -> GroupTiming {
     }
 }
 
+/// A resource of a group: the training pool or one rollout node. Orders training first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Lane {
+    Training,
+    Rollout(u32),
+}
+
+impl std::fmt::Display for Lane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Lane::Training => f.write_str("training"),
+            Lane::Rollout(n) => write!(f, "r{n}"),
+        }
+    }
+}
+
 /// What one deterministic run of a group produced.
 pub struct GroupRun {
     /// End time of every training phase, per member, by iteration.
     pub train_ends: BTreeMap<JobId, Vec<Micros>>,
     /// (resource, start, end, is_switch) intervals.
-    pub intervals: Vec<(String, Micros, Micros, bool)>,
+    pub intervals: Vec<(Lane, Micros, Micros, bool)>,
     /// Every dispatcher decision, for timelines and golden tests.
     pub log: Vec<crate::LogEntry>,
     pub end: Micros,
@@ -247,20 +263,20 @@ pub struct GroupRun {
 impl GroupRun {
     fn usage(&self, start: Micros, end: Micros) -> Vec<PoolUse> {
         let span = end.saturating_sub(start).0.max(1) as f64;
-        let mut acc: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+        let mut acc: BTreeMap<Lane, (u64, u64)> = BTreeMap::new();
         for (res, a, b, is_switch) in &self.intervals {
             let clipped = (*b).min(end).saturating_sub((*a).max(start)).0;
-            let e = acc.entry(res.clone()).or_default();
+            let e = acc.entry(*res).or_default();
             if *is_switch {
                 e.1 += clipped;
             } else {
                 e.0 += clipped;
             }
         }
-        // Training first, then rollout nodes in numeric order.
-        let mut names: Vec<&String> = acc.keys().collect();
-        names.sort_by_key(|n| (n.as_str() != "training", n.trim_start_matches('r').parse::<u32>().unwrap_or(0)));
-        names.into_iter().map(|n| pool_use(n.clone(), acc[n].0 as f64 / span, acc[n].1 as f64 / span)).collect()
+        // Training first, then rollout nodes in numeric order (the lanes' order).
+        acc.iter()
+            .map(|(lane, (busy, sw))| pool_use(lane.to_string(), *busy as f64 / span, *sw as f64 / span))
+            .collect()
     }
 }
 
@@ -272,8 +288,18 @@ pub fn run_group(members: &[TimingMember], iterations: u64) -> GroupRun {
 /// [`run_group`] with a choice of fairness. Under `Fifo` (the prototype's rules) same-instant
 /// events are ordered by (time, event kind, job id).
 pub fn run_group_with(members: &[TimingMember], iterations: u64, fairness: Fairness) -> GroupRun {
+    run_logged(members, iterations, fairness, true)
+}
+
+/// [`run_group_with`] without the decision log (predictions do not need it).
+pub fn run_group_unlogged(members: &[TimingMember], iterations: u64, fairness: Fairness) -> GroupRun {
+    run_logged(members, iterations, fairness, false)
+}
+
+fn run_logged(members: &[TimingMember], iterations: u64, fairness: Fairness, log: bool) -> GroupRun {
     let mut d = Dispatcher::new(GroupLimits::UNLIMITED);
     d.set_fairness(fairness);
+    d.set_logging(log);
     let by_job_id = fairness == Fairness::Fifo;
     let by_job: BTreeMap<JobId, &TimingMember> = members.iter().map(|m| (m.job, m)).collect();
     let mut queue: EventQueue<Input> = EventQueue::new();
@@ -321,34 +347,37 @@ fn schedule(
     run: &mut GroupRun,
     by_job_id: bool,
 ) {
-    let train = || vec!["training".to_string()];
-    let (class, input, dur, resources, is_switch) = match a {
-        Action::StartTraining { job, iteration } => (
-            0,
-            Input::PhaseFinished { job: *job, phase: Phase::Train, iteration: *iteration },
-            by_job[job].train,
-            train(),
-            false,
-        ),
+    const TRAINING: &[u32] = &[];
+    // (class, input, duration, rollout nodes or none for the training pool, lane used?, switch?)
+    let (class, input, dur, nodes, on_lane, is_switch) = match a {
+        Action::StartTraining { job, iteration } => {
+            let input = Input::PhaseFinished { job: *job, phase: Phase::Train, iteration: *iteration };
+            (0, input, by_job[job].train, TRAINING, true, false)
+        }
         Action::StartRollout { job, iteration, nodes } => {
             let input = Input::PhaseFinished { job: *job, phase: Phase::Rollout, iteration: *iteration };
-            (1, input, by_job[job].rollout, node_names(nodes), false)
+            (1, input, by_job[job].rollout, nodes.as_slice(), true, false)
         }
         Action::BeginSync { job, iteration, duration } => {
-            (2, Input::SyncFinished { job: *job, iteration: *iteration }, *duration, vec![], false)
+            (2, Input::SyncFinished { job: *job, iteration: *iteration }, *duration, TRAINING, false, false)
         }
         Action::BeginSwitch { job, phase, iteration, duration, nodes, .. } => {
             let input = Input::SwitchFinished { job: *job, phase: *phase, iteration: *iteration };
             match phase {
-                Phase::Train => (3, input, *duration, train(), true),
-                Phase::Rollout => (4, input, *duration, node_names(nodes), true),
+                Phase::Train => (3, input, *duration, TRAINING, true, true),
+                Phase::Rollout => (4, input, *duration, nodes.as_slice(), true, true),
             }
         }
         Action::Completed { .. } => return,
     };
     let end = now + dur;
-    for r in resources {
-        run.intervals.push((r, now, end, is_switch));
+    if on_lane {
+        if nodes.is_empty() {
+            run.intervals.push((Lane::Training, now, end, is_switch));
+        }
+        for n in nodes {
+            run.intervals.push((Lane::Rollout(*n), now, end, is_switch));
+        }
     }
     let key = if by_job_id { input_job(&input).0 as u64 } else { 0 };
     queue.push_keyed(end, class, key, input);
@@ -363,8 +392,4 @@ fn input_job(i: &Input) -> JobId {
         | Input::SyncFinished { job, .. }
         | Input::RolloutReleased { job, .. } => *job,
     }
-}
-
-fn node_names(nodes: &[u32]) -> Vec<String> {
-    nodes.iter().map(|n| format!("r{n}")).collect()
 }

@@ -22,7 +22,7 @@ use crate::metrics::Admissions;
 use rand::Rng;
 use serde::Serialize;
 use weave_core::{JobId, JobSpec, Lifetime, Micros, PhaseTimes};
-use weave_dispatch::timing::run_group_with;
+use weave_dispatch::timing::{run_group_unlogged, Lane};
 use weave_dispatch::{Fairness, SwitchCosts, TimingMember};
 use weave_model::{named_stream, Deployment, ProfileModel};
 use weave_trace::Trace;
@@ -136,16 +136,16 @@ fn simulate(jobs: &[PJob], nodes: &[u32], members: &[(usize, Vec<u32>)], iterati
             resident: true,
         })
         .collect();
-    let run = run_group_with(&tm, iterations, Fairness::Fifo);
+    let run = run_group_unlogged(&tm, iterations, Fairness::Fifo);
     let period = Micros(run.end.0 / iterations.max(1));
     let span = run.end.0.max(1) as f64;
     let mut node_busy = vec![0.0; nodes.len()];
     let mut train_busy = 0.0;
-    for (res, a, b, _) in &run.intervals {
+    for (lane, a, b, _) in &run.intervals {
         let f = (b.0 - a.0) as f64 / span;
-        match res.strip_prefix('r').and_then(|i| i.parse::<usize>().ok()) {
-            Some(i) => node_busy[i] += f,
-            None => train_busy += f,
+        match lane {
+            Lane::Rollout(i) => node_busy[*i as usize] += f,
+            Lane::Training => train_busy += f,
         }
     }
     Sim { period, train_busy, node_busy }
