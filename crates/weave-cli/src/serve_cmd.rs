@@ -69,8 +69,14 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         eprintln!("weave serve: listening on http://{addr} (store {})", args.data.display());
         // Tests and scripts read the bound address (useful with port 0) from stdout.
         println!("listening {addr}");
+        // Ctrl-C or SIGTERM: stop accepting, finish what is in flight. (Every acknowledged
+        // request is already durable, so a SIGKILL loses nothing either.)
         let shutdown = async {
-            let _ = tokio::signal::ctrl_c().await;
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+            }
         };
         weave_server::serve(listener, shared, shutdown).await.context("server failed")
     })
