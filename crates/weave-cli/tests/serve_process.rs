@@ -31,8 +31,31 @@ fn tenants(d: &Path) -> PathBuf {
     p
 }
 
+/// A server process that is killed when the test ends, even by a panic.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for Server {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Server {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
 /// Starts the server; returns the child and its address.
-fn serve(d: &Path) -> (Child, String) {
+fn serve(d: &Path) -> (Server, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_weave"))
         .args(["serve", "--addr", "127.0.0.1:0", "--heartbeat-timeout-s", "120"])
         .arg("--data")
@@ -47,7 +70,7 @@ fn serve(d: &Path) -> (Child, String) {
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     let addr =
         line.trim().strip_prefix("listening ").unwrap_or_else(|| panic!("unexpected first line `{line}`")).to_string();
-    (child, format!("http://{addr}"))
+    (Server(child), format!("http://{addr}"))
 }
 
 fn client() -> reqwest::blocking::Client {
