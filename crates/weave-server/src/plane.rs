@@ -285,6 +285,12 @@ impl Plane {
     /// Applies a checked record.
     pub fn apply(&mut self, rec: &Record) -> Result<(), PlaneError> {
         self.check(rec)?;
+        self.apply_checked(rec)
+    }
+
+    /// Applies a record [`Plane::check`] has just accepted (the server checks before it makes
+    /// the record durable; checking again would recompute the placement).
+    pub fn apply_checked(&mut self, rec: &Record) -> Result<(), PlaneError> {
         self.version += 1;
         match rec {
             Record::Submit { time_us, tenant, job } => self.submit(*time_us, tenant, job),

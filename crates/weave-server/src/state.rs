@@ -103,7 +103,7 @@ impl Shared {
         let rec = make(self.now_us());
         g.plane.check(&rec)?;
         g.store.append(&rec)?;
-        g.plane.apply(&rec)?;
+        g.plane.apply_checked(&rec)?;
         match &rec {
             Record::Submit { job, .. } => {
                 g.heartbeats.insert(job.id.clone(), Instant::now());
