@@ -132,7 +132,7 @@ pub fn predict_within_slo(members: &[TimingMember], jobs: &[&PlaceJob]) -> Optio
     if jobs.iter().any(|j| lower.0 as f64 > j.slo * j.solo().0 as f64) {
         return None;
     }
-    let p = predict(members);
+    let p = predict_with_bounds(members, (t_cycle, t_load));
     let ok = jobs.iter().zip(&p.coexec).all(|(j, c)| c.0 as f64 <= j.slo * j.solo().0 as f64);
     ok.then_some(p)
 }
@@ -140,7 +140,12 @@ pub fn predict_within_slo(members: &[TimingMember], jobs: &[&PlaceJob]) -> Optio
 /// The group's steady state: closed form where it is exact, otherwise the dispatcher driven
 /// event by event.
 pub fn predict(members: &[TimingMember]) -> Prediction {
-    let (t_cycle, t_load) = bounds(members);
+    predict_with_bounds(members, bounds(members))
+}
+
+/// [`predict`] given `(T_cycle, T_load)` already computed (admission computes them first for
+/// its cheap rejection).
+fn predict_with_bounds(members: &[TimingMember], (t_cycle, t_load): (Micros, Micros)) -> Prediction {
     let train_load: Micros = members.iter().map(|m| m.train).sum();
     if t_load < t_cycle && closed_form_applies(members) {
         return Prediction {
