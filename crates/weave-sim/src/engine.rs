@@ -368,7 +368,8 @@ impl<'a> Engine<'a> {
             rollout_started: Micros::ZERO,
             rollout_plain: Micros::ZERO,
         });
-        if s.restarts == 0 && s.placed.is_none() && s.done == 0 && s.epoch == 0 {
+        // Queueing delay counts the first admission only (epoch 0: never placed before).
+        if s.epoch == 0 {
             self.metrics.queue_delays.push(now.saturating_sub(job.spec.arrival));
         }
         s.placed = Some(placed);
