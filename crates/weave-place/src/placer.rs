@@ -12,7 +12,7 @@ use crate::group::{Block, Group, Member, Prediction, Residency};
 use crate::job::PlaceJob;
 use rand::Rng;
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use thiserror::Error;
 use weave_core::{Bytes, ClusterConfig, GroupId, JobId, Micros, Money, NodeId, Pool};
 use weave_model::named_stream;
@@ -131,6 +131,10 @@ pub struct Placer {
     next_group: u32,
     next_node: [u32; 2],
     in_use: [u32; 2],
+    /// Nodes held by some group.
+    held: BTreeSet<NodeId>,
+    /// Nodes out of service (fixed capacity: a backend reported them gone); never handed out.
+    down: BTreeSet<NodeId>,
 }
 
 impl Placer {
@@ -142,6 +146,8 @@ impl Placer {
             next_group: 0,
             next_node: [0, 0],
             in_use: [0, 0],
+            held: BTreeSet::new(),
+            down: BTreeSet::new(),
         }
     }
 
@@ -175,9 +181,49 @@ impl Placer {
 
     fn free(&self, pool: usize) -> u32 {
         match self.cfg.capacity {
-            Some(cap) => [cap.0, cap.1][pool].saturating_sub(self.in_use[pool]),
+            Some(cap) => {
+                let idle_down =
+                    self.down.iter().filter(|n| pool_index(n.pool) == pool && !self.held.contains(n)).count();
+                [cap.0, cap.1][pool].saturating_sub(self.in_use[pool]).saturating_sub(idle_down as u32)
+            }
             None => u32::MAX,
         }
+    }
+
+    /// Takes a node out of service (`down = true`) or back in. Only meaningful with fixed
+    /// capacity, where node indices name real machines; jobs already on the node are not
+    /// moved (see [`Placer::jobs_on`]). Returns whether anything changed.
+    pub fn set_node_down(&mut self, node: NodeId, down: bool) -> bool {
+        if down {
+            self.down.insert(node)
+        } else {
+            self.down.remove(&node)
+        }
+    }
+
+    pub fn is_down(&self, node: NodeId) -> bool {
+        self.down.contains(&node)
+    }
+
+    /// Nodes out of service, in order.
+    pub fn down_nodes(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.down.iter().copied()
+    }
+
+    /// The jobs that run on `node` (its rollout block or its group's training pool), in
+    /// job order.
+    pub fn jobs_on(&self, node: NodeId) -> Vec<JobId> {
+        let mut out: Vec<JobId> = self
+            .groups
+            .values()
+            .flat_map(|g| {
+                let trains = g.training_nodes.contains(&node);
+                g.members.iter().filter(move |m| trains || g.block(m.block).is_some_and(|b| b.nodes.contains(&node)))
+            })
+            .map(|m| m.job.id)
+            .collect();
+        out.sort_unstable();
+        out
     }
 
     /// Places `job`; on success the placement is applied.
@@ -264,7 +310,12 @@ impl Placer {
     fn group_options(&self, g: &Group, job: &PlaceJob, stop_at_direct: bool, want_scaling: bool) -> Vec<Candidate> {
         let mut out = Vec::new();
         let res = &self.cfg.residency;
-        for b in &g.blocks {
+        // Nothing new ever lands on a node out of service.
+        let in_service = |nodes: &[NodeId]| !nodes.iter().any(|n| self.down.contains(n));
+        if !in_service(&g.training_nodes) {
+            return out;
+        }
+        for b in g.blocks.iter().filter(|b| in_service(&b.nodes)) {
             if let Some(p) = g.try_add(job, Some(b.id), res) {
                 out.push(Candidate {
                     kind: DecisionKind::Direct,
@@ -327,12 +378,26 @@ impl Placer {
         best.map(|(_, c)| c)
     }
 
+    /// Rents `n` new nodes (elastic: fresh indices, never reused) or takes the `n` lowest free
+    /// in-service nodes of a fixed pool (their indices name real machines).
     fn new_nodes(&mut self, pool: Pool, n: u32) -> Vec<NodeId> {
-        let p = (pool == Pool::Training) as usize;
-        let start = self.next_node[p];
-        self.next_node[p] += n;
-        self.in_use[p] += n;
-        (start..start + n).map(|index| NodeId { pool, index }).collect()
+        let p = pool_index(pool);
+        let nodes: Vec<NodeId> = match self.cfg.capacity {
+            Some(cap) => (0..[cap.0, cap.1][p])
+                .map(|index| NodeId { pool, index })
+                .filter(|node| !self.held.contains(node) && !self.down.contains(node))
+                .take(n as usize)
+                .collect(),
+            None => {
+                let start = self.next_node[p];
+                self.next_node[p] += n;
+                (start..start + n).map(|index| NodeId { pool, index }).collect()
+            }
+        };
+        debug_assert_eq!(nodes.len(), n as usize, "capacity was checked before");
+        self.in_use[p] += nodes.len() as u32;
+        self.held.extend(nodes.iter().copied());
+        nodes
     }
 
     fn apply(&mut self, job: PlaceJob, c: Candidate) -> Decision {
@@ -430,8 +495,13 @@ impl Placer {
             g.refresh(resident);
         }
         for n in &released {
-            self.in_use[(n.pool == Pool::Training) as usize] -= 1;
+            self.in_use[pool_index(n.pool)] -= 1;
+            self.held.remove(n);
         }
         Ok(Departure { job, group: gid, released, dissolved })
     }
+}
+
+fn pool_index(pool: Pool) -> usize {
+    (pool == Pool::Training) as usize
 }

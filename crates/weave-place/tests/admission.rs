@@ -110,3 +110,32 @@ fn baselines_place_deterministically() {
         assert_eq!(run(), run(), "{policy:?}");
     }
 }
+
+#[test]
+fn fixed_pools_reuse_released_nodes_and_never_hand_out_a_down_one() {
+    use weave_core::{JobId, NodeId, Pool};
+    let r = |index| NodeId { pool: Pool::Rollout, index };
+    let t = |index| NodeId { pool: Pool::Training, index };
+    let mut cfg = config(PlacePolicy::Weave);
+    cfg.capacity = Some((3, 1));
+    let mut p = Placer::new(cfg);
+    assert!(p.set_node_down(r(0), true));
+    assert!(!p.set_node_down(r(0), true), "already down");
+    // Rollout-heavy jobs with a tight SLO: the second scales out onto its own rollout node.
+    let a = p.admit(job(0, 400, 50, 1.2)).unwrap();
+    assert_eq!((a.rollout_nodes.clone(), a.training_nodes.clone()), (vec![r(1)], vec![t(0)]));
+    let b = p.admit(job(1, 400, 50, 1.2)).unwrap();
+    assert_eq!(b.kind, DecisionKind::Scaling);
+    assert_eq!(b.rollout_nodes, vec![r(2)]);
+    // r0 is down and r1, r2 are held: nothing is left for a third rollout-heavy job.
+    assert!(p.admit(job(2, 400, 50, 1.2)).is_err());
+    assert_eq!(p.jobs_on(r(2)), vec![JobId(1)]);
+    assert_eq!(p.jobs_on(t(0)), vec![JobId(0), JobId(1)]);
+    // A released node is handed out again; a node back in service too.
+    p.depart(JobId(1)).unwrap();
+    p.set_node_down(r(0), false);
+    let c = p.admit(job(3, 400, 50, 1.2)).unwrap();
+    assert_eq!(c.rollout_nodes, vec![r(0)]);
+    let d = p.admit(job(4, 400, 50, 1.2)).unwrap();
+    assert_eq!(d.rollout_nodes, vec![r(2)]);
+}

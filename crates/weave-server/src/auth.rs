@@ -17,11 +17,83 @@ pub struct Tenant {
 pub struct Caller {
     pub tenant: String,
     pub admin: bool,
+    /// A job token: the caller may only see and drive this one job.
+    pub job: Option<String>,
 }
 
 impl Caller {
-    pub fn may_see(&self, owner: &str) -> bool {
-        self.admin || self.tenant == owner
+    pub fn tenant(tenant: &str, admin: bool) -> Caller {
+        Caller { tenant: tenant.into(), admin, job: None }
+    }
+
+    /// Whether the caller may see and drive job `name` of tenant `owner`.
+    pub fn may_see(&self, owner: &str, name: &str) -> bool {
+        (self.admin || self.tenant == owner) && self.job.as_deref().is_none_or(|j| j == name)
+    }
+}
+
+/// Job tokens: what a launched job (on Ray) authenticates with. A token names its job and
+/// carries `SHA-256(secret, tenant, job)`; it lets the job drive itself and nothing else. The
+/// secret stays with the server (a file in its data directory); tokens are never stored.
+#[derive(Clone)]
+pub struct JobTokens {
+    secret: [u8; 32],
+}
+
+const JOB_TOKEN_PREFIX: &str = "wj1.";
+
+impl JobTokens {
+    pub fn new(secret: [u8; 32]) -> JobTokens {
+        JobTokens { secret }
+    }
+
+    /// Reads the secret from `path`, creating it (from the OS's random source, mode 0600)
+    /// when missing.
+    pub fn load_or_create(path: &std::path::Path) -> std::io::Result<JobTokens> {
+        use std::io::{Read, Write};
+        if let Ok(bytes) = std::fs::read(path) {
+            let secret: [u8; 32] = bytes.try_into().map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: expected 32 bytes", path.display()))
+            })?;
+            return Ok(JobTokens { secret });
+        }
+        let mut secret = [0u8; 32];
+        std::fs::File::open("/dev/urandom")?.read_exact(&mut secret)?;
+        let tmp = path.with_extension("tmp");
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+            f.write_all(&secret)?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, path)?;
+        Ok(JobTokens { secret })
+    }
+
+    fn mac(&self, tenant: &str, job: &str) -> [u8; 32] {
+        let mut h = Sha256::new();
+        h.update(self.secret);
+        h.update(tenant.as_bytes());
+        h.update([0u8]);
+        h.update(job.as_bytes());
+        h.finalize().into()
+    }
+
+    pub fn token(&self, tenant: &str, job: &str) -> String {
+        format!("{JOB_TOKEN_PREFIX}{job}.{}", hex(&self.mac(tenant, job)))
+    }
+
+    /// The caller for a job token; `owner` gives the tenant of a job by name.
+    pub fn authenticate(&self, header: Option<&str>, owner: impl Fn(&str) -> Option<String>) -> Option<Caller> {
+        let token = header?.strip_prefix("Bearer ")?.trim().strip_prefix(JOB_TOKEN_PREFIX)?;
+        let (job, mac) = token.rsplit_once('.')?;
+        let given = unhex(mac)?;
+        let tenant = owner(job)?;
+        constant_time_eq(&self.mac(&tenant, job), &given).then(|| Caller {
+            tenant,
+            admin: false,
+            job: Some(job.to_string()),
+        })
     }
 }
 
@@ -105,7 +177,7 @@ impl Tenants {
     /// The caller for an `Authorization` header value, if the token is known.
     pub fn authenticate(&self, header: Option<&str>) -> Option<Caller> {
         if self.open {
-            return Some(Caller { tenant: "default".into(), admin: true });
+            return Some(Caller::tenant("default", true));
         }
         let token = header?.strip_prefix("Bearer ")?.trim();
         let hash = sha256(token);
@@ -113,7 +185,7 @@ impl Tenants {
         let mut found = None;
         for t in &self.entries {
             if constant_time_eq(&t.token_sha256, &hash) && found.is_none() {
-                found = Some(Caller { tenant: t.name.clone(), admin: t.admin });
+                found = Some(Caller::tenant(&t.name, t.admin));
             }
         }
         found
@@ -132,11 +204,28 @@ mod tests {
             hex(&sha256("o-secret"))
         );
         let t = Tenants::from_toml(&text).unwrap();
-        assert_eq!(t.authenticate(Some("Bearer a-secret")), Some(Caller { tenant: "alice".into(), admin: false }));
+        assert_eq!(t.authenticate(Some("Bearer a-secret")), Some(Caller::tenant("alice", false)));
         assert!(t.authenticate(Some("Bearer o-secret")).unwrap().admin);
         assert_eq!(t.authenticate(Some("Bearer nope")), None);
         assert_eq!(t.authenticate(Some("a-secret")), None);
         assert_eq!(t.authenticate(None), None);
+    }
+
+    #[test]
+    fn job_tokens_drive_only_their_own_job() {
+        let tokens = JobTokens::new([7; 32]);
+        let owner = |job: &str| (job == "a.1" || job == "b").then(|| "alice".to_string());
+        let t = tokens.token("alice", "a.1");
+        let c = tokens.authenticate(Some(&format!("Bearer {t}")), owner).unwrap();
+        assert_eq!(c, Caller { tenant: "alice".into(), admin: false, job: Some("a.1".into()) });
+        assert!(c.may_see("alice", "a.1"));
+        assert!(!c.may_see("alice", "b"), "another job of the same tenant");
+        // A token for one job does not open another, nor survives a different secret.
+        let forged = t.replace("wj1.a.1.", "wj1.b.");
+        assert_eq!(tokens.authenticate(Some(&format!("Bearer {forged}")), owner), None);
+        assert_eq!(JobTokens::new([8; 32]).authenticate(Some(&format!("Bearer {t}")), owner), None);
+        assert_eq!(tokens.authenticate(Some("Bearer wj1.a.1.zz"), owner), None);
+        assert_eq!(tokens.authenticate(Some(&format!("Bearer {}", tokens.token("alice", "gone"))), owner), None);
     }
 
     #[test]

@@ -69,6 +69,10 @@ fn caller(s: &Shared, headers: &HeaderMap) -> ApiResult<Caller> {
     s.cfg
         .tenants
         .authenticate(h)
+        .or_else(|| {
+            let g = s.lock();
+            s.job_tokens.authenticate(h, |job| g.plane.job(job).map(|j| j.tenant.clone()))
+        })
         .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "missing or unknown bearer token"))
 }
 
@@ -87,6 +91,8 @@ fn json_body<T>(body: Result<Json<T>, JsonRejection>) -> ApiResult<T> {
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct JobView {
     pub id: String,
+    /// This admission's number (a re-admitted job gets a new one); names its launch.
+    pub uid: u32,
     pub tenant: String,
     pub state: JobState,
     pub job_type: String,
@@ -116,6 +122,7 @@ pub fn view(j: &JobEntry) -> JobView {
     let d = j.decision.as_ref();
     JobView {
         id: j.name.clone(),
+        uid: j.id.0,
         tenant: j.tenant.clone(),
         state: j.state,
         job_type: j.spec.job_type.to_string(),
@@ -139,7 +146,7 @@ pub fn view(j: &JobEntry) -> JobView {
 fn visible(s: &Shared, c: &Caller, name: &str) -> ApiResult<JobView> {
     let g = s.lock();
     match g.plane.job(name) {
-        Some(j) if c.may_see(&j.tenant) => Ok(view(j)),
+        Some(j) if c.may_see(&j.tenant, &j.name) => Ok(view(j)),
         _ => Err(ApiError::new(StatusCode::NOT_FOUND, format!("job `{name}` not found"))),
     }
 }
@@ -150,11 +157,14 @@ async fn submit(
     body: Result<Json<SubmitSpec>, JsonRejection>,
 ) -> ApiResult<(StatusCode, Json<serde_json::Value>)> {
     let c = caller(&s, &headers)?;
+    if c.job.is_some() {
+        return Err(ApiError::new(StatusCode::FORBIDDEN, "a job token cannot submit jobs"));
+    }
     let spec = json_body(body)?;
     {
         // Another tenant's job of the same name: refuse without revealing whose it is.
         let g = s.lock();
-        if g.plane.job(&spec.id).is_some_and(|j| !c.may_see(&j.tenant)) {
+        if g.plane.job(&spec.id).is_some_and(|j| !c.may_see(&j.tenant, &j.name)) {
             return Err(ApiError::new(StatusCode::CONFLICT, format!("job id `{}` is taken", spec.id)));
         }
     }
@@ -170,7 +180,7 @@ async fn submit(
 async fn list_jobs(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<Json<Vec<JobView>>> {
     let c = caller(&s, &headers)?;
     let g = s.lock();
-    Ok(Json(g.plane.jobs().filter(|j| c.may_see(&j.tenant)).map(view).collect()))
+    Ok(Json(g.plane.jobs().filter(|j| c.may_see(&j.tenant, &j.name)).map(view).collect()))
 }
 
 async fn show_job(
@@ -292,17 +302,16 @@ async fn groups(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<J
             .iter()
             .filter_map(|m| g.plane.job_name(m.job.id).and_then(|n| g.plane.job(n)))
             .map(|j| {
-                if c.may_see(&j.tenant) {
+                if c.may_see(&j.tenant, &j.name) {
                     json!({ "job": j.name, "granted": j.granted.map(|(p, k)| format!("{} {k}", phase_name(p))) })
                 } else {
                     json!({ "job": "(another tenant)" })
                 }
             })
             .collect();
-        let mine = grp
-            .members
-            .iter()
-            .any(|m| g.plane.job_name(m.job.id).and_then(|n| g.plane.job(n)).is_some_and(|j| c.may_see(&j.tenant)));
+        let mine = grp.members.iter().any(|m| {
+            g.plane.job_name(m.job.id).and_then(|n| g.plane.job(n)).is_some_and(|j| c.may_see(&j.tenant, &j.name))
+        });
         if !mine {
             continue;
         }
@@ -360,7 +369,11 @@ async fn events(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<J
         .plane
         .events()
         .iter()
-        .filter(|e| g.plane.job(&e.job).is_some_and(|j| c.may_see(&j.tenant)))
+        .filter(|e| match g.plane.job(&e.job) {
+            Some(j) => c.may_see(&j.tenant, &j.name),
+            // Node events belong to no job: operators see them.
+            None => e.job.is_empty() && c.admin,
+        })
         .cloned()
         .collect();
     Ok(Json(json!(visible)))

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use thiserror::Error;
-use weave_core::{ClusterConfig, GroupId, JobId, JobSpec, Micros, PhaseTimes};
+use weave_core::{ClusterConfig, GroupId, JobId, JobSpec, Micros, NodeId, PhaseTimes};
 use weave_dispatch::from_model::member_spec;
 use weave_dispatch::{Action, Dispatcher, GroupLimits, Input, Phase};
 use weave_model::ProfileModel;
@@ -53,6 +53,43 @@ pub struct SubmitSpec {
     /// Re-admission from a checkpoint: iterations already done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_from: Option<u64>,
+    /// What an execution backend runs for this job (absent: the job runs itself and only
+    /// asks Weave where and when).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch: Option<LaunchSpec>,
+}
+
+/// How an execution backend (Ray) starts a job.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LaunchSpec {
+    /// Shell command the job's driver runs, e.g. `python3 train.py --config x.yaml`.
+    pub entrypoint: String,
+    /// Extra environment variables (names starting with `WEAVE_` are Weave's own).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+impl LaunchSpec {
+    fn validate(&self) -> Result<(), PlaneError> {
+        let invalid = |field: &str, reason: &str| PlaneError::Invalid { field: field.into(), reason: reason.into() };
+        if self.entrypoint.trim().is_empty() || self.entrypoint.len() > 4096 {
+            return Err(invalid("launch.entrypoint", "expected a command of 1-4096 characters"));
+        }
+        for key in self.env.keys() {
+            let ok = !key.is_empty()
+                && key.len() <= 128
+                && !key.starts_with(|c: char| c.is_ascii_digit())
+                && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !ok {
+                return Err(invalid(&format!("launch.env.{key}"), "not a valid environment variable name"));
+            }
+            if key.starts_with("WEAVE_") {
+                return Err(invalid(&format!("launch.env.{key}"), "names starting with WEAVE_ are set by Weave"));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl SubmitSpec {
@@ -90,6 +127,9 @@ impl SubmitSpec {
                 });
             }
         }
+        if let Some(l) = &self.launch {
+            l.validate()?;
+        }
         spec.id = id;
         spec.arrival = arrival;
         Ok(spec)
@@ -122,6 +162,31 @@ pub enum Record {
         job: String,
         reason: String,
     },
+    /// An execution backend lost a node: it leaves service, every job on it fails and is
+    /// re-admitted from its last completed iteration where capacity allows.
+    NodeDown {
+        time_us: u64,
+        node: NodeId,
+        reason: String,
+    },
+    /// A lost node is back in service.
+    NodeUp {
+        time_us: u64,
+        node: NodeId,
+    },
+}
+
+impl Record {
+    pub fn time_us(&self) -> u64 {
+        match self {
+            Record::Submit { time_us, .. }
+            | Record::Cancel { time_us, .. }
+            | Record::Finish { time_us, .. }
+            | Record::Fail { time_us, .. }
+            | Record::NodeDown { time_us, .. }
+            | Record::NodeUp { time_us, .. } => *time_us,
+        }
+    }
 }
 
 #[derive(Debug, Error, PartialEq)]
@@ -167,6 +232,8 @@ pub struct JobEntry {
     pub submitted_us: u64,
     /// Current estimate (conservative at first, then re-estimated from measured phases).
     pub estimate: PhaseTimes,
+    /// The submission as made (re-admission after a node failure resubmits it).
+    pub submit: SubmitSpec,
     #[serde(skip)]
     measured: (VecDeque<Micros>, VecDeque<Micros>),
 }
@@ -258,6 +325,23 @@ impl Plane {
                     .map_err(|e| PlaneError::Placement(e.to_string()))
             }
             Record::Cancel { job, .. } | Record::Fail { job, .. } => self.running(job).map(|_| ()),
+            Record::NodeDown { node, .. } => {
+                self.in_inventory(*node)?;
+                if self.placer.is_down(*node) {
+                    return Err(PlaneError::Invalid {
+                        field: "node".into(),
+                        reason: format!("{node} is already down"),
+                    });
+                }
+                Ok(())
+            }
+            Record::NodeUp { node, .. } => {
+                self.in_inventory(*node)?;
+                if !self.placer.is_down(*node) {
+                    return Err(PlaneError::Invalid { field: "node".into(), reason: format!("{node} is not down") });
+                }
+                Ok(())
+            }
             Record::Finish { job, phase, iteration, .. } => {
                 let j = self.running(job)?;
                 if j.granted != Some((*phase, *iteration)) {
@@ -269,6 +353,22 @@ impl Plane {
                 Ok(())
             }
         }
+    }
+
+    /// Node failures only mean something for fixed pools, whose node names are machines.
+    fn in_inventory(&self, node: NodeId) -> Result<(), PlaneError> {
+        let cap = self.placer.config().capacity.ok_or_else(|| PlaneError::Invalid {
+            field: "node".into(),
+            reason: "node failures need fixed-capacity pools (the elastic mode rents fresh nodes)".into(),
+        })?;
+        let size = if node.pool == weave_core::Pool::Rollout { cap.0 } else { cap.1 };
+        if node.index >= size {
+            return Err(PlaneError::Invalid {
+                field: "node".into(),
+                reason: format!("{node} is not in the inventory ({size} {} nodes)", node.pool),
+            });
+        }
+        Ok(())
     }
 
     fn running(&self, name: &str) -> Result<&JobEntry, PlaneError> {
@@ -306,6 +406,43 @@ impl Plane {
                 self.finish(*time_us, job, *phase, *iteration, Micros(*duration_us), meta.clone());
                 Ok(())
             }
+            Record::NodeDown { time_us, node, reason } => {
+                self.node_down(*time_us, *node, reason);
+                Ok(())
+            }
+            Record::NodeUp { time_us, node } => {
+                self.placer.set_node_down(*node, false);
+                let meta = serde_json::json!({ "node": node.to_string() });
+                self.event(PlaneEvent { meta: Some(meta), ..ev(*time_us, "", "node-up", None, None, None) });
+                Ok(())
+            }
+        }
+    }
+
+    /// Takes `node` out of service; its jobs fail and are re-admitted from their last
+    /// completed iteration (their checkpoint) wherever the placer finds room.
+    fn node_down(&mut self, time_us: u64, node: NodeId, reason: &str) {
+        self.placer.set_node_down(node, true);
+        let meta = serde_json::json!({ "node": node.to_string(), "reason": reason });
+        self.event(PlaneEvent { meta: Some(meta), ..ev(time_us, "", "node-down", None, None, None) });
+        // Every affected job leaves first, so none is re-admitted into what is left of a
+        // group that still holds the lost node.
+        let mut leaving = Vec::new();
+        for id in self.placer.jobs_on(node) {
+            let name = self.names[id.0 as usize].clone();
+            let j = &self.jobs[&name];
+            let mut resubmit = j.submit.clone();
+            resubmit.resume_from = (j.completed_iterations > 0).then_some(j.completed_iterations);
+            leaving.push((name.clone(), j.tenant.clone(), resubmit));
+            self.end(time_us, &name, JobState::Failed, Some(format!("node {node} lost: {reason}")));
+        }
+        for (name, tenant, resubmit) in leaving {
+            let outcome = match self.submit(time_us, &tenant, &resubmit) {
+                Ok(()) => ("readmitted", serde_json::json!({ "resume_from": resubmit.resume_from.unwrap_or(0) })),
+                Err(e) => ("readmit-failed", serde_json::json!({ "reason": e.to_string() })),
+            };
+            let group = self.group_of(&name).filter(|_| outcome.0 == "readmitted");
+            self.event(PlaneEvent { meta: Some(outcome.1), ..ev(time_us, &name, outcome.0, None, None, group) });
         }
     }
 
@@ -347,6 +484,7 @@ impl Plane {
                 failure: None,
                 submitted_us: time_us,
                 estimate,
+                submit: submit.clone(),
                 measured: Default::default(),
             },
         );

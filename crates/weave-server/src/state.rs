@@ -2,7 +2,7 @@
 //! Every mutation goes check -> append (durable) -> apply, under one lock, so what a client
 //! was told succeeded is on disk and nothing half-done is ever visible.
 
-use crate::auth::Tenants;
+use crate::auth::{JobTokens, Tenants};
 use crate::plane::{JobState, Plane, PlaneError, Record};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -51,15 +51,8 @@ pub struct Shared {
     /// Time of the last record before this process started: the clock continues from there.
     offset_us: u64,
     pub changed: watch::Sender<u64>,
-}
-
-fn record_time(r: &Record) -> u64 {
-    match r {
-        Record::Submit { time_us, .. }
-        | Record::Cancel { time_us, .. }
-        | Record::Finish { time_us, .. }
-        | Record::Fail { time_us, .. } => *time_us,
-    }
+    /// Mints and checks the tokens of jobs an execution backend launches.
+    pub job_tokens: JobTokens,
 }
 
 impl Shared {
@@ -68,6 +61,9 @@ impl Shared {
         std::fs::create_dir_all(&cfg.data_dir)
             .map_err(|e| StoreError::Open { path: cfg.data_dir.display().to_string(), message: e.to_string() })?;
         let store = Store::open(&cfg.data_dir.join("weave.redb"))?;
+        let key = cfg.data_dir.join("job-token.key");
+        let job_tokens = JobTokens::load_or_create(&key)
+            .map_err(|e| StoreError::Open { path: key.display().to_string(), message: e.to_string() })?;
         let mut placer = PlacerConfig::for_cluster(&cfg.cluster, PlacePolicy::Weave, true, true, 0);
         if cfg.fixed_capacity {
             placer.capacity = Some((cfg.cluster.rollout.nodes, cfg.cluster.training.nodes));
@@ -77,13 +73,20 @@ impl Shared {
         let mut offset_us = 0;
         for (index, r) in records.iter().enumerate() {
             plane.apply(r).map_err(|error| ServeError::Recovery { index, error })?;
-            offset_us = offset_us.max(record_time(r) + 1);
+            offset_us = offset_us.max(r.time_us() + 1);
         }
         let now = Instant::now();
         // Running jobs get a fresh heartbeat grace period after a restart.
         let heartbeats = plane.jobs().filter(|j| j.state == JobState::Running).map(|j| (j.name.clone(), now)).collect();
         let (changed, _) = watch::channel(plane.version);
-        Ok(Shared { cfg, inner: Mutex::new(Inner { plane, store, heartbeats }), started: now, offset_us, changed })
+        Ok(Shared {
+            cfg,
+            inner: Mutex::new(Inner { plane, store, heartbeats }),
+            started: now,
+            offset_us,
+            changed,
+            job_tokens,
+        })
     }
 
     /// Microseconds on the plane's clock (monotonic across restarts).
@@ -114,6 +117,24 @@ impl Shared {
             Record::Finish { job, .. } => {
                 g.heartbeats.insert(job.clone(), Instant::now());
             }
+            Record::NodeDown { time_us, .. } => {
+                // Failed jobs stop being watched; re-admitted ones get a fresh grace period.
+                let now = Instant::now();
+                let jobs: Vec<(String, bool)> = g
+                    .plane
+                    .jobs()
+                    .filter(|j| g.heartbeats.contains_key(&j.name))
+                    .map(|j| (j.name.clone(), j.state == JobState::Running && j.submitted_us == *time_us))
+                    .collect();
+                for (name, readmitted) in jobs {
+                    if readmitted {
+                        g.heartbeats.insert(name, now);
+                    } else if g.plane.job(&name).is_some_and(|j| j.state != JobState::Running) {
+                        g.heartbeats.remove(&name);
+                    }
+                }
+            }
+            Record::NodeUp { .. } => {}
         }
         let version = g.plane.version;
         drop(g);

@@ -23,7 +23,7 @@ pub fn render(plane: &Plane, caller: &Caller, now_us: u64) -> String {
         plane.placer().hourly_cost().as_dollars()
     );
     h.push_str("<table><tr><th>job</th><th>state</th><th>group</th><th>now</th><th>iterations</th><th>predicted slowdown</th></tr>");
-    for j in plane.jobs().filter(|j| caller.may_see(&j.tenant)) {
+    for j in plane.jobs().filter(|j| caller.may_see(&j.tenant, &j.name)) {
         let v = crate::http::view(j);
         let _ = write!(
             h,
@@ -80,7 +80,7 @@ fn recent(plane: &Plane, caller: &Caller, now_us: u64) -> Timeline {
         });
     };
     for e in plane.events() {
-        let visible = plane.job(&e.job).is_some_and(|j| caller.may_see(&j.tenant));
+        let visible = plane.job(&e.job).is_some_and(|j| caller.may_see(&j.tenant, &j.name));
         let (Some(phase), Some(it), Some(g), true) = (e.phase, e.iteration, e.group, visible) else { continue };
         let t = e.time_us as f64 / 3.6e9;
         let key = (e.job.clone(), phase as u8);

@@ -1,0 +1,139 @@
+//! Node failures on fixed pools: the node leaves service, its jobs fail and are re-admitted
+//! from their last completed iteration, the others carry on; replay rebuilds the same state.
+
+use weave_core::{ClusterConfig, NodeId, Pool};
+use weave_dispatch::Phase;
+use weave_place::{DecisionKind, PlacePolicy, PlacerConfig};
+use weave_server::plane::{JobState, Plane, PlaneError, Record, SubmitSpec};
+
+fn plane() -> Plane {
+    let cluster = ClusterConfig::default();
+    let mut cfg = PlacerConfig::for_cluster(&cluster, PlacePolicy::Weave, true, true, 0);
+    cfg.capacity = Some((3, 1));
+    Plane::new(cluster, cfg)
+}
+
+fn submit(time_us: u64, id: &str) -> Record {
+    let job: SubmitSpec = serde_json::from_value(serde_json::json!({
+        "id": id, "type": "7B_8k", "iterations": 10, "slo": 1.3, "rollout_s": 300.0, "train_s": 100.0,
+        "launch": { "entrypoint": "python3 job.py", "env": { "SEED": "1" } }
+    }))
+    .unwrap();
+    Record::Submit { time_us, tenant: "alice".into(), job }
+}
+
+/// Measured phases as declared (300 s rollout, 100 s training): re-estimation keeps the plan.
+fn finish(time_us: u64, job: &str, phase: Phase, iteration: u64) -> Record {
+    let duration_us = if phase == Phase::Rollout { 300_000_000 } else { 100_000_000 };
+    Record::Finish { time_us, job: job.into(), phase, iteration, duration_us, meta: None }
+}
+
+fn node(s: &str) -> NodeId {
+    s.parse().unwrap()
+}
+
+/// Finishes every granted phase, round after round, until `job` has completed `n` iterations.
+fn run(p: &mut Plane, records: &mut Vec<Record>, job: &str, n: u64, t: &mut u64) {
+    while p.job(job).unwrap().completed_iterations < n {
+        let granted: Vec<(String, Phase, u64)> =
+            p.jobs().filter_map(|j| j.granted.map(|(ph, k)| (j.name.clone(), ph, k))).collect();
+        assert!(!granted.is_empty(), "nothing granted");
+        for (name, phase, k) in granted {
+            *t += 10;
+            let r = finish(*t, &name, phase, k);
+            p.apply(&r).unwrap();
+            records.push(r);
+        }
+    }
+}
+
+#[test]
+fn a_lost_node_fails_its_jobs_readmits_them_and_leaves_the_others() {
+    let mut p = plane();
+    let mut records = vec![submit(1, "a"), submit(2, "b")];
+    for r in &records {
+        p.apply(r).unwrap();
+    }
+    let (a, b) = (p.job("a").unwrap().clone(), p.job("b").unwrap().clone());
+    let (da, db) = (a.decision.unwrap(), b.decision.unwrap());
+    assert_eq!(da.group, db.group, "one co-execution group");
+    assert_eq!(db.kind, DecisionKind::Scaling);
+    assert_eq!((da.rollout_nodes[0], db.rollout_nodes[0]), (node("r0"), node("r1")));
+    let mut t = 10;
+    run(&mut p, &mut records, "b", 2, &mut t);
+    let a_before = p.job("a").unwrap().clone();
+
+    let down = Record::NodeDown { time_us: 100, node: node("r1"), reason: "Ray node died".into() };
+    p.apply(&down).unwrap();
+    records.push(down);
+    let b = p.job("b").unwrap();
+    assert_eq!(b.state, JobState::Running, "re-admitted");
+    assert_eq!(b.submit.resume_from, Some(2));
+    assert_eq!(b.completed_iterations, 2);
+    assert_eq!(b.decision.as_ref().unwrap().rollout_nodes, vec![node("r2")], "never the lost node");
+    assert_eq!(b.next, (Phase::Rollout, 2));
+    let kinds: Vec<&str> = p.events().iter().filter(|e| e.job == "b").map(|e| e.kind.as_str()).collect();
+    assert!(kinds.ends_with(&["failed", "admitted", "grant", "readmitted"]), "{kinds:?}");
+    let a = p.job("a").unwrap();
+    assert_eq!((a.state, a.id, &a.decision), (JobState::Running, a_before.id, &a_before.decision));
+    assert_eq!((a.next, a.granted), (a_before.next, a_before.granted), "a carries on where it was");
+
+    // A lost node is refused twice; one outside the inventory is refused with its name.
+    let again = Record::NodeDown { time_us: 101, node: node("r1"), reason: "x".into() };
+    assert!(matches!(p.check(&again), Err(PlaneError::Invalid { .. })));
+    let outside = Record::NodeDown { time_us: 101, node: node("r7"), reason: "x".into() };
+    assert!(p.check(&outside).unwrap_err().to_string().contains("r7 is not in the inventory"));
+
+    // The training node: both jobs fail; no training node is left, so neither comes back.
+    run(&mut p, &mut records, "b", 3, &mut t);
+    let down = Record::NodeDown { time_us: 200, node: node("t0"), reason: "gone".into() };
+    p.apply(&down).unwrap();
+    records.push(down);
+    for job in ["a", "b"] {
+        let j = p.job(job).unwrap();
+        assert_eq!(j.state, JobState::Failed, "{job}");
+        assert!(j.failure.as_deref().unwrap().contains("node t0 lost"), "{:?}", j.failure);
+    }
+    let refused = p.events().iter().filter(|e| e.kind == "readmit-failed").count();
+    assert_eq!(refused, 2);
+    // Back in service: a new job fits again.
+    let up = Record::NodeUp { time_us: 300, node: node("t0") };
+    p.apply(&up).unwrap();
+    records.push(up);
+    let c = submit(301, "c");
+    p.apply(&c).unwrap();
+    records.push(c);
+
+    // Replaying the records rebuilds the same jobs and events.
+    let mut q = plane();
+    for r in &records {
+        q.apply(r).unwrap();
+    }
+    assert_eq!(q.events(), p.events());
+    for (x, y) in p.jobs().zip(q.jobs()) {
+        assert_eq!(
+            (x.state, x.id, &x.decision, x.completed_iterations),
+            (y.state, y.id, &y.decision, y.completed_iterations)
+        );
+    }
+}
+
+#[test]
+fn node_failures_need_fixed_pools_and_launch_specs_are_checked() {
+    let cluster = ClusterConfig::default();
+    let p = Plane::new(cluster.clone(), PlacerConfig::for_cluster(&cluster, PlacePolicy::Weave, true, true, 0));
+    let down = Record::NodeDown { time_us: 1, node: NodeId { pool: Pool::Rollout, index: 0 }, reason: "x".into() };
+    assert!(p.check(&down).unwrap_err().to_string().contains("fixed-capacity"));
+    for (env, field) in [("WEAVE_JOB", "launch.env.WEAVE_JOB"), ("1X", "launch.env.1X"), ("A B", "launch.env.A B")] {
+        let job: SubmitSpec = serde_json::from_value(serde_json::json!({
+            "id": "j", "type": "7B_8k", "launch": { "entrypoint": "python3 x.py", "env": { env: "v" } }
+        }))
+        .unwrap();
+        let e = p.check(&Record::Submit { time_us: 1, tenant: "t".into(), job }).unwrap_err();
+        assert!(matches!(&e, PlaneError::Invalid { field: f, .. } if f == field), "{e}");
+    }
+    let job: SubmitSpec =
+        serde_json::from_value(serde_json::json!({ "id": "j", "type": "7B_8k", "launch": { "entrypoint": " " } }))
+            .unwrap();
+    assert!(p.check(&Record::Submit { time_us: 1, tenant: "t".into(), job }).is_err());
+}
