@@ -56,7 +56,7 @@ pub struct SubmitSpec {
     /// What an execution backend runs for this job (absent: the job runs itself and only
     /// asks Weave where and when).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub launch: Option<LaunchSpec>,
+    pub launch: Option<Box<LaunchSpec>>,
 }
 
 /// How an execution backend (Ray) starts a job.
