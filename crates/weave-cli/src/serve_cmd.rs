@@ -33,6 +33,58 @@ pub struct ServeArgs {
     /// Largest request body accepted, bytes.
     #[arg(long, default_value_t = 64 * 1024)]
     max_body_bytes: usize,
+    /// Execution backend: `none` (jobs run themselves and ask Weave where and when) or `ray`
+    /// (Weave launches admitted jobs on a Ray cluster whose labelled nodes are its inventory).
+    #[arg(long, value_enum, default_value = "none")]
+    backend: Backend,
+    /// The Ray dashboard's HTTP address (State and Job Submission APIs).
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:8265")]
+    ray_address: String,
+    /// The server's URL as launched jobs reach it (default: http://<bound address>).
+    #[arg(long, value_name = "URL")]
+    advertise_url: Option<String>,
+    /// How long a Ray job must stay ended before it fails its Weave job, seconds (a node's
+    /// death is told apart from the job's own failure in this time).
+    #[arg(long, default_value_t = 10.0)]
+    ray_grace_s: f64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Backend {
+    None,
+    Ray,
+}
+
+/// The Ray cluster's labelled nodes become the fixed pools (waits for Ray to answer).
+fn ray_inventory(args: &ServeArgs, cluster: &mut weave_core::ClusterConfig) -> Result<weave_ray::RayClient> {
+    let client = weave_ray::RayClient::new(&args.ray_address)?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let inventory = loop {
+        match client.inventory() {
+            Ok(inv) => break inv,
+            Err(e @ weave_ray::RayError::Inventory { .. }) => return Err(e).context("the Ray cluster's nodes"),
+            Err(e) if std::time::Instant::now() > deadline => return Err(e).context("Ray does not answer"),
+            Err(_) => std::thread::sleep(Duration::from_millis(500)),
+        }
+    };
+    let (rollout, training) = inventory.pool_sizes().context("the Ray cluster's nodes")?;
+    cluster.rollout.nodes = rollout;
+    cluster.training.nodes = training;
+    for (node, m) in &inventory.nodes {
+        let want = if node.pool == weave_core::Pool::Rollout { &cluster.rollout } else { &cluster.training };
+        if m.alive && m.gpus != want.gpus_per_node as f64 {
+            eprintln!(
+                "weave serve: warning: Ray node {} ({node}) has {} GPUs, the cluster config says {} per {} node",
+                m.ip, m.gpus, want.gpus_per_node, node.pool
+            );
+        }
+    }
+    eprintln!(
+        "weave serve: Ray at {}: {rollout} rollout and {training} training nodes ({} alive)",
+        client.address(),
+        inventory.nodes.values().filter(|m| m.alive).count()
+    );
+    Ok(client)
 }
 
 pub fn serve(args: ServeArgs) -> Result<()> {
@@ -48,11 +100,20 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     if !(args.heartbeat_timeout_s.is_finite() && args.heartbeat_timeout_s > 0.0) {
         bail!("--heartbeat-timeout-s must be positive");
     }
+    if !(args.ray_grace_s.is_finite() && args.ray_grace_s >= 0.0) {
+        bail!("--ray-grace-s must be non-negative");
+    }
+    let mut cluster = load_cluster(args.cluster.as_deref())?;
+    let ray = match args.backend {
+        Backend::Ray => Some(ray_inventory(&args, &mut cluster)?),
+        Backend::None => None,
+    };
     let cfg = ServerConfig {
         data_dir: args.data.clone(),
         tenants,
-        cluster: load_cluster(args.cluster.as_deref())?,
-        fixed_capacity: args.fixed_capacity,
+        cluster,
+        // Ray's nodes are the machines there are.
+        fixed_capacity: args.fixed_capacity || ray.is_some(),
         heartbeat_timeout: Duration::from_secs_f64(args.heartbeat_timeout_s),
         max_body_bytes: args.max_body_bytes,
         max_wait: Duration::from_secs(30),
@@ -78,7 +139,22 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
             }
         };
-        weave_server::serve(listener, shared, shutdown).await.context("server failed")
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let backend = ray.map(|client| {
+            let cfg = weave_ray::BackendConfig {
+                server_url: args.advertise_url.clone().unwrap_or_else(|| format!("http://{addr}")),
+                poll: Duration::from_millis(500),
+                grace: Duration::from_secs_f64(args.ray_grace_s),
+            };
+            let (backend, stop) = (weave_ray::RayBackend::new(client, shared.clone(), cfg), stop.clone());
+            std::thread::spawn(move || backend.run(stop))
+        });
+        let served = weave_server::serve(listener, shared, shutdown).await.context("server failed");
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(b) = backend {
+            let _ = tokio::task::spawn_blocking(move || b.join()).await;
+        }
+        served
     })
 }
 
