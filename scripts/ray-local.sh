@@ -108,7 +108,7 @@ kill_node() {
   # the address so 127.0.0.3 does not match 127.0.0.30.
   local pids
   pids=$(ip netns pids "$NS" | while read -r p; do
-    tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qE "(node[-_]ip[-_]address[= ]|--node-ip-address=)$ip( |\$)" && echo "$p"
+    { tr '\0' ' ' <"/proc/$p/cmdline"; } 2>/dev/null | grep -qE "(node[-_]ip[-_]address[= ]|--node-ip-address=)$ip( |\$)" && echo "$p"
   done || true)
   [ -n "$pids" ] || die "no processes found for node $node ($ip)"
   kill -9 $pids
@@ -127,7 +127,7 @@ case ${1:-} in
   check) check ;;
   up) up ;;
   down) down ;;
-  exec) shift; ray_env; in_ns "$@" ;;
+  exec) shift; ray_env; exec ip netns exec "$NS" "$@" ;;
   kill-node) kill_node "${2:?node name, e.g. r1}" ;;
   *) sed -n '2,15p' "$0" >&2; exit 2 ;;
 esac

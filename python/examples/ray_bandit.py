@@ -30,7 +30,7 @@ TRAIN_S = float(os.environ.get("BANDIT_TRAIN_S", "0.15"))
 
 def where():
     ctx = ray.get_runtime_context()
-    return {"ray_node": ctx.get_node_id(), "ip": ray.util.get_node_ip_address()}
+    return {"ray_node": ctx.get_node_id(), "ip": ray.util.get_node_ip_address(), "gpus": ray.get_gpu_ids()}
 
 
 @ray.remote
@@ -101,10 +101,10 @@ def meta_of(phase, out):
     if phase == "rollout":
         traj, places = out
         return {"weights_version": traj["version"], "mean_reward": sum(traj["rewards"]) / len(traj["rewards"]),
-                "ray_nodes": [p["ray_node"] for p in places], "ips": [p["ip"] for p in places]}
+                "ray_nodes": [p["ray_node"] for p in places], "gpus": [p["gpus"] for p in places]}
     _, version, places = out
     return {"new_weights_version": version, "ray_nodes": [p["ray_node"] for p in places],
-            "ips": [p["ip"] for p in places]}
+            "gpus": [p["gpus"] for p in places]}
 
 
 def main():

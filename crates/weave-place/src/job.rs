@@ -39,6 +39,13 @@ impl PlaceJob {
         }
     }
 
+    /// Takes measured phase durations, which include the job's own switches and sync.
+    pub fn set_measured(&mut self, times: PhaseTimes) {
+        self.times = times;
+        self.costs = SwitchCosts::default();
+        self.sync = Micros(0);
+    }
+
     /// Solo iteration on its own nodes: no switches.
     pub fn solo(&self) -> Micros {
         self.times.rollout + self.times.train + self.sync

@@ -275,6 +275,20 @@ impl Placer {
         true
     }
 
+    /// Re-estimation from phases a running job measured itself (the control plane): the
+    /// measurements already include the job's own switches and weight sync, so the modelled
+    /// ones are not added on top. Returns false if the job is not placed.
+    pub fn update_measured(&mut self, job: JobId, times: weave_core::PhaseTimes) -> bool {
+        let Some(gid) = self.job_group.get(&job) else { return false };
+        let resident = self.cfg.residency.resident;
+        let g = self.groups.get_mut(gid).expect("placed jobs have groups");
+        if let Some(m) = g.members.iter_mut().find(|m| m.job.id == job) {
+            m.job.set_measured(times);
+        }
+        g.refresh(resident);
+        true
+    }
+
     /// The isolated option: always SLO-feasible (alone, a job runs solo); fails only if the
     /// job's own state does not fit a node.
     fn isolated(&self, job: &PlaceJob) -> Result<Candidate, PlaceError> {

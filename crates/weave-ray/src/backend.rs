@@ -62,7 +62,9 @@ impl RayBackend {
         let inventory = self.client.inventory()?;
         let submissions = self.submissions()?;
         let (jobs, down, pools) = self.plane_view();
+        let instance = self.shared.job_tokens.instance_id();
         let world = World {
+            instance: &instance,
             inventory: &inventory,
             pools,
             down: &down,
@@ -79,9 +81,13 @@ impl RayBackend {
 
     fn submissions(&mut self) -> Result<Vec<Submission>, RayError> {
         let now = Instant::now();
+        let instance = self.shared.job_tokens.instance_id();
         let mut out = Vec::new();
         for j in self.client.jobs()? {
             let (Some(sid), Some(meta)) = (j.submission_id, j.metadata) else { continue };
+            if meta.get("weave_instance") != Some(&instance) {
+                continue; // another Weave's (or nobody's) job
+            }
             let (Some(job), Some(uid)) = (meta.get("weave_job"), meta.get("weave_uid").and_then(|u| u.parse().ok()))
             else {
                 continue;
@@ -150,7 +156,13 @@ impl RayBackend {
                     let g = self.shared.lock();
                     let Some(j) = g.plane.job(job).filter(|j| j.id.0 == *uid) else { return Ok(()) };
                     let token = self.shared.job_tokens.token(&j.tenant, &j.name);
-                    submission_body(j, &self.cfg.server_url, &token, &self.shared.cfg.cluster)
+                    submission_body(
+                        &self.shared.job_tokens.instance_id(),
+                        j,
+                        &self.cfg.server_url,
+                        &token,
+                        &self.shared.cfg.cluster,
+                    )
                 };
                 if let Some(body) = body {
                     self.client.submit(&body)?;

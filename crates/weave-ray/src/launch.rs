@@ -38,6 +38,7 @@ pub fn job_env(j: &JobEntry, server_url: &str, token: &str, cluster: &ClusterCon
 
 /// The Job Submission API body, or `None` for a job Weave does not launch.
 pub fn submission_body(
+    instance: &str,
     j: &JobEntry,
     server_url: &str,
     token: &str,
@@ -48,8 +49,10 @@ pub fn submission_body(
     env.extend(job_env(j, server_url, token, cluster));
     Some(json!({
         "entrypoint": launch.entrypoint,
-        "submission_id": submission_id(&j.name, j.id.0),
+        "submission_id": submission_id(instance, &j.name, j.id.0),
         "runtime_env": { "env_vars": env },
-        "metadata": { "weave_job": j.name, "weave_uid": j.id.0.to_string(), "weave_tenant": j.tenant },
+        "metadata": {
+            "weave_instance": instance, "weave_job": j.name, "weave_uid": j.id.0.to_string(), "weave_tenant": j.tenant,
+        },
     }))
 }

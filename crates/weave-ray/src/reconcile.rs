@@ -59,9 +59,10 @@ pub struct Submission {
     pub terminal_for_ms: u64,
 }
 
-/// The Ray submission id of admission `uid` of job `name` (unique: uids are never reused).
-pub fn submission_id(name: &str, uid: u32) -> String {
-    format!("weave-{name}-{uid}")
+/// The Ray submission id of admission `uid` of job `name` by the Weave store `instance`
+/// (unique: uids are never reused within a store).
+pub fn submission_id(instance: &str, name: &str, uid: u32) -> String {
+    format!("weave-{instance}-{name}-{uid}")
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -79,6 +80,8 @@ pub enum Step {
 }
 
 pub struct World<'a> {
+    /// This Weave's instance id (see `JobTokens::instance_id`).
+    pub instance: &'a str,
     pub inventory: &'a Inventory,
     /// Fixed pool sizes (rollout, training): the nodes Weave may use.
     pub pools: (u32, u32),
@@ -101,7 +104,7 @@ pub fn reconcile(w: &World) -> Vec<Step> {
         })
         .collect();
     for j in w.jobs.iter().filter(|j| j.running && j.launched_by_weave) {
-        let sid = submission_id(&j.name, j.uid);
+        let sid = submission_id(w.instance, &j.name, j.uid);
         let on_lost_node = j.nodes.iter().any(|n| newly_down.contains(n) || !w.inventory.alive(*n));
         match w.submissions.iter().find(|s| s.submission_id == sid) {
             // Never launch onto a node Ray lacks (Ray would leave it pending forever); the
@@ -176,7 +179,7 @@ mod tests {
 
     fn sub(job: &str, uid: u32, status: RayStatus, terminal_for_ms: u64) -> Submission {
         Submission {
-            submission_id: submission_id(job, uid),
+            submission_id: submission_id("i", job, uid),
             job: job.into(),
             uid,
             status,
@@ -187,7 +190,15 @@ mod tests {
 
     fn run(inv: &Inventory, down: &[&str], jobs: &[JobSnapshot], subs: &[Submission]) -> Vec<Step> {
         let down: BTreeSet<NodeId> = down.iter().map(|s| n(s)).collect();
-        reconcile(&World { inventory: inv, pools: (2, 1), down: &down, jobs, submissions: subs, grace_ms: 5000 })
+        reconcile(&World {
+            instance: "i",
+            inventory: inv,
+            pools: (2, 1),
+            down: &down,
+            jobs,
+            submissions: subs,
+            grace_ms: 5000,
+        })
     }
 
     #[test]
@@ -248,7 +259,10 @@ mod tests {
         let steps = run(&inv, &[], &[cancelled], &subs);
         assert_eq!(
             steps,
-            vec![Step::Stop { submission_id: "weave-a-0".into() }, Step::Stop { submission_id: "weave-old-3".into() }]
+            vec![
+                Step::Stop { submission_id: "weave-i-a-0".into() },
+                Step::Stop { submission_id: "weave-i-old-3".into() }
+            ]
         );
     }
 

@@ -70,6 +70,15 @@ impl JobTokens {
         Ok(JobTokens { secret })
     }
 
+    /// A short public name for this server's store (8 hex digits): tells its launches apart
+    /// from another Weave's on the same cluster.
+    pub fn instance_id(&self) -> String {
+        let mut h = Sha256::new();
+        h.update(self.secret);
+        h.update(b"instance-id");
+        hex(&h.finalize()[..4])
+    }
+
     fn mac(&self, tenant: &str, job: &str) -> [u8; 32] {
         let mut h = Sha256::new();
         h.update(self.secret);

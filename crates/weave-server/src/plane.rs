@@ -235,7 +235,17 @@ pub struct JobEntry {
     /// The submission as made (re-admission after a node failure resubmits it).
     pub submit: SubmitSpec,
     #[serde(skip)]
-    measured: (VecDeque<Micros>, VecDeque<Micros>),
+    measured: Measured,
+}
+
+/// Recent measured (rollout, training) durations.
+type Measured = (VecDeque<Micros>, VecDeque<Micros>);
+
+impl JobEntry {
+    /// Whether the estimate comes from the job's own measurements (both phases seen).
+    pub fn measured_estimate(&self) -> bool {
+        !self.measured.0.is_empty() && !self.measured.1.is_empty()
+    }
 }
 
 /// What happened, for clients and tests (grants, finishes with their metadata, endings).
@@ -393,7 +403,7 @@ impl Plane {
     pub fn apply_checked(&mut self, rec: &Record) -> Result<(), PlaneError> {
         self.version += 1;
         match rec {
-            Record::Submit { time_us, tenant, job } => self.submit(*time_us, tenant, job),
+            Record::Submit { time_us, tenant, job } => self.submit(*time_us, tenant, job, None),
             Record::Cancel { time_us, job } => {
                 self.end(*time_us, job, JobState::Cancelled, None);
                 Ok(())
@@ -433,11 +443,13 @@ impl Plane {
             let j = &self.jobs[&name];
             let mut resubmit = j.submit.clone();
             resubmit.resume_from = (j.completed_iterations > 0).then_some(j.completed_iterations);
-            leaving.push((name.clone(), j.tenant.clone(), resubmit));
+            // What the job measured of itself outlives the node: it places the re-admission.
+            let carried = j.measured_estimate().then(|| (j.estimate, j.measured.clone()));
+            leaving.push((name.clone(), j.tenant.clone(), resubmit, carried));
             self.end(time_us, &name, JobState::Failed, Some(format!("node {node} lost: {reason}")));
         }
-        for (name, tenant, resubmit) in leaving {
-            let outcome = match self.submit(time_us, &tenant, &resubmit) {
+        for (name, tenant, resubmit, carried) in leaving {
+            let outcome = match self.submit(time_us, &tenant, &resubmit, carried) {
                 Ok(()) => ("readmitted", serde_json::json!({ "resume_from": resubmit.resume_from.unwrap_or(0) })),
                 Err(e) => ("readmit-failed", serde_json::json!({ "reason": e.to_string() })),
             };
@@ -451,11 +463,26 @@ impl Plane {
         self.events.push(e);
     }
 
-    fn submit(&mut self, time_us: u64, tenant: &str, submit: &SubmitSpec) -> Result<(), PlaneError> {
+    /// Admits a submission; `carried` is a re-admitted job's measured estimate and the
+    /// measurements behind it.
+    fn submit(
+        &mut self,
+        time_us: u64,
+        tenant: &str,
+        submit: &SubmitSpec,
+        carried: Option<(PhaseTimes, Measured)>,
+    ) -> Result<(), PlaneError> {
         let id = JobId(self.names.len() as u32);
         let spec = submit.to_spec(id, Micros(time_us))?;
         let slo = spec.slo.map(|s| s.get()).unwrap_or(DEFAULT_SLO);
-        let place = self.place_job(&spec, slo);
+        let mut place = self.place_job(&spec, slo);
+        let measured = match carried {
+            Some((times, measured)) => {
+                place.set_measured(times);
+                measured
+            }
+            None => Measured::default(),
+        };
         let estimate = place.times;
         let decision = self.placer.admit(place).map_err(|e: PlaceError| PlaneError::Placement(e.to_string()))?;
         let iterations = submit.iterations;
@@ -485,7 +512,7 @@ impl Plane {
                 submitted_us: time_us,
                 estimate,
                 submit: submit.clone(),
-                measured: Default::default(),
+                measured,
             },
         );
         self.event(ev(time_us, &submit.id, "admitted", None, None, Some(group)));
@@ -534,7 +561,7 @@ impl Plane {
         if let (Some(r), Some(t)) = (median(&j.measured.0), median(&j.measured.1)) {
             j.estimate = PhaseTimes { rollout: r, train: t };
             let (id, est) = (j.id, j.estimate);
-            self.placer.update_times(id, est);
+            self.placer.update_measured(id, est);
         }
         let (id, group) = (self.jobs[name].id, self.group_of(name));
         self.event(PlaneEvent { meta, ..ev(time_us, name, "finish", Some(phase), Some(iteration), group) });
@@ -555,7 +582,8 @@ impl Plane {
         j.failure = failure;
         let id = j.id;
         let kind = format!("{state:?}").to_lowercase();
-        self.event(ev(time_us, name, &kind, None, None, group));
+        let meta = j.failure.as_ref().map(|r| serde_json::json!({ "reason": r }));
+        self.event(PlaneEvent { meta, ..ev(time_us, name, &kind, None, None, group) });
         if let Some(g) = group {
             self.drive(time_us, g, Input::Leave { job: id });
             self.depart(g, id);

@@ -72,6 +72,8 @@ fn a_lost_node_fails_its_jobs_readmits_them_and_leaves_the_others() {
     assert_eq!(b.completed_iterations, 2);
     assert_eq!(b.decision.as_ref().unwrap().rollout_nodes, vec![node("r2")], "never the lost node");
     assert_eq!(b.next, (Phase::Rollout, 2));
+    assert!(b.measured_estimate(), "the re-admission keeps what b measured of itself");
+    assert_eq!(b.estimate.rollout.as_secs_f64(), 300.0);
     let kinds: Vec<&str> = p.events().iter().filter(|e| e.job == "b").map(|e| e.kind.as_str()).collect();
     assert!(kinds.ends_with(&["failed", "admitted", "grant", "readmitted"]), "{kinds:?}");
     let a = p.job("a").unwrap();

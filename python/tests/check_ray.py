@@ -1,0 +1,290 @@
+"""End-to-end check of Weave's Ray backend on a local multi-node Ray cluster (run inside the
+cluster's private network namespace, see scripts/ray-local.sh).
+
+Submits two toy RL jobs that Weave launches on Ray, checks from Ray's State API that their
+actors run on the nodes Weave chose, kills the node only one of them uses, and checks that
+that job is failed and re-admitted (resuming from its checkpoint) while the other carries on,
+that both finish, that the on-policy barrier held and that the pools interleaved. Prints the
+measurements (phase handoff latency under the gate, per-pool utilisation) as JSON on the last
+line. Exit code 0 on success.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+from weave_client import WeaveClient  # noqa: E402
+
+
+def say(msg):
+    print(f"check_ray: {msg}", flush=True)
+
+
+def ray_get(ray, path):
+    with urllib.request.urlopen(ray + path, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def wait_for(what, fn, timeout_s):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        v = fn()
+        if v:
+            return v
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def ray_node_labels(ray):
+    nodes = ray_get(ray, "/api/v0/nodes?limit=1000&detail=true")["data"]["result"]["result"]
+    return {n["node_id"]: n["labels"].get("weave.io/node") for n in nodes}
+
+
+def ray_job(ray, view):
+    """Ray's record of the launch of this admission of the job (found by Weave's metadata)."""
+    for j in ray_get(ray, "/api/jobs/"):
+        meta = j.get("metadata") or {}
+        if meta.get("weave_job") == view["id"] and meta.get("weave_uid") == str(view["uid"]):
+            return j
+    return {}
+
+
+def actors_nodes(ray, view):
+    """{class name: sorted Weave node names} of a launched job's actors, from the State API."""
+    job_id = ray_job(ray, view).get("job_id")
+    if job_id is None:  # not launched (or its driver not started) yet
+        return {}
+    actors = ray_get(ray, "/api/v0/actors?limit=10000&detail=true")["data"]["result"]["result"]
+    labels = ray_node_labels(ray)
+    out = {}
+    for a in actors:
+        if a.get("job_id") == job_id and a.get("node_id"):
+            out.setdefault(a["class_name"], set()).add(labels.get(a["node_id"]))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def check_actor_placement(ray, view):
+    sid = f"{view['id']} (uid {view['uid']})"
+    placed = wait_for(f"{sid}'s actors", lambda: (lambda p: p if len(p) == 2 else None)(actors_nodes(ray, view)), 120)
+    assert placed["RolloutWorker"] == sorted(view["rollout_nodes"]), (sid, placed, view["rollout_nodes"])
+    assert placed["Learner"] == sorted(view["training_nodes"]), (sid, placed, view["training_nodes"])
+    say(f"{sid}: Ray State API puts its actors on {placed}, as Weave chose")
+    return placed
+
+
+def submit(c, name, iterations, checkpoints, seed):
+    spec = {
+        "id": name, "type": "7B_8k", "iterations": iterations, "slo": 1.3,
+        # Declared (rollout-heavy) times steer placement: sharing one rollout node would break
+        # the SLO, so the second job scales out onto its own rollout node in the same group.
+        "rollout_s": 300.0, "train_s": 100.0,
+        "launch": {
+            "entrypoint": f"python3 {ROOT}/python/examples/ray_bandit.py",
+            # 0.4 s generation, 0.3 s update: the shared training pool is contended.
+            "env": {"BANDIT_CHECKPOINTS": checkpoints, "BANDIT_SEED": str(seed), "BANDIT_TRAIN_S": "0.3"},
+        },
+    }
+    return c.submit(spec)["job"]
+
+
+def phase_spans(events):
+    """[(job, phase, iteration, grant_us, end_us, meta)] from the event log; a grant that was
+    never finished ends when its job failed."""
+    open_, spans = {}, []
+    for e in events:
+        if e["kind"] == "grant":
+            open_[e["job"]] = (e["phase"], e["iteration"], e["time_us"])
+        elif e["kind"] == "finish":
+            p, k, t = open_.pop(e["job"])
+            assert (p, k) == (e["phase"], e["iteration"]), f"finish without its grant: {e}"
+            spans.append((e["job"], p, k, t, e["time_us"], e["meta"]))
+        elif e["kind"] == "failed" and e["job"] in open_:
+            p, k, t = open_.pop(e["job"])
+            spans.append((e["job"], p, k, t, e["time_us"], None))
+    return spans
+
+
+def check_barrier(events, job, iterations):
+    """Finished phases go rollout k, train k, rollout k+1, ...; after a failure the job
+    resumes at rollout r where r = its completed iterations (the re-admission's resume_from)."""
+    expected = ("rollout", 0)
+    for e in events:
+        if e["job"] != job:
+            continue
+        if e["kind"] == "readmitted":
+            expected = ("rollout", e["meta"]["resume_from"])
+        elif e["kind"] == "finish":
+            assert (e["phase"], e["iteration"]) == expected, f"{job}: barrier broken at {e}, expected {expected}"
+            if e["phase"] == "rollout":
+                assert e["meta"]["weights_version"] == e["iteration"], f"{job}: stale weights {e}"
+                expected = ("train", e["iteration"])
+            else:
+                assert e["meta"]["new_weights_version"] == e["iteration"] + 1, f"{job}: {e}"
+                expected = ("rollout", e["iteration"] + 1)
+    assert expected == ("rollout", iterations), f"{job}: ended at {expected}, wanted {iterations} iterations"
+
+
+def exclusive(spans, label):
+    """No two jobs hold the same resource at once (server grant..finish intervals)."""
+    spans = sorted(spans, key=lambda s: s[3])
+    for x, y in zip(spans, spans[1:]):
+        assert y[3] >= x[4], f"{label}: {x[:5]} and {y[:5]} overlap"
+
+
+def measure(spans, window, nodes):
+    """Over `window` (server µs, both jobs running): the gate's handoff latency and per-pool
+    utilisation. A handoff is a phase granted by another job's finish (it was waiting): the
+    latency is from the finisher's wall_end to the waiter's wall_start, both measured inside the
+    jobs (one machine, one clock), so it includes the finish report, the grant and the waiter's
+    long-poll answer. The gate round trip is the same for a job's own next phase when it was
+    granted at once. Utilisation is busy wall time / window, per pool."""
+    lo, hi = window
+    inside = sorted([s for s in spans if s[3] >= lo and s[4] <= hi and s[5] is not None], key=lambda s: s[3])
+    handoffs, own = [], []
+    for x in inside:
+        for y in inside:
+            if y[3] != x[4] or y is x:
+                continue
+            gap = (y[5]["wall_start"] - x[5]["wall_end"]) * 1000.0
+            if x[0] != y[0] and x[1] == y[1] == "train":
+                handoffs.append(gap)
+            elif x[0] == y[0]:
+                own.append(gap)
+    span_s = (hi - lo) / 1e6
+
+    def busy(ss):
+        return sum(s[5]["wall_end"] - s[5]["wall_start"] for s in ss) / span_s
+
+    def stats(v):
+        v = sorted(v)
+        if not v:
+            return None
+        return {"n": len(v), "median_ms": round(statistics.median(v), 1), "p90_ms": round(v[int(0.9 * (len(v) - 1))], 1),
+                "max_ms": round(v[-1], 1)}
+
+    util = {"training t0 (shared)": busy([s for s in inside if s[1] == "train"])}
+    for job, node in nodes.items():
+        util[f"rollout {node} ({job})"] = busy([s for s in inside if s[1] == "rollout" and s[0] == job])
+    return {
+        "window_s": round(span_s, 2),
+        "training_handoff": stats(handoffs),
+        "gate_round_trip": stats(own),
+        "utilisation": {k: round(v, 3) for k, v in util.items()},
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--server", required=True)
+    ap.add_argument("--token", required=True)
+    ap.add_argument("--ray", required=True)
+    ap.add_argument("--checkpoints", required=True)
+    ap.add_argument("--kill", required=True, help="command that kills a node; {node} is replaced")
+    ap.add_argument("--iterations-a", type=int, default=50)
+    ap.add_argument("--iterations-b", type=int, default=30)
+    ap.add_argument("--kill-after", type=int, default=20, help="kill b's node after b completed this many")
+    args = ap.parse_args()
+    c = WeaveClient(args.server, args.token)
+    a = submit(c, "toy-a", args.iterations_a, args.checkpoints, 1)
+    b = submit(c, "toy-b", args.iterations_b, args.checkpoints, 2)
+    say(f"admitted: a {a['placement']} on {a['rollout_nodes']}+{a['training_nodes']}, "
+        f"b {b['placement']} on {b['rollout_nodes']}+{b['training_nodes']}, groups {a['group']}/{b['group']}")
+    assert a["group"] == b["group"], "the two jobs are not in one co-execution group"
+    assert a["training_nodes"] == b["training_nodes"], "one group shares its training pool"
+    lost = sorted(set(b["rollout_nodes"]) - set(a["rollout_nodes"]))
+    assert lost, f"b has no rollout node of its own: {b['rollout_nodes']}"
+    check_actor_placement(args.ray, a)
+    check_actor_placement(args.ray, b)
+
+    wait_for(f"b to complete {args.kill_after} iterations",
+             lambda: c.job("toy-b")["job"]["completed_iterations"] >= args.kill_after, 240)
+    a_uid = c.job("toy-a")["job"]["uid"]
+    cmd = args.kill.replace("{node}", lost[0])
+    say(f"killing node {lost[0]}: {cmd}")
+    subprocess.run(cmd, shell=True, check=True)
+    t_kill = time.time()
+
+    def readmitted():
+        j = c.job("toy-b")
+        kinds = [e["kind"] for e in j["history"]]
+        return j["job"] if "readmitted" in kinds and j["job"]["state"] == "running" else None
+
+    b2 = wait_for("b to be failed and re-admitted", readmitted, 120)
+    detect_s = time.time() - t_kill
+    hist = c.job("toy-b")["history"]
+    failed = [e for e in hist if e["kind"] == "failed"]
+    assert failed, "b was never marked failed"
+    reason = (failed[0].get("meta") or {}).get("reason", "")
+    say(f"b failed ({reason}) and was re-admitted {detect_s:.1f} s after the kill, onto "
+        f"{b2['rollout_nodes']}+{b2['training_nodes']} in group {b2['group']} (uid {b['uid']} -> {b2['uid']})")
+    assert f"node {lost[0]} lost" in reason, reason
+    assert lost[0] not in b2["rollout_nodes"], "re-admitted onto the lost node"
+    check_actor_placement(args.ray, b2)
+    a_now = c.job("toy-a")["job"]
+    assert a_now["state"] in ("running", "completed") and a_now["uid"] == a_uid, f"a was disturbed: {a_now}"
+
+    for name, n in (("toy-a", args.iterations_a), ("toy-b", args.iterations_b)):
+        wait_for(f"{name} to complete", lambda name=name: c.job(name)["job"]["state"] == "completed", 300)
+        assert c.job(name)["job"]["completed_iterations"] == n
+    events = c.events()
+    check_barrier(events, "toy-a", args.iterations_a)
+    check_barrier(events, "toy-b", args.iterations_b)
+    spans = phase_spans(events)
+    exclusive([s for s in spans if s[1] == "train"], "training pool")
+    for node in sorted(set(a["rollout_nodes"]) | set(b["rollout_nodes"]) | set(b2["rollout_nodes"])):
+        # Rollout node -> the spans of the admissions that held it.
+        holders = [s for s in spans if s[1] == "rollout" and node in node_of(s, a, b, b2, events)]
+        exclusive(holders, f"rollout node {node}")
+    # Interleaving: a's training overlaps b's rollout and vice versa, and the training pool
+    # changes hands between the jobs.
+    def overlaps(x, y):
+        return sum(1 for s in spans if s[0] == x and s[1] == "train" for r in spans
+                   if r[0] == y and r[1] == "rollout" and r[3] < s[4] and s[3] < r[4])
+    ab, ba = overlaps("toy-a", "toy-b"), overlaps("toy-b", "toy-a")
+    trainers = [s[0] for s in sorted(spans, key=lambda s: s[3]) if s[1] == "train"]
+    switches = sum(1 for x, y in zip(trainers, trainers[1:]) if x != y)
+    assert ab > 0 and ba > 0, f"pools did not interleave: {ab} / {ba} overlaps"
+    assert switches >= 4, f"training pool changed hands only {switches} times"
+    say(f"barrier held; training pool changed hands {switches} times; a-train/b-rollout overlaps {ab}, "
+        f"b-train/a-rollout overlaps {ba}")
+    # Steady state with both jobs running: from b's third iteration (actors started) to the kill.
+    warm = min(e["time_us"] for e in events if e["job"] == "toy-b" and e["kind"] == "grant" and e["iteration"] == 2)
+    kill_us = failed[0]["time_us"]
+    m = measure(spans, (warm, kill_us), {"toy-a": a["rollout_nodes"][0], "toy-b": b["rollout_nodes"][0]})
+    m["failure_detect_and_readmit_s"] = round(detect_s, 1)
+    m["training_gpus"] = sorted({f"{e['job']}: {e['meta']['gpus']}" for e in events
+                                 if e["kind"] == "finish" and e["phase"] == "train"})
+    check_cancel_stops_ray(c, args.ray, args.checkpoints)
+    print(json.dumps(m), flush=True)
+
+
+def check_cancel_stops_ray(c, ray, checkpoints):
+    """Cancelling a job in Weave stops its Ray job."""
+    view = submit(c, "toy-c", 1000, checkpoints, 3)
+    wait_for("toy-c to run in Ray", lambda: ray_job(ray, view).get("status") == "RUNNING", 120)
+    wait_for("toy-c's first phase", lambda: c.job("toy-c")["job"]["completed_iterations"] >= 1, 120)
+    c.cancel("toy-c")
+    t0 = time.time()
+    status = wait_for("Ray to stop toy-c", lambda: (lambda s: s if s == "STOPPED" else None)(ray_job(ray, view).get("status")), 60)
+    say(f"cancelled toy-c in Weave: its Ray job is {status} {time.time() - t0:.1f} s later")
+
+
+def node_of(span, a, b, b2, events):
+    """The rollout nodes of the admission a span belongs to (b's spans before the failure ran
+    on b's first nodes)."""
+    if span[0] == "toy-a":
+        return a["rollout_nodes"]
+    t_fail = min(e["time_us"] for e in events if e["job"] == "toy-b" and e["kind"] == "failed")
+    return b["rollout_nodes"] if span[3] < t_fail else b2["rollout_nodes"]
+
+
+if __name__ == "__main__":
+    main()
