@@ -49,7 +49,7 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
         data_dir: data.clone(),
         tenants: Tenants::open_access(),
         cluster: ClusterConfig::default(),
-        fixed_capacity: false,
+        capacity: weave_server::Capacity::Elastic,
         heartbeat_timeout: Duration::from_secs(3600),
         max_body_bytes: 64 * 1024,
         max_wait: Duration::from_secs(5),

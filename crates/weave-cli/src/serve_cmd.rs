@@ -5,7 +5,8 @@ use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use weave_server::{ServerConfig, Shared, Tenants};
+use weave_server::plane::Record;
+use weave_server::{Capacity, ServerConfig, Shared, Tenants};
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -56,7 +57,7 @@ enum Backend {
 }
 
 /// The Ray cluster's labelled nodes become the fixed pools (waits for Ray to answer).
-fn ray_inventory(args: &ServeArgs, cluster: &mut weave_core::ClusterConfig) -> Result<weave_ray::RayClient> {
+fn ray_inventory(args: &ServeArgs, cluster: &mut weave_core::ClusterConfig) -> Result<(weave_ray::RayClient, (u32, u32))> {
     let client = weave_ray::RayClient::new(&args.ray_address)?;
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let inventory = loop {
@@ -84,7 +85,7 @@ fn ray_inventory(args: &ServeArgs, cluster: &mut weave_core::ClusterConfig) -> R
         client.address(),
         inventory.nodes.values().filter(|m| m.alive).count()
     );
-    Ok(client)
+    Ok((client, (rollout, training)))
 }
 
 pub fn serve(args: ServeArgs) -> Result<()> {
@@ -112,14 +113,24 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         data_dir: args.data.clone(),
         tenants,
         cluster,
-        // Ray's nodes are the machines there are.
-        fixed_capacity: args.fixed_capacity || ray.is_some(),
+        // Ray's nodes are the machines there are; their count is recorded durably.
+        capacity: match (&ray, args.fixed_capacity) {
+            (Some(_), _) => Capacity::Recorded,
+            (None, true) => Capacity::Fixed,
+            (None, false) => Capacity::Elastic,
+        },
         heartbeat_timeout: Duration::from_secs_f64(args.heartbeat_timeout_s),
         max_body_bytes: args.max_body_bytes,
         max_wait: Duration::from_secs(30),
     };
     let shared =
         Arc::new(Shared::open(cfg).with_context(|| format!("cannot open the store in {}", args.data.display()))?);
+    if let Some((_, (rollout, training))) = &ray {
+        let (rollout, training) = (*rollout, *training);
+        shared
+            .commit(|time_us| Record::Inventory { time_us, rollout, training })
+            .context("cannot record the Ray inventory")?;
+    }
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(async move {
@@ -140,7 +151,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             }
         };
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let backend = ray.map(|client| {
+        let backend = ray.map(|(client, _)| {
             let cfg = weave_ray::BackendConfig {
                 server_url: args.advertise_url.clone().unwrap_or_else(|| format!("http://{addr}")),
                 poll: Duration::from_millis(500),

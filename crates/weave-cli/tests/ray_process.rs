@@ -114,3 +114,15 @@ fn two_jobs_run_interleaved_on_ray_and_survive_a_node_failure() {
     drop(cluster);
     let _ = std::fs::remove_dir_all(&state);
 }
+
+/// The Python Ray integration's unit tests (no Ray needed: it is imported lazily).
+#[test]
+fn python_ray_support_unit_tests() {
+    let out = Command::new("python3")
+        .args(["-m", "unittest", "discover", "-s", "python/tests", "-p", "test_*.py"])
+        .current_dir(root())
+        .output()
+        .expect("python3 runs");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && text.contains("OK"), "{text}");
+}

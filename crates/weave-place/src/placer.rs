@@ -190,6 +190,13 @@ impl Placer {
         }
     }
 
+    /// Grows fixed pools to at least `sizes` (never shrinks them: node indices name machines,
+    /// and a machine that went away is a node out of service, not a smaller pool).
+    pub fn grow_capacity(&mut self, sizes: (u32, u32)) {
+        let (r, t) = self.cfg.capacity.unwrap_or((0, 0));
+        self.cfg.capacity = Some((r.max(sizes.0), t.max(sizes.1)));
+    }
+
     /// Takes a node out of service (`down = true`) or back in. Only meaningful with fixed
     /// capacity, where node indices name real machines; jobs already on the node are not
     /// moved (see [`Placer::jobs_on`]). Returns whether anything changed.

@@ -356,7 +356,9 @@ async fn cluster(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<
     let cfg = g.plane.cluster();
     Ok(Json(json!({
         "config": cfg,
-        "capacity": if s.cfg.fixed_capacity { "fixed" } else { "elastic" },
+        "capacity": format!("{:?}", s.cfg.capacity).to_lowercase(),
+        "pools": g.plane.placer().config().capacity.map(|(r, t)| json!({ "rollout": r, "training": t })),
+        "down": g.plane.placer().down_nodes().map(|n| n.to_string()).collect::<Vec<_>>(),
         "nodes_in_use": { "rollout": r, "training": t },
         "hourly_cost_dollars": g.plane.placer().hourly_cost().as_dollars(),
     })))

@@ -10,7 +10,7 @@ pub mod state;
 mod status;
 
 pub use auth::{Caller, Tenants};
-pub use state::{ServeError, ServerConfig, Shared};
+pub use state::{Capacity, ServeError, ServerConfig, Shared};
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -174,6 +174,12 @@ pub enum Record {
         time_us: u64,
         node: NodeId,
     },
+    /// An execution backend's inventory: the fixed pools hold at least this many nodes.
+    Inventory {
+        time_us: u64,
+        rollout: u32,
+        training: u32,
+    },
 }
 
 impl Record {
@@ -184,7 +190,8 @@ impl Record {
             | Record::Finish { time_us, .. }
             | Record::Fail { time_us, .. }
             | Record::NodeDown { time_us, .. }
-            | Record::NodeUp { time_us, .. } => *time_us,
+            | Record::NodeUp { time_us, .. }
+            | Record::Inventory { time_us, .. } => *time_us,
         }
     }
 }
@@ -345,6 +352,15 @@ impl Plane {
                 }
                 Ok(())
             }
+            Record::Inventory { .. } => {
+                if self.placer.config().capacity.is_none() {
+                    return Err(PlaneError::Invalid {
+                        field: "inventory".into(),
+                        reason: "the pools are elastic (rented on demand)".into(),
+                    });
+                }
+                Ok(())
+            }
             Record::NodeUp { node, .. } => {
                 self.in_inventory(*node)?;
                 if !self.placer.is_down(*node) {
@@ -418,6 +434,12 @@ impl Plane {
             }
             Record::NodeDown { time_us, node, reason } => {
                 self.node_down(*time_us, *node, reason);
+                Ok(())
+            }
+            Record::Inventory { time_us, rollout, training } => {
+                self.placer.grow_capacity((*rollout, *training));
+                let meta = serde_json::json!({ "rollout": rollout, "training": training });
+                self.event(PlaneEvent { meta: Some(meta), ..ev(*time_us, "", "inventory", None, None, None) });
                 Ok(())
             }
             Record::NodeUp { time_us, node } => {

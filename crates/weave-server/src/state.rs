@@ -19,12 +19,23 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     pub tenants: Tenants,
     pub cluster: ClusterConfig,
-    /// Limit nodes to the configured pools (otherwise rent on demand).
-    pub fixed_capacity: bool,
+    pub capacity: Capacity,
     pub heartbeat_timeout: Duration,
     pub max_body_bytes: usize,
     /// Longest a phase-start request waits before answering "not yet".
     pub max_wait: Duration,
+}
+
+/// Where the node pools' sizes come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Capacity {
+    /// Rent nodes on demand (fresh node names, never reused).
+    Elastic,
+    /// The cluster config's pools, fixed.
+    Fixed,
+    /// Fixed pools whose sizes an execution backend reports as durable `Inventory` records
+    /// (replay sees the sizes every decision saw).
+    Recorded,
 }
 
 #[derive(Debug, Error)]
@@ -65,9 +76,11 @@ impl Shared {
         let job_tokens = JobTokens::load_or_create(&key)
             .map_err(|e| StoreError::Open { path: key.display().to_string(), message: e.to_string() })?;
         let mut placer = PlacerConfig::for_cluster(&cfg.cluster, PlacePolicy::Weave, true, true, 0);
-        if cfg.fixed_capacity {
-            placer.capacity = Some((cfg.cluster.rollout.nodes, cfg.cluster.training.nodes));
-        }
+        placer.capacity = match cfg.capacity {
+            Capacity::Elastic => None,
+            Capacity::Fixed => Some((cfg.cluster.rollout.nodes, cfg.cluster.training.nodes)),
+            Capacity::Recorded => Some((0, 0)),
+        };
         let mut plane = Plane::new(cfg.cluster.clone(), placer);
         let records: Vec<Record> = store.records()?;
         let mut offset_us = 0;
@@ -134,7 +147,7 @@ impl Shared {
                     }
                 }
             }
-            Record::NodeUp { .. } => {}
+            Record::NodeUp { .. } | Record::Inventory { .. } => {}
         }
         let version = g.plane.version;
         drop(g);

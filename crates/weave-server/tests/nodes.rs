@@ -6,11 +6,16 @@ use weave_dispatch::Phase;
 use weave_place::{DecisionKind, PlacePolicy, PlacerConfig};
 use weave_server::plane::{JobState, Plane, PlaneError, Record, SubmitSpec};
 
+/// Pools as an execution backend sets them: empty until an inventory record sizes them.
 fn plane() -> Plane {
     let cluster = ClusterConfig::default();
     let mut cfg = PlacerConfig::for_cluster(&cluster, PlacePolicy::Weave, true, true, 0);
-    cfg.capacity = Some((3, 1));
+    cfg.capacity = Some((0, 0));
     Plane::new(cluster, cfg)
+}
+
+fn inventory(time_us: u64, rollout: u32, training: u32) -> Record {
+    Record::Inventory { time_us, rollout, training }
 }
 
 fn submit(time_us: u64, id: &str) -> Record {
@@ -50,7 +55,8 @@ fn run(p: &mut Plane, records: &mut Vec<Record>, job: &str, n: u64, t: &mut u64)
 #[test]
 fn a_lost_node_fails_its_jobs_readmits_them_and_leaves_the_others() {
     let mut p = plane();
-    let mut records = vec![submit(1, "a"), submit(2, "b")];
+    assert!(p.check(&submit(1, "a")).unwrap_err().to_string().contains("no capacity"), "no inventory yet");
+    let mut records = vec![inventory(0, 3, 1), submit(1, "a"), submit(2, "b")];
     for r in &records {
         p.apply(r).unwrap();
     }
@@ -98,6 +104,12 @@ fn a_lost_node_fails_its_jobs_readmits_them_and_leaves_the_others() {
     }
     let refused = p.events().iter().filter(|e| e.kind == "readmit-failed").count();
     assert_eq!(refused, 2);
+    // A smaller inventory later (a machine went away) never shrinks the pools: indices name
+    // machines, and node-down records must stay valid on replay.
+    let smaller = inventory(250, 2, 1);
+    p.apply(&smaller).unwrap();
+    records.push(smaller);
+    assert_eq!(p.placer().config().capacity, Some((3, 1)));
     // Back in service: a new job fits again.
     let up = Record::NodeUp { time_us: 300, node: node("t0") };
     p.apply(&up).unwrap();

@@ -43,7 +43,7 @@ impl TestServer {
             data_dir: dir,
             tenants: tenants(),
             cluster: ClusterConfig::default(),
-            fixed_capacity: false,
+            capacity: weave_server::Capacity::Elastic,
             heartbeat_timeout: heartbeat,
             max_body_bytes: 16 * 1024,
             max_wait: Duration::from_secs(5),

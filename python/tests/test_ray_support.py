@@ -1,0 +1,73 @@
+"""Unit tests of weave_client.ray_support that need no Ray: the environment contract and the
+phase-gate shim's ordering. Run: python3 -m unittest discover -s python/tests -p 'test_*.py'"""
+
+import contextlib
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from weave_client.ray_support import PhaseGate, WeaveEnvError, WeaveJobEnv, node_bundles  # noqa: E402
+
+ENV = {
+    "WEAVE_JOB": "j1", "WEAVE_JOB_UID": "4", "WEAVE_SERVER": "http://127.0.0.2:7070", "WEAVE_TOKEN": "wj1.j1.00",
+    "WEAVE_ROLLOUT_NODES": "r0,r2", "WEAVE_TRAINING_NODES": "t0", "WEAVE_RESUME_FROM": "3", "WEAVE_ITERATIONS": "9",
+}
+
+
+class FakeClient:
+    """Records the gate calls in order."""
+
+    def __init__(self):
+        self.calls = []
+
+    @contextlib.contextmanager
+    def phase(self, job, phase, iteration):
+        self.calls.append(("start", job, phase, iteration))
+        meta = {}
+        yield meta
+        self.calls.append(("finish", job, phase, iteration, sorted(meta)))
+
+
+class Trainer:
+    def generate_sequences(self, x):
+        return ("traj", x)
+
+    def update_actor(self, traj):
+        return ("weights", traj)
+
+
+class RaySupportTest(unittest.TestCase):
+    def test_environment_is_read_with_its_defaults(self):
+        env = WeaveJobEnv.from_env(ENV)
+        self.assertEqual((env.job, env.uid, env.resume_from, env.iterations), ("j1", 4, 3, 9))
+        self.assertEqual((env.rollout_nodes, env.training_nodes), (["r0", "r2"], ["t0"]))
+        self.assertEqual(env.resource("r2"), "weave_node_r2")
+        bundles = node_bundles(env, env.rollout_nodes, 0.5, 1)
+        self.assertEqual(bundles, [{"GPU": 0.5, "CPU": 1, "weave_node_r0": 1}, {"GPU": 0.5, "CPU": 1, "weave_node_r2": 1}])
+
+    def test_missing_or_bad_variables_are_named(self):
+        with self.assertRaisesRegex(WeaveEnvError, "WEAVE_TOKEN"):
+            WeaveJobEnv.from_env({k: v for k, v in ENV.items() if k != "WEAVE_TOKEN"})
+        with self.assertRaisesRegex(WeaveEnvError, "WEAVE_RESUME_FROM='x'"):
+            WeaveJobEnv.from_env(dict(ENV, WEAVE_RESUME_FROM="x"))
+
+    def test_gate_wraps_generate_and_update_in_order(self):
+        client, trainer = FakeClient(), Trainer()
+        gate = PhaseGate(client, "j1", start_iteration=3, meta_fn=lambda phase, out: {"out": out[0]})
+        gate.wrap(trainer)
+        for i in range(2):
+            traj = trainer.generate_sequences(i)
+            self.assertEqual(trainer.update_actor(traj), ("weights", ("traj", i)))
+        keys = ["out", "wall_end", "wall_start"]
+        self.assertEqual(client.calls, [
+            ("start", "j1", "rollout", 3), ("finish", "j1", "rollout", 3, keys),
+            ("start", "j1", "train", 3), ("finish", "j1", "train", 3, keys),
+            ("start", "j1", "rollout", 4), ("finish", "j1", "rollout", 4, keys),
+            ("start", "j1", "train", 4), ("finish", "j1", "train", 4, keys),
+        ])
+        self.assertEqual(gate.iteration, 5)
+
+
+if __name__ == "__main__":
+    unittest.main()
