@@ -111,6 +111,8 @@ def main():
     env = WeaveJobEnv.from_env()
     iterations = env.iterations or 10
     checkpoints = os.environ.get("BANDIT_CHECKPOINTS")
+    if checkpoints:
+        os.makedirs(checkpoints, exist_ok=True)
     ray.init(address="auto", logging_level="WARNING")
     rollout_pg, train_pg = pinned_placement_groups(env, rollout_gpus=GPU_SHARE, training_gpus=GPU_SHARE)
     seed = int(os.environ.get("BANDIT_SEED", "1"))

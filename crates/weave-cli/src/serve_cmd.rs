@@ -57,7 +57,10 @@ enum Backend {
 }
 
 /// The Ray cluster's labelled nodes become the fixed pools (waits for Ray to answer).
-fn ray_inventory(args: &ServeArgs, cluster: &mut weave_core::ClusterConfig) -> Result<(weave_ray::RayClient, (u32, u32))> {
+fn ray_inventory(
+    args: &ServeArgs,
+    cluster: &mut weave_core::ClusterConfig,
+) -> Result<(weave_ray::RayClient, (u32, u32))> {
     let client = weave_ray::RayClient::new(&args.ray_address)?;
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let inventory = loop {
