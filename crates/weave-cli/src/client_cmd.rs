@@ -35,6 +35,12 @@ pub enum JobCommand {
         iterations: Option<u64>,
         #[arg(long)]
         slo: Option<f64>,
+        /// Have the execution backend (Ray) launch the job with this command.
+        #[arg(long, value_name = "CMD")]
+        entrypoint: Option<String>,
+        /// Environment for the launched job, NAME=VALUE (repeatable).
+        #[arg(long = "env", value_name = "NAME=VALUE", requires = "entrypoint")]
+        envs: Vec<String>,
     },
     /// List jobs.
     List {
@@ -90,7 +96,7 @@ fn url(conn: &Conn, path: &str) -> String {
 pub fn job(cmd: JobCommand) -> Result<()> {
     let c = client()?;
     match cmd {
-        JobCommand::Submit { conn, file, id, job_type, iterations, slo } => {
+        JobCommand::Submit { conn, file, id, job_type, iterations, slo, entrypoint, envs } => {
             let body: serde_json::Value = match file {
                 Some(p) => {
                     let text = std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
@@ -105,6 +111,15 @@ pub fn job(cmd: JobCommand) -> Result<()> {
                     }
                     if let Some(s) = slo {
                         v["slo"] = s.into();
+                    }
+                    if let Some(cmd) = entrypoint {
+                        let mut env = serde_json::Map::new();
+                        for e in &envs {
+                            let (k, val) =
+                                e.split_once('=').with_context(|| format!("--env {e}: expected NAME=VALUE"))?;
+                            env.insert(k.to_string(), val.into());
+                        }
+                        v["launch"] = serde_json::json!({ "entrypoint": cmd, "env": env });
                     }
                     v
                 }

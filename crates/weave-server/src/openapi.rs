@@ -39,7 +39,16 @@ pub fn document() -> Value {
                         "iterations": { "type": "integer", "minimum": 1 },
                         "rollout_s": { "type": "number" },
                         "train_s": { "type": "number" },
-                        "resume_from": { "type": "integer", "minimum": 0 }
+                        "resume_from": { "type": "integer", "minimum": 0 },
+                        "launch": {
+                            "description": "What an execution backend (weave serve --backend ray) runs for the job.",
+                            "type": "object", "required": ["entrypoint"], "additionalProperties": false,
+                            "properties": {
+                                "entrypoint": { "type": "string", "minLength": 1, "maxLength": 4096 },
+                                "env": { "type": "object", "additionalProperties": { "type": "string" },
+                                         "description": "Extra environment; names starting with WEAVE_ are reserved." }
+                            }
+                        }
                     }
                 },
                 "Finish": { "type": "object", "required": ["duration_s"], "additionalProperties": false,
