@@ -12,6 +12,8 @@ line. Exit code 0 on success.
 import argparse
 import json
 import os
+import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -181,9 +183,50 @@ def measure(spans, window, nodes):
     }
 
 
+class Server:
+    """`weave serve` run by this checker (so it can kill and restart it mid-run)."""
+
+    def __init__(self, cmd):
+        self.cmd = shlex.split(cmd)
+        self.proc = None
+
+    def start(self):
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        assert line.startswith("listening "), f"server said {line!r}"
+        return "http://" + line.split()[1]
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait()
+
+
+def check_restart(c, ray, server):
+    """SIGKILL the server while a job runs and start it again on the same store: the job rides
+    it out (its client retries), keeps its admission, and nothing is launched twice."""
+    before = c.job("toy-a")["job"]
+    server.kill()
+    t0 = time.time()
+    time.sleep(1.0)
+    server.start()
+    after = c.job("toy-a")["job"]
+    assert (after["uid"], after["group"]) == (before["uid"], before["group"]), (before, after)
+    assert after["completed_iterations"] >= before["completed_iterations"]
+    wait_for("toy-a to make progress after the restart",
+             lambda: c.job("toy-a")["job"]["completed_iterations"] > after["completed_iterations"], 60)
+    say(f"killed and restarted weave serve: toy-a kept uid {after['uid']} and went on "
+        f"({time.time() - t0:.1f} s from the kill to its next iteration)")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--server", required=True)
+    ap.add_argument("--server", help="a running server's URL (or give --serve-cmd)")
+    ap.add_argument("--serve-cmd", help="start (and, mid-run, kill and restart) the server with this command")
     ap.add_argument("--token", required=True)
     ap.add_argument("--ray", required=True)
     ap.add_argument("--checkpoints", required=True)
@@ -192,7 +235,16 @@ def main():
     ap.add_argument("--iterations-b", type=int, default=30)
     ap.add_argument("--kill-after", type=int, default=20, help="kill b's node after b completed this many")
     args = ap.parse_args()
-    c = WeaveClient(args.server, args.token)
+    server = Server(args.serve_cmd) if args.serve_cmd else None
+    try:
+        url = server.start() if server else args.server
+        run(args, WeaveClient(url, args.token), server)
+    finally:
+        if server:
+            server.stop()
+
+
+def run(args, c, server):
     a = submit(c, "toy-a", args.iterations_a, args.checkpoints, 1)
     b = submit(c, "toy-b", args.iterations_b, args.checkpoints, 2)
     say(f"admitted: a {a['placement']} on {a['rollout_nodes']}+{a['training_nodes']}, "
@@ -231,6 +283,8 @@ def main():
     a_now = c.job("toy-a")["job"]
     assert a_now["state"] in ("running", "completed") and a_now["uid"] == a_uid, f"a was disturbed: {a_now}"
 
+    if server:
+        check_restart(c, args.ray, server)
     for name, n in (("toy-a", args.iterations_a), ("toy-b", args.iterations_b)):
         wait_for(f"{name} to complete", lambda name=name: c.job(name)["job"]["state"] == "completed", 300)
         assert c.job(name)["job"]["completed_iterations"] == n
@@ -262,19 +316,35 @@ def main():
     m["failure_detect_and_readmit_s"] = round(detect_s, 1)
     m["training_gpus"] = sorted({f"{e['job']}: {e['meta']['gpus']}" for e in events
                                  if e["kind"] == "finish" and e["phase"] == "train"})
-    check_cancel_stops_ray(c, args.ray, args.checkpoints)
+    m["solo"] = check_cancel_stops_ray(c, args.ray, args.checkpoints)
+    launches = {}
+    for j in ray_get(args.ray, "/api/jobs/"):
+        meta = j.get("metadata") or {}
+        if "weave_job" in meta:
+            key = (meta["weave_job"], meta["weave_uid"])
+            launches[key] = launches.get(key, 0) + 1
+    assert all(n == 1 for n in launches.values()), f"launched twice: {launches}"
+    say(f"one Ray submission per admission: {sorted(launches)}")
     print(json.dumps(m), flush=True)
 
 
 def check_cancel_stops_ray(c, ray, checkpoints):
-    """Cancelling a job in Weave stops its Ray job."""
+    """Cancelling a job in Weave stops its Ray job. The job first runs alone for a few
+    iterations: the same toy job's utilisation without a partner, for comparison."""
     view = submit(c, "toy-c", 1000, checkpoints, 3)
     wait_for("toy-c to run in Ray", lambda: ray_job(ray, view).get("status") == "RUNNING", 120)
-    wait_for("toy-c's first phase", lambda: c.job("toy-c")["job"]["completed_iterations"] >= 1, 120)
+    wait_for("toy-c's iterations", lambda: c.job("toy-c")["job"]["completed_iterations"] >= 10, 120)
+    events = [e for e in c.events() if e["job"] == "toy-c"]
+    spans = [s for s in phase_spans(events)]
+    lo = min(e["time_us"] for e in events if e["kind"] == "grant" and e["iteration"] == 2)
+    hi = max(s[4] for s in spans)
+    solo = measure(spans, (lo, hi), {"toy-c": view["rollout_nodes"][0]})
+    del solo["training_handoff"]
     c.cancel("toy-c")
     t0 = time.time()
     status = wait_for("Ray to stop toy-c", lambda: (lambda s: s if s == "STOPPED" else None)(ray_job(ray, view).get("status")), 60)
     say(f"cancelled toy-c in Weave: its Ray job is {status} {time.time() - t0:.1f} s later")
+    return solo
 
 
 def node_of(span, a, b, b2, events):

@@ -15,6 +15,9 @@ A training loop wraps each phase in the gate::
 ``phase`` blocks until the job's turn comes (long-poll), measures the phase and reports it
 finished with its duration (and any metadata the body put in ``meta``). A request that would
 break the on-policy barrier raises ``WeaveError`` with status 409.
+
+The gate calls ride out a server restart: when the server cannot be reached they retry for
+``retry_s`` seconds (every acknowledged request is durable, so nothing is lost meanwhile).
 """
 
 import contextlib
@@ -37,12 +40,25 @@ class WeaveError(Exception):
 
 
 class WeaveClient:
-    def __init__(self, server, token=None, timeout=40.0):
+    def __init__(self, server, token=None, timeout=40.0, retry_s=60.0):
         self.server = server.rstrip("/")
         self.token = token
         self.timeout = timeout
+        self.retry_s = retry_s
 
-    def _request(self, method, path, body=None):
+    def _request(self, method, path, body=None, retry=False):
+        """One request; with ``retry``, connection failures (server down or restarting) are
+        retried for ``retry_s`` seconds. HTTP errors are never retried."""
+        deadline = time.monotonic() + self.retry_s
+        while True:
+            try:
+                return self._request_once(method, path, body)
+            except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
+                if isinstance(e, urllib.error.HTTPError) or not retry or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def _request_once(self, method, path, body=None):
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.server + path, data=data, method=method)
         req.add_header("Content-Type", "application/json")
@@ -77,12 +93,14 @@ class WeaveClient:
         return self._request("GET", "/v1/events")[1]
 
     def heartbeat(self, job_id):
-        return self._request("POST", f"/v1/jobs/{job_id}/heartbeat")[1]
+        return self._request("POST", f"/v1/jobs/{job_id}/heartbeat", retry=True)[1]
 
     def start(self, job_id, phase, iteration, wait_s=25.0):
         """Blocks until ``phase`` of ``iteration`` is granted."""
         while True:
-            status, body = self._request("POST", f"/v1/jobs/{job_id}/phases/{phase}/{iteration}/start?wait_s={wait_s}")
+            status, body = self._request(
+                "POST", f"/v1/jobs/{job_id}/phases/{phase}/{iteration}/start?wait_s={wait_s}", retry=True
+            )
             if status == 200:
                 return body
 
@@ -90,7 +108,22 @@ class WeaveClient:
         body = {"duration_s": float(duration_s)}
         if meta:
             body["meta"] = meta
-        return self._request("POST", f"/v1/jobs/{job_id}/phases/{phase}/{iteration}/finish", body)[1]
+        path = f"/v1/jobs/{job_id}/phases/{phase}/{iteration}/finish"
+        try:
+            return self._request("POST", path, body)[1]
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
+            if isinstance(e, urllib.error.HTTPError):
+                raise
+        # The server went away mid-request: the finish may or may not have been recorded.
+        # Retry; a 409 then means it was (the job's next phase has moved past this one).
+        try:
+            return self._request("POST", path, body, retry=True)[1]
+        except WeaveError as e:
+            view = self._request("GET", f"/v1/jobs/{job_id}", retry=True)[1]["job"]
+            done = {"rollout": f"train {iteration}", "train": f"rollout {iteration + 1}"}[phase]
+            if e.status == 409 and (view["next"] == done or view["completed_iterations"] > iteration):
+                return view
+            raise
 
     @contextlib.contextmanager
     def phase(self, job_id, phase, iteration):

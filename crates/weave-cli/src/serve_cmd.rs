@@ -154,15 +154,25 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             }
         };
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let backend = ray.map(|(client, _)| {
-            let cfg = weave_ray::BackendConfig {
-                server_url: args.advertise_url.clone().unwrap_or_else(|| format!("http://{addr}")),
-                poll: Duration::from_millis(500),
-                grace: Duration::from_secs_f64(args.ray_grace_s),
-            };
-            let (backend, stop) = (weave_ray::RayBackend::new(client, shared.clone(), cfg), stop.clone());
-            std::thread::spawn(move || backend.run(stop))
-        });
+        let backend = match ray {
+            Some((client, _)) => {
+                let cfg = weave_ray::BackendConfig {
+                    server_url: args.advertise_url.clone().unwrap_or_else(|| format!("http://{addr}")),
+                    poll: Duration::from_millis(500),
+                    grace: Duration::from_secs_f64(args.ray_grace_s),
+                };
+                let mut backend = weave_ray::RayBackend::new(client, shared.clone(), cfg);
+                // One round before serving: nodes Ray lacks are out of service before the
+                // first submission can be placed. (Off the async workers: the client blocks.)
+                let (first, backend) = tokio::task::spawn_blocking(move || (backend.tick(), backend))
+                    .await
+                    .context("first round with Ray")?;
+                first.context("first round with Ray")?;
+                let stop = stop.clone();
+                Some(std::thread::spawn(move || backend.run(stop)))
+            }
+            None => None,
+        };
         let served = weave_server::serve(listener, shared, shutdown).await.context("server failed");
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         if let Some(b) = backend {

@@ -5,9 +5,8 @@
 //! `python/tests/check_ray.py`. Skips, saying why, where Ray is not installed or no network
 //! namespace can be made (never runs Ray unprotected).
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 const TOKEN: &str = "ray-e2e-token";
 
@@ -32,15 +31,6 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         let _ = self.cmd(&["down"]).status();
-    }
-}
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
@@ -75,29 +65,19 @@ fn two_jobs_run_interleaved_on_ray_and_survive_a_node_failure() {
         format!("[[tenant]]\nname = \"team\"\ntoken_sha256 = \"{}\"\n", String::from_utf8_lossy(&hash.stdout).trim());
     std::fs::write(&tenants, line).unwrap();
     let data = state.join("data");
-    let mut server = Killed(
-        cluster
-            .cmd(&["exec", env!("CARGO_BIN_EXE_weave"), "serve", "--backend", "ray"])
-            .args(["--ray-address", "http://127.0.0.2:8265", "--addr", "127.0.0.2:0"])
-            .arg("--tenants")
-            .arg(&tenants)
-            .arg("--data")
-            .arg(&data)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
+    // The checker runs the server itself (so it can kill and restart it mid-run), inside the
+    // namespace on a fixed address the launched jobs are told.
+    let serve = format!(
+        "{} serve --backend ray --ray-address http://127.0.0.2:8265 --addr 127.0.0.2:7070 --tenants {} --data {}",
+        env!("CARGO_BIN_EXE_weave"),
+        tenants.display(),
+        data.display()
     );
-    let mut out = BufReader::new(server.0.stdout.take().unwrap());
-    let mut first = String::new();
-    out.read_line(&mut first).unwrap();
-    let addr = first.trim().strip_prefix("listening ").unwrap_or_else(|| panic!("server said {first:?}")).to_string();
-
-    let root = root();
     let kill = format!("{} kill-node {{node}}", cluster.script.display());
     let checker = cluster
         .cmd(&["exec", "python3"])
-        .arg(root.join("python/tests/check_ray.py"))
-        .args(["--server", &format!("http://{addr}"), "--token", TOKEN, "--ray", "http://127.0.0.2:8265"])
+        .arg(root().join("python/tests/check_ray.py"))
+        .args(["--serve-cmd", &serve, "--token", TOKEN, "--ray", "http://127.0.0.2:8265"])
         .arg("--checkpoints")
         .arg(state.join("checkpoints"))
         .args(["--kill", &kill])
@@ -108,9 +88,9 @@ fn two_jobs_run_interleaved_on_ray_and_survive_a_node_failure() {
     eprintln!("{}", String::from_utf8_lossy(&checker.stderr));
     assert!(checker.status.success(), "check_ray.py failed");
     let measured = stdout.lines().last().unwrap_or_default();
+    // The numbers are reported, not asserted (timing on a shared machine); they must be there.
     let m: serde_json::Value = serde_json::from_str(measured).expect("measurements on the last line");
-    assert!(m["training_handoff"]["n"].as_u64().unwrap_or(0) > 0, "no handoff measured: {m}");
-    drop(server);
+    assert!(m["utilisation"].is_object() && m["solo"]["utilisation"].is_object(), "{m}");
     drop(cluster);
     let _ = std::fs::remove_dir_all(&state);
 }
