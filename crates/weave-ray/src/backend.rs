@@ -73,10 +73,14 @@ impl RayBackend {
             grace_ms: self.cfg.grace.as_millis() as u64,
         };
         let steps = reconcile(&world);
+        // One step failing (Ray busy) does not hold up the others; the first error is reported.
+        let mut first_error = None;
         for step in &steps {
-            self.carry_out(step)?;
+            if let Err(e) = self.carry_out(step) {
+                first_error.get_or_insert(e);
+            }
         }
-        Ok(steps)
+        first_error.map_or(Ok(steps), Err)
     }
 
     fn submissions(&mut self) -> Result<Vec<Submission>, RayError> {
@@ -164,9 +168,17 @@ impl RayBackend {
                         &self.shared.cfg.cluster,
                     )
                 };
-                if let Some(body) = body {
-                    self.client.submit(&body)?;
-                    eprintln!("weave ray backend: launched {job} as {}", body["submission_id"]);
+                let Some(body) = body else { return Ok(()) };
+                match self.client.submit(&body) {
+                    Ok(()) => eprintln!("weave ray backend: launched {job} as {}", body["submission_id"]),
+                    // Ray refused the submission itself (bad runtime environment, say): retrying
+                    // cannot help, so the job fails with Ray's reason.
+                    Err(RayError::Status { status, body: reason, .. }) if (400..500).contains(&status) => {
+                        let (job, reason) = (job.clone(), format!("Ray refused the launch (HTTP {status}): {reason}"));
+                        eprintln!("weave ray backend: job {job} failed: {reason}");
+                        self.commit("launch refused", |time_us| Record::Fail { time_us, job, reason });
+                    }
+                    Err(e) => return Err(e),
                 }
             }
             Step::Stop { submission_id } => {
