@@ -159,7 +159,7 @@ impl RayBackend {
                 let body = {
                     let g = self.shared.lock();
                     let Some(j) = g.plane.job(job).filter(|j| j.id.0 == *uid) else { return Ok(()) };
-                    let token = self.shared.job_tokens.token(&j.tenant, &j.name);
+                    let token = self.shared.job_tokens.token(&j.tenant, &j.name, j.id.0);
                     submission_body(
                         &self.shared.job_tokens.instance_id(),
                         j,

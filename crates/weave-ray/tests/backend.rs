@@ -145,7 +145,7 @@ fn the_backend_reconciles_ray_with_the_plane() {
         assert_eq!(f.jobs.len(), 2, "both launched");
         let env = &f.jobs[0]["runtime_env"]["env_vars"];
         assert_eq!((env["WEAVE_JOB"].as_str(), env["WEAVE_SERVER"].as_str()), (Some("a"), Some("http://weave:7070")));
-        assert!(env["WEAVE_TOKEN"].as_str().unwrap().starts_with("wj1.a."));
+        assert!(env["WEAVE_TOKEN"].as_str().unwrap().starts_with("wj1.a.0."));
     }
     // A second round, and a restarted server on the same store, launch nothing again.
     b.tick().unwrap();

@@ -79,30 +79,37 @@ impl JobTokens {
         hex(&h.finalize()[..4])
     }
 
-    fn mac(&self, tenant: &str, job: &str) -> [u8; 32] {
+    fn mac(&self, tenant: &str, job: &str, admission: u32) -> [u8; 32] {
         let mut h = Sha256::new();
         h.update(self.secret);
         h.update(tenant.as_bytes());
         h.update([0u8]);
         h.update(job.as_bytes());
+        h.update([0u8]);
+        h.update(admission.to_le_bytes());
         h.finalize().into()
     }
 
-    pub fn token(&self, tenant: &str, job: &str) -> String {
-        format!("{JOB_TOKEN_PREFIX}{job}.{}", hex(&self.mac(tenant, job)))
+    /// The token of one admission of a job: a re-admitted job gets a new one, and the old
+    /// one (held by a driver that may still be winding down) stops working.
+    pub fn token(&self, tenant: &str, job: &str, admission: u32) -> String {
+        format!("{JOB_TOKEN_PREFIX}{job}.{admission}.{}", hex(&self.mac(tenant, job, admission)))
     }
 
-    /// The caller for a job token; `owner` gives the tenant of a job by name.
-    pub fn authenticate(&self, header: Option<&str>, owner: impl Fn(&str) -> Option<String>) -> Option<Caller> {
+    /// The caller for a job token; `current` gives a job's tenant and current admission by name.
+    pub fn authenticate(
+        &self,
+        header: Option<&str>,
+        current: impl Fn(&str) -> Option<(String, u32)>,
+    ) -> Option<Caller> {
         let token = header?.strip_prefix("Bearer ")?.trim().strip_prefix(JOB_TOKEN_PREFIX)?;
-        let (job, mac) = token.rsplit_once('.')?;
+        let (rest, mac) = token.rsplit_once('.')?;
+        let (job, admission) = rest.rsplit_once('.')?;
+        let admission: u32 = admission.parse().ok()?;
         let given = unhex(mac)?;
-        let tenant = owner(job)?;
-        constant_time_eq(&self.mac(&tenant, job), &given).then(|| Caller {
-            tenant,
-            admin: false,
-            job: Some(job.to_string()),
-        })
+        let (tenant, now) = current(job)?;
+        let valid = constant_time_eq(&self.mac(&tenant, job, admission), &given);
+        (valid && admission == now).then(|| Caller { tenant, admin: false, job: Some(job.to_string()) })
     }
 }
 
@@ -221,20 +228,27 @@ mod tests {
     }
 
     #[test]
-    fn job_tokens_drive_only_their_own_job() {
+    fn job_tokens_drive_only_their_own_job_and_admission() {
         let tokens = JobTokens::new([7; 32]);
-        let owner = |job: &str| (job == "a.1" || job == "b").then(|| "alice".to_string());
-        let t = tokens.token("alice", "a.1");
-        let c = tokens.authenticate(Some(&format!("Bearer {t}")), owner).unwrap();
+        let current = |job: &str| match job {
+            "a.1" => Some(("alice".to_string(), 3)),
+            "b" => Some(("alice".to_string(), 0)),
+            _ => None,
+        };
+        let bearer = |t: &str| format!("Bearer {t}");
+        let t = tokens.token("alice", "a.1", 3);
+        let c = tokens.authenticate(Some(&bearer(&t)), current).unwrap();
         assert_eq!(c, Caller { tenant: "alice".into(), admin: false, job: Some("a.1".into()) });
         assert!(c.may_see("alice", "a.1"));
         assert!(!c.may_see("alice", "b"), "another job of the same tenant");
-        // A token for one job does not open another, nor survives a different secret.
-        let forged = t.replace("wj1.a.1.", "wj1.b.");
-        assert_eq!(tokens.authenticate(Some(&format!("Bearer {forged}")), owner), None);
-        assert_eq!(JobTokens::new([8; 32]).authenticate(Some(&format!("Bearer {t}")), owner), None);
-        assert_eq!(tokens.authenticate(Some("Bearer wj1.a.1.zz"), owner), None);
-        assert_eq!(tokens.authenticate(Some(&format!("Bearer {}", tokens.token("alice", "gone"))), owner), None);
+        // A token for one job does not open another, an earlier admission's token no longer
+        // works, nor does a token under another secret or a garbled one.
+        let forged = t.replace("wj1.a.1.3.", "wj1.b.0.");
+        assert_eq!(tokens.authenticate(Some(&bearer(&forged)), current), None);
+        assert_eq!(tokens.authenticate(Some(&bearer(&tokens.token("alice", "a.1", 2))), current), None);
+        assert_eq!(JobTokens::new([8; 32]).authenticate(Some(&bearer(&t)), current), None);
+        assert_eq!(tokens.authenticate(Some("Bearer wj1.a.1.3.zz"), current), None);
+        assert_eq!(tokens.authenticate(Some(&bearer(&tokens.token("alice", "gone", 0))), current), None);
     }
 
     #[test]

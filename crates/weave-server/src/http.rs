@@ -71,7 +71,7 @@ fn caller(s: &Shared, headers: &HeaderMap) -> ApiResult<Caller> {
         .authenticate(h)
         .or_else(|| {
             let g = s.lock();
-            s.job_tokens.authenticate(h, |job| g.plane.job(job).map(|j| j.tenant.clone()))
+            s.job_tokens.authenticate(h, |job| g.plane.job(job).map(|j| (j.tenant.clone(), j.id.0)))
         })
         .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "missing or unknown bearer token"))
 }
