@@ -172,6 +172,10 @@ def measure(spans, window, nodes):
         return {"n": len(v), "median_ms": round(statistics.median(v), 1), "p90_ms": round(v[int(0.9 * (len(v) - 1))], 1),
                 "max_ms": round(v[-1], 1)}
 
+    def period(job):
+        starts = sorted(s[3] for s in inside if s[0] == job and s[1] == "rollout")
+        return round((starts[-1] - starts[0]) / 1e6 / (len(starts) - 1), 3) if len(starts) > 1 else None
+
     util = {"training t0 (shared)": busy([s for s in inside if s[1] == "train"])}
     for job, node in nodes.items():
         util[f"rollout {node} ({job})"] = busy([s for s in inside if s[1] == "rollout" and s[0] == job])
@@ -180,6 +184,7 @@ def measure(spans, window, nodes):
         "training_handoff": stats(handoffs),
         "gate_round_trip": stats(own),
         "utilisation": {k: round(v, 3) for k, v in util.items()},
+        "iteration_s": {job: period(job) for job in nodes},
     }
 
 
