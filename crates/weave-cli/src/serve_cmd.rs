@@ -48,6 +48,9 @@ pub struct ServeArgs {
     /// death is told apart from the job's own failure in this time).
     #[arg(long, default_value_t = 10.0)]
     ray_grace_s: f64,
+    /// A launch Ray keeps pending this long (its driver cannot start) fails the job, seconds.
+    #[arg(long, default_value_t = 300.0)]
+    ray_pending_limit_s: f64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -107,6 +110,9 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     if !(args.ray_grace_s.is_finite() && args.ray_grace_s >= 0.0) {
         bail!("--ray-grace-s must be non-negative");
     }
+    if !(args.ray_pending_limit_s.is_finite() && args.ray_pending_limit_s > 0.0) {
+        bail!("--ray-pending-limit-s must be positive");
+    }
     let mut cluster = load_cluster(args.cluster.as_deref())?;
     let ray = match args.backend {
         Backend::Ray => Some(ray_inventory(&args, &mut cluster)?),
@@ -160,6 +166,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                     server_url: args.advertise_url.clone().unwrap_or_else(|| format!("http://{addr}")),
                     poll: Duration::from_millis(500),
                     grace: Duration::from_secs_f64(args.ray_grace_s),
+                    pending_limit: Duration::from_secs_f64(args.ray_pending_limit_s),
                 };
                 let mut backend = weave_ray::RayBackend::new(client, shared.clone(), cfg);
                 // One round before serving: nodes Ray lacks are out of service before the

@@ -21,6 +21,8 @@ pub struct BackendConfig {
     pub poll: Duration,
     /// See [`World::grace_ms`].
     pub grace: Duration,
+    /// See [`World::pending_limit_ms`].
+    pub pending_limit: Duration,
 }
 
 pub struct RayBackend {
@@ -29,13 +31,22 @@ pub struct RayBackend {
     cfg: BackendConfig,
     /// When each submission was first seen terminal.
     terminal_since: BTreeMap<String, Instant>,
+    /// When each submission was first seen pending.
+    pending_since: BTreeMap<String, Instant>,
     /// When a stop was last sent, so a slow stop is not re-sent every poll.
     stop_sent: BTreeMap<String, Instant>,
 }
 
 impl RayBackend {
     pub fn new(client: RayClient, shared: Arc<Shared>, cfg: BackendConfig) -> RayBackend {
-        RayBackend { client, shared, cfg, terminal_since: BTreeMap::new(), stop_sent: BTreeMap::new() }
+        RayBackend {
+            client,
+            shared,
+            cfg,
+            terminal_since: BTreeMap::new(),
+            pending_since: BTreeMap::new(),
+            stop_sent: BTreeMap::new(),
+        }
     }
 
     /// Polls until `stop` is set. Errors are logged (once until they change) and retried: a
@@ -71,6 +82,7 @@ impl RayBackend {
             jobs: &jobs,
             submissions: &submissions,
             grace_ms: self.cfg.grace.as_millis() as u64,
+            pending_limit_ms: self.cfg.pending_limit.as_millis() as u64,
         };
         let steps = reconcile(&world);
         // One step failing (Ray busy) does not hold up the others; the first error is reported.
@@ -97,13 +109,25 @@ impl RayBackend {
                 continue;
             };
             let status = RayStatus::parse(&j.status);
-            let terminal_for_ms = if status.terminal() {
-                now.duration_since(*self.terminal_since.entry(sid.clone()).or_insert(now)).as_millis() as u64
-            } else {
-                0
+            let since = |map: &mut BTreeMap<String, Instant>, yes: bool| {
+                if yes {
+                    now.duration_since(*map.entry(sid.clone()).or_insert(now)).as_millis() as u64
+                } else {
+                    0
+                }
             };
+            let terminal_for_ms = since(&mut self.terminal_since, status.terminal());
+            let pending_for_ms = since(&mut self.pending_since, status == RayStatus::Pending);
             let message = j.message.unwrap_or_default();
-            out.push(Submission { submission_id: sid, job: job.clone(), uid, status, message, terminal_for_ms });
+            out.push(Submission {
+                submission_id: sid,
+                job: job.clone(),
+                uid,
+                status,
+                message,
+                terminal_for_ms,
+                pending_for_ms,
+            });
         }
         Ok(out)
     }

@@ -57,6 +57,8 @@ pub struct Submission {
     pub message: String,
     /// How long (ms) the backend has seen it terminal; 0 if not terminal.
     pub terminal_for_ms: u64,
+    /// How long (ms) the backend has seen it pending; 0 if not pending.
+    pub pending_for_ms: u64,
 }
 
 /// The Ray submission id of admission `uid` of job `name` by the Weave store `instance`
@@ -92,6 +94,8 @@ pub struct World<'a> {
     /// often kills the job's driver before Ray declares the node dead, and such a job must be
     /// re-admitted (node failure), not just failed.
     pub grace_ms: u64,
+    /// A launch Ray keeps pending this long (its driver cannot start) fails the job.
+    pub pending_limit_ms: u64,
 }
 
 pub fn reconcile(w: &World) -> Vec<Step> {
@@ -116,6 +120,12 @@ pub fn reconcile(w: &World) -> Vec<Step> {
                 steps.push(Step::Fail {
                     job: j.name.clone(),
                     reason: format!("Ray job {sid} ended {:?} before Weave finished it{message}", s.status),
+                });
+            }
+            Some(s) if s.status == RayStatus::Pending && s.pending_for_ms >= w.pending_limit_ms => {
+                steps.push(Step::Fail {
+                    job: j.name.clone(),
+                    reason: format!("Ray kept job {sid} pending for {} s", s.pending_for_ms / 1000),
                 });
             }
             Some(_) => {}
@@ -177,14 +187,17 @@ mod tests {
         }
     }
 
-    fn sub(job: &str, uid: u32, status: RayStatus, terminal_for_ms: u64) -> Submission {
+    /// `for_ms`: how long it has been terminal (or pending).
+    fn sub(job: &str, uid: u32, status: RayStatus, for_ms: u64) -> Submission {
+        let pending = status == RayStatus::Pending;
         Submission {
             submission_id: submission_id("i", job, uid),
             job: job.into(),
             uid,
             status,
             message: "boom".into(),
-            terminal_for_ms,
+            terminal_for_ms: if pending { 0 } else { for_ms },
+            pending_for_ms: if pending { for_ms } else { 0 },
         }
     }
 
@@ -198,6 +211,7 @@ mod tests {
             jobs,
             submissions: subs,
             grace_ms: 5000,
+            pending_limit_ms: 60_000,
         })
     }
 
@@ -244,6 +258,15 @@ mod tests {
             matches!(&steps[..], [Step::Fail { job, reason }] if job == "a" && reason.contains("boom")),
             "{steps:?}"
         );
+    }
+
+    #[test]
+    fn a_launch_ray_keeps_pending_fails_after_the_limit() {
+        let inv = inventory(&["r0", "r1", "t0"], &[]);
+        let jobs = [job("a", 0, &["r0", "t0"])];
+        assert_eq!(run(&inv, &[], &jobs, &[sub("a", 0, RayStatus::Pending, 59_000)]), vec![]);
+        let steps = run(&inv, &[], &jobs, &[sub("a", 0, RayStatus::Pending, 60_000)]);
+        assert!(matches!(&steps[..], [Step::Fail { reason, .. }] if reason.contains("pending for 60 s")), "{steps:?}");
     }
 
     #[test]

@@ -105,6 +105,7 @@ fn backend(url: &str, s: &Arc<Shared>) -> RayBackend {
         server_url: "http://weave:7070".into(),
         poll: Duration::from_millis(10),
         grace: Duration::ZERO,
+        pending_limit: Duration::from_secs(600),
     };
     RayBackend::new(RayClient::new(url).unwrap(), s.clone(), cfg)
 }
