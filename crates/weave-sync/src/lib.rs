@@ -4,9 +4,10 @@
 //! - Senders (training GPUs) serve byte ranges of the model file of a version.
 //! - Each receiver (rollout GPU) fetches its plan's ranges, stage 1 from senders and stage 2
 //!   from the peers that hold them, in chunks over parallel connections; a dropped connection
-//!   is retried and resumes at the last completed chunk; every shard is checked against its
-//!   SHA-256 before it counts; meanwhile the receiver serves the shards it has verified to its
-//!   peers.
+//!   is retried and resumes at the last completed chunk; every piece (8 MiB) of a shard is
+//!   checked against its SHA-256 before it counts; meanwhile the receiver serves the pieces
+//!   it has verified to its peers, so stage 2 forwards a shard while stage 1 still brings it
+//!   (the stages are pipelined piece by piece, as the plan's prediction assumes).
 //! - Only when every byte is verified is the version published: the staging file is synced
 //!   and renamed into place, then the `CURRENT` pointer is replaced by rename. A reader never
 //!   sees a partially written version as complete.
@@ -31,6 +32,13 @@ use weave_model::syncplan::{Endpoint, Plan};
 
 /// Bytes per request.
 pub const CHUNK: u64 = 1 << 20;
+/// Bytes per verified piece: the unit of checking and of forwarding to peers.
+pub const PIECE: u64 = 8 * CHUNK;
+
+/// The pieces of a transfer's byte range, in order.
+pub fn pieces(offset: u64, len: u64) -> impl Iterator<Item = (u64, u64)> {
+    (0..len.div_ceil(PIECE)).map(move |i| (offset + i * PIECE, PIECE.min(len - i * PIECE)))
+}
 
 #[derive(Debug, Error)]
 pub enum SyncError {
@@ -49,7 +57,7 @@ pub enum SyncError {
 pub struct Manifest {
     pub version: u64,
     pub plan: Plan,
-    /// SHA-256 (hex) of every range the plan moves, keyed by "offset:len".
+    /// SHA-256 (hex) of every piece of every range the plan moves, keyed by "offset:len".
     pub checksums: BTreeMap<String, String>,
     pub train_addrs: Vec<SocketAddr>,
     pub rollout_addrs: Vec<SocketAddr>,
@@ -94,8 +102,10 @@ impl Manifest {
     ) -> io::Result<Manifest> {
         let mut checksums = BTreeMap::new();
         for t in &plan.transfers {
-            if let std::collections::btree_map::Entry::Vacant(e) = checksums.entry(range_key(t.offset, t.len)) {
-                e.insert(sha256_range(model, t.offset, t.len)?);
+            for (o, l) in pieces(t.offset, t.len) {
+                if let std::collections::btree_map::Entry::Vacant(e) = checksums.entry(range_key(o, l)) {
+                    e.insert(sha256_range(model, o, l)?);
+                }
             }
         }
         Ok(Manifest { version, plan, checksums, train_addrs, rollout_addrs })
@@ -229,9 +239,26 @@ pub struct FetchStats {
     pub checksum_retries: u32,
 }
 
-/// Fetches one range into the staging file, chunk by chunk, resuming after dropped
-/// connections, then verifies it.
+/// Fetches one range into the staging file piece by piece (each chunk by chunk, resuming
+/// after dropped connections), verifying and publishing each piece to peers as it lands.
 async fn fetch_range(
+    peer: SocketAddr,
+    version: u64,
+    range: (u64, u64),
+    checksums: &BTreeMap<String, String>,
+    staging: &Staging,
+    stats: &Mutex<FetchStats>,
+) -> Result<(), SyncError> {
+    for (offset, len) in pieces(range.0, range.1) {
+        let sha = checksums
+            .get(&range_key(offset, len))
+            .ok_or_else(|| SyncError::Manifest(format!("no checksum for [{offset}, +{len})")))?;
+        fetch_piece(peer, version, offset, len, sha, staging, stats).await?;
+    }
+    Ok(())
+}
+
+async fn fetch_piece(
     peer: SocketAddr,
     version: u64,
     offset: u64,
@@ -326,30 +353,31 @@ fn addr(m: &Manifest, e: Endpoint) -> Result<SocketAddr, SyncError> {
     list.get(i as usize).copied().ok_or_else(|| SyncError::Manifest(format!("no address for {e:?}")))
 }
 
-/// Executes receiver `me`'s part of the plan: stage 1 then stage 2 ranges, each range on its
-/// own connection, all in parallel; then publishes the version into `dir`.
+/// Executes receiver `me`'s part of the plan: every range on its own connection, all at
+/// once; a stage-2 range waits at its peer piece by piece (WAIT) until the peer has verified
+/// that piece from stage 1, so the stages overlap. Then publishes the version into `dir`.
 pub async fn receive(m: &Manifest, me: u32, staging: &Staging, dir: &Path) -> Result<FetchStats, SyncError> {
     let stats = Arc::new(Mutex::new(FetchStats::default()));
+    let checksums = Arc::new(m.checksums.clone());
+    let mut tasks = Vec::new();
+    // Stage 1 first, so its connections are up before stage 2 starts asking.
     for stage in [1u8, 2] {
-        let mut tasks = Vec::new();
         for t in m.plan.transfers.iter().filter(|t| t.stage == stage && t.to == Endpoint::Rollout(me)) {
             let peer = addr(m, t.from)?;
-            let sha = m
-                .checksums
-                .get(&range_key(t.offset, t.len))
-                .cloned()
-                .ok_or_else(|| SyncError::Manifest(format!("no checksum for [{}, +{})", t.offset, t.len)))?;
-            let (version, offset, len) = (m.version, t.offset, t.len);
-            let stats = stats.clone();
+            if pieces(t.offset, t.len).any(|(o, l)| !checksums.contains_key(&range_key(o, l))) {
+                return Err(SyncError::Manifest(format!("no checksums for [{}, +{})", t.offset, t.len)));
+            }
+            let (version, range) = (m.version, (t.offset, t.len));
+            let (stats, checksums) = (stats.clone(), checksums.clone());
             let staging =
                 Staging { path: staging.path.clone(), verified: staging.verified.clone(), version: staging.version };
             tasks.push(tokio::spawn(
-                async move { fetch_range(peer, version, offset, len, &sha, &staging, &stats).await },
+                async move { fetch_range(peer, version, range, &checksums, &staging, &stats).await },
             ));
         }
-        for t in tasks {
-            t.await.map_err(|e| SyncError::Io(io::Error::other(e.to_string())))??;
-        }
+    }
+    for t in tasks {
+        t.await.map_err(|e| SyncError::Io(io::Error::other(e.to_string())))??;
     }
     publish(staging, dir, m.plan.model_bytes)?;
     let s = stats.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -388,4 +416,21 @@ pub fn publish(staging: &Staging, dir: &Path, bytes: u64) -> Result<PathBuf, Syn
 pub fn current(dir: &Path) -> Option<PathBuf> {
     let name = std::fs::read_to_string(dir.join("CURRENT")).ok()?;
     Some(dir.join(name.trim()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_tile_a_range_exactly() {
+        for (offset, len) in [(0, 1), (5, PIECE), (7, PIECE + 1), (PIECE * 3, 5 * PIECE / 2)] {
+            let p: Vec<(u64, u64)> = pieces(offset, len).collect();
+            assert_eq!(p[0].0, offset);
+            assert!(p.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0), "{p:?}");
+            assert_eq!(p.iter().map(|x| x.1).sum::<u64>(), len);
+            assert!(p.iter().all(|x| x.1 > 0 && x.1 <= PIECE));
+        }
+        assert_eq!(pieces(9, 0).count(), 0);
+    }
 }
