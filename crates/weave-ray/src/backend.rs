@@ -113,6 +113,7 @@ impl RayBackend {
                 if yes {
                     now.duration_since(*map.entry(sid.clone()).or_insert(now)).as_millis() as u64
                 } else {
+                    map.remove(&sid);
                     0
                 }
             };
