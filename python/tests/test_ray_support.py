@@ -45,6 +45,9 @@ class RaySupportTest(unittest.TestCase):
         self.assertEqual(env.resource("r2"), "weave_node_r2")
         bundles = node_bundles(env, env.rollout_nodes, 0.5, 1)
         self.assertEqual(bundles, [{"GPU": 0.5, "CPU": 1, "weave_node_r0": 1}, {"GPU": 0.5, "CPU": 1, "weave_node_r2": 1}])
+        per_gpu = node_bundles(env, env.rollout_nodes, 0.25, 0.5, workers_per_node=8)
+        self.assertEqual(len(per_gpu), 16)
+        self.assertEqual([b.get("weave_node_r2", 0) for b in per_gpu], [0] * 8 + [1] * 8)
 
     def test_missing_or_bad_variables_are_named(self):
         with self.assertRaisesRegex(WeaveEnvError, "WEAVE_TOKEN"):

@@ -92,21 +92,24 @@ class WeaveJobEnv:
         return f"{self.resource_prefix}{node}"
 
 
-def node_bundles(env, nodes, gpus, cpus):
-    """One bundle per node, each requiring that node's custom resource."""
-    return [{"GPU": gpus, "CPU": cpus, env.resource(n): 1} for n in nodes]
+def node_bundles(env, nodes, gpus, cpus, workers_per_node=1):
+    """``workers_per_node`` bundles per node, each requiring that node's custom resource:
+    bundle ``i * workers_per_node + w`` is worker ``w`` on node ``i``."""
+    return [{"GPU": gpus, "CPU": cpus, env.resource(n): 1} for n in nodes for _ in range(workers_per_node)]
 
 
-def pinned_placement_groups(env, rollout_gpus=1.0, training_gpus=1.0, cpus=0.5, timeout_s=120.0):
-    """Creates (and waits for) the job's rollout and training placement groups, one bundle per
-    Weave node. Returns ``(rollout_pg, training_pg)``; bundle ``i`` is on node ``i`` of the
-    pool's list. Raises ``TimeoutError`` naming the nodes if Ray cannot place them."""
+def pinned_placement_groups(env, rollout_gpus=1.0, training_gpus=1.0, cpus=0.5, workers_per_node=1, timeout_s=120.0):
+    """Creates (and waits for) the job's rollout and training placement groups, pinned to its
+    Weave nodes (``workers_per_node`` bundles per node, e.g. one per GPU, each asking for a
+    fraction of a GPU). Returns ``(rollout_pg, training_pg)``; see ``node_bundles`` for the
+    bundle order. Raises ``TimeoutError`` naming the nodes if Ray cannot place them."""
     import ray
     from ray.util.placement_group import placement_group
 
     pgs = []
     for pool, nodes, gpus in (("rollout", env.rollout_nodes, rollout_gpus), ("training", env.training_nodes, training_gpus)):
-        pg = placement_group(node_bundles(env, nodes, gpus, cpus), strategy="PACK", name=f"weave-{env.job}-{env.uid}-{pool}")
+        bundles = node_bundles(env, nodes, gpus, cpus, workers_per_node)
+        pg = placement_group(bundles, strategy="PACK", name=f"weave-{env.job}-{env.uid}-{pool}")
         pgs.append((pool, nodes, pg))
     for pool, nodes, pg in pgs:
         try:
