@@ -340,7 +340,7 @@ def check_cancel_stops_ray(c, ray, checkpoints):
     wait_for("toy-c to run in Ray", lambda: ray_job(ray, view).get("status") == "RUNNING", 120)
     wait_for("toy-c's iterations", lambda: c.job("toy-c")["job"]["completed_iterations"] >= 10, 120)
     events = [e for e in c.events() if e["job"] == "toy-c"]
-    spans = [s for s in phase_spans(events)]
+    spans = phase_spans(events)
     lo = min(e["time_us"] for e in events if e["kind"] == "grant" and e["iteration"] == 2)
     hi = max(s[4] for s in spans)
     solo = measure(spans, (lo, hi), {"toy-c": view["rollout_nodes"][0]})

@@ -272,25 +272,23 @@ impl Placer {
     /// Replaces a placed job's estimate (online re-estimation from measured phases) and
     /// re-predicts its group. Returns false if the job is not placed.
     pub fn update_times(&mut self, job: JobId, times: weave_core::PhaseTimes) -> bool {
-        let Some(gid) = self.job_group.get(&job) else { return false };
-        let resident = self.cfg.residency.resident;
-        let g = self.groups.get_mut(gid).expect("placed jobs have groups");
-        if let Some(m) = g.members.iter_mut().find(|m| m.job.id == job) {
-            m.job.times = times;
-        }
-        g.refresh(resident);
-        true
+        self.update_member(job, |j| j.times = times)
     }
 
     /// Re-estimation from phases a running job measured itself (the control plane): the
     /// measurements already include the job's own switches and weight sync, so the modelled
     /// ones are not added on top. Returns false if the job is not placed.
     pub fn update_measured(&mut self, job: JobId, times: weave_core::PhaseTimes) -> bool {
+        self.update_member(job, |j| j.set_measured(times))
+    }
+
+    /// Changes a placed job's placement view and re-predicts its group.
+    fn update_member(&mut self, job: JobId, change: impl FnOnce(&mut PlaceJob)) -> bool {
         let Some(gid) = self.job_group.get(&job) else { return false };
         let resident = self.cfg.residency.resident;
         let g = self.groups.get_mut(gid).expect("placed jobs have groups");
         if let Some(m) = g.members.iter_mut().find(|m| m.job.id == job) {
-            m.job.set_measured(times);
+            change(&mut m.job);
         }
         g.refresh(resident);
         true

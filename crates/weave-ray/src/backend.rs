@@ -29,6 +29,8 @@ pub struct RayBackend {
     client: RayClient,
     shared: Arc<Shared>,
     cfg: BackendConfig,
+    /// This Weave's instance id (its launches carry it).
+    instance: String,
     /// When each submission was first seen terminal.
     terminal_since: BTreeMap<String, Instant>,
     /// When each submission was first seen pending.
@@ -39,10 +41,12 @@ pub struct RayBackend {
 
 impl RayBackend {
     pub fn new(client: RayClient, shared: Arc<Shared>, cfg: BackendConfig) -> RayBackend {
+        let instance = shared.job_tokens.instance_id();
         RayBackend {
             client,
             shared,
             cfg,
+            instance,
             terminal_since: BTreeMap::new(),
             pending_since: BTreeMap::new(),
             stop_sent: BTreeMap::new(),
@@ -73,9 +77,8 @@ impl RayBackend {
         let inventory = self.client.inventory()?;
         let submissions = self.submissions()?;
         let (jobs, down, pools) = self.plane_view();
-        let instance = self.shared.job_tokens.instance_id();
         let world = World {
-            instance: &instance,
+            instance: &self.instance,
             inventory: &inventory,
             pools,
             down: &down,
@@ -97,11 +100,10 @@ impl RayBackend {
 
     fn submissions(&mut self) -> Result<Vec<Submission>, RayError> {
         let now = Instant::now();
-        let instance = self.shared.job_tokens.instance_id();
         let mut out = Vec::new();
         for j in self.client.jobs()? {
             let (Some(sid), Some(meta)) = (j.submission_id, j.metadata) else { continue };
-            if meta.get("weave_instance") != Some(&instance) {
+            if meta.get("weave_instance") != Some(&self.instance) {
                 continue; // another Weave's (or nobody's) job
             }
             let (Some(job), Some(uid)) = (meta.get("weave_job"), meta.get("weave_uid").and_then(|u| u.parse().ok()))

@@ -100,16 +100,10 @@ pub struct World<'a> {
 
 pub fn reconcile(w: &World) -> Vec<Step> {
     let mut steps = node_steps(w);
-    let newly_down: BTreeSet<NodeId> = steps
-        .iter()
-        .filter_map(|s| match s {
-            Step::NodeDown { node, .. } => Some(*node),
-            _ => None,
-        })
-        .collect();
     for j in w.jobs.iter().filter(|j| j.running && j.launched_by_weave) {
         let sid = submission_id(w.instance, &j.name, j.uid);
-        let on_lost_node = j.nodes.iter().any(|n| newly_down.contains(n) || !w.inventory.alive(*n));
+        // A node Ray lacks is going (or gone) down: its jobs are re-admitted, not launched.
+        let on_lost_node = j.nodes.iter().any(|n| !w.inventory.alive(*n));
         match w.submissions.iter().find(|s| s.submission_id == sid) {
             // Never launch onto a node Ray lacks (Ray would leave it pending forever); the
             // node-down step fails and re-admits the job instead.

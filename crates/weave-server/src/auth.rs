@@ -33,7 +33,8 @@ impl Caller {
 }
 
 /// Job tokens: what a launched job (on Ray) authenticates with. A token names its job and
-/// carries `SHA-256(secret, tenant, job)`; it lets the job drive itself and nothing else. The
+/// admission and carries `SHA-256(secret, tenant, job, admission)`; it lets that admission of
+/// the job drive itself and nothing else. The
 /// secret stays with the server (a file in its data directory); tokens are never stored.
 #[derive(Clone)]
 pub struct JobTokens {

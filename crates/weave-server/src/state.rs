@@ -132,19 +132,11 @@ impl Shared {
             }
             Record::NodeDown { time_us, .. } => {
                 // Failed jobs stop being watched; re-admitted ones get a fresh grace period.
+                let Inner { plane, heartbeats, .. } = &mut *g;
+                heartbeats.retain(|name, _| plane.job(name).is_some_and(|j| j.state == JobState::Running));
                 let now = Instant::now();
-                let jobs: Vec<(String, bool)> = g
-                    .plane
-                    .jobs()
-                    .filter(|j| g.heartbeats.contains_key(&j.name))
-                    .map(|j| (j.name.clone(), j.state == JobState::Running && j.submitted_us == *time_us))
-                    .collect();
-                for (name, readmitted) in jobs {
-                    if readmitted {
-                        g.heartbeats.insert(name, now);
-                    } else if g.plane.job(&name).is_some_and(|j| j.state != JobState::Running) {
-                        g.heartbeats.remove(&name);
-                    }
+                for j in plane.jobs().filter(|j| j.state == JobState::Running && j.submitted_us == *time_us) {
+                    heartbeats.insert(j.name.clone(), now);
                 }
             }
             Record::NodeUp { .. } | Record::Inventory { .. } => {}

@@ -209,7 +209,8 @@ async fn handle(sock: TcpStream, source: Source, fault: Fault) -> io::Result<()>
     Ok(())
 }
 
-/// A receiver's staging file and what of it is verified.
+/// A receiver's staging file and what of it is verified (clones share the verified set).
+#[derive(Clone)]
 pub struct Staging {
     pub path: PathBuf,
     pub verified: Verified,
@@ -369,8 +370,7 @@ pub async fn receive(m: &Manifest, me: u32, staging: &Staging, dir: &Path) -> Re
             }
             let (version, range) = (m.version, (t.offset, t.len));
             let (stats, checksums) = (stats.clone(), checksums.clone());
-            let staging =
-                Staging { path: staging.path.clone(), verified: staging.verified.clone(), version: staging.version };
+            let staging = staging.clone();
             tasks.push(tokio::spawn(
                 async move { fetch_range(peer, version, range, &checksums, &staging, &stats).await },
             ));
