@@ -93,11 +93,11 @@ pub fn run(cmd: ExperimentCommand) -> Result<()> {
                     slo_met_iterations: r.slo_attainment_iterations,
                     slo_violation_ratio: 1.0 - r.slo_attainment_iterations,
                     slo_met_jobs: r.slo_attainment_jobs,
-                    migrations: r.migrations,
-                    repacks: r.repacks,
-                    restarts: r.restarts,
-                    lost_iterations: r.lost_iterations,
-                    failed_permanently: r.failed_permanently,
+                    migrations: r.events.migrations,
+                    repacks: r.events.repacks,
+                    restarts: r.events.restarts,
+                    lost_iterations: r.events.lost_iterations,
+                    failed_permanently: r.events.failed_permanently,
                 });
             }
         }

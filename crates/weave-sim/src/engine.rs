@@ -293,7 +293,7 @@ impl<'a> Engine<'a> {
             let release = self.now.saturating_sub(start);
             self.stragglers.insert((p.group, p.block), (end, shape.share));
             self.metrics.busy(Pool::Rollout, gpus_on_block, release + end.saturating_sub(self.now).scale(shape.share));
-            self.metrics.migrations_long_tail += 1;
+            self.metrics.events.long_tail_migrations += 1;
             self.push(self.now, 1, i, What::Release, iteration);
             self.push(end, 1, i, What::Phase(Phase::Rollout), iteration);
         } else {
@@ -556,7 +556,7 @@ impl<'a> Engine<'a> {
             queued: s.first_admitted.saturating_sub(spec.spec.arrival),
         });
         if failed {
-            self.metrics.failed_permanently += 1;
+            self.metrics.events.failed_permanently += 1;
         }
         self.metrics.end = self.now;
     }
@@ -598,10 +598,10 @@ impl<'a> Engine<'a> {
         let Some(f) = self.cfg.failures else { return };
         self.unplace(i);
         let s = self.states[i].as_mut().expect("known job");
-        self.metrics.lost_iterations += s.done - s.checkpoint;
+        self.metrics.events.lost_iterations += s.done - s.checkpoint;
         s.done = s.checkpoint;
         s.restarts += 1;
-        self.metrics.restarts += 1;
+        self.metrics.events.restarts += 1;
         if s.restarts > f.max_restarts {
             let s = self.states[i].take().expect("known job");
             self.record_outcome(i, &s, true);
@@ -635,7 +635,7 @@ impl<'a> Engine<'a> {
             }
             u -= n;
         }
-        self.metrics.node_failures += 1;
+        self.metrics.events.node_failures += 1;
         for v in victims {
             self.fail(v);
         }
@@ -691,7 +691,7 @@ impl<'a> Engine<'a> {
         self.unplace(i);
         let s = self.states[i].as_mut().expect("known job");
         s.last_move = Some(self.now);
-        self.metrics.migrations += 1;
+        self.metrics.events.migrations += 1;
         self.admit_or_wait(i);
     }
 
@@ -741,10 +741,10 @@ impl<'a> Engine<'a> {
         for &i in &running {
             let s = self.states[i].as_mut().expect("known job");
             s.last_move = Some(self.now);
-            self.metrics.migrations += 1;
+            self.metrics.events.migrations += 1;
             self.admit_or_wait(i);
         }
-        self.metrics.repacks += 1;
+        self.metrics.events.repacks += 1;
     }
 }
 

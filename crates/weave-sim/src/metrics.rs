@@ -24,16 +24,26 @@ pub struct Metrics {
     pub rejected: u64,
     pub jobs: Vec<JobOutcome>,
     pub queue_delays: Vec<Micros>,
+    pub events: DynamicsCounts,
+    /// (time, rollout GPUs held, training GPUs held) at every change.
+    series: Vec<(Micros, u32, u32)>,
+}
+
+/// What happened to jobs while they ran: re-grouping, failures, long-tail migration. Counted
+/// by the replay and reported as they are.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DynamicsCounts {
+    /// Jobs moved to another group (re-grouping).
     pub migrations: u64,
     pub repacks: u64,
     pub restarts: u64,
     pub node_failures: u64,
+    /// Iterations redone because a failure lost them (since the last checkpoint).
     pub lost_iterations: u64,
     pub failed_permanently: u64,
-    /// Rollouts whose stragglers were moved so another job could start (long-tail migration).
-    pub migrations_long_tail: u64,
-    /// (time, rollout GPUs held, training GPUs held) at every change.
-    series: Vec<(Micros, u32, u32)>,
+    /// Rollouts that handed their nodes on early (long-tail migration).
+    #[serde(default)]
+    pub long_tail_migrations: u64,
 }
 
 /// One job's result.
@@ -167,13 +177,7 @@ impl Metrics {
             max_queue_delay_h: queued.iter().copied().fold(0.0, f64::max),
             vs_solo_disagg: None,
             vs_colocated: None,
-            migrations: self.migrations,
-            repacks: self.repacks,
-            restarts: self.restarts,
-            node_failures: self.node_failures,
-            lost_iterations: self.lost_iterations,
-            failed_permanently: self.failed_permanently,
-            long_tail_migrations: self.migrations_long_tail,
+            events: self.events,
             gpu_series: self.downsampled(1_000),
             per_job: self.jobs.clone(),
         }
@@ -257,16 +261,9 @@ pub struct PolicyReport {
     /// Cost efficiency (iterations per $) relative to solo-disagg and colocated.
     pub vs_solo_disagg: Option<f64>,
     pub vs_colocated: Option<f64>,
-    pub migrations: u64,
-    pub repacks: u64,
-    pub restarts: u64,
-    pub node_failures: u64,
-    /// Iterations redone because a failure lost them (since the last checkpoint).
-    pub lost_iterations: u64,
-    pub failed_permanently: u64,
-    /// Rollouts that handed their nodes on early (long-tail migration).
-    #[serde(default)]
-    pub long_tail_migrations: u64,
+    /// Flattened: the counters stay top-level fields of the JSON report.
+    #[serde(flatten)]
+    pub events: DynamicsCounts,
     /// GPUs held over time (at most 1,000 points; per-bucket maxima).
     pub gpu_series: Vec<SeriesPoint>,
     /// Every job's outcome (omitted from JSON when empty).

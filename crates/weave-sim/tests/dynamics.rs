@@ -34,11 +34,11 @@ fn incremental_regrouping_repairs_what_static_breaks() {
     let stat = run(Policy::WeaveNoMigration, Regroup::Static);
     let inc = run(Policy::WeaveNoMigration, Regroup::Incremental);
     let (a_static, a_inc) = (attainment(&stat, "a"), attainment(&inc, "a"));
-    eprintln!("job a within SLO: static {a_static:.2}, incremental {a_inc:.2}; migrations {}", inc.migrations);
+    eprintln!("job a within SLO: static {a_static:.2}, incremental {a_inc:.2}; migrations {}", inc.events.migrations);
     assert_eq!(stat.admissions.direct, 1, "the two jobs start in one group");
     assert!(a_static < 0.75, "static should let a's SLO break: {a_static}");
     assert!(a_inc > 0.9, "incremental should repair it: {a_inc}");
-    assert!(inc.migrations >= 1 && stat.migrations == 0);
+    assert!(inc.events.migrations >= 1 && stat.events.migrations == 0);
     assert_eq!(inc.iterations, 120);
     // Periodic finds it too, later.
     let per = run(Policy::WeaveNoMigration, Regroup::periodic_default());
@@ -75,20 +75,20 @@ fn failures_never_lose_a_job() {
             }
         }
         assert_eq!(
-            complete as u64 + r.failed_permanently,
+            complete as u64 + r.events.failed_permanently,
             jobs.len() as u64,
             "{}: each job completes or is reported failed",
             regroup.name()
         );
-        assert!(r.restarts > 0 && r.lost_iterations > 0, "{}: failures were injected", regroup.name());
+        assert!(r.events.restarts > 0 && r.events.lost_iterations > 0, "{}: failures were injected", regroup.name());
         eprintln!(
             "{}: {} restarts, {} node failures, {} lost iterations, {} failed permanently, {} migrations",
             regroup.name(),
-            r.restarts,
-            r.node_failures,
-            r.lost_iterations,
-            r.failed_permanently,
-            r.migrations
+            r.events.restarts,
+            r.events.node_failures,
+            r.events.lost_iterations,
+            r.events.failed_permanently,
+            r.events.migrations
         );
     }
 }

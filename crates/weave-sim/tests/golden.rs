@@ -73,7 +73,7 @@ fn two_jobs_share_one_weave_group() {
     // Only A's first rollout finds B waiting (from then on each reaches its trigger while the
     // other job is training), so only it migrates.
     assert_eq!(released.len(), 1);
-    assert_eq!(mig.report.long_tail_migrations, 1);
+    assert_eq!(mig.report.events.long_tail_migrations, 1);
     let starts: Vec<_> = mig
         .events
         .iter()
