@@ -41,6 +41,18 @@ impl Prediction {
     pub fn slowdown(&self, i: usize, job: &PlaceJob) -> f64 {
         self.coexec[i].0 as f64 / job.solo().0.max(1) as f64
     }
+
+    /// Work rate of the members: the sum over members of solo / co-executed iteration, i.e.
+    /// how many solo jobs' worth of progress the group makes per unit of time.
+    pub fn work<'a>(&self, jobs: impl IntoIterator<Item = &'a PlaceJob>) -> f64 {
+        jobs.into_iter().zip(&self.coexec).map(|(j, c)| j.solo().0 as f64 / c.0.max(1) as f64).sum()
+    }
+
+    /// A job co-located on its own training nodes; `None` without a co-located profile.
+    pub fn colocated(job: &PlaceJob) -> Option<Prediction> {
+        let it = job.colo_iteration()?;
+        Some(Prediction { meta_iteration: it, coexec: vec![it], saturated: true, train_busy: 1.0 })
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -53,6 +65,9 @@ pub struct Group {
     /// Cached training state on each training node.
     pub train_used: Bytes,
     pub prediction: Prediction,
+    /// A co-located deployment: one member running both phases on the training nodes (no
+    /// rollout blocks, never shared).
+    pub colocated: bool,
 }
 
 /// Host DRAM per node and whether states stay resident (warm switching).
@@ -72,6 +87,18 @@ impl Group {
 
     pub fn rollout_node_count(&self) -> u32 {
         self.blocks.iter().map(|b| b.nodes.len() as u32).sum()
+    }
+
+    /// Hourly cost of the nodes the group holds.
+    pub fn hourly_cost(&self, rollout_node_price: weave_core::Money, train_node_price: weave_core::Money) -> weave_core::Money {
+        weave_core::Money(
+            rollout_node_price.0 * self.rollout_node_count() as i64 + train_node_price.0 * self.train_width() as i64,
+        )
+    }
+
+    /// The members' work rate (see [`Prediction::work`]).
+    pub fn work(&self) -> f64 {
+        self.prediction.work(self.members.iter().map(|m| &m.job))
     }
 
     pub fn member_ids(&self) -> impl Iterator<Item = JobId> + '_ {
@@ -119,6 +146,12 @@ impl Group {
 
     /// Recomputes the cached prediction (after a departure; SLOs are not re-checked here).
     pub fn refresh(&mut self, resident: bool) {
+        if self.colocated {
+            if let Some(p) = self.members.first().and_then(|m| Prediction::colocated(&m.job)) {
+                self.prediction = p;
+            }
+            return;
+        }
         let members = self.timing_members(None, resident);
         self.prediction = predict(&members);
     }

@@ -21,6 +21,9 @@ pub struct PlaceJob {
     pub train_state_total: Bytes,
     pub costs: SwitchCosts,
     pub sync: Micros,
+    /// Per-iteration durations when the job runs co-located on its own training nodes (both
+    /// phases there, the veRL way); `None` when no co-located profile is known.
+    pub colo: Option<PhaseTimes>,
 }
 
 impl PlaceJob {
@@ -36,6 +39,7 @@ impl PlaceJob {
             train_state_total: Bytes(job_training_state(job).0 * job.train_nodes as u64),
             costs: switch_costs(job.job_type.model),
             sync: job_sync(job, cluster),
+            colo: Some(profile.estimate(Deployment::Colo, job).times),
         }
     }
 
@@ -44,6 +48,11 @@ impl PlaceJob {
         self.times = times;
         self.costs = SwitchCosts::default();
         self.sync = Micros(0);
+    }
+
+    /// Co-located iteration on its own training nodes (the weight update is local: no sync).
+    pub fn colo_iteration(&self) -> Option<Micros> {
+        self.colo.map(|c| c.rollout + c.train)
     }
 
     /// Solo iteration on its own nodes: no switches.

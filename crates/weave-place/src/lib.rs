@@ -5,6 +5,7 @@
 //! hosts the baseline policies. [`optimal`] finds the cheapest feasible grouping of a small
 //! set of jobs exactly. Pure: no I/O, no clock.
 
+pub mod consolidate;
 pub mod group;
 pub mod job;
 pub mod optimal;
@@ -12,4 +13,4 @@ pub mod placer;
 
 pub use group::{Block, Group, Member, Prediction, Residency};
 pub use job::PlaceJob;
-pub use placer::{Decision, DecisionKind, Departure, PlaceError, PlacePolicy, Placer, PlacerConfig};
+pub use placer::{Decision, DecisionKind, Departure, OptionCost, PlaceError, PlacePolicy, Placer, PlacerConfig, Target};

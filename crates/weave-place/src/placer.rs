@@ -23,6 +23,18 @@ pub enum DecisionKind {
     Direct,
     Scaling,
     Isolated,
+    /// On training nodes of its own, both phases there (the veRL way).
+    Colocated,
+}
+
+/// Where [`Placer::admit_to`] puts a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase", tag = "kind")]
+pub enum Target {
+    /// An existing group: on block `block`, or on a new block of the job's width.
+    Group { group: GroupId, block: Option<u32> },
+    Isolated,
+    Colocated,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -53,6 +65,9 @@ pub struct PlacerConfig {
     /// `false`, saturated groups are tried too, with the event-level timing model: cheaper
     /// placements at several times the decision cost (see `weave bench optimality`).
     pub skip_saturated: bool,
+    /// Whether `weave` may run a job co-located on training nodes of its own when that is the
+    /// cheapest feasible option per unit of work (off: the paper's disaggregated-only Weave).
+    pub colocate: bool,
     pub seed: u64,
 }
 
@@ -72,6 +87,7 @@ impl PlacerConfig {
             train_node_price: cluster.training.price().cost(cluster.training.gpus_per_node as u64, hour),
             capacity: None,
             skip_saturated: true,
+            colocate: false,
             seed,
         }
     }
@@ -114,6 +130,8 @@ pub enum PlaceError {
     NeverFits { job: JobId, reason: String },
     #[error("job {0}: no capacity left in the fixed pools")]
     NoCapacity(JobId),
+    #[error("job {job} cannot go to {target}: it breaks residency or a member's SLO")]
+    Infeasible { job: JobId, target: String },
 }
 
 struct Candidate {
@@ -122,6 +140,39 @@ struct Candidate {
     block: Option<u32>,
     cost: Money,
     prediction: Prediction,
+    /// Work rate the option adds (see [`Prediction::work`]): the job's own, less what the
+    /// other members of the group lose.
+    work: f64,
+}
+
+impl Candidate {
+    /// Marginal dollars per hour per unit of work rate; lower is better.
+    fn score(&self) -> f64 {
+        if self.work <= 0.0 {
+            f64::INFINITY
+        } else {
+            self.cost.0 as f64 / self.work
+        }
+    }
+}
+
+/// A placement option's price tag: what it adds per hour and how much work rate it buys.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct OptionCost {
+    pub kind: DecisionKind,
+    pub cost_per_hour: Money,
+    pub work: f64,
+}
+
+impl OptionCost {
+    /// Marginal dollars per hour per unit of work rate (solo-job equivalents).
+    pub fn score(&self) -> f64 {
+        if self.work <= 0.0 {
+            f64::INFINITY
+        } else {
+            self.cost_per_hour.as_dollars() / self.work
+        }
+    }
 }
 
 pub struct Placer {
@@ -251,6 +302,7 @@ impl Placer {
         }
         let isolated = self.isolated(job)?;
         let chosen = match self.cfg.policy {
+            PlacePolicy::Weave if self.cfg.colocate => self.cheapest_per_work(job, isolated),
             PlacePolicy::Weave => self.cheapest(job).unwrap_or(isolated),
             PlacePolicy::MostIdle => self.most_idle(job).unwrap_or(isolated),
             PlacePolicy::Isolate => isolated,
@@ -262,11 +314,95 @@ impl Placer {
                 all.swap_remove(i)
             }
         };
-        if chosen.kind == DecisionKind::Isolated && (self.free(0) < job.rollout_width || self.free(1) < job.train_width)
-        {
+        self.check_capacity(job, &chosen)?;
+        Ok(chosen)
+    }
+
+    fn check_capacity(&self, job: &PlaceJob, c: &Candidate) -> Result<(), PlaceError> {
+        let short = match c.kind {
+            DecisionKind::Isolated => self.free(0) < job.rollout_width || self.free(1) < job.train_width,
+            DecisionKind::Colocated => self.free(1) < job.train_width,
+            DecisionKind::Scaling => self.free(0) < job.rollout_width,
+            DecisionKind::Direct => false,
+        };
+        if short {
             return Err(PlaceError::NoCapacity(job.id));
         }
-        Ok(chosen)
+        Ok(())
+    }
+
+    /// The cost of the option [`Placer::admit`] would take for `job`, without changing anything.
+    pub fn best_option(&self, job: &PlaceJob) -> Result<OptionCost, PlaceError> {
+        self.choose(job).map(|c| OptionCost { kind: c.kind, cost_per_hour: c.cost, work: c.work })
+    }
+
+    /// Places `job` at `target` if that is feasible (residency, every member's SLO, capacity);
+    /// consolidation uses this to carry out a move it planned.
+    pub fn admit_to(&mut self, job: PlaceJob, target: Target) -> Result<Decision, PlaceError> {
+        if self.job_group.contains_key(&job.id) {
+            return Err(PlaceError::AlreadyPlaced(job.id));
+        }
+        let c = self.candidate_at(&job, target).ok_or_else(|| PlaceError::Infeasible {
+            job: job.id,
+            target: format!("{target:?}"),
+        })?;
+        self.check_capacity(&job, &c)?;
+        Ok(self.apply(job, c))
+    }
+
+    /// The price tag of putting `job` at `target`, if feasible.
+    pub fn option_at(&self, job: &PlaceJob, target: Target) -> Option<OptionCost> {
+        self.candidate_at(job, target).map(|c| OptionCost { kind: c.kind, cost_per_hour: c.cost, work: c.work })
+    }
+
+    fn candidate_at(&self, job: &PlaceJob, target: Target) -> Option<Candidate> {
+        match target {
+            Target::Isolated => self.isolated(job).ok(),
+            Target::Colocated => self.colocated(job),
+            Target::Group { group, block } => {
+                let g = self.groups.get(&group).filter(|g| !g.colocated)?;
+                self.group_options(g, job, false, block.is_none())
+                    .into_iter()
+                    .find(|c| c.block == block && (block.is_some() || c.kind == DecisionKind::Scaling))
+            }
+        }
+    }
+
+    /// Weave with the co-located option: a feasible direct option costs nothing and wins;
+    /// otherwise the option with the lowest marginal dollars per unit of work rate among the
+    /// first feasible scaling option, co-located and isolated (ties: that order).
+    fn cheapest_per_work(&self, job: &PlaceJob, isolated: Candidate) -> Candidate {
+        let mut first_scaling: Option<Candidate> = None;
+        for g in self.groups.values().filter(|g| self.open(g)) {
+            for c in self.group_options(g, job, true, first_scaling.is_none()) {
+                match c.kind {
+                    DecisionKind::Direct if c.work > 0.0 => return c,
+                    DecisionKind::Scaling => first_scaling = Some(c),
+                    _ => {}
+                }
+            }
+        }
+        let mut best = isolated;
+        for c in [self.colocated(job), first_scaling].into_iter().flatten() {
+            if c.score() <= best.score() {
+                best = c;
+            }
+        }
+        best
+    }
+
+    /// The co-located option: the job alone on training nodes of its own, within its SLO.
+    fn colocated(&self, job: &PlaceJob) -> Option<Candidate> {
+        if !self.cfg.colocate {
+            return None;
+        }
+        let prediction = Prediction::colocated(job)?;
+        if prediction.coexec[0].0 as f64 > job.slo * job.solo().0 as f64 {
+            return None;
+        }
+        let work = prediction.work([job]);
+        let cost = Money(self.cfg.train_node_price.0 * job.train_width as i64);
+        Some(Candidate { kind: DecisionKind::Colocated, group: None, block: None, cost, prediction, work })
     }
 
     /// Replaces a placed job's estimate (online re-estimation from measured phases) and
@@ -312,12 +448,13 @@ impl Placer {
             self.cfg.rollout_node_price.0 * job.rollout_width as i64
                 + self.cfg.train_node_price.0 * job.train_width as i64,
         );
-        Ok(Candidate { kind: DecisionKind::Isolated, group: None, block: None, cost, prediction })
+        let work = prediction.work([job]);
+        Ok(Candidate { kind: DecisionKind::Isolated, group: None, block: None, cost, prediction, work })
     }
 
     /// Whether a group is considered for new members at all.
     fn open(&self, g: &Group) -> bool {
-        !(self.cfg.skip_saturated && g.prediction.saturated)
+        !g.colocated && !(self.cfg.skip_saturated && g.prediction.saturated)
     }
 
     fn scaling_cost(&self, job: &PlaceJob) -> Money {
@@ -334,6 +471,8 @@ impl Placer {
         if !in_service(&g.training_nodes) {
             return out;
         }
+        let work_before = g.work();
+        let added_work = |p: &Prediction| p.work(g.members.iter().map(|m| &m.job).chain([job])) - work_before;
         for b in g.blocks.iter().filter(|b| in_service(&b.nodes)) {
             if let Some(p) = g.try_add(job, Some(b.id), res) {
                 out.push(Candidate {
@@ -341,6 +480,7 @@ impl Placer {
                     group: Some(g.id),
                     block: Some(b.id),
                     cost: Money::ZERO,
+                    work: added_work(&p),
                     prediction: p,
                 });
                 if stop_at_direct {
@@ -355,6 +495,7 @@ impl Placer {
                     group: Some(g.id),
                     block: None,
                     cost: self.scaling_cost(job),
+                    work: added_work(&p),
                     prediction: p,
                 });
             }
@@ -429,14 +570,18 @@ impl Placer {
                 let training_nodes = self.new_nodes(Pool::Training, job.train_width);
                 new_nodes.extend(training_nodes.iter().copied());
                 let prediction = c.prediction.clone();
+                let colocated = c.kind == DecisionKind::Colocated;
                 let group = Group {
                     id,
                     training_nodes,
                     blocks: Vec::new(),
-                    next_block: 0,
+                    // A co-located member's "rollout node" is its training pool (block 0, no
+                    // rollout nodes held).
+                    next_block: colocated as u32,
                     members: Vec::new(),
                     train_used: Bytes(0),
                     prediction,
+                    colocated,
                 };
                 self.groups.insert(id, group);
                 id
@@ -444,6 +589,7 @@ impl Placer {
         };
         let block_id = match c.block {
             Some(b) => b,
+            None if c.kind == DecisionKind::Colocated => 0,
             None => {
                 let nodes = self.new_nodes(Pool::Rollout, job.rollout_width);
                 new_nodes.extend(nodes.iter().copied());
@@ -472,7 +618,11 @@ impl Placer {
             kind: c.kind,
             group: gid,
             block: block_id,
-            rollout_nodes: g.block(block_id).map(|b| b.nodes.clone()).unwrap_or_default(),
+            rollout_nodes: if g.colocated {
+                g.training_nodes.clone()
+            } else {
+                g.block(block_id).map(|b| b.nodes.clone()).unwrap_or_default()
+            },
             training_nodes: g.training_nodes.clone(),
             new_nodes,
             marginal_cost_per_hour: c.cost,

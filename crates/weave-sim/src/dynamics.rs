@@ -55,6 +55,28 @@ pub fn assign_drift(jobs: &mut [SimJob], scenario: DriftScenario, seed: u64) {
     }
 }
 
+/// Consolidation (policies with co-located mode): how often lone jobs are looked at and how
+/// much churn is allowed.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Consolidation {
+    /// Besides arrivals and departures, lone jobs are reconsidered this often.
+    pub interval: Micros,
+    /// A job that moved (or started) is not moved again within this time.
+    pub cooldown: Micros,
+    /// At most this many consolidation moves per hour of simulated time.
+    pub max_moves_per_hour: u32,
+}
+
+impl Default for Consolidation {
+    fn default() -> Self {
+        Consolidation {
+            interval: Micros(Micros::PER_HOUR / 2),
+            cooldown: Micros(2 * Micros::PER_HOUR),
+            max_moves_per_hour: 30,
+        }
+    }
+}
+
 /// What happens when a group's members drift out of their SLOs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]

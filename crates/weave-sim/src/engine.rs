@@ -14,7 +14,8 @@ use weave_core::{ClusterConfig, EventQueue, GroupId, JobId, Micros, PhaseTimes, 
 use weave_dispatch::from_model::switch_costs;
 use weave_dispatch::{Action, Dispatcher, GroupLimits, Input, MemberSpec, Phase};
 use weave_model::{named_stream, Stream};
-use weave_place::{PlaceError, PlacePolicy, Placer, PlacerConfig};
+use weave_place::consolidate::{self, Move, MoveCost, Movable};
+use weave_place::{PlaceError, PlaceJob, PlacePolicy, Placer, PlacerConfig, Target};
 
 /// An event. Kept small: the heap moves these around a lot.
 #[derive(Clone, Copy)]
@@ -41,6 +42,10 @@ enum What {
     JobFailure,
     NodeFailure,
     RegroupTick,
+    ConsolidateTick,
+    /// A group was left with one member: consolidation looks at it once the current event
+    /// is fully handled (never in the middle of a dispatcher's action batch).
+    ConsolidateGroup,
 }
 
 impl Done {
@@ -69,6 +74,8 @@ struct Placed {
     block: u32,
     block_width: u32,
     pool_width: u32,
+    /// Both phases on the training nodes with the co-located profile.
+    colocated: bool,
 }
 
 struct JobState {
@@ -76,6 +83,8 @@ struct JobState {
     fail_rng: Stream,
     /// Durations of the current iteration (disaggregated, at the job's own widths).
     current: PhaseTimes,
+    /// The same iteration co-located (used when the job runs co-located).
+    current_colo: PhaseTimes,
     first_admitted: Micros,
     last_train_end: Micros,
     solo_sum: Micros,
@@ -89,6 +98,9 @@ struct JobState {
     measured: VecDeque<PhaseTimes>,
     restarts: u32,
     last_move: Option<Micros>,
+    /// The next fresh start follows a failure: a solo run would have paid its cold start too,
+    /// so it is added to the solo reference. A move the scheduler chose is not excused.
+    excused: bool,
     /// The current rollout's start and its duration without migration.
     rollout_started: Micros,
     rollout_plain: Micros,
@@ -114,6 +126,12 @@ pub struct Engine<'a> {
     /// Failed jobs waiting out their restart delay.
     pending_readmits: usize,
     node_rng: Stream,
+    /// Co-located mode and consolidation (full Weave).
+    colocation: bool,
+    /// Inside a consolidation move: departures do not start further consolidation.
+    consolidating: bool,
+    /// When recent consolidation moves happened (the churn budget).
+    recent_moves: VecDeque<Micros>,
     pub metrics: Metrics,
     pub events: Vec<EventRecord>,
     actions: Vec<Action>,
@@ -151,6 +169,9 @@ impl<'a> Engine<'a> {
             running: 0,
             pending_readmits: 0,
             node_rng: named_stream(cfg.seed, "node-failure", 0),
+            colocation: false,
+            consolidating: false,
+            recent_moves: VecDeque::new(),
             metrics: Metrics::default(),
             events: Vec::new(),
             actions: Vec::new(),
@@ -161,6 +182,15 @@ impl<'a> Engine<'a> {
     /// Turns long-tail migration on (shared rollout blocks only).
     pub fn with_migration(mut self, on: bool) -> Self {
         self.migration = on;
+        self
+    }
+
+    /// Lets the placer choose co-located mode and turns consolidation on.
+    pub fn with_colocation(mut self, on: bool) -> Self {
+        self.colocation = on;
+        let mut cfg = self.placer.config().clone();
+        cfg.colocate = on;
+        self.placer = Placer::new(cfg);
         self
     }
 
@@ -185,6 +215,9 @@ impl<'a> Engine<'a> {
         if let Some(f) = self.cfg.failures {
             let wait = exp_wait(f.node_rate_per_hour, &mut self.node_rng);
             self.push(wait, CLASS_OTHER, 0, What::NodeFailure, 0);
+        }
+        if self.colocation {
+            self.push(self.cfg.consolidation.interval, CLASS_OTHER, 0, What::ConsolidateTick, 0);
         }
         loop {
             // Same-instant completions go before arrivals, so freed resources are reused.
@@ -237,6 +270,20 @@ impl<'a> Engine<'a> {
                     if self.work_left() {
                         self.push(self.now + interval, CLASS_OTHER, 0, What::RegroupTick, 0);
                     }
+                }
+                false
+            }
+            What::ConsolidateTick => {
+                self.consolidate_tick();
+                if self.work_left() {
+                    self.push(self.now + self.cfg.consolidation.interval, CLASS_OTHER, 0, What::ConsolidateTick, 0);
+                }
+                false
+            }
+            What::ConsolidateGroup => {
+                let movable = self.movable();
+                if let Some(m) = consolidate::for_lone_group(&self.placer, ev.group, &movable) {
+                    self.carry_out(m, &movable);
                 }
                 false
             }
@@ -312,6 +359,9 @@ impl<'a> Engine<'a> {
     }
 
     fn admit_or_wait(&mut self, i: usize) {
+        if self.pair_on_arrival(i) {
+            return;
+        }
         if self.admit(i).is_err() {
             self.waiting.push_back(i);
         }
@@ -326,19 +376,37 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// Job `i`'s placement view with its current estimate.
+    fn place_job(&self, i: usize) -> PlaceJob {
+        let mut place = self.jobs[i].place.clone();
+        place.times = self.estimate(i);
+        place
+    }
+
     /// Tries to place job `i`; `Err` when it must wait for capacity.
     fn admit(&mut self, i: usize) -> Result<(), ()> {
+        self.admit_at(i, None)
+    }
+
+    /// Places job `i` where admission decides (`target` = `None`) or at `target`; `Err` when
+    /// it must wait for capacity or the target is not feasible.
+    fn admit_at(&mut self, i: usize, target: Option<Target>) -> Result<(), ()> {
         let job = &self.jobs[i];
-        let mut place = job.place.clone();
-        place.times = self.estimate(i);
-        let decision = match self.placer.admit(place) {
+        let place = self.place_job(i);
+        let placed = match target {
+            None => self.placer.admit(place),
+            Some(t) => self.placer.admit_to(place, t),
+        };
+        let decision = match placed {
             Ok(d) => d,
             Err(PlaceError::NoCapacity(_)) => return Err(()),
+            Err(PlaceError::Infeasible { .. }) => return Err(()),
             Err(_) => {
                 self.metrics.rejected += 1;
                 return Ok(());
             }
         };
+        let colocated = decision.kind == weave_place::DecisionKind::Colocated;
         self.metrics.admitted(decision.kind);
         self.metrics.nodes(self.now, self.placer.nodes_in_use(), self.gpus());
         let placed = Placed {
@@ -346,6 +414,7 @@ impl<'a> Engine<'a> {
             block: decision.block,
             block_width: decision.rollout_nodes.len() as u32,
             pool_width: decision.training_nodes.len() as u32,
+            colocated,
         };
         let now = self.now;
         let seed = self.cfg.seed;
@@ -353,6 +422,7 @@ impl<'a> Engine<'a> {
             rng: job.runtime_stream(seed),
             fail_rng: named_stream(seed, "job-failure", i as u64),
             current: job.disagg,
+            current_colo: job.colo,
             first_admitted: now,
             last_train_end: now,
             solo_sum: Micros::ZERO,
@@ -365,6 +435,7 @@ impl<'a> Engine<'a> {
             measured: VecDeque::new(),
             restarts: 0,
             last_move: None,
+            excused: false,
             rollout_started: Micros::ZERO,
             rollout_plain: Micros::ZERO,
         });
@@ -373,6 +444,10 @@ impl<'a> Engine<'a> {
             self.metrics.queue_delays.push(now.saturating_sub(job.spec.arrival));
         }
         s.placed = Some(placed);
+        if s.last_move.is_none() {
+            // Consolidation leaves a job alone for a cooldown after it starts, too.
+            s.last_move = Some(now);
+        }
         s.epoch += 1;
         s.fresh = true;
         s.last_train_end = now;
@@ -387,7 +462,8 @@ impl<'a> Engine<'a> {
             job: JobId(i as u32),
             rollout_nodes: vec![decision.block],
             costs: switch_costs(job.spec.job_type.model),
-            sync: job.sync,
+            // Co-located: the update is local (the profile includes it).
+            sync: if colocated { Micros::ZERO } else { job.sync },
             resident: self.resident,
             rollout_state: job.place.rollout_state,
             train_state: weave_core::Bytes(job.place.train_state_total.0 / placed.pool_width.max(1) as u64),
@@ -440,11 +516,12 @@ impl<'a> Engine<'a> {
         let s = self.states[i].as_mut().expect("running job");
         let took = self.now.saturating_sub(s.last_train_end);
         let mut solo = job.solo_iteration(s.current, iteration);
-        if s.fresh && iteration > 0 {
-            // A restart or migration paid a cold start, as a solo restart would.
+        if s.fresh && iteration > 0 && s.excused {
+            // A restart after a failure paid a cold start, as a solo restart would.
             solo += job.cold_start;
         }
         s.fresh = false;
+        s.excused = false;
         s.solo_sum += solo;
         if took.0 as f64 <= job.slo * solo.0 as f64 {
             s.within_slo += 1;
@@ -485,6 +562,7 @@ impl<'a> Engine<'a> {
                 let i = job.0 as usize;
                 let p = self.states[i].as_ref().and_then(|s| s.placed).expect("running job");
                 let (pool, n, class) = match phase {
+                    Phase::Rollout if p.colocated => (Pool::Training, p.pool_width * gpus.1, 4),
                     Phase::Rollout => (Pool::Rollout, p.block_width * gpus.0, 4),
                     Phase::Train => (Pool::Training, p.pool_width * gpus.1, 3),
                 };
@@ -494,9 +572,17 @@ impl<'a> Engine<'a> {
             Action::StartRollout { job, iteration, .. } => {
                 let i = job.0 as usize;
                 let s = self.states[i].as_mut().expect("running job");
-                let (disagg, _) = draw_iteration(&self.jobs[i], &self.cfg.runtime, iteration, &mut s.rng);
+                let (disagg, colo) = draw_iteration(&self.jobs[i], &self.cfg.runtime, iteration, &mut s.rng);
                 s.current = disagg;
+                s.current_colo = colo;
                 let p = s.placed.expect("placed");
+                if p.colocated {
+                    s.rollout_started = self.now;
+                    s.rollout_plain = colo.rollout;
+                    self.metrics.busy(Pool::Training, p.pool_width * gpus.1, colo.rollout);
+                    self.push(self.now + colo.rollout, 1, i, What::Phase(Phase::Rollout), iteration);
+                    return;
+                }
                 let gpus_on_block = p.block_width * gpus.0;
                 let key = (p.group, p.block);
                 // Stragglers of the previous rollout still hold part of the block: this one
@@ -522,10 +608,12 @@ impl<'a> Engine<'a> {
             Action::StartTraining { job, iteration } => {
                 let i = job.0 as usize;
                 let s = self.states[i].as_ref().expect("running job");
-                let pool = s.placed.expect("placed").pool_width;
+                let placed = s.placed.expect("placed");
+                let pool = placed.pool_width;
                 // Data parallelism adjusted to the group's pool.
                 let own = self.jobs[i].spec.train_nodes as u64;
-                let d = Micros(s.current.train.0 * own / pool.max(1) as u64);
+                let train = if placed.colocated { s.current_colo.train } else { s.current.train };
+                let d = Micros(train.0 * own / pool.max(1) as u64);
                 self.metrics.busy(Pool::Training, pool * gpus.1, d);
                 self.push(self.now + d, 0, i, What::Phase(Phase::Train), iteration);
             }
@@ -569,6 +657,10 @@ impl<'a> Engine<'a> {
                 self.dispatchers.remove(&g);
             }
         }
+        if self.colocation && !self.consolidating && self.placer.group(g).is_some_and(|grp| grp.members.len() == 1) {
+            let ev = Done { group: g, job: JobId(u32::MAX), what: What::ConsolidateGroup, iteration: 0, epoch: 0 };
+            self.queue.push(self.now, CLASS_OTHER, ev);
+        }
         self.metrics.nodes(self.now, self.placer.nodes_in_use(), self.gpus());
         // Fixed pools: released nodes may let waiting jobs in, oldest first.
         while let Some(&next) = self.waiting.front() {
@@ -600,6 +692,7 @@ impl<'a> Engine<'a> {
         let s = self.states[i].as_mut().expect("known job");
         self.metrics.events.lost_iterations += s.done - s.checkpoint;
         s.done = s.checkpoint;
+        s.excused = true;
         s.restarts += 1;
         self.metrics.events.restarts += 1;
         if s.restarts > f.max_restarts {
@@ -745,6 +838,114 @@ impl<'a> Engine<'a> {
             self.admit_or_wait(i);
         }
         self.metrics.events.repacks += 1;
+    }
+}
+
+impl Engine<'_> {
+    /// Whether the churn budget allows another consolidation move now.
+    fn may_move(&mut self) -> bool {
+        let hour = Micros(Micros::PER_HOUR);
+        while self.recent_moves.front().is_some_and(|&t| self.now.saturating_sub(t) >= hour) {
+            self.recent_moves.pop_front();
+        }
+        (self.recent_moves.len() as u32) < self.cfg.consolidation.max_moves_per_hour
+    }
+
+    /// Jobs consolidation may move now: they run alone (co-located or the only member of a
+    /// group) and their cooldown is over. A move costs a cold start and, on average, half an
+    /// iteration on the job's own nodes; the saving lasts for its remaining iterations.
+    fn movable(&mut self) -> Movable {
+        let mut out = Movable::new();
+        if !self.may_move() {
+            return out;
+        }
+        let cooldown = self.cfg.consolidation.cooldown;
+        let (pr, pt) = (self.placer.config().rollout_node_price, self.placer.config().train_node_price);
+        for g in self.placer.groups().filter(|g| g.members.len() == 1) {
+            let i = g.members[0].job.id.0 as usize;
+            let Some(s) = self.states[i].as_ref() else { continue };
+            if s.last_move.is_some_and(|t| self.now.saturating_sub(t) < cooldown) {
+                continue;
+            }
+            let j = &self.jobs[i];
+            let solo = j.disagg.solo() + j.sync;
+            let lost = j.cold_start + Micros(solo.0 / 2);
+            let per_hour = pr.0 * j.spec.rollout_nodes as i64 + pt.0 * j.spec.train_nodes as i64;
+            let once = weave_core::Money((per_hour as i128 * lost.0 as i128 / Micros::PER_HOUR as i128) as i64);
+            let left = j.iterations.saturating_sub(s.done);
+            out.insert(g.members[0].job.id, MoveCost { once, horizon: Micros(solo.0.saturating_mul(left)) });
+        }
+        out
+    }
+
+    /// Carries out a planned move: the job leaves (its partial iteration is lost) and is
+    /// placed at the target; if the target no longer takes it, admission decides.
+    fn carry_out(&mut self, m: Move, movable: &Movable) {
+        let i = m.job.0 as usize;
+        self.consolidating = true;
+        self.unplace(i);
+        if self.admit_at(i, Some(m.target)).is_err() && self.admit(i).is_err() {
+            self.waiting.push_back(i);
+        }
+        self.consolidating = false;
+        self.moved(i, movable);
+    }
+
+    fn moved(&mut self, i: usize, movable: &Movable) {
+        if let Some(s) = self.states[i].as_mut() {
+            s.last_move = Some(self.now);
+        }
+        self.recent_moves.push_back(self.now);
+        self.metrics.events.consolidation_moves += 1;
+        if let Some(c) = movable.get(&JobId(i as u32)) {
+            self.metrics.events.consolidation_cost_estimate += c.once;
+        }
+    }
+
+    /// On arrival: if pairing with a job that runs alone beats where admission would put the
+    /// new job, the new job opens a group and the partner moves in. True if done.
+    fn pair_on_arrival(&mut self, i: usize) -> bool {
+        if !self.colocation {
+            return false;
+        }
+        let place = self.place_job(i);
+        let Ok(best) = self.placer.best_option(&place) else { return false };
+        let movable = self.movable();
+        let Some(pair) = consolidate::pair_for_arrival(&self.placer, &place, best, &movable) else { return false };
+        if self.admit_at(i, Some(Target::Isolated)).is_err() {
+            return false;
+        }
+        let Some(group) = self.states[i].as_ref().and_then(|s| s.placed).map(|p| p.group) else { return true };
+        let target = Target::Group { group, block: pair.direct.then_some(0) };
+        self.carry_out(Move { job: pair.partner, target, before: pair.before, after: pair.after }, &movable);
+        true
+    }
+
+    /// The bounded schedule: every lone group and every co-located job is looked at once.
+    fn consolidate_tick(&mut self) {
+        let candidates: Vec<(GroupId, JobId, bool)> = self
+            .placer
+            .groups()
+            .filter(|g| g.members.len() == 1)
+            .map(|g| (g.id, g.members[0].job.id, g.colocated))
+            .collect();
+        for (g, job, colocated) in candidates {
+            let movable = self.movable();
+            if movable.is_empty() {
+                return;
+            }
+            if self.placer.group_of(job) != Some(g) {
+                continue;
+            }
+            let planned = if colocated {
+                consolidate::for_colocated(&self.placer, job, &movable)
+            } else {
+                consolidate::for_lone_group(&self.placer, g, &movable)
+            };
+            if let Some(m) = planned {
+                self.carry_out(m, &movable);
+            }
+        }
     }
 }
 

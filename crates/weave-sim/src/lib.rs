@@ -45,6 +45,8 @@ pub struct SimConfig {
     pub reestimate: bool,
     pub regroup: dynamics::Regroup,
     pub failures: Option<dynamics::Failures>,
+    /// Consolidation limits for the policies that consolidate (see `Policy::colocate`).
+    pub consolidation: dynamics::Consolidation,
 }
 
 impl Default for SimConfig {
@@ -59,6 +61,7 @@ impl Default for SimConfig {
             reestimate: false,
             regroup: dynamics::Regroup::Static,
             failures: None,
+            consolidation: dynamics::Consolidation::default(),
         }
     }
 }
@@ -92,7 +95,8 @@ pub fn replay(
         }
         Some(placement) => {
             let mut e = engine::Engine::new(jobs, cluster, cfg, placement, policy.scaling(), policy.resident())
-                .with_migration(policy.migration());
+                .with_migration(policy.migration())
+                .with_colocation(policy.colocate());
             e.run(progress);
             Replay { report: e.metrics.report(policy.name(), cluster), events: std::mem::take(&mut e.events) }
         }

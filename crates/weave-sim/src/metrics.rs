@@ -20,7 +20,7 @@ pub struct Metrics {
     peak_nodes: [u32; 2],
     last_change: Micros,
     pub end: Micros,
-    pub admissions: [u64; 3],
+    pub admissions: [u64; 4],
     pub rejected: u64,
     pub jobs: Vec<JobOutcome>,
     pub queue_delays: Vec<Micros>,
@@ -44,6 +44,13 @@ pub struct DynamicsCounts {
     /// Rollouts that handed their nodes on early (long-tail migration).
     #[serde(default)]
     pub long_tail_migrations: u64,
+    /// Jobs moved by consolidation (a job that ran alone moved into a group, or a lone
+    /// member moved out), and what those moves were estimated to cost in total (micro-dollars:
+    /// checkpoint, cold start, the lost partial iteration; the replay charges the real cost).
+    #[serde(default)]
+    pub consolidation_moves: u64,
+    #[serde(default)]
+    pub consolidation_cost_estimate: Money,
 }
 
 /// One job's result.
@@ -170,6 +177,7 @@ impl Metrics {
                 direct: self.admissions[0],
                 scaling: self.admissions[1],
                 isolated: self.admissions[2],
+                colocated: self.admissions[3],
             },
             lower_bound_cost: lower,
             queued_jobs: queued.iter().filter(|d| **d > 0.0).count(),
@@ -234,6 +242,9 @@ pub struct Admissions {
     pub direct: u64,
     pub scaling: u64,
     pub isolated: u64,
+    /// Weave's co-located option (the co-located baseline counts its jobs as isolated).
+    #[serde(default)]
+    pub colocated: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -8,8 +8,13 @@ use weave_place::PlacePolicy;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Policy {
-    /// Full Weave: cheapest feasible placement, warm (host-DRAM) switching, rollout scaling.
+    /// Full Weave: cheapest feasible placement per unit of work, co-located mode as one of
+    /// the options, consolidation of groups that fragment, warm (host-DRAM) switching,
+    /// rollout scaling, long-tail migration.
     Weave,
+    /// The paper's Weave: disaggregated groups only (direct packing, rollout scaling or a new
+    /// group), placed once, never consolidated.
+    WeaveDisaggOnly,
     /// Weave without long-tail migration (see `Policy::migration`).
     WeaveNoMigration,
     /// Weave without rollout scaling: direct packing or a new group.
@@ -27,8 +32,9 @@ pub enum Policy {
 }
 
 impl Policy {
-    pub const ALL: [Policy; 8] = [
+    pub const ALL: [Policy; 9] = [
         Policy::Weave,
+        Policy::WeaveDisaggOnly,
         Policy::WeaveNoMigration,
         Policy::WeaveNoScaling,
         Policy::WeaveCold,
@@ -45,6 +51,7 @@ impl Policy {
     pub fn name(self) -> &'static str {
         match self {
             Policy::Weave => "weave",
+            Policy::WeaveDisaggOnly => "weave-disagg-only",
             Policy::WeaveNoMigration => "weave-no-migration",
             Policy::WeaveNoScaling => "weave-no-scaling",
             Policy::WeaveCold => "weave-cold",
@@ -64,6 +71,12 @@ impl Policy {
             Policy::SoloDisagg => Some(PlacePolicy::Isolate),
             _ => Some(PlacePolicy::Weave),
         }
+    }
+
+    /// Whether the placer may choose co-located mode and consolidation moves jobs: full
+    /// Weave and its feature ablations, not the paper's disaggregated-only Weave.
+    pub fn colocate(self) -> bool {
+        matches!(self, Policy::Weave | Policy::WeaveNoMigration | Policy::WeaveNoScaling | Policy::WeaveCold)
     }
 
     pub fn scaling(self) -> bool {

@@ -15,6 +15,7 @@ pub fn job(id: u32, roll: u64, train: u64, slo: f64) -> PlaceJob {
         train_state_total: Bytes::from_gb_f64(240.0),
         costs: switch_costs(ModelSize::billions(7)),
         sync: Micros::from_secs_f64(0.9),
+        colo: None,
     }
 }
 
@@ -32,6 +33,7 @@ pub fn config(policy: PlacePolicy) -> PlacerConfig {
         train_node_price: c.training.price().cost(8, Micros(Micros::PER_HOUR)),
         capacity: None,
         skip_saturated: true,
+        colocate: false,
         seed: 7,
     }
 }
