@@ -54,11 +54,11 @@ struct Observer {
 
 impl Observer {
     fn join(&mut self, job: JobId, nodes: Vec<u32>) {
-        let floor = self.train_served.values().copied().min().unwrap_or(0);
-        self.train_served.insert(job, floor);
+        let level = self.train_served.values().copied().max().unwrap_or(0);
+        self.train_served.insert(job, level);
         for &n in &nodes {
-            let floor = self.node_served.iter().filter(|((m, _), _)| *m == n).map(|(_, v)| *v).min().unwrap_or(0);
-            self.node_served.insert((n, job), floor);
+            let level = self.node_served.iter().filter(|((m, _), _)| *m == n).map(|(_, v)| *v).max().unwrap_or(0);
+            self.node_served.insert((n, job), level);
         }
         self.stage.insert(job, (0, 0));
         self.nodes.insert(job, nodes);

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, VecDeque};
 use weave_core::{ClusterConfig, EventQueue, GroupId, JobId, Micros, PhaseTimes, Pool};
 use weave_dispatch::from_model::switch_costs;
 use weave_dispatch::{Action, Dispatcher, GroupLimits, Input, MemberSpec, Phase};
-use weave_model::{named_stream, Stream};
+use weave_model::{named_stream, Stream, SwitchKind};
 use weave_place::consolidate::{self, Move, MoveCost, Movable};
 use weave_place::{PlaceError, PlaceJob, PlacePolicy, Placer, PlacerConfig, Target};
 
@@ -65,6 +65,9 @@ impl Done {
 const CLASS_OTHER: u8 = 5;
 /// Measured iterations kept for re-estimation.
 const MEASURED_KEPT: usize = 9;
+/// Long-tail migration is used only while the job's slowdown with it stays below this share
+/// of its SLO.
+const MIGRATION_SLO_MARGIN: f64 = 0.97;
 /// A group counts as violating when a member's predicted iteration exceeds its SLO by this.
 const VIOLATION_MARGIN: f64 = 1.02;
 
@@ -101,6 +104,8 @@ struct JobState {
     /// The next fresh start follows a failure: a solo run would have paid its cold start too,
     /// so it is added to the solo reference. A move the scheduler chose is not excused.
     excused: bool,
+    /// The job's own predicted slowdown at its last admission.
+    predicted: f64,
     /// The current rollout's start and its duration without migration.
     rollout_started: Micros,
     rollout_plain: Micros,
@@ -335,7 +340,7 @@ impl<'a> Engine<'a> {
         let gpus_on_block = p.block_width * self.gpus().0;
         let waiting = self.dispatchers.get(&p.group).is_some_and(|disp| disp.rollout_waiting(p.block, JobId(i as u32)));
         let shape = self.jobs[i].migration;
-        if waiting {
+        if waiting && self.can_afford_migration(i, iteration) {
             let end = start + d.scale(shape.end);
             let release = self.now.saturating_sub(start);
             self.stragglers.insert((p.group, p.block), (end, shape.share));
@@ -347,6 +352,31 @@ impl<'a> Engine<'a> {
             self.metrics.busy(Pool::Rollout, gpus_on_block, d);
             self.push(start + d, 1, i, What::Phase(Phase::Rollout), iteration);
         }
+    }
+
+    /// Long-tail migration frees the block for the next job but makes this rollout end later.
+    /// It is used only where the delay is absorbed: the job's own cycle with the longer
+    /// rollout still fits in the group's predicted meta-iteration (it is not on the critical
+    /// path, so nobody's period grows), and the job stays within its SLO budget (its life so
+    /// far, this iteration and the delay, against its solo time so far, with a margin).
+    fn can_afford_migration(&self, i: usize, iteration: u64) -> bool {
+        let job = &self.jobs[i];
+        let s = self.states[i].as_ref().expect("running job");
+        let Some(p) = s.placed else { return false };
+        let Some(g) = self.placer.group(p.group) else { return false };
+        let Some(m) = g.members.iter().find(|m| m.job.id.0 as usize == i) else { return false };
+        let own = m.job.timing_member(m.block, g.train_width(), self.resident);
+        let sw = |ph| own.costs.get(ph, if self.resident { SwitchKind::Warm } else { SwitchKind::Cold });
+        let cycle = own.rollout.scale(job.migration.end) + own.train + own.sync + sw(Phase::Rollout) + sw(Phase::Train);
+        if cycle > g.prediction.meta_iteration {
+            return false;
+        }
+        let d = s.rollout_plain;
+        let delay = d.scale(job.migration.end - 1.0);
+        let this = job.solo_iteration(s.current, iteration);
+        let rest_of_iteration = s.rollout_started + d + s.current.train + job.sync;
+        let life = (rest_of_iteration + delay).saturating_sub(s.first_admitted);
+        life.0 as f64 <= MIGRATION_SLO_MARGIN * job.slo * (s.solo_sum + this).0 as f64
     }
 
     fn block_members(&self, g: GroupId, block: u32) -> usize {
@@ -407,7 +437,10 @@ impl<'a> Engine<'a> {
             }
         };
         let colocated = decision.kind == weave_place::DecisionKind::Colocated;
-        self.metrics.admitted(decision.kind);
+        // The admission split counts where jobs start; moves and restarts are counted apart.
+        if self.states[i].as_ref().is_none_or(|s| s.epoch == 0) {
+            self.metrics.admitted(decision.kind);
+        }
         self.metrics.nodes(self.now, self.placer.nodes_in_use(), self.gpus());
         let placed = Placed {
             group: decision.group,
@@ -436,6 +469,7 @@ impl<'a> Engine<'a> {
             restarts: 0,
             last_move: None,
             excused: false,
+            predicted: 0.0,
             rollout_started: Micros::ZERO,
             rollout_plain: Micros::ZERO,
         });
@@ -444,6 +478,7 @@ impl<'a> Engine<'a> {
             self.metrics.queue_delays.push(now.saturating_sub(job.spec.arrival));
         }
         s.placed = Some(placed);
+        s.predicted = decision.slowdowns.iter().find(|(j, _)| j.0 as usize == i).map_or(0.0, |(_, x)| *x);
         if s.last_move.is_none() {
             // Consolidation leaves a job alone for a cooldown after it starts, too.
             s.last_move = Some(now);
@@ -642,6 +677,8 @@ impl<'a> Engine<'a> {
             slowdown: life.0 as f64 / s.solo_sum.0.max(1) as f64,
             iterations_within_slo: s.within_slo,
             queued: s.first_admitted.saturating_sub(spec.spec.arrival),
+            predicted_slowdown: s.predicted,
+            placements: s.epoch.div_ceil(2).max(1),
         });
         if failed {
             self.metrics.events.failed_permanently += 1;

@@ -62,6 +62,13 @@ pub struct JobOutcome {
     pub slowdown: f64,
     pub iterations_within_slo: u64,
     pub queued: Micros,
+    /// The job's own predicted slowdown at its last admission (0 when not predicted, as for
+    /// the baselines that never share).
+    #[serde(default)]
+    pub predicted_slowdown: f64,
+    /// How many times the job was placed (1 = never moved or restarted).
+    #[serde(default)]
+    pub placements: u32,
 }
 
 fn pool_index(pool: Pool) -> usize {
