@@ -94,26 +94,45 @@ struct Loads {
 }
 
 fn loads(members: &[TimingMember]) -> Loads {
+    loads_scaled(members, None)
+}
+
+/// [`loads`] with each member's rollout and training scaled by `factors[j]` (one iteration's
+/// draw relative to the estimate).
+fn loads_scaled(members: &[TimingMember], factors: Option<&[(f64, f64)]>) -> Loads {
     let many = members.len() > 1;
+    let scaled = |j: usize| -> (Micros, Micros) {
+        let m = &members[j];
+        match factors {
+            Some(f) => (m.rollout.scale(f[j].0), m.train.scale(f[j].1)),
+            None => (m.rollout, m.train),
+        }
+    };
     let roll_sw: Vec<Micros> = (0..members.len())
         .map(|j| if rollout_shared(members, j) { members[j].switch(Phase::Rollout) } else { Micros::ZERO })
         .collect();
     let train_sw: Vec<Micros> =
         members.iter().map(|m| if many { m.switch(Phase::Train) } else { Micros::ZERO }).collect();
-    let t_cycle = members
-        .iter()
-        .enumerate()
-        .map(|(j, m)| m.rollout + roll_sw[j] + m.train + train_sw[j] + m.sync)
-        .fold(Micros::ZERO, Micros::max);
-    let train_load: Micros = members.iter().zip(&train_sw).map(|(m, s)| m.train + *s).sum();
+    let mut t_cycle = Micros::ZERO;
+    let mut train_load = Micros::ZERO;
     let mut node_load: BTreeMap<u32, Micros> = BTreeMap::new();
     for (j, m) in members.iter().enumerate() {
+        let (roll, train) = scaled(j);
+        t_cycle = t_cycle.max(roll + roll_sw[j] + train + train_sw[j] + m.sync);
+        train_load += train + train_sw[j];
         for n in &m.nodes {
-            *node_load.entry(*n).or_default() += m.rollout + roll_sw[j];
+            *node_load.entry(*n).or_default() += roll + roll_sw[j];
         }
     }
     let t_load = node_load.values().copied().fold(train_load, Micros::max);
     Loads { roll_sw, train_sw, t_cycle, t_load }
+}
+
+/// `max(T_cycle, T_load)` for one iteration's draws: `factors[j]` scales member j's rollout
+/// and training. Admission averages this over sampled draws to see what variation costs.
+pub fn bound_scaled(members: &[TimingMember], factors: &[(f64, f64)]) -> Micros {
+    let l = loads_scaled(members, Some(factors));
+    l.t_cycle.max(l.t_load)
 }
 
 /// `(T_cycle, T_load)` with switch and sync costs: `max(T_cycle, T_load)` is a lower bound on

@@ -167,7 +167,72 @@ pub fn predict_within_slo(members: &[TimingMember], jobs: &[&PlaceJob]) -> Optio
     }
     let p = predict_with_bounds(members, (t_cycle, t_load));
     let ok = jobs.iter().zip(&p.coexec).all(|(j, c)| c.0 as f64 <= j.slo * j.solo().0 as f64);
-    ok.then_some(p)
+    if !ok {
+        return None;
+    }
+    if jobs.len() > 1 && jobs.iter().any(|j| !j.variation.samples.is_empty()) {
+        let risky = stochastic_slowdowns(members, jobs, &p, lower);
+        if jobs.iter().zip(&risky).any(|(j, s)| *s > j.slo) {
+            return None;
+        }
+    }
+    Some(p)
+}
+
+/// Share of a member's single iterations admission expects within its SLO.
+pub const ITERATION_QUANTILE: f64 = 0.8;
+
+/// Each member's slowdown over its life under run-time variation, at the confidence its
+/// `variation.z` asks for.
+///
+/// Draws are taken in lockstep (sample k of every member forms one iteration of the group):
+/// the group's period in that iteration is bounded below by `max(T_cycle, T_load)` of the
+/// drawn durations, and a member's slowdown is the group's mean period over its own mean solo
+/// iteration. Variation costs twice: the slowest member sets the pace in each iteration (the
+/// mean of a maximum exceeds the maximum of means), and draws below the conservative estimate
+/// shrink a member's own solo time but not its partners'. The deterministic schedule's excess
+/// over its bound (`coexec / bound`) carries over; the life average's spread shrinks with
+/// the square root of the member's iterations.
+pub fn stochastic_slowdowns(
+    members: &[TimingMember],
+    jobs: &[&PlaceJob],
+    p: &Prediction,
+    bound: Micros,
+) -> Vec<f64> {
+    let n = jobs.iter().map(|j| j.variation.samples.len()).max().unwrap_or(0);
+    let mut factors = vec![(1.0, 1.0); jobs.len()];
+    let mut periods = Vec::with_capacity(n);
+    let mut solos: Vec<Vec<f64>> = vec![Vec::with_capacity(n); jobs.len()];
+    for k in 0..n {
+        for (j, job) in jobs.iter().enumerate() {
+            let s = &job.variation.samples;
+            factors[j] = if s.is_empty() { (1.0, 1.0) } else { s[k % s.len()] };
+            let solo = job.times.rollout.0 as f64 * factors[j].0 + job.times.train.0 as f64 * factors[j].1
+                + job.sync.0 as f64;
+            solos[j].push(solo);
+        }
+        periods.push(timing::bound_scaled(members, &factors).0 as f64);
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let mean_period = mean(&periods);
+    jobs.iter()
+        .enumerate()
+        .map(|(j, job)| {
+            let excess = p.coexec[j].0 as f64 / bound.0.max(1) as f64;
+            let mean_solo = mean(&solos[j]).max(1.0);
+            let ratio = mean_period / mean_solo;
+            // Spread of the life average: the delta method on (period - ratio x solo).
+            let var = periods.iter().zip(&solos[j]).map(|(b, s)| (b - ratio * s).powi(2)).sum::<f64>()
+                / (n.max(2) - 1) as f64;
+            let spread = var.sqrt() / mean_solo / (job.variation.iterations.max(1) as f64).sqrt();
+            let life = excess * ratio + job.variation.z * spread;
+            // Iterations are promised too: most single iterations stay within the SLO.
+            let mut single: Vec<f64> = periods.iter().zip(&solos[j]).map(|(b, s)| excess * b / s.max(1.0)).collect();
+            single.sort_by(f64::total_cmp);
+            let q = single.get(((single.len() as f64 * ITERATION_QUANTILE) as usize).min(single.len().saturating_sub(1)));
+            life.max(q.copied().unwrap_or(0.0))
+        })
+        .collect()
 }
 
 /// The group's steady state: closed form where it is exact, otherwise the dispatcher driven

@@ -24,6 +24,69 @@ pub struct PlaceJob {
     /// Per-iteration durations when the job runs co-located on its own training nodes (both
     /// phases there, the veRL way); `None` when no co-located profile is known.
     pub colo: Option<PhaseTimes>,
+    /// How the job's iterations vary around `times`, for admission's SLO check.
+    pub variation: Variation,
+}
+
+/// What admission knows about a job's run-time variation: sampled iterations relative to the
+/// estimate (from the runtime model in the simulator, from measured phases in the server),
+/// how many iterations its life average runs over, and how sure the promise must be.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Variation {
+    /// (rollout, training) factors of sampled iterations; empty: deterministic.
+    #[serde(skip)]
+    pub samples: std::sync::Arc<[(f64, f64)]>,
+    /// Iterations the job's slowdown is averaged over (its life).
+    pub iterations: u64,
+    /// Standard-normal quantile of the allowed risk: `P(life slowdown > SLO) <= epsilon`
+    /// gives `z = Phi^-1(1 - epsilon)` (2.33 for 1%).
+    pub z: f64,
+}
+
+impl Variation {
+    /// `z` for a risk `epsilon` in (0, 0.5] (Acklam's rational approximation of the normal
+    /// quantile; relative error below 1.2e-9).
+    pub fn z_for(epsilon: f64) -> f64 {
+        let p = 1.0 - epsilon.clamp(1e-12, 0.5);
+        normal_quantile(p)
+    }
+}
+
+fn normal_quantile(p: f64) -> f64 {
+    const A: [f64; 6] =
+        [-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02, 1.383577518672690e+02, -3.066479806614716e+01, 2.506628277459239e+00];
+    const B: [f64; 5] =
+        [-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02, 6.680131188771972e+01, -1.328068155288572e+01];
+    const C: [f64; 6] =
+        [-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00, -2.549732539343734e+00, 4.374664141464968e+00, 2.938163982698783e+00];
+    const D: [f64; 4] = [7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00, 3.754408661907416e+00];
+    let tail = |q: f64| {
+        (((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5])
+            / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0)
+    };
+    if p < 0.02425 {
+        tail((-2.0 * p.ln()).sqrt())
+    } else if p > 1.0 - 0.02425 {
+        -tail((-2.0 * (1.0 - p).ln()).sqrt())
+    } else {
+        let q = p - 0.5;
+        let r = q * q;
+        (((((A[0] * r + A[1]) * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * q
+            / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Variation;
+
+    #[test]
+    fn normal_quantiles() {
+        assert!((Variation::z_for(0.01) - 2.326348).abs() < 1e-5);
+        assert!((Variation::z_for(0.05) - 1.644854).abs() < 1e-5);
+        assert!(Variation::z_for(0.5).abs() < 1e-9);
+        assert!((Variation::z_for(0.001) - 3.090232).abs() < 1e-5);
+    }
 }
 
 impl PlaceJob {
@@ -40,6 +103,7 @@ impl PlaceJob {
             costs: switch_costs(job.job_type.model),
             sync: job_sync(job, cluster),
             colo: Some(profile.estimate(Deployment::Colo, job).times),
+            variation: Variation::default(),
         }
     }
 

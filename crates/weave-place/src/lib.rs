@@ -12,5 +12,5 @@ pub mod optimal;
 pub mod placer;
 
 pub use group::{Block, Group, Member, Prediction, Residency};
-pub use job::PlaceJob;
+pub use job::{PlaceJob, Variation};
 pub use placer::{Decision, DecisionKind, Departure, OptionCost, PlaceError, PlacePolicy, Placer, PlacerConfig, Target};

@@ -133,6 +133,8 @@ pub struct Engine<'a> {
     node_rng: Stream,
     /// Co-located mode and consolidation (full Weave).
     colocation: bool,
+    /// What admission knows about each job's variation.
+    variations: Vec<weave_place::Variation>,
     /// Inside a consolidation move: departures do not start further consolidation.
     consolidating: bool,
     /// When recent consolidation moves happened (the churn budget).
@@ -175,6 +177,12 @@ impl<'a> Engine<'a> {
             pending_readmits: 0,
             node_rng: named_stream(cfg.seed, "node-failure", 0),
             colocation: false,
+            variations: jobs
+                .iter()
+                .map(|j| {
+                    crate::workload::admission_variation(j, &cfg.runtime, cfg.slo_epsilon, cfg.seed, crate::VARIATION_SAMPLES)
+                })
+                .collect(),
             consolidating: false,
             recent_moves: VecDeque::new(),
             metrics: Metrics::default(),
@@ -410,6 +418,7 @@ impl<'a> Engine<'a> {
     fn place_job(&self, i: usize) -> PlaceJob {
         let mut place = self.jobs[i].place.clone();
         place.times = self.estimate(i);
+        place.variation = self.variations[i].clone();
         place
     }
 

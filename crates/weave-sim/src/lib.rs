@@ -22,6 +22,12 @@ use weave_core::{ClusterConfig, GroupId};
 use weave_dispatch::LogEntry;
 use weave_model::RuntimeModel;
 
+/// Default allowed risk that a job's life slowdown exceeds its SLO.
+pub const DEFAULT_SLO_EPSILON: f64 = 0.01;
+
+/// Sampled iterations per job that admission uses to see variation.
+pub const VARIATION_SAMPLES: usize = 32;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CapacityMode {
@@ -47,6 +53,9 @@ pub struct SimConfig {
     pub failures: Option<dynamics::Failures>,
     /// Consolidation limits for the policies that consolidate (see `Policy::colocate`).
     pub consolidation: dynamics::Consolidation,
+    /// Admission's allowed risk that a job's life slowdown exceeds its SLO under run-time
+    /// variation (`--slo-risk`).
+    pub slo_epsilon: f64,
 }
 
 impl Default for SimConfig {
@@ -62,6 +71,7 @@ impl Default for SimConfig {
             regroup: dynamics::Regroup::Static,
             failures: None,
             consolidation: dynamics::Consolidation::default(),
+            slo_epsilon: DEFAULT_SLO_EPSILON,
         }
     }
 }

@@ -97,6 +97,26 @@ pub fn assign_migration(jobs: &mut [SimJob], seed: u64) {
     }
 }
 
+/// What admission knows about job `job`'s variation: `samples` iterations drawn from the
+/// runtime model on the job's own admission stream (not its runtime stream: admission sees
+/// the model, never the draws the replay will use), averaged over its iterations, at risk
+/// `epsilon`.
+pub fn admission_variation(job: &SimJob, runtime: &RuntimeModel, epsilon: f64, seed: u64, samples: usize) -> weave_place::Variation {
+    let unit = PhaseTimes { rollout: Micros(1_000_000), train: Micros(1_000_000) };
+    let mut rng = named_stream(seed, "admission-variation", job.spec.id.0 as u64);
+    let draws: Vec<(f64, f64)> = (0..samples)
+        .map(|_| {
+            let d = runtime.sample(unit, 0.0, weave_model::Drift::None, &mut rng);
+            (d.rollout.0 as f64 / 1e6, d.train.0 as f64 / 1e6)
+        })
+        .collect();
+    weave_place::Variation {
+        samples: draws.into(),
+        iterations: job.iterations,
+        z: weave_place::Variation::z_for(epsilon),
+    }
+}
+
 impl SimJob {
     /// Iteration `k` of a solo disaggregated run with durations `d`: the first pays the cold
     /// loads, every one but the last ends with a weight sync.

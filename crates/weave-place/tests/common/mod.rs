@@ -16,6 +16,7 @@ pub fn job(id: u32, roll: u64, train: u64, slo: f64) -> PlaceJob {
         costs: switch_costs(ModelSize::billions(7)),
         sync: Micros::from_secs_f64(0.9),
         colo: None,
+        variation: Default::default(),
     }
 }
 
