@@ -106,6 +106,8 @@ struct JobState {
     excused: bool,
     /// The job's own predicted slowdown at its last admission.
     predicted: f64,
+    /// When consolidation last moved the job: it leaves it alone for a cooldown after.
+    consolidated_at: Option<Micros>,
     /// The current rollout's start and its duration without migration.
     rollout_started: Micros,
     rollout_plain: Micros,
@@ -479,6 +481,7 @@ impl<'a> Engine<'a> {
             last_move: None,
             excused: false,
             predicted: 0.0,
+            consolidated_at: None,
             rollout_started: Micros::ZERO,
             rollout_plain: Micros::ZERO,
         });
@@ -488,10 +491,6 @@ impl<'a> Engine<'a> {
         }
         s.placed = Some(placed);
         s.predicted = decision.slowdowns.iter().find(|(j, _)| j.0 as usize == i).map_or(0.0, |(_, x)| *x);
-        if s.last_move.is_none() {
-            // Consolidation leaves a job alone for a cooldown after it starts, too.
-            s.last_move = Some(now);
-        }
         s.epoch += 1;
         s.fresh = true;
         s.last_train_end = now;
@@ -910,7 +909,7 @@ impl Engine<'_> {
         for g in self.placer.groups().filter(|g| g.members.len() == 1) {
             let i = g.members[0].job.id.0 as usize;
             let Some(s) = self.states[i].as_ref() else { continue };
-            if s.last_move.is_some_and(|t| self.now.saturating_sub(t) < cooldown) {
+            if s.consolidated_at.is_some_and(|t| self.now.saturating_sub(t) < cooldown) {
                 continue;
             }
             let j = &self.jobs[i];
@@ -939,7 +938,7 @@ impl Engine<'_> {
 
     fn moved(&mut self, i: usize, movable: &Movable) {
         if let Some(s) = self.states[i].as_mut() {
-            s.last_move = Some(self.now);
+            s.consolidated_at = Some(self.now);
         }
         self.recent_moves.push_back(self.now);
         self.metrics.events.consolidation_moves += 1;

@@ -10,10 +10,18 @@ use weave_sim::{prepare, replay, Policy, SimConfig, SloSetting};
 use weave_trace::{parse, Format, ReadOptions};
 
 fn run(jsonl: &str, policy: Policy) -> weave_sim::PolicyReport {
+    run_with(jsonl, policy, true)
+}
+
+/// `migration = false` takes long-tail migration out of every job (the paper's Weave without it).
+fn run_with(jsonl: &str, policy: Policy, migration: bool) -> weave_sim::PolicyReport {
     let trace = parse(jsonl, Format::Jsonl, "golden", &ReadOptions::default()).unwrap();
     let cluster = ClusterConfig::default();
     let cfg = SimConfig { runtime: RuntimeModel::deterministic(), slo: SloSetting::default(), ..SimConfig::default() };
-    let jobs = prepare(&trace, &cluster, &ProfileModel::builtin(), cfg.slo, cfg.seed);
+    let mut jobs = prepare(&trace, &cluster, &ProfileModel::builtin(), cfg.slo, cfg.seed);
+    if !migration {
+        jobs.iter_mut().for_each(|j| j.migration = weave_sim::workload::MigrationShape::NONE);
+    }
     replay(&jobs, &cluster, policy, &cfg, &mut |_, _| {}).report
 }
 
@@ -54,26 +62,33 @@ fn two_jobs_share_one_weave_group() {
     let trace = r#"{"id":"a","arrival_s":0,"type":"7B_8k","iterations":2,"slo":2.0,"rollout_s":100,"train_s":100}
 {"id":"b","arrival_s":0,"type":"7B_8k","iterations":2,"slo":2.0,"rollout_s":100,"train_s":100}"#;
     // The hand-derived timeline is the dispatcher's without long-tail migration.
-    let r = run(trace, Policy::WeaveNoMigration);
+    let r = run_with(trace, Policy::WeaveDisaggOnly, false);
     assert_eq!((r.admissions.isolated, r.admissions.direct, r.admissions.scaling), (1, 1, 0));
     assert!((r.makespan_h * 3600.0 - 618.5).abs() < 1e-6);
     assert_eq!(r.total_cost, Money(9_799_789));
     // With migration, a rollout on the shared node reaches its trigger at 60.3% of its length
     // (the request-level model's release point for 7B_8k); it hands the node on only if the
-    // other job is waiting for it, and then its stragglers take 32.8% longer.
+    // other job is waiting for it and the delay is absorbed (its own cycle with stragglers
+    // 32.8% longer still fits the group's meta-iteration), and then its stragglers take
+    // 32.8% longer. Here B trains 300 s (both allow 3x: A's period is ~2x its solo), so A's cycle (238.7 s with the delay) has room in
+    // the ~408 s meta-iteration. A's first rollout finds B waiting (trigger at 99.1 s) and
+    // hands r0 on; B's rollout runs beside A's stragglers until 171.6 s (slowed by their
+    // share of the node), reaches its trigger at 203.3 s while A is still training, and
+    // finishes in place; A's second rollout starts at 305.2 s while B trains. One release.
+    let slack = r#"{"id":"a","arrival_s":0,"type":"7B_8k","iterations":2,"slo":3.0,"rollout_s":100,"train_s":100}
+{"id":"b","arrival_s":0,"type":"7B_8k","iterations":2,"slo":3.0,"rollout_s":100,"train_s":300}"#;
     let cfg = SimConfig { runtime: RuntimeModel::deterministic(), events: true, ..SimConfig::default() };
-    let parsed = parse(trace, Format::Jsonl, "golden", &ReadOptions::default()).unwrap();
+    let parsed = parse(slack, Format::Jsonl, "golden", &ReadOptions::default()).unwrap();
     let cluster = ClusterConfig::default();
     let jobs = prepare(&parsed, &cluster, &ProfileModel::builtin(), cfg.slo, cfg.seed);
     let shape = jobs[0].migration;
     assert!((shape.release - 0.6026).abs() < 1e-3 && (shape.end - 1.3281).abs() < 1e-3, "{shape:?}");
-    let mig = replay(&jobs, &cluster, Policy::Weave, &cfg, &mut |_, _| {});
+    let mig = replay(&jobs, &cluster, Policy::WeaveDisaggOnly, &cfg, &mut |_, _| {});
     let released: Vec<_> =
         mig.events.iter().filter(|e| e.entry.kind == weave_dispatch::LogKind::RolloutReleased).collect();
-    // Only A's first rollout finds B waiting (from then on each reaches its trigger while the
-    // other job is training), so only it migrates.
     assert_eq!(released.len(), 1);
     assert_eq!(mig.report.events.long_tail_migrations, 1);
+    assert_eq!(released[0].entry.job, weave_core::JobId(0));
     let starts: Vec<_> = mig
         .events
         .iter()
@@ -90,7 +105,11 @@ fn two_jobs_share_one_weave_group() {
         let took = rel.entry.time.0 - start.entry.time.0;
         assert!((took as f64 - 100e6 * shape.release).abs() <= 1.0 + 100e6 * shape.share, "released after {took} us");
     }
-    assert_ne!(mig.report.makespan_h, r.makespan_h);
+    let without = run_with(slack, Policy::WeaveDisaggOnly, false);
+    assert_ne!(mig.report.makespan_h, without.makespan_h);
+    // Where A's delay would lengthen the meta-iteration (the first pair: both cycles ~206 s),
+    // nothing migrates.
+    assert_eq!(run(trace, Policy::WeaveDisaggOnly).events.long_tail_migrations, 0);
     // Solo-disagg pays two pairs of nodes.
     let solo = run(trace, Policy::SoloDisagg);
     assert_eq!((solo.rollout.peak_gpus, solo.training.peak_gpus), (16, 16));
