@@ -138,24 +138,42 @@ pub fn pair_for_arrival(placer: &Placer, job: &PlaceJob, best: OptionCost, movab
     if best.cost_per_hour == Money::ZERO {
         return None;
     }
+    best_partner(placer, job, (dollars(best.cost_per_hour), best.work), 0.0, movable)
+}
+
+/// Two jobs that both run alone may do better together: `job` (running alone, movable)
+/// opens a new group of its own and the partner moves in. Both pay their moves.
+pub fn pair_alone(placer: &Placer, job: JobId, movable: &Movable) -> Option<Pairing> {
+    let mc = movable.get(&job)?;
+    let me = alone(placer, movable).into_iter().find(|a| a.job.id == job)?;
+    best_partner(placer, me.job, (me.cost, me.work), mc.per_hour(), movable)
+}
+
+/// The partner among movable jobs running alone that saves most when it moves onto a group
+/// `opener` opens (on the opener's block or a new one), given what the opener costs and
+/// yields where it would be otherwise (`opener_now`) and its own move cost per hour.
+fn best_partner(
+    placer: &Placer,
+    opener: &PlaceJob,
+    opener_now: (f64, f64),
+    opener_move: f64,
+    movable: &Movable,
+) -> Option<Pairing> {
     let (pr, pt) = prices(placer);
     let res = placer.config().residency;
-    let opened = opened_by(placer, job);
+    let opened = opened_by(placer, opener);
     let own_cost = dollars(opened.hourly_cost(pr, pt));
     let mut chosen: Option<Pairing> = None;
-    for a in alone(placer, movable) {
+    for a in alone(placer, movable).into_iter().filter(|a| a.job.id != opener.id) {
         let mc = movable[&a.job.id];
-        // Before: the new job on its best option, the partner where it is.
-        let before = ratio(dollars(best.cost_per_hour) + a.cost, best.work + a.work);
+        let before = ratio(opener_now.0 + a.cost, opener_now.1 + a.work);
         for direct in [true, false] {
-            let block = direct.then_some(0);
             if !direct && !placer.config().scaling {
                 continue;
             }
-            let Some(p) = opened.try_add(a.job, block, &res) else { continue };
+            let Some(p) = opened.try_add(a.job, direct.then_some(0), &res) else { continue };
             let extra = if direct { 0.0 } else { dollars(pr) * a.job.rollout_width as f64 };
-            let work = p.work([job, a.job]);
-            let after = ratio(own_cost + extra + mc.per_hour(), work);
+            let after = ratio(own_cost + extra + opener_move + mc.per_hour(), p.work([opener, a.job]));
             if after < before && chosen.is_none_or(|c| after < c.after) {
                 chosen = Some(Pairing { partner: a.job.id, direct, before, after });
             }

@@ -989,7 +989,22 @@ impl Engine<'_> {
             };
             if let Some(m) = planned {
                 self.carry_out(m, &movable);
+            } else if let Some(pair) = consolidate::pair_alone(&self.placer, job, &movable) {
+                self.carry_out_pair(job, pair, &movable);
             }
+        }
+    }
+
+    /// `opener` (running alone) moves to a new group of its own and the partner moves in.
+    fn carry_out_pair(&mut self, opener: JobId, pair: consolidate::Pairing, movable: &Movable) {
+        let m = Move { job: opener, target: Target::Isolated, before: pair.before, after: pair.after };
+        self.carry_out(m, movable);
+        let Some(group) = self.states[opener.0 as usize].as_ref().and_then(|s| s.placed).map(|p| p.group) else {
+            return;
+        };
+        if self.placer.group(group).is_some_and(|g| g.members.len() == 1 && !g.colocated) {
+            let target = Target::Group { group, block: pair.direct.then_some(0) };
+            self.carry_out(Move { job: pair.partner, target, before: pair.before, after: pair.after }, movable);
         }
     }
 }
