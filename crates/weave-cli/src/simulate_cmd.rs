@@ -226,7 +226,8 @@ pub fn render(reports: &[&PolicyReport]) -> String {
         "max",
         "SLO met (jobs)",
         "SLO met (iters)",
-        "direct/scaling/isolated",
+        "direct/scaling/isolated/colocated",
+        "moves",
         "queued",
         "rejected",
     ]);
@@ -240,13 +241,50 @@ pub fn render(reports: &[&PolicyReport]) -> String {
             format!("{:.3}", r.slowdown.max),
             format!("{:.1}%", r.slo_attainment_jobs * 100.0),
             format!("{:.1}%", r.slo_attainment_iterations * 100.0),
-            format!("{}/{}/{}", r.admissions.direct, r.admissions.scaling, r.admissions.isolated),
+            format!(
+                "{}/{}/{}/{}",
+                r.admissions.direct, r.admissions.scaling, r.admissions.isolated, r.admissions.colocated
+            ),
+            r.events.consolidation_moves.to_string(),
             format!("{} (max {:.1} h)", r.queued_jobs, r.max_queue_delay_h),
             r.rejected.to_string(),
         ]);
     }
     table::align_numbers(&mut service);
-    format!("{cost}\n{service}\n")
+    format!("{cost}\n{service}\n{}", render_money(reports))
+}
+
+/// Where the money goes: each policy's cost split by what the held GPUs did.
+pub fn render_money(reports: &[&PolicyReport]) -> String {
+    let mut t = table::new(&[
+        "policy",
+        "busy $",
+        "switching $",
+        "sync $",
+        "idle alone in a group $",
+        "other idle $",
+        "busy share",
+        "idle alone share",
+        "other idle share",
+    ]);
+    for r in reports {
+        let m = &r.money;
+        let d = |p: &weave_sim::SplitPart| format!("{:.0}", p.cost.as_dollars());
+        let pct = |p: &weave_sim::SplitPart| format!("{:.1}%", p.share * 100.0);
+        t.add_row(vec![
+            r.policy.clone(),
+            d(&m.busy),
+            d(&m.switching),
+            d(&m.sync),
+            d(&m.idle_alone),
+            d(&m.idle_other),
+            pct(&m.busy),
+            pct(&m.idle_alone),
+            pct(&m.idle_other),
+        ]);
+    }
+    table::align_numbers(&mut t);
+    format!("{t}\n")
 }
 
 fn run_prototype(args: &Args, trace: &weave_trace::Trace, profile: &ProfileModel) -> Result<()> {

@@ -90,7 +90,11 @@ impl Group {
     }
 
     /// Hourly cost of the nodes the group holds.
-    pub fn hourly_cost(&self, rollout_node_price: weave_core::Money, train_node_price: weave_core::Money) -> weave_core::Money {
+    pub fn hourly_cost(
+        &self,
+        rollout_node_price: weave_core::Money,
+        train_node_price: weave_core::Money,
+    ) -> weave_core::Money {
         weave_core::Money(
             rollout_node_price.0 * self.rollout_node_count() as i64 + train_node_price.0 * self.train_width() as i64,
         )
@@ -193,12 +197,7 @@ pub const ITERATION_QUANTILE: f64 = 0.8;
 /// shrink a member's own solo time but not its partners'. The deterministic schedule's excess
 /// over its bound (`coexec / bound`) carries over; the life average's spread shrinks with
 /// the square root of the member's iterations.
-pub fn stochastic_slowdowns(
-    members: &[TimingMember],
-    jobs: &[&PlaceJob],
-    p: &Prediction,
-    bound: Micros,
-) -> Vec<f64> {
+pub fn stochastic_slowdowns(members: &[TimingMember], jobs: &[&PlaceJob], p: &Prediction, bound: Micros) -> Vec<f64> {
     let n = jobs.iter().map(|j| j.variation.samples.len()).max().unwrap_or(0);
     let mut factors = vec![(1.0, 1.0); jobs.len()];
     let mut periods = Vec::with_capacity(n);
@@ -207,8 +206,8 @@ pub fn stochastic_slowdowns(
         for (j, job) in jobs.iter().enumerate() {
             let s = &job.variation.samples;
             factors[j] = if s.is_empty() { (1.0, 1.0) } else { s[k % s.len()] };
-            let solo = job.times.rollout.0 as f64 * factors[j].0 + job.times.train.0 as f64 * factors[j].1
-                + job.sync.0 as f64;
+            let solo =
+                job.times.rollout.0 as f64 * factors[j].0 + job.times.train.0 as f64 * factors[j].1 + job.sync.0 as f64;
             solos[j].push(solo);
         }
         periods.push(timing::bound_scaled(members, &factors).0 as f64);
@@ -229,7 +228,8 @@ pub fn stochastic_slowdowns(
             // Iterations are promised too: most single iterations stay within the SLO.
             let mut single: Vec<f64> = periods.iter().zip(&solos[j]).map(|(b, s)| excess * b / s.max(1.0)).collect();
             single.sort_by(f64::total_cmp);
-            let q = single.get(((single.len() as f64 * ITERATION_QUANTILE) as usize).min(single.len().saturating_sub(1)));
+            let q =
+                single.get(((single.len() as f64 * ITERATION_QUANTILE) as usize).min(single.len().saturating_sub(1)));
             life.max(q.copied().unwrap_or(0.0))
         })
         .collect()

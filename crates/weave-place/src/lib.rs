@@ -13,4 +13,6 @@ pub mod placer;
 
 pub use group::{Block, Group, Member, Prediction, Residency};
 pub use job::{PlaceJob, Variation};
-pub use placer::{Decision, DecisionKind, Departure, OptionCost, PlaceError, PlacePolicy, Placer, PlacerConfig, Target};
+pub use placer::{
+    Decision, DecisionKind, Departure, OptionCost, PlaceError, PlacePolicy, Placer, PlacerConfig, Target,
+};

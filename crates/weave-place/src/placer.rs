@@ -32,7 +32,10 @@ pub enum DecisionKind {
 #[serde(rename_all = "lowercase", tag = "kind")]
 pub enum Target {
     /// An existing group: on block `block`, or on a new block of the job's width.
-    Group { group: GroupId, block: Option<u32> },
+    Group {
+        group: GroupId,
+        block: Option<u32>,
+    },
     Isolated,
     Colocated,
 }
@@ -342,10 +345,9 @@ impl Placer {
         if self.job_group.contains_key(&job.id) {
             return Err(PlaceError::AlreadyPlaced(job.id));
         }
-        let c = self.candidate_at(&job, target).ok_or_else(|| PlaceError::Infeasible {
-            job: job.id,
-            target: format!("{target:?}"),
-        })?;
+        let c = self
+            .candidate_at(&job, target)
+            .ok_or_else(|| PlaceError::Infeasible { job: job.id, target: format!("{target:?}") })?;
         self.check_capacity(&job, &c)?;
         Ok(self.apply(job, c))
     }

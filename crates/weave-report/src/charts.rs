@@ -27,6 +27,44 @@ pub fn cost_bars(reports: &[PolicyReport]) -> String {
     s.finish("total cost per policy")
 }
 
+/// Where the money goes: one stacked bar per policy (busy, switching, sync, idle alone in a
+/// group, other idle), in dollars.
+pub fn money_split(reports: &[PolicyReport]) -> String {
+    const PARTS: [(&str, &str); 5] = [
+        ("busy", "#4e79a7"),
+        ("switching", "#f28e2b"),
+        ("weight sync", "#edc948"),
+        ("idle alone in a group", "#e15759"),
+        ("other idle", "#bab0ac"),
+    ];
+    let max = reports.iter().map(|r| r.total_cost.as_dollars()).fold(0.0, f64::max).max(1.0);
+    let row = 26.0;
+    let (left, width) = (150.0, 520.0);
+    let mut s = Svg::new(left + width + 90.0, 20.0 + row * reports.len() as f64 + 50.0);
+    for (i, r) in reports.iter().enumerate() {
+        let y = 10.0 + i as f64 * row;
+        let m = &r.money;
+        s.text(left - 8.0, y + 15.0, "end", &r.policy);
+        let mut x = left;
+        for ((name, fill), part) in PARTS.iter().zip([&m.busy, &m.switching, &m.sync, &m.idle_alone, &m.idle_other]) {
+            let w = part.cost.as_dollars() / max * width;
+            let title = format!("{}: {name} ${:.0} ({:.1}%)", r.policy, part.cost.as_dollars(), part.share * 100.0);
+            s.rect(x, y + 3.0, w, row - 8.0, fill, Some(&title));
+            x += w;
+        }
+        s.text(x + 6.0, y + 15.0, "start", &format!("${:.0}", r.total_cost.as_dollars()));
+    }
+    let axis_y = 14.0 + row * reports.len() as f64;
+    s.line(left, axis_y, left + width, axis_y, "#333", false);
+    let mut lx = left;
+    for (name, fill) in PARTS {
+        s.rect(lx, axis_y + 10.0, 10.0, 10.0, fill, None);
+        s.text(lx + 14.0, axis_y + 19.0, "start", name);
+        lx += 24.0 + name.len() as f64 * 6.0;
+    }
+    s.finish("where the money goes, per policy")
+}
+
 fn series_end(reports: &[PolicyReport]) -> f64 {
     reports.iter().flat_map(|r| r.gpu_series.last()).map(|p| p.hours).fold(0.0, f64::max).max(r_makespan(reports))
 }
@@ -94,6 +132,12 @@ pub fn slowdown_vs_slo(reports: &[PolicyReport]) -> String {
         let (ya, yb) = (p.py(0.9), p.py(xmax.min(ymax)));
         p.svg.line(a, ya, b.min(p.px(ymax)), yb, "#000", true);
         for j in &r.per_job {
+            if j.predicted_slowdown > 0.0 {
+                // Predicted at admission: a small grey square under the realized dot.
+                let (x, y) = (p.px(j.slo), p.py(j.predicted_slowdown));
+                let title = format!("{}: predicted {:.3} at admission", j.name, j.predicted_slowdown);
+                p.svg.rect(x - 1.5, y - 1.5, 3.0, 3.0, "#999", Some(&title));
+            }
             let (x, y) = (p.px(j.slo), p.py(j.slowdown));
             p.svg.circle(x, y, 2.5, color(i), &format!("{}: slowdown {:.3}, SLO {:.2}", j.name, j.slowdown, j.slo));
         }

@@ -54,11 +54,13 @@ pub fn render(data: &ReportData) -> String {
     h.push_str(&headline_table(data.reports));
     h.push_str("<h2>Total cost per policy</h2><p class=\"muted\">Bars: what was paid. Dashed line: the lower bound, what the GPUs actually kept busy would cost.</p>");
     h.push_str(&charts::cost_bars(data.reports));
+    h.push_str("<h2>Where the money goes</h2><p class=\"muted\">Every GPU-hour held, by what it did: running a phase, loading a job's state, rollout GPUs waiting for their own job's weight sync, idle in a group with a single member (fragmentation), other idle (dependency bubbles and imbalance in shared groups).</p>");
+    h.push_str(&charts::money_split(data.reports));
     h.push_str("<h2>GPUs held over time</h2>");
     h.push_str(&charts::gpus_over_time(data.reports));
     h.push_str("<h2>Cost per hour over time</h2>");
     h.push_str(&charts::cost_over_time(data.reports, data.prices));
-    h.push_str("<h2>Slowdown against SLO, per job</h2><p class=\"muted\">Each dot is a job; above the dashed diagonal its slowdown exceeded its SLO.</p>");
+    h.push_str("<h2>Slowdown against SLO, per job</h2><p class=\"muted\">Each dot is a job; above the dashed diagonal its slowdown exceeded its SLO. Grey squares: the slowdown predicted for the job at its admission.</p>");
     h.push_str(&charts::slowdown_vs_slo(data.reports));
     if let Some(t) = &data.timeline {
         let _ = write!(h, "<h2>Phase timeline: {}</h2>", escape(&t.policy));
@@ -72,13 +74,13 @@ fn headline_table(reports: &[PolicyReport]) -> String {
     let mut t = String::from(
         "<table><tr><th>policy</th><th>cost $</th><th>lower bound $</th><th>$/h</th><th>iterations per $1k</th>\
 <th>vs solo-disagg</th><th>vs colocated</th><th>peak H20 GPUs</th><th>peak H800 GPUs</th><th>idle H20 GPU-h</th>\
-<th>idle H800 GPU-h</th><th>slowdown p50 / p99</th><th>SLO met (jobs / iterations)</th><th>admissions direct / scaling / isolated</th></tr>",
+<th>idle H800 GPU-h</th><th>slowdown p50 / p99</th><th>SLO met (jobs / iterations)</th><th>admissions direct / scaling / isolated / colocated</th><th>moves</th></tr>",
     );
     let ratio = |v: Option<f64>| v.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into());
     for r in reports {
         let _ = write!(
             t,
-            "<tr><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{:.3} / {:.3}</td><td>{:.1}% / {:.1}%</td><td>{} / {} / {}</td></tr>",
+            "<tr><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{:.3} / {:.3}</td><td>{:.1}% / {:.1}%</td><td>{} / {} / {} / {}</td><td>{}</td></tr>",
             escape(&r.policy),
             r.total_cost.as_dollars(),
             r.lower_bound_cost.as_dollars(),
@@ -96,7 +98,9 @@ fn headline_table(reports: &[PolicyReport]) -> String {
             r.slo_attainment_iterations * 100.0,
             r.admissions.direct,
             r.admissions.scaling,
-            r.admissions.isolated
+            r.admissions.isolated,
+            r.admissions.colocated,
+            r.events.consolidation_moves
         );
     }
     t.push_str("</table>");

@@ -73,9 +73,18 @@ fn shows_the_promised_elements() {
     // One slowdown dot per job and policy (3 jobs x 3 policies).
     assert_eq!(doc.descendants().filter(|n| n.has_tag_name("circle")).count(), 9);
     // Axes carry units; the headline table lists every policy.
-    for want in
-        ["time (hours)", "H20 GPUs held", "cost ($ per hour)", "slowdown", "solo-disagg", "colocated", "lower bound"]
-    {
+    for want in [
+        "time (hours)",
+        "H20 GPUs held",
+        "cost ($ per hour)",
+        "slowdown",
+        "solo-disagg",
+        "colocated",
+        "lower bound",
+        "Where the money goes",
+        "idle alone in a group",
+        "predicted",
+    ] {
         assert!(html.contains(want), "missing `{want}`");
     }
     let rows = doc.descendants().filter(|n| n.has_tag_name("tr")).count();

@@ -14,7 +14,7 @@ use weave_core::{ClusterConfig, EventQueue, GroupId, JobId, Micros, PhaseTimes, 
 use weave_dispatch::from_model::switch_costs;
 use weave_dispatch::{Action, Dispatcher, GroupLimits, Input, MemberSpec, Phase};
 use weave_model::{named_stream, Stream, SwitchKind};
-use weave_place::consolidate::{self, Move, MoveCost, Movable};
+use weave_place::consolidate::{self, Movable, Move, MoveCost};
 use weave_place::{PlaceError, PlaceJob, PlacePolicy, Placer, PlacerConfig, Target};
 
 /// An event. Kept small: the heap moves these around a lot.
@@ -182,7 +182,13 @@ impl<'a> Engine<'a> {
             variations: jobs
                 .iter()
                 .map(|j| {
-                    crate::workload::admission_variation(j, &cfg.runtime, cfg.slo_epsilon, cfg.seed, crate::VARIATION_SAMPLES)
+                    crate::workload::admission_variation(
+                        j,
+                        &cfg.runtime,
+                        cfg.slo_epsilon,
+                        cfg.seed,
+                        crate::VARIATION_SAMPLES,
+                    )
                 })
                 .collect(),
             consolidating: false,
@@ -265,7 +271,7 @@ impl<'a> Engine<'a> {
         }
         // Jobs still waiting can never run (fixed pools too small for them).
         self.metrics.rejected += self.waiting.len() as u64;
-        self.metrics.nodes(self.now, self.placer.nodes_in_use(), self.gpus());
+        self.record_nodes();
         self.metrics.end = self.metrics.end.max(self.now);
         progress(self.jobs.len(), self.jobs.len());
     }
@@ -354,12 +360,17 @@ impl<'a> Engine<'a> {
             let end = start + d.scale(shape.end);
             let release = self.now.saturating_sub(start);
             self.stragglers.insert((p.group, p.block), (end, shape.share));
-            self.metrics.busy(Pool::Rollout, gpus_on_block, release + end.saturating_sub(self.now).scale(shape.share));
+            self.charge_busy(
+                p.group,
+                Pool::Rollout,
+                gpus_on_block,
+                release + end.saturating_sub(self.now).scale(shape.share),
+            );
             self.metrics.events.long_tail_migrations += 1;
             self.push(self.now, 1, i, What::Release, iteration);
             self.push(end, 1, i, What::Phase(Phase::Rollout), iteration);
         } else {
-            self.metrics.busy(Pool::Rollout, gpus_on_block, d);
+            self.charge_busy(p.group, Pool::Rollout, gpus_on_block, d);
             self.push(start + d, 1, i, What::Phase(Phase::Rollout), iteration);
         }
     }
@@ -387,6 +398,30 @@ impl<'a> Engine<'a> {
         let rest_of_iteration = s.rollout_started + d + s.current.train + job.sync;
         let life = (rest_of_iteration + delay).saturating_sub(s.first_admitted);
         life.0 as f64 <= MIGRATION_SLO_MARGIN * job.slo * (s.solo_sum + this).0 as f64
+    }
+
+    /// Whether `g` is a disaggregated group with a single member.
+    fn lone(&self, g: GroupId) -> bool {
+        self.placer.group(g).is_some_and(|grp| grp.members.len() == 1 && !grp.colocated)
+    }
+
+    fn charge_busy(&mut self, g: GroupId, pool: Pool, gpus: u32, t: Micros) {
+        self.metrics.busy(pool, gpus, t);
+        if self.lone(g) {
+            self.metrics.lone_active(pool, gpus, t);
+        }
+    }
+
+    /// Records the nodes held, in all and by single-member groups.
+    fn record_nodes(&mut self) {
+        let gpus = self.gpus();
+        self.metrics.nodes(self.now, self.placer.nodes_in_use(), gpus);
+        let lone = self
+            .placer
+            .groups()
+            .filter(|g| g.members.len() == 1 && !g.colocated)
+            .fold((0, 0), |acc, g| (acc.0 + g.rollout_node_count(), acc.1 + g.train_width()));
+        self.metrics.lone_nodes(self.now, lone, gpus);
     }
 
     fn block_members(&self, g: GroupId, block: u32) -> usize {
@@ -452,7 +487,7 @@ impl<'a> Engine<'a> {
         if self.states[i].as_ref().is_none_or(|s| s.epoch == 0) {
             self.metrics.admitted(decision.kind);
         }
-        self.metrics.nodes(self.now, self.placer.nodes_in_use(), self.gpus());
+        self.record_nodes();
         let placed = Placed {
             group: decision.group,
             block: decision.block,
@@ -610,6 +645,9 @@ impl<'a> Engine<'a> {
                     Phase::Train => (Pool::Training, p.pool_width * gpus.1, 3),
                 };
                 self.metrics.switching(pool, n, duration);
+                if self.lone(p.group) {
+                    self.metrics.lone_active(pool, n, duration);
+                }
                 self.push(self.now + duration, class, i, What::Switch(phase), iteration);
             }
             Action::StartRollout { job, iteration, .. } => {
@@ -622,7 +660,7 @@ impl<'a> Engine<'a> {
                 if p.colocated {
                     s.rollout_started = self.now;
                     s.rollout_plain = colo.rollout;
-                    self.metrics.busy(Pool::Training, p.pool_width * gpus.1, colo.rollout);
+                    self.charge_busy(p.group, Pool::Training, p.pool_width * gpus.1, colo.rollout);
                     self.push(self.now + colo.rollout, 1, i, What::Phase(Phase::Rollout), iteration);
                     return;
                 }
@@ -644,7 +682,7 @@ impl<'a> Engine<'a> {
                 if shared {
                     self.push(self.now + d.scale(shape.release), 1, i, What::MigrationPoint, iteration);
                 } else {
-                    self.metrics.busy(Pool::Rollout, gpus_on_block, d);
+                    self.charge_busy(p.group, Pool::Rollout, gpus_on_block, d);
                     self.push(self.now + d, 1, i, What::Phase(Phase::Rollout), iteration);
                 }
             }
@@ -657,11 +695,23 @@ impl<'a> Engine<'a> {
                 let own = self.jobs[i].spec.train_nodes as u64;
                 let train = if placed.colocated { s.current_colo.train } else { s.current.train };
                 let d = Micros(train.0 * own / pool.max(1) as u64);
-                self.metrics.busy(Pool::Training, pool * gpus.1, d);
+                self.charge_busy(placed.group, Pool::Training, pool * gpus.1, d);
                 self.push(self.now + d, 0, i, What::Phase(Phase::Train), iteration);
             }
             Action::BeginSync { job, iteration, duration } => {
-                self.push(self.now + duration, 2, job.0 as usize, What::Sync, iteration);
+                let i = job.0 as usize;
+                if let Some(p) = self.states[i].as_ref().and_then(|s| s.placed) {
+                    // The job's rollout GPUs wait for these weights unless another member
+                    // can use the block meanwhile.
+                    if !p.colocated && self.block_members(p.group, p.block) == 1 {
+                        let n = p.block_width * gpus.0;
+                        self.metrics.sync(Pool::Rollout, n, duration);
+                        if self.lone(p.group) {
+                            self.metrics.lone_active(Pool::Rollout, n, duration);
+                        }
+                    }
+                }
+                self.push(self.now + duration, 2, i, What::Sync, iteration);
             }
             Action::Completed { job, .. } => self.complete(job),
         }
@@ -706,7 +756,7 @@ impl<'a> Engine<'a> {
             let ev = Done { group: g, job: JobId(u32::MAX), what: What::ConsolidateGroup, iteration: 0, epoch: 0 };
             self.queue.push(self.now, CLASS_OTHER, ev);
         }
-        self.metrics.nodes(self.now, self.placer.nodes_in_use(), self.gpus());
+        self.record_nodes();
         // Fixed pools: released nodes may let waiting jobs in, oldest first.
         while let Some(&next) = self.waiting.front() {
             if self.admit(next).is_err() {

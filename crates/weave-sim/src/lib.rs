@@ -13,7 +13,7 @@ pub mod policy;
 pub mod prototype;
 pub mod workload;
 
-pub use metrics::{DynamicsCounts, PolicyReport, PoolReport};
+pub use metrics::{DynamicsCounts, MoneySplit, PolicyReport, PoolReport, SplitPart};
 pub use policy::Policy;
 pub use workload::{prepare, SimJob, SloSetting};
 

@@ -10,6 +10,12 @@ pub struct PoolTime {
     pub held: u128,
     pub busy: u128,
     pub switching: u128,
+    /// Rollout GPUs waiting for their job's weight sync (blocks nobody else uses).
+    pub sync: u128,
+    /// Held by groups with a single member (disaggregated: the other pool idles meanwhile).
+    pub lone_held: u128,
+    /// Busy, switching or syncing inside such groups.
+    pub lone_active: u128,
 }
 
 /// Accumulates a replay as it runs.
@@ -19,6 +25,8 @@ pub struct Metrics {
     held_nodes: [u32; 2],
     peak_nodes: [u32; 2],
     last_change: Micros,
+    lone_nodes: [u32; 2],
+    lone_change: Micros,
     pub end: Micros,
     pub admissions: [u64; 4],
     pub rejected: u64,
@@ -119,6 +127,24 @@ impl Metrics {
         out.iter().map(to_point).collect()
     }
 
+    /// The nodes held by single-member groups changed at `now`.
+    pub fn lone_nodes(&mut self, now: Micros, lone: (u32, u32), gpus_per_node: (u32, u32)) {
+        let dt = now.saturating_sub(self.lone_change).0 as u128;
+        self.pools[0].lone_held += dt * self.lone_nodes[0] as u128 * gpus_per_node.0 as u128;
+        self.pools[1].lone_held += dt * self.lone_nodes[1] as u128 * gpus_per_node.1 as u128;
+        self.lone_nodes = [lone.0, lone.1];
+        self.lone_change = now;
+    }
+
+    /// GPU-time a single-member group used (busy, switching or syncing).
+    pub fn lone_active(&mut self, pool: Pool, gpus: u32, t: Micros) {
+        self.pools[pool_index(pool)].lone_active += gpus as u128 * t.0 as u128;
+    }
+
+    pub fn sync(&mut self, pool: Pool, gpus: u32, t: Micros) {
+        self.pools[pool_index(pool)].sync += gpus as u128 * t.0 as u128;
+    }
+
     pub fn busy(&mut self, pool: Pool, gpus: u32, t: Micros) {
         self.pools[pool_index(pool)].busy += gpus as u128 * t.0 as u128;
     }
@@ -156,6 +182,21 @@ impl Metrics {
             peak_gpus: self.peak_nodes[i] * gpus[i],
             cost: cost(i, self.pools[i].held),
         };
+        let split = |i: usize| {
+            let p = &self.pools[i];
+            let idle = p.held.saturating_sub(p.busy + p.switching);
+            let sync = p.sync.min(idle);
+            let lone_idle = p.lone_held.saturating_sub(p.lone_active).min(idle - sync);
+            [p.busy, p.switching, sync, lone_idle, idle - sync - lone_idle]
+        };
+        let (r, t) = (split(0), split(1));
+        let part = |k: usize| SplitPart {
+            gpu_hours: gpu_hours(r[k] + t[k]),
+            cost: cost(0, r[k]) + cost(1, t[k]),
+            share: if total.0 > 0 { (cost(0, r[k]) + cost(1, t[k])).0 as f64 / total.0 as f64 } else { 0.0 },
+        };
+        let money =
+            MoneySplit { busy: part(0), switching: part(1), sync: part(2), idle_alone: part(3), idle_other: part(4) };
         let iterations: u64 = self.jobs.iter().map(|j| j.iterations).sum();
         let within: u64 = self.jobs.iter().map(|j| j.iterations_within_slo).sum();
         let mut slowdowns: Vec<f64> = self.jobs.iter().map(|j| j.slowdown).collect();
@@ -172,6 +213,7 @@ impl Metrics {
             makespan_h: hours,
             rollout: pool(0),
             training: pool(1),
+            money,
             iterations,
             iterations_per_k_dollars: if dollars > 0.0 { iterations as f64 / dollars * 1_000.0 } else { 0.0 },
             slowdown: Distribution::of(&slowdowns),
@@ -216,6 +258,29 @@ pub struct PoolReport {
     pub idle_gpu_hours: f64,
     pub peak_gpus: u32,
     pub cost: Money,
+}
+
+/// Held GPU-time by what it did, both pools together.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MoneySplit {
+    /// Running a phase.
+    pub busy: SplitPart,
+    /// Loading a job's state (warm from host DRAM or cold).
+    pub switching: SplitPart,
+    /// Rollout GPUs waiting for their own job's weight sync.
+    pub sync: SplitPart,
+    /// Idle in a group with a single member (fragmentation: a lone job's bubbles).
+    pub idle_alone: SplitPart,
+    /// Other idle: dependency bubbles and imbalance inside shared groups.
+    pub idle_other: SplitPart,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct SplitPart {
+    pub gpu_hours: f64,
+    pub cost: Money,
+    /// Share of the total cost.
+    pub share: f64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -265,6 +330,8 @@ pub struct PolicyReport {
     pub makespan_h: f64,
     pub rollout: PoolReport,
     pub training: PoolReport,
+    /// Where the money went: every GPU-hour held is in exactly one part.
+    pub money: MoneySplit,
     pub iterations: u64,
     pub iterations_per_k_dollars: f64,
     pub slowdown: Distribution,

@@ -388,7 +388,12 @@ pub fn run(trace: &Trace, profile: &ProfileModel, cfg: &ProtoConfig) -> ProtoRep
             row("solo-disagg", solo_cost, solo_iters, e_s, Some(solo_util)),
             row("colocated", colo_cost, colo_iters, e_c, Some((1.0, 1.0))),
         ],
-        admissions: Admissions { direct: st.admissions[0], scaling: st.admissions[1], isolated: st.admissions[2], colocated: 0 },
+        admissions: Admissions {
+            direct: st.admissions[0],
+            scaling: st.admissions[1],
+            isolated: st.admissions[2],
+            colocated: 0,
+        },
         slo_violations: violated.iter().filter(|v| **v).count(),
         mean_group_size: group_sizes.0 / group_sizes.1.max(1e-9),
     }

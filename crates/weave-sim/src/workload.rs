@@ -101,7 +101,13 @@ pub fn assign_migration(jobs: &mut [SimJob], seed: u64) {
 /// runtime model on the job's own admission stream (not its runtime stream: admission sees
 /// the model, never the draws the replay will use), averaged over its iterations, at risk
 /// `epsilon`.
-pub fn admission_variation(job: &SimJob, runtime: &RuntimeModel, epsilon: f64, seed: u64, samples: usize) -> weave_place::Variation {
+pub fn admission_variation(
+    job: &SimJob,
+    runtime: &RuntimeModel,
+    epsilon: f64,
+    seed: u64,
+    samples: usize,
+) -> weave_place::Variation {
     let unit = PhaseTimes { rollout: Micros(1_000_000), train: Micros(1_000_000) };
     let mut rng = named_stream(seed, "admission-variation", job.spec.id.0 as u64);
     let draws: Vec<(f64, f64)> = (0..samples)

@@ -53,7 +53,10 @@ fn incremental_regrouping_repairs_what_static_breaks() {
     let per = run(Policy::WeaveDisaggOnly, Regroup::periodic_default());
     assert!(attainment(&per, "a") > a_static, "periodic: {}", attainment(&per, "a"));
     // With long-tail migration on as well, incremental still beats static.
-    let (stat_m, inc_m) = (run_migrating(Policy::WeaveDisaggOnly, Regroup::Static), run_migrating(Policy::WeaveDisaggOnly, Regroup::Incremental));
+    let (stat_m, inc_m) = (
+        run_migrating(Policy::WeaveDisaggOnly, Regroup::Static),
+        run_migrating(Policy::WeaveDisaggOnly, Regroup::Incremental),
+    );
     eprintln!("with migration: static {:.2}, incremental {:.2}", attainment(&stat_m, "a"), attainment(&inc_m, "a"));
     assert!(attainment(&inc_m, "a") > attainment(&stat_m, "a"));
 }

@@ -23,6 +23,12 @@ fn a_late_joiner_keeps_the_pipelined_order() {
     let r = replay(&jobs, &cluster, Policy::WeaveDisaggOnly, &cfg, &mut |_, _| {}).report;
     assert_eq!((r.admissions.direct, r.admissions.scaling, r.admissions.isolated), (2, 1, 1));
     for j in &r.per_job {
-        assert!(j.slowdown <= j.predicted_slowdown * 1.02 + 1e-9, "{}: {} > predicted {}", j.name, j.slowdown, j.predicted_slowdown);
+        assert!(
+            j.slowdown <= j.predicted_slowdown * 1.02 + 1e-9,
+            "{}: {} > predicted {}",
+            j.name,
+            j.slowdown,
+            j.predicted_slowdown
+        );
     }
 }
