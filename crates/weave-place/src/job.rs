@@ -57,7 +57,7 @@ fn normal_quantile(p: f64) -> f64 {
         -3.969683028665376e+01,
         2.209460984245205e+02,
         -2.759285104469687e+02,
-        1.383577518672690e+02,
+        1.38357751867269e+02,
         -3.066479806614716e+01,
         2.506628277459239e+00,
     ];
@@ -90,19 +90,6 @@ fn normal_quantile(p: f64) -> f64 {
         let r = q * q;
         (((((A[0] * r + A[1]) * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * q
             / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Variation;
-
-    #[test]
-    fn normal_quantiles() {
-        assert!((Variation::z_for(0.01) - 2.326348).abs() < 1e-5);
-        assert!((Variation::z_for(0.05) - 1.644854).abs() < 1e-5);
-        assert!(Variation::z_for(0.5).abs() < 1e-9);
-        assert!((Variation::z_for(0.001) - 3.090232).abs() < 1e-5);
     }
 }
 
@@ -158,5 +145,18 @@ impl PlaceJob {
             sync: self.sync,
             resident,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Variation;
+
+    #[test]
+    fn normal_quantiles() {
+        assert!((Variation::z_for(0.01) - 2.326348).abs() < 1e-5);
+        assert!((Variation::z_for(0.05) - 1.644854).abs() < 1e-5);
+        assert!(Variation::z_for(0.5).abs() < 1e-9);
+        assert!((Variation::z_for(0.001) - 3.090232).abs() < 1e-5);
     }
 }

@@ -456,7 +456,8 @@ impl Placer {
 
     /// Whether a group is considered for new members at all.
     fn open(&self, g: &Group) -> bool {
-        !g.colocated && !(self.cfg.skip_saturated && g.prediction.saturated)
+        let too_full = self.cfg.skip_saturated && g.prediction.saturated;
+        !g.colocated && !too_full
     }
 
     fn scaling_cost(&self, job: &PlaceJob) -> Money {
