@@ -20,8 +20,8 @@
 use crate::group::{Block, Group, Member};
 use crate::job::PlaceJob;
 use crate::placer::{OptionCost, Placer, Target};
-use serde::Serialize;
-use std::collections::BTreeMap;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
 use weave_core::{Bytes, GroupId, JobId, Micros, Money, NodeId, Pool};
 
 /// What moving a job costs once, and how long the saving would last.
@@ -44,8 +44,95 @@ impl MoveCost {
     }
 }
 
+impl MoveCost {
+    /// A move costs the job a cold start on its new nodes and, on average, half an
+    /// iteration of lost work, both at the price of its own nodes; the saving lasts for its
+    /// remaining iterations at its solo pace.
+    pub fn estimate(job: &PlaceJob, remaining_iterations: u64, prices: (Money, Money)) -> MoveCost {
+        let solo = job.solo();
+        let lost = job.costs.rollout_cold + job.costs.train_cold + Micros(solo.0 / 2);
+        let per_hour = prices.0 .0 * job.rollout_width as i64 + prices.1 .0 * job.train_width as i64;
+        let once = Money((per_hour as i128 * lost.0 as i128 / Micros::PER_HOUR as i128) as i64);
+        MoveCost { once, horizon: Micros(solo.0.saturating_mul(remaining_iterations)) }
+    }
+}
+
 /// Jobs that may move now, with their move costs.
 pub type Movable = BTreeMap<JobId, MoveCost>;
+
+/// How much moving consolidation may do.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChurnLimits {
+    /// A job that moved is not moved again within this time.
+    pub cooldown: Micros,
+    /// At most this many moves per hour.
+    pub max_moves_per_hour: u32,
+}
+
+impl Default for ChurnLimits {
+    fn default() -> Self {
+        ChurnLimits { cooldown: Micros(2 * Micros::PER_HOUR), max_moves_per_hour: 30 }
+    }
+}
+
+/// The moves made so far, against [`ChurnLimits`].
+#[derive(Clone, Debug, Default)]
+pub struct Churn {
+    pub limits: ChurnLimits,
+    recent: VecDeque<Micros>,
+    last: BTreeMap<JobId, Micros>,
+}
+
+impl Churn {
+    pub fn new(limits: ChurnLimits) -> Churn {
+        Churn { limits, ..Churn::default() }
+    }
+
+    /// Whether the hourly budget has room for another move at `now`.
+    pub fn budget_left(&mut self, now: Micros) -> bool {
+        let hour = Micros(Micros::PER_HOUR);
+        while self.recent.front().is_some_and(|&t| now.saturating_sub(t) >= hour) {
+            self.recent.pop_front();
+        }
+        (self.recent.len() as u32) < self.limits.max_moves_per_hour
+    }
+
+    /// Whether `job` moved within its cooldown.
+    pub fn cooling(&self, job: JobId, now: Micros) -> bool {
+        self.last.get(&job).is_some_and(|&t| now.saturating_sub(t) < self.limits.cooldown)
+    }
+
+    pub fn record(&mut self, job: JobId, now: Micros) {
+        self.recent.push_back(now);
+        self.last.insert(job, now);
+    }
+
+    /// Forgets a job that left for good.
+    pub fn forget(&mut self, job: JobId) {
+        self.last.remove(&job);
+    }
+}
+
+/// The jobs that may move at `now`: running alone (co-located or the only member of a group),
+/// out of their cooldown, while the hourly budget lasts; `remaining` gives a job's
+/// iterations still to run (`None`: not movable).
+pub fn movable(placer: &Placer, churn: &mut Churn, now: Micros, remaining: impl Fn(JobId) -> Option<u64>) -> Movable {
+    let mut out = Movable::new();
+    if !churn.budget_left(now) {
+        return out;
+    }
+    let prices = prices(placer);
+    for g in placer.groups().filter(|g| g.members.len() == 1) {
+        let job = &g.members[0].job;
+        if churn.cooling(job.id, now) {
+            continue;
+        }
+        if let Some(left) = remaining(job.id) {
+            out.insert(job.id, MoveCost::estimate(job, left, prices));
+        }
+    }
+    out
+}
 
 /// A planned move: `job` leaves where it runs and goes to `target`.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]

@@ -61,19 +61,13 @@ pub fn assign_drift(jobs: &mut [SimJob], scenario: DriftScenario, seed: u64) {
 pub struct Consolidation {
     /// Besides arrivals and departures, lone jobs are reconsidered this often.
     pub interval: Micros,
-    /// A job that moved (or started) is not moved again within this time.
-    pub cooldown: Micros,
-    /// At most this many consolidation moves per hour of simulated time.
-    pub max_moves_per_hour: u32,
+    /// Per-job cooldown and moves per hour.
+    pub churn: weave_place::consolidate::ChurnLimits,
 }
 
 impl Default for Consolidation {
     fn default() -> Self {
-        Consolidation {
-            interval: Micros(Micros::PER_HOUR / 2),
-            cooldown: Micros(2 * Micros::PER_HOUR),
-            max_moves_per_hour: 30,
-        }
+        Consolidation { interval: Micros(Micros::PER_HOUR / 2), churn: Default::default() }
     }
 }
 

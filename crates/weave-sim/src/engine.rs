@@ -14,7 +14,7 @@ use weave_core::{ClusterConfig, EventQueue, GroupId, JobId, Micros, PhaseTimes, 
 use weave_dispatch::from_model::switch_costs;
 use weave_dispatch::{Action, Dispatcher, GroupLimits, Input, MemberSpec, Phase};
 use weave_model::{named_stream, Stream, SwitchKind};
-use weave_place::consolidate::{self, Movable, Move, MoveCost};
+use weave_place::consolidate::{self, Movable, Move};
 use weave_place::{PlaceError, PlaceJob, PlacePolicy, Placer, PlacerConfig, Target};
 
 /// An event. Kept small: the heap moves these around a lot.
@@ -106,8 +106,6 @@ struct JobState {
     excused: bool,
     /// The job's own predicted slowdown at its last admission.
     predicted: f64,
-    /// When consolidation last moved the job: it leaves it alone for a cooldown after.
-    consolidated_at: Option<Micros>,
     /// The current rollout's start and its duration without migration.
     rollout_started: Micros,
     rollout_plain: Micros,
@@ -139,8 +137,8 @@ pub struct Engine<'a> {
     variations: Vec<weave_place::Variation>,
     /// Inside a consolidation move: departures do not start further consolidation.
     consolidating: bool,
-    /// When recent consolidation moves happened (the churn budget).
-    recent_moves: VecDeque<Micros>,
+    /// Consolidation moves so far, against the churn limits.
+    churn: consolidate::Churn,
     pub metrics: Metrics,
     pub events: Vec<EventRecord>,
     actions: Vec<Action>,
@@ -192,7 +190,7 @@ impl<'a> Engine<'a> {
                 })
                 .collect(),
             consolidating: false,
-            recent_moves: VecDeque::new(),
+            churn: consolidate::Churn::new(cfg.consolidation.churn),
             metrics: Metrics::default(),
             events: Vec::new(),
             actions: Vec::new(),
@@ -516,7 +514,6 @@ impl<'a> Engine<'a> {
             last_move: None,
             excused: false,
             predicted: 0.0,
-            consolidated_at: None,
             rollout_started: Micros::ZERO,
             rollout_plain: Micros::ZERO,
         });
@@ -937,40 +934,14 @@ impl<'a> Engine<'a> {
 }
 
 impl Engine<'_> {
-    /// Whether the churn budget allows another consolidation move now.
-    fn may_move(&mut self) -> bool {
-        let hour = Micros(Micros::PER_HOUR);
-        while self.recent_moves.front().is_some_and(|&t| self.now.saturating_sub(t) >= hour) {
-            self.recent_moves.pop_front();
-        }
-        (self.recent_moves.len() as u32) < self.cfg.consolidation.max_moves_per_hour
-    }
-
-    /// Jobs consolidation may move now: they run alone (co-located or the only member of a
-    /// group) and their cooldown is over. A move costs a cold start and, on average, half an
-    /// iteration on the job's own nodes; the saving lasts for its remaining iterations.
+    /// Jobs consolidation may move now (see [`consolidate::movable`]).
     fn movable(&mut self) -> Movable {
-        let mut out = Movable::new();
-        if !self.may_move() {
-            return out;
-        }
-        let cooldown = self.cfg.consolidation.cooldown;
-        let (pr, pt) = (self.placer.config().rollout_node_price, self.placer.config().train_node_price);
-        for g in self.placer.groups().filter(|g| g.members.len() == 1) {
-            let i = g.members[0].job.id.0 as usize;
-            let Some(s) = self.states[i].as_ref() else { continue };
-            if s.consolidated_at.is_some_and(|t| self.now.saturating_sub(t) < cooldown) {
-                continue;
-            }
-            let j = &self.jobs[i];
-            let solo = j.disagg.solo() + j.sync;
-            let lost = j.cold_start + Micros(solo.0 / 2);
-            let per_hour = pr.0 * j.spec.rollout_nodes as i64 + pt.0 * j.spec.train_nodes as i64;
-            let once = weave_core::Money((per_hour as i128 * lost.0 as i128 / Micros::PER_HOUR as i128) as i64);
-            let left = j.iterations.saturating_sub(s.done);
-            out.insert(g.members[0].job.id, MoveCost { once, horizon: Micros(solo.0.saturating_mul(left)) });
-        }
-        out
+        let states = &self.states;
+        let jobs = self.jobs;
+        consolidate::movable(&self.placer, &mut self.churn, self.now, |j| {
+            let s = states[j.0 as usize].as_ref()?;
+            Some(jobs[j.0 as usize].iterations.saturating_sub(s.done))
+        })
     }
 
     /// Carries out a planned move: the job leaves (its partial iteration is lost) and is
@@ -987,10 +958,7 @@ impl Engine<'_> {
     }
 
     fn moved(&mut self, i: usize, movable: &Movable) {
-        if let Some(s) = self.states[i].as_mut() {
-            s.consolidated_at = Some(self.now);
-        }
-        self.recent_moves.push_back(self.now);
+        self.churn.record(JobId(i as u32), self.now);
         self.metrics.events.consolidation_moves += 1;
         if let Some(c) = movable.get(&JobId(i as u32)) {
             self.metrics.events.consolidation_cost_estimate += c.once;
