@@ -49,6 +49,14 @@ class RaySupportTest(unittest.TestCase):
         self.assertEqual(len(per_gpu), 16)
         self.assertEqual([b.get("weave_node_r2", 0) for b in per_gpu], [0] * 8 + [1] * 8)
 
+    def test_mode_says_where_each_phase_runs(self):
+        self.assertFalse(WeaveJobEnv.from_env(ENV).colocated)
+        env = WeaveJobEnv.from_env(dict(ENV, WEAVE_MODE="colocated", WEAVE_ROLLOUT_NODES="t0"))
+        self.assertTrue(env.colocated)
+        self.assertEqual(env.rollout_nodes, env.training_nodes)
+        with self.assertRaisesRegex(WeaveEnvError, "WEAVE_MODE='both'"):
+            WeaveJobEnv.from_env(dict(ENV, WEAVE_MODE="both"))
+
     def test_missing_or_bad_variables_are_named(self):
         with self.assertRaisesRegex(WeaveEnvError, "WEAVE_TOKEN"):
             WeaveJobEnv.from_env({k: v for k, v in ENV.items() if k != "WEAVE_TOKEN"})

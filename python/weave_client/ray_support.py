@@ -30,6 +30,12 @@ class WeaveEnvError(RuntimeError):
     pass
 
 
+def _mode(value):
+    if value not in ("disaggregated", "colocated"):
+        raise WeaveEnvError(f"WEAVE_MODE={value!r}: expected 'disaggregated' or 'colocated'")
+    return value
+
+
 def _nodes(value):
     return [n for n in value.split(",") if n]
 
@@ -48,7 +54,14 @@ class WeaveJobEnv:
     rollout_gpus_per_node: int = 8
     training_gpus_per_node: int = 8
     group: str = ""
+    # ``disaggregated`` (rollout on the rollout nodes, training on the training nodes) or
+    # ``colocated`` (both phases on the training nodes, the veRL way; the job decides how).
+    mode: str = "disaggregated"
     extra: dict = field(default_factory=dict)
+
+    @property
+    def colocated(self):
+        return self.mode == "colocated"
 
     @classmethod
     def from_env(cls, environ=None):
@@ -82,6 +95,7 @@ class WeaveJobEnv:
             rollout_gpus_per_node=integer("WEAVE_ROLLOUT_GPUS_PER_NODE", 8),
             training_gpus_per_node=integer("WEAVE_TRAINING_GPUS_PER_NODE", 8),
             group=e.get("WEAVE_GROUP", ""),
+            mode=_mode(e.get("WEAVE_MODE", "disaggregated")),
         )
 
     def client(self):
@@ -102,12 +116,17 @@ def pinned_placement_groups(env, rollout_gpus=1.0, training_gpus=1.0, cpus=0.5, 
     """Creates (and waits for) the job's rollout and training placement groups, pinned to its
     Weave nodes (``workers_per_node`` bundles per node, e.g. one per GPU, each asking for a
     fraction of a GPU). Returns ``(rollout_pg, training_pg)``; see ``node_bundles`` for the
-    bundle order. Raises ``TimeoutError`` naming the nodes if Ray cannot place them."""
+    bundle order. A co-located job (``env.colocated``) gets one group on its training nodes,
+    returned twice. Raises ``TimeoutError`` naming the nodes if Ray cannot place them."""
     import ray
     from ray.util.placement_group import placement_group
 
     pgs = []
-    for pool, nodes, gpus in (("rollout", env.rollout_nodes, rollout_gpus), ("training", env.training_nodes, training_gpus)):
+    pools = (("rollout", env.rollout_nodes, rollout_gpus), ("training", env.training_nodes, training_gpus))
+    if env.colocated:
+        # Co-located: one group on the training nodes serves both phases.
+        pools = (("colocated", env.training_nodes, max(rollout_gpus, training_gpus)),)
+    for pool, nodes, gpus in pools:
         bundles = node_bundles(env, nodes, gpus, cpus, workers_per_node)
         pg = placement_group(bundles, strategy="PACK", name=f"weave-{env.job}-{env.uid}-{pool}")
         pgs.append((pool, nodes, pg))
@@ -116,7 +135,7 @@ def pinned_placement_groups(env, rollout_gpus=1.0, training_gpus=1.0, cpus=0.5, 
             ray.get(pg.ready(), timeout=timeout_s)
         except ray.exceptions.GetTimeoutError:
             raise TimeoutError(f"{pool} placement group on {nodes} not ready after {timeout_s} s") from None
-    return pgs[0][2], pgs[1][2]
+    return pgs[0][2], pgs[-1][2]
 
 
 def actor_options(pg, bundle_index, gpus, cpus=0.5):

@@ -53,6 +53,7 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
         heartbeat_timeout: Duration::from_secs(3600),
         max_body_bytes: 64 * 1024,
         max_wait: Duration::from_secs(5),
+        placement: Default::default(),
     };
     let shared = Arc::new(Shared::open(cfg).context("cannot open the benchmark store")?);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;

@@ -51,6 +51,15 @@ pub struct ServeArgs {
     /// A launch Ray keeps pending this long (its driver cannot start) fails the job, seconds.
     #[arg(long, default_value_t = 300.0)]
     ray_pending_limit_s: f64,
+    /// Full Weave placement: co-located mode as an option and consolidation moves (jobs that
+    /// run alone are paired into groups). A move re-admits the job from its last completed
+    /// iteration under a new admission, so drivers must follow re-admissions (the Ray
+    /// backend relaunches them); off, the server places as the paper's Weave.
+    #[arg(long)]
+    consolidate: bool,
+    /// Admission's allowed risk that a job's life slowdown exceeds its SLO under variation.
+    #[arg(long, default_value_t = weave_place::DEFAULT_SLO_EPSILON)]
+    slo_risk: f64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -104,6 +113,9 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         (Some(_), true) => bail!("give either --tenants or --insecure-no-auth, not both"),
         (None, false) => bail!("authentication needs --tenants FILE (hash tokens with `weave token hash`), or --insecure-no-auth for local experiments"),
     };
+    if !(args.slo_risk.is_finite() && args.slo_risk > 0.0 && args.slo_risk <= 0.5) {
+        bail!("--slo-risk must be in (0, 0.5], got {}", args.slo_risk);
+    }
     if !(args.heartbeat_timeout_s.is_finite() && args.heartbeat_timeout_s > 0.0) {
         bail!("--heartbeat-timeout-s must be positive");
     }
@@ -131,6 +143,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         heartbeat_timeout: Duration::from_secs_f64(args.heartbeat_timeout_s),
         max_body_bytes: args.max_body_bytes,
         max_wait: Duration::from_secs(30),
+        placement: weave_server::state::PlacementConfig { consolidate: args.consolidate, slo_risk: args.slo_risk },
     };
     let shared =
         Arc::new(Shared::open(cfg).with_context(|| format!("cannot open the store in {}", args.data.display()))?);

@@ -29,6 +29,10 @@ pub struct Args {
     /// trace's value, else uniform in [1, 2]).
     #[arg(long, default_value = "trace")]
     slo: String,
+    /// Admission's allowed risk that a job's life slowdown exceeds its SLO under run-time
+    /// variation (weave policies).
+    #[arg(long, default_value_t = weave_sim::DEFAULT_SLO_EPSILON)]
+    slo_risk: f64,
     /// Seed for every random stream of the replay.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -83,6 +87,14 @@ pub fn parse_slo(s: &str) -> Result<SloSetting> {
     Ok(SloSetting::Fixed { value: check(v)? })
 }
 
+pub fn slo_risk(v: f64) -> Result<f64> {
+    if v.is_finite() && v > 0.0 && v <= 0.5 {
+        Ok(v)
+    } else {
+        bail!("--slo-risk: an allowed risk must be in (0, 0.5], got {v}")
+    }
+}
+
 pub fn parse_policies(names: &[String]) -> Result<Vec<Policy>> {
     if names.iter().any(|n| n == "all") {
         return Ok(Policy::ALL.to_vec());
@@ -125,6 +137,7 @@ pub fn run(args: Args) -> Result<()> {
         slo: parse_slo(&args.slo)?,
         events: args.events.is_some(),
         skip_saturated: !args.try_saturated,
+        slo_epsilon: slo_risk(args.slo_risk)?,
         ..SimConfig::default()
     };
     let jobs = prepare(&trace, &cluster, &profile, cfg.slo, cfg.seed);

@@ -13,6 +13,9 @@ pub mod placer;
 
 pub use group::{Block, Group, Member, Prediction, Residency};
 pub use job::{PlaceJob, Variation};
+
+/// Default allowed risk that a job's life slowdown exceeds its SLO under run-time variation.
+pub const DEFAULT_SLO_EPSILON: f64 = 0.01;
 pub use placer::{
     Decision, DecisionKind, Departure, OptionCost, PlaceError, PlacePolicy, Placer, PlacerConfig, Target,
 };

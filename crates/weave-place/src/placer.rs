@@ -420,6 +420,12 @@ impl Placer {
         self.update_member(job, |j| j.set_measured(times))
     }
 
+    /// Replaces what admission knows of a placed job's variation (the server learns it from
+    /// measured phases). Returns false if the job is not placed.
+    pub fn update_variation(&mut self, job: JobId, variation: crate::Variation) -> bool {
+        self.update_member(job, |j| j.variation = variation)
+    }
+
     /// Changes a placed job's placement view and re-predicts its group.
     fn update_member(&mut self, job: JobId, change: impl FnOnce(&mut PlaceJob)) -> bool {
         let Some(gid) = self.job_group.get(&job) else { return false };

@@ -24,6 +24,10 @@ pub fn job_env(j: &JobEntry, server_url: &str, token: &str, cluster: &ClusterCon
     set("WEAVE_SERVER", server_url.to_string());
     set("WEAVE_TOKEN", token.to_string());
     set("WEAVE_GROUP", d.map(|d| d.group.0.to_string()).unwrap_or_default());
+    // `colocated`: both phases on the training nodes (WEAVE_ROLLOUT_NODES names them too);
+    // `disaggregated`: rollout on the rollout nodes, training on the training nodes.
+    let colocated = d.is_some_and(|d| d.kind == weave_place::DecisionKind::Colocated);
+    set("WEAVE_MODE", if colocated { "colocated" } else { "disaggregated" }.to_string());
     set("WEAVE_ROLLOUT_NODES", d.map(|d| names(&d.rollout_nodes)).unwrap_or_default());
     set("WEAVE_TRAINING_NODES", d.map(|d| names(&d.training_nodes)).unwrap_or_default());
     set("WEAVE_NODE_RESOURCE_PREFIX", RESOURCE_PREFIX.to_string());

@@ -96,6 +96,7 @@ fn shared(dir: &std::path::Path) -> Arc<Shared> {
         heartbeat_timeout: Duration::from_secs(600),
         max_body_bytes: 16 * 1024,
         max_wait: Duration::from_secs(1),
+        placement: Default::default(),
     };
     Arc::new(Shared::open(cfg).unwrap())
 }

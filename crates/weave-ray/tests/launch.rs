@@ -46,6 +46,7 @@ fn the_submission_carries_identity_token_and_pinned_nodes() {
         ("WEAVE_RESUME_FROM", "7"),
         ("WEAVE_ITERATIONS", "50"),
         ("WEAVE_ROLLOUT_GPUS_PER_NODE", "8"),
+        ("WEAVE_MODE", "disaggregated"),
     ] {
         assert_eq!(env[k], v, "{k}");
     }
@@ -56,4 +57,28 @@ fn the_submission_carries_identity_token_and_pinned_nodes() {
     let j2 = p.job("run-2").unwrap();
     assert_eq!(j2.decision.as_ref().unwrap().rollout_nodes[0].to_string(), "r1");
     assert!(submission_body("abcd1234", j2, "http://x", "t", &cluster).is_none());
+}
+
+#[test]
+fn a_colocated_job_is_told_its_mode_and_runs_both_phases_on_its_training_nodes() {
+    let cluster = ClusterConfig::default();
+    let mut cfg = PlacerConfig::for_cluster(&cluster, PlacePolicy::Weave, true, true, 0);
+    cfg.capacity = Some((3, 2));
+    let mut p = Plane::new(cluster.clone(), cfg).with_consolidation(Default::default());
+    // Alone, a 7B_8k job is cheaper per iteration co-located than on a rollout and a
+    // training node of its own (see the profile: 258 s on one H800 node against 247 s on
+    // both), and within its SLO.
+    let job: SubmitSpec = serde_json::from_value(serde_json::json!({
+        "id": "solo", "type": "7B_8k", "iterations": 50, "slo": 1.5,
+        "launch": { "entrypoint": "python3 train.py" }
+    }))
+    .unwrap();
+    p.apply(&Record::Submit { time_us: 0, tenant: "team".into(), job }).unwrap();
+    let j = p.job("solo").unwrap();
+    assert_eq!(j.decision.as_ref().unwrap().kind, weave_place::DecisionKind::Colocated);
+    let body = submission_body("abcd1234", j, "http://10.0.0.1:7070", "wj1.solo.ff", &cluster).unwrap();
+    let env = &body["runtime_env"]["env_vars"];
+    assert_eq!(env["WEAVE_MODE"], "colocated");
+    assert_eq!(env["WEAVE_ROLLOUT_NODES"], "t0");
+    assert_eq!(env["WEAVE_TRAINING_NODES"], "t0");
 }

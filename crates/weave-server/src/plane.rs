@@ -13,7 +13,8 @@ use weave_core::{ClusterConfig, GroupId, JobId, JobSpec, Micros, NodeId, PhaseTi
 use weave_dispatch::from_model::member_spec;
 use weave_dispatch::{Action, Dispatcher, GroupLimits, Input, Phase};
 use weave_model::ProfileModel;
-use weave_place::{Decision, PlaceError, PlaceJob, Placer, PlacerConfig};
+use weave_place::consolidate::{self, Churn, ChurnLimits, Movable};
+use weave_place::{Decision, DecisionKind, PlaceError, PlaceJob, Placer, PlacerConfig, Target, Variation};
 use weave_trace::JsonlJob;
 
 /// Allowed slowdown of a job that does not give one.
@@ -278,6 +279,13 @@ pub struct Plane {
     events: Vec<PlaneEvent>,
     /// Changes with every applied record (long-polls wait for it to move).
     pub version: u64,
+    /// Consolidation (co-located mode and moves); `None`: off.
+    churn: Option<Churn>,
+    /// Groups left with one member by the record being applied: consolidation looks at them
+    /// once the record's own effects are done.
+    lone_pending: Vec<GroupId>,
+    /// Standard-normal quantile of admission's allowed SLO risk.
+    slo_z: f64,
 }
 
 impl Plane {
@@ -291,7 +299,28 @@ impl Plane {
             names: Vec::new(),
             events: Vec::new(),
             version: 0,
+            churn: None,
+            lone_pending: Vec::new(),
+            slo_z: Variation::z_for(weave_place::DEFAULT_SLO_EPSILON),
         }
+    }
+
+    /// Turns on co-located mode and consolidation: jobs that run alone are paired into groups
+    /// on arrivals and departures, by the same code the simulator runs. A move re-admits the
+    /// job from its last completed iteration (a new admission: the old driver's token stops
+    /// working), so drivers must follow re-admissions, as the Ray backend's launches do.
+    pub fn with_consolidation(mut self, limits: ChurnLimits) -> Plane {
+        let mut cfg = self.placer.config().clone();
+        cfg.colocate = true;
+        self.placer = Placer::new(cfg);
+        self.churn = Some(Churn::new(limits));
+        self
+    }
+
+    /// Admission's allowed risk that a job's life slowdown exceeds its SLO.
+    pub fn with_slo_risk(mut self, epsilon: f64) -> Plane {
+        self.slo_z = Variation::z_for(epsilon);
+        self
     }
 
     pub fn cluster(&self) -> &ClusterConfig {
@@ -418,8 +447,14 @@ impl Plane {
     /// the record durable; checking again would recompute the placement).
     pub fn apply_checked(&mut self, rec: &Record) -> Result<(), PlaneError> {
         self.version += 1;
+        let applied = self.apply_record(rec);
+        self.consolidate_pending(rec.time_us());
+        applied
+    }
+
+    fn apply_record(&mut self, rec: &Record) -> Result<(), PlaneError> {
         match rec {
-            Record::Submit { time_us, tenant, job } => self.submit(*time_us, tenant, job, None),
+            Record::Submit { time_us, tenant, job } => self.submit(*time_us, tenant, job, None, None),
             Record::Cancel { time_us, job } => {
                 self.end(*time_us, job, JobState::Cancelled, None);
                 Ok(())
@@ -471,7 +506,7 @@ impl Plane {
             self.end(time_us, &name, JobState::Failed, Some(format!("node {node} lost: {reason}")));
         }
         for (name, tenant, resubmit, carried) in leaving {
-            let outcome = match self.submit(time_us, &tenant, &resubmit, carried) {
+            let outcome = match self.submit(time_us, &tenant, &resubmit, carried, None) {
                 Ok(()) => ("readmitted", serde_json::json!({ "resume_from": resubmit.resume_from.unwrap_or(0) })),
                 Err(e) => ("readmit-failed", serde_json::json!({ "reason": e.to_string() })),
             };
@@ -493,24 +528,48 @@ impl Plane {
         tenant: &str,
         submit: &SubmitSpec,
         carried: Option<(PhaseTimes, Measured)>,
+        target: Option<Target>,
     ) -> Result<(), PlaneError> {
         let id = JobId(self.names.len() as u32);
         let spec = submit.to_spec(id, Micros(time_us))?;
         let slo = spec.slo.map(|s| s.get()).unwrap_or(DEFAULT_SLO);
         let mut place = self.place_job(&spec, slo);
+        let start = submit.resume_from.unwrap_or(0);
+        let remaining = submit.iterations.map(|n| n.saturating_sub(start));
+        let fresh = carried.is_none();
         let measured = match carried {
             Some((times, measured)) => {
                 place.set_measured(times);
+                place.variation = measured_variation(&measured, times, remaining, self.slo_z);
                 measured
             }
             None => Measured::default(),
         };
         let estimate = place.times;
-        let decision = self.placer.admit(place).map_err(|e: PlaceError| PlaneError::Placement(e.to_string()))?;
+        // A new job may open a group that a job running alone moves into.
+        let pairing = match (&self.churn, target, fresh) {
+            (Some(_), None, true) => self.placer.best_option(&place).ok().and_then(|best| {
+                let movable = self.movable(time_us);
+                consolidate::pair_for_arrival(&self.placer, &place, best, &movable)
+            }),
+            _ => None,
+        };
+        let target = target.or(pairing.map(|_| Target::Isolated));
+        let decision = match target {
+            Some(t) => match self.placer.admit_to(place.clone(), t) {
+                Ok(d) => Ok(d),
+                Err(_) => self.placer.admit(place),
+            },
+            None => self.placer.admit(place),
+        }
+        .map_err(|e: PlaceError| PlaneError::Placement(e.to_string()))?;
         let iterations = submit.iterations;
-        let start = submit.resume_from.unwrap_or(0);
         let pool = decision.training_nodes.len().max(1) as u64;
         let mut member = member_spec(&spec, vec![decision.block], &self.cluster, true, iterations);
+        if decision.kind == DecisionKind::Colocated {
+            // Co-located: the job updates its weights in place.
+            member.sync = Micros::ZERO;
+        }
         member.start_iteration = start;
         member.train_state =
             weave_core::Bytes(weave_model::job_training_state(&spec).0 * spec.train_nodes as u64 / pool);
@@ -548,7 +607,70 @@ impl Plane {
             d
         });
         self.drive(time_us, group, Input::Join(member));
+        if let Some(p) = pairing.filter(|_| self.placer.group(group).is_some_and(|g| g.members.len() == 1)) {
+            let partner = self.names[p.partner.0 as usize].clone();
+            self.relocate(time_us, &partner, Target::Group { group, block: p.direct.then_some(0) });
+        }
         Ok(())
+    }
+
+    /// Jobs consolidation may move at `time_us`: running alone, out of their cooldown, while
+    /// the hourly budget lasts; a job without an iteration count is valued over 100 more.
+    fn movable(&mut self, time_us: u64) -> Movable {
+        let Some(churn) = self.churn.as_mut() else { return Movable::new() };
+        let (names, jobs) = (&self.names, &self.jobs);
+        consolidate::movable(&self.placer, churn, Micros(time_us), |id| {
+            let j = jobs.get(names.get(id.0 as usize)?)?;
+            Some(j.iterations.map_or(100, |n| n.saturating_sub(j.completed_iterations)))
+        })
+    }
+
+    /// Consolidation for the groups the last record left with one member.
+    fn consolidate_pending(&mut self, time_us: u64) {
+        while let Some(g) = self.lone_pending.pop() {
+            if self.churn.is_none() {
+                continue;
+            }
+            let movable = self.movable(time_us);
+            if let Some(m) = consolidate::for_lone_group(&self.placer, g, &movable) {
+                let name = self.names[m.job.0 as usize].clone();
+                self.relocate(time_us, &name, m.target);
+            }
+        }
+    }
+
+    /// Moves a running job to `target`: its admission ends, and it is re-admitted there from
+    /// its last completed iteration with its measurements (as after a node failure, but not
+    /// counted as a failure). Admission decides if the target no longer takes it.
+    fn relocate(&mut self, time_us: u64, name: &str, target: Target) {
+        let Some(j) = self.jobs.get(name).filter(|j| j.state == JobState::Running) else { return };
+        let mut resubmit = j.submit.clone();
+        resubmit.resume_from = (j.completed_iterations > 0).then_some(j.completed_iterations);
+        let carried = j.measured_estimate().then(|| (j.estimate, j.measured.clone()));
+        let (tenant, id, group) = (j.tenant.clone(), j.id, self.group_of(name));
+        let meta = serde_json::json!({ "to": target, "resume_from": resubmit.resume_from.unwrap_or(0) });
+        self.event(PlaneEvent { meta: Some(meta), ..ev(time_us, name, "moved", None, None, group) });
+        if let Some(g) = group {
+            self.drive(time_us, g, Input::Leave { job: id });
+            self.depart(g, id);
+        }
+        let placed = self.submit(time_us, &tenant, &resubmit, carried.clone(), Some(target));
+        if let Err(e) = placed {
+            let reason = format!("re-admission after a consolidation move failed: {e}");
+            if let Some(j) = self.jobs.get_mut(name) {
+                j.state = JobState::Failed;
+                j.failure = Some(reason.clone());
+            }
+            self.event(PlaneEvent {
+                meta: Some(serde_json::json!({ "reason": reason })),
+                ..ev(time_us, name, "failed", None, None, None)
+            });
+            return;
+        }
+        let new_id = self.jobs[name].id;
+        if let Some(c) = self.churn.as_mut() {
+            c.record(new_id, Micros(time_us));
+        }
     }
 
     fn finish(
@@ -583,7 +705,10 @@ impl Plane {
         if let (Some(r), Some(t)) = (median(&j.measured.0), median(&j.measured.1)) {
             j.estimate = PhaseTimes { rollout: r, train: t };
             let (id, est) = (j.id, j.estimate);
+            let remaining = j.iterations.map(|n| n.saturating_sub(j.completed_iterations));
+            let variation = measured_variation(&j.measured, est, remaining, self.slo_z);
             self.placer.update_measured(id, est);
+            self.placer.update_variation(id, variation);
         }
         let (id, group) = (self.jobs[name].id, self.group_of(name));
         self.event(PlaneEvent { meta, ..ev(time_us, name, "finish", Some(phase), Some(iteration), group) });
@@ -616,6 +741,8 @@ impl Plane {
         if let Ok(d) = self.placer.depart(id) {
             if d.dissolved {
                 self.dispatchers.remove(&g);
+            } else if self.churn.is_some() && self.placer.group(g).is_some_and(|grp| grp.members.len() == 1) {
+                self.lone_pending.push(g);
             }
         }
     }
@@ -674,6 +801,25 @@ impl Plane {
         }
         Err(PlaneError::Conflict { job: name.into(), reason: barrier_reason(j, phase, iteration, "start") })
     }
+}
+
+/// What a job's own measurements say about its variation: each measured iteration as factors
+/// of the median estimate (rollouts and trainings paired by age); empty until three of each.
+fn measured_variation(measured: &Measured, est: PhaseTimes, remaining: Option<u64>, z: f64) -> Variation {
+    let n = measured.0.len().min(measured.1.len());
+    let samples: Vec<(f64, f64)> = if n < 3 {
+        Vec::new()
+    } else {
+        let f = |m: Micros, e: Micros| m.0 as f64 / e.0.max(1) as f64;
+        measured
+            .0
+            .iter()
+            .rev()
+            .zip(measured.1.iter().rev())
+            .map(|(r, t)| (f(*r, est.rollout), f(*t, est.train)))
+            .collect()
+    };
+    Variation { samples: samples.into(), iterations: remaining.unwrap_or(100).max(1), z }
 }
 
 fn barrier_reason(j: &JobEntry, phase: Phase, iteration: u64, verb: &str) -> String {

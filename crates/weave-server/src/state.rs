@@ -24,6 +24,23 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// Longest a phase-start request waits before answering "not yet".
     pub max_wait: Duration,
+    pub placement: PlacementConfig,
+}
+
+/// How the plane places jobs beyond the paper's rules.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PlacementConfig {
+    /// Co-located mode and consolidation moves (`--consolidate`). Off by default: a move
+    /// re-admits a job, so its driver must follow re-admissions (the Ray backend relaunches).
+    pub consolidate: bool,
+    /// Admission's allowed risk that a job's life slowdown exceeds its SLO (`--slo-risk`).
+    pub slo_risk: f64,
+}
+
+impl Default for PlacementConfig {
+    fn default() -> Self {
+        PlacementConfig { consolidate: false, slo_risk: weave_place::DEFAULT_SLO_EPSILON }
+    }
 }
 
 /// Where the node pools' sizes come from.
@@ -81,7 +98,10 @@ impl Shared {
             Capacity::Fixed => Some((cfg.cluster.rollout.nodes, cfg.cluster.training.nodes)),
             Capacity::Recorded => Some((0, 0)),
         };
-        let mut plane = Plane::new(cfg.cluster.clone(), placer);
+        let mut plane = Plane::new(cfg.cluster.clone(), placer).with_slo_risk(cfg.placement.slo_risk);
+        if cfg.placement.consolidate {
+            plane = plane.with_consolidation(Default::default());
+        }
         let records: Vec<Record> = store.records()?;
         let mut offset_us = 0;
         for (index, r) in records.iter().enumerate() {

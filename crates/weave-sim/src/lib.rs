@@ -23,7 +23,7 @@ use weave_dispatch::LogEntry;
 use weave_model::RuntimeModel;
 
 /// Default allowed risk that a job's life slowdown exceeds its SLO.
-pub const DEFAULT_SLO_EPSILON: f64 = 0.01;
+pub const DEFAULT_SLO_EPSILON: f64 = weave_place::DEFAULT_SLO_EPSILON;
 
 /// Sampled iterations per job that admission uses to see variation.
 pub const VARIATION_SAMPLES: usize = 32;

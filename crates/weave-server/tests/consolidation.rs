@@ -1,0 +1,126 @@
+//! Consolidation in the control plane: a job running co-located moves into a group a new job
+//! opens, re-admitted from its checkpoint under a new admission (its old driver's token stops
+//! working); a group left with one member pulls in a job that runs alone; replay rebuilds it.
+
+use weave_core::ClusterConfig;
+use weave_dispatch::Phase;
+use weave_place::{DecisionKind, PlacePolicy, PlacerConfig};
+use weave_server::auth::JobTokens;
+use weave_server::plane::{JobState, Plane, Record, SubmitSpec};
+
+fn plane() -> Plane {
+    let cluster = ClusterConfig::default();
+    let cfg = PlacerConfig::for_cluster(&cluster, PlacePolicy::Weave, true, true, 0);
+    Plane::new(cluster, cfg).with_consolidation(Default::default())
+}
+
+fn submit(time_us: u64, id: &str, iterations: u64) -> Record {
+    let job: SubmitSpec = serde_json::from_value(serde_json::json!({
+        "id": id, "type": "7B_8k", "iterations": iterations, "slo": 1.5,
+    }))
+    .unwrap();
+    Record::Submit { time_us, tenant: "alice".into(), job }
+}
+
+/// Finishes every granted phase (each 100 s) until `job` has completed `n` iterations.
+fn run(p: &mut Plane, records: &mut Vec<Record>, job: &str, n: u64, t: &mut u64) {
+    while p.job(job).unwrap().completed_iterations < n && p.job(job).unwrap().state == JobState::Running {
+        let granted: Vec<(String, Phase, u64)> =
+            p.jobs().filter_map(|j| j.granted.map(|(ph, k)| (j.name.clone(), ph, k))).collect();
+        assert!(!granted.is_empty(), "nothing granted");
+        for (name, phase, iteration) in granted {
+            *t += 100_000_000;
+            let r = Record::Finish { time_us: *t, job: name, phase, iteration, duration_us: 100_000_000, meta: None };
+            p.apply(&r).unwrap();
+            records.push(r);
+        }
+    }
+}
+
+fn current(p: &Plane) -> impl Fn(&str) -> Option<(String, u32)> + '_ {
+    |name| p.job(name).filter(|j| j.state == JobState::Running).map(|j| (j.tenant.clone(), j.id.0))
+}
+
+#[test]
+fn a_colocated_job_moves_into_the_group_a_new_job_opens() {
+    let mut p = plane();
+    let mut records = vec![submit(0, "a", 40)];
+    p.apply(&records[0]).unwrap();
+    let a = p.job("a").unwrap();
+    assert_eq!(a.decision.as_ref().unwrap().kind, DecisionKind::Colocated, "alone, co-located is cheapest");
+    let old_uid = a.id.0;
+    let tokens = JobTokens::new([7; 32]);
+    let old_token = format!("Bearer {}", tokens.token("alice", "a", old_uid));
+    assert!(tokens.authenticate(Some(&old_token), current(&p)).is_some());
+    let mut t = 0;
+    run(&mut p, &mut records, "a", 3, &mut t);
+
+    // b arrives: it opens a disaggregated group and a moves onto its rollout node.
+    t += 1;
+    let rb = submit(t, "b", 40);
+    p.apply(&rb).unwrap();
+    records.push(rb);
+    let (a, b) = (p.job("a").unwrap(), p.job("b").unwrap());
+    assert_eq!(b.decision.as_ref().unwrap().kind, DecisionKind::Isolated);
+    let da = a.decision.as_ref().unwrap();
+    assert_eq!(da.group, b.decision.as_ref().unwrap().group);
+    assert_eq!(da.rollout_nodes, b.decision.as_ref().unwrap().rollout_nodes, "direct: one shared rollout node");
+    // Re-admitted from its checkpoint, under a new admission.
+    assert_eq!(a.state, JobState::Running);
+    assert_eq!(a.completed_iterations, 3);
+    assert_eq!(a.next, (Phase::Rollout, 3));
+    assert_ne!(a.id.0, old_uid);
+    let moved = p.events().iter().find(|e| e.kind == "moved" && e.job == "a").expect("a moved");
+    assert_eq!(moved.meta.as_ref().unwrap()["resume_from"], 3);
+    // The old driver's token stops working; the new admission's works.
+    assert!(tokens.authenticate(Some(&old_token), current(&p)).is_none());
+    let new_token = format!("Bearer {}", tokens.token("alice", "a", a.id.0));
+    assert!(tokens.authenticate(Some(&new_token), current(&p)).is_some());
+    // Both run to the end in the group; a's iterations are not redone.
+    run(&mut p, &mut records, "a", 40, &mut t);
+    run(&mut p, &mut records, "b", 40, &mut t);
+    let finishes_of_a_iteration_3 = records
+        .iter()
+        .filter(|r| matches!(r, Record::Finish { job, phase: Phase::Train, iteration: 3, .. } if job == "a"))
+        .count();
+    assert_eq!(finishes_of_a_iteration_3, 1);
+
+    // Replay rebuilds the same jobs and decisions.
+    let mut q = plane();
+    for r in &records {
+        q.apply(r).unwrap();
+    }
+    for name in ["a", "b"] {
+        let (x, y) = (p.job(name).unwrap(), q.job(name).unwrap());
+        assert_eq!((x.id, x.state, x.completed_iterations), (y.id, y.state, y.completed_iterations));
+        assert_eq!(x.decision, y.decision);
+    }
+    assert_eq!(p.events(), q.events());
+}
+
+#[test]
+fn a_group_left_with_one_member_pulls_in_a_job_that_runs_alone() {
+    let mut p = plane();
+    let mut records = vec![submit(0, "a", 4)];
+    p.apply(&records[0]).unwrap();
+    let mut t = 1;
+    let rb = submit(t, "b", 40);
+    p.apply(&rb).unwrap();
+    records.push(rb);
+    let group = p.job("b").unwrap().decision.as_ref().unwrap().group;
+    assert_eq!(p.job("a").unwrap().decision.as_ref().unwrap().group, group, "a and b paired");
+    // c arrives while the group is full: it runs co-located.
+    t += 1;
+    let rc = submit(t, "c", 40);
+    p.apply(&rc).unwrap();
+    records.push(rc);
+    let c = p.job("c").unwrap().decision.as_ref().unwrap();
+    assert_eq!(c.kind, DecisionKind::Colocated, "a third job on the shared node would break the SLOs");
+    // a completes: b is alone in its group, and c (running alone) moves in.
+    run(&mut p, &mut records, "a", 4, &mut t);
+    assert_eq!(p.job("a").unwrap().state, JobState::Completed);
+    let c = p.job("c").unwrap();
+    assert_eq!(c.decision.as_ref().unwrap().group, group, "c was pulled into b's group");
+    assert!(p.events().iter().any(|e| e.kind == "moved" && e.job == "c"));
+    assert_eq!(c.state, JobState::Running);
+}
