@@ -371,23 +371,23 @@ impl Placer {
     }
 
     /// Weave with the co-located option: a feasible direct option costs nothing and wins;
-    /// otherwise the option with the lowest marginal dollars per unit of work rate among the
-    /// first feasible scaling option, co-located and isolated (ties: that order).
+    /// otherwise the option with the lowest marginal dollars per unit of work rate among every
+    /// feasible scaling option, co-located and isolated (ties: isolated, then co-located, then
+    /// scaling in group order).
     fn cheapest_per_work(&self, job: &PlaceJob, isolated: Candidate) -> Candidate {
-        let mut first_scaling: Option<Candidate> = None;
-        for g in self.groups.values().filter(|g| self.open(g)) {
-            for c in self.group_options(g, job, true, first_scaling.is_none()) {
-                match c.kind {
-                    DecisionKind::Direct if c.work > 0.0 => return c,
-                    DecisionKind::Scaling => first_scaling = Some(c),
-                    _ => {}
-                }
-            }
-        }
         let mut best = isolated;
-        for c in [self.colocated(job), first_scaling].into_iter().flatten() {
+        if let Some(c) = self.colocated(job) {
             if c.score() <= best.score() {
                 best = c;
+            }
+        }
+        for g in self.groups.values().filter(|g| self.open(g)) {
+            for c in self.group_options(g, job, true, true) {
+                match c.kind {
+                    DecisionKind::Direct if c.work > 0.0 => return c,
+                    DecisionKind::Scaling if c.score() < best.score() => best = c,
+                    _ => {}
+                }
             }
         }
         best
