@@ -17,7 +17,7 @@
 //! the churn budget not spent) ever move. Every target is checked by the placer with the
 //! same residency and SLO rules as admission.
 
-use crate::group::{Block, Group, Member};
+use crate::group::{predict_with_bounds, shape, slo_holds, within_lower_bound, Block, Group, Member, Prediction};
 use crate::job::PlaceJob;
 use crate::placer::{OptionCost, Placer, Target};
 use serde::{Deserialize, Serialize};
@@ -250,23 +250,36 @@ fn best_partner(
     let res = placer.config().residency;
     let opened = opened_by(placer, opener);
     let own_cost = dollars(opened.hourly_cost(pr, pt));
-    let mut chosen: Option<Pairing> = None;
-    for a in alone(placer, movable).into_iter().filter(|a| a.job.id != opener.id) {
-        let mc = movable[&a.job.id];
+    let alone = alone(placer, movable);
+    // Rank every (partner, block) by its cost per unit of work under the timing model,
+    // predicting once per partner shape; then check SLOs (with variation) best first.
+    let mut memo: BTreeMap<([u64; 10], bool), Prediction> = BTreeMap::new();
+    let mut ranked: Vec<(f64, usize, bool, f64)> = Vec::new();
+    for (k, a) in alone.iter().enumerate().filter(|(_, a)| a.job.id != opener.id) {
         let before = ratio(opener_now.0 + a.cost, opener_now.1 + a.work);
         for direct in [true, false] {
             if !direct && !placer.config().scaling {
                 continue;
             }
-            let Some(p) = opened.try_add(a.job, direct.then_some(0), &res) else { continue };
+            let Some(members) = opened.with_candidate(a.job, direct.then_some(0), &res) else { continue };
+            let Some(b) = within_lower_bound(&members, &[opener, a.job]) else { continue };
+            let p = memo.entry((shape(a.job), direct)).or_insert_with(|| predict_with_bounds(&members, b));
             let extra = if direct { 0.0 } else { dollars(pr) * a.job.rollout_width as f64 };
-            let after = ratio(own_cost + extra + opener_move + mc.per_hour(), p.work([opener, a.job]));
-            if after < before && chosen.is_none_or(|c| after < c.after) {
-                chosen = Some(Pairing { partner: a.job.id, direct, before, after });
+            let after = ratio(own_cost + extra + opener_move + movable[&a.job.id].per_hour(), p.work([opener, a.job]));
+            if after < before {
+                ranked.push((after, k, direct, before));
             }
         }
     }
-    chosen
+    ranked.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)).then(y.2.cmp(&x.2)));
+    ranked.into_iter().find_map(|(after, k, direct, before)| {
+        let a = &alone[k];
+        let members = opened.with_candidate(a.job, direct.then_some(0), &res)?;
+        let jobs = [opener, a.job];
+        let (t_cycle, t_load) = within_lower_bound(&members, &jobs)?;
+        let p = &memo[&(shape(a.job), direct)];
+        slo_holds(&members, &jobs, p, t_cycle.max(t_load)).then_some(Pairing { partner: a.job.id, direct, before, after })
+    })
 }
 
 /// A group `lonely` has one member left: the best move among pulling a job that runs alone
@@ -282,15 +295,36 @@ pub fn for_lone_group(placer: &Placer, lonely: GroupId, movable: &Movable) -> Op
             best = Some(m);
         }
     };
-    // Pull a job that runs alone elsewhere into this group.
-    for a in alone(placer, movable).into_iter().filter(|a| a.group != lonely) {
+    // Pull a job that runs alone elsewhere into this group: rank every (job, block) under the
+    // timing model (once per job shape), then confirm the best with the placer's own check.
+    let res = placer.config().residency;
+    let alone = alone(placer, movable);
+    let mut memo: BTreeMap<([u64; 10], Option<u32>), Prediction> = BTreeMap::new();
+    let mut ranked: Vec<(f64, usize, Option<u32>)> = Vec::new();
+    let before_of = |a: &Alone| ratio(g_cost + a.cost, g_work + a.work);
+    for (k, a) in alone.iter().enumerate().filter(|(_, a)| a.group != lonely) {
         for block in g.blocks.iter().map(|b| Some(b.id)).chain([None]) {
-            let target = Target::Group { group: lonely, block };
-            let Some(o) = placer.option_at(a.job, target) else { continue };
-            let before = ratio(g_cost + a.cost, g_work + a.work);
-            let after = ratio(g_cost + dollars(o.cost_per_hour) + movable[&a.job.id].per_hour(), g_work + o.work);
-            consider(Move { job: a.job.id, target, before, after });
+            let Some(members) = g.with_candidate(a.job, block, &res) else { continue };
+            let jobs = g.jobs_with(a.job);
+            let Some(b) = within_lower_bound(&members, &jobs) else { continue };
+            let p = memo.entry((shape(a.job), block)).or_insert_with(|| predict_with_bounds(&members, b));
+            let extra = if block.is_none() { dollars(pr) * a.job.rollout_width as f64 } else { 0.0 };
+            let after = ratio(g_cost + extra + movable[&a.job.id].per_hour(), p.work(jobs));
+            if after < before_of(a) {
+                ranked.push((after, k, block));
+            }
         }
+    }
+    ranked.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+    let pulled = ranked.into_iter().find_map(|(_, k, block)| {
+        let a = &alone[k];
+        let target = Target::Group { group: lonely, block };
+        let o = placer.option_at(a.job, target)?;
+        let after = ratio(g_cost + dollars(o.cost_per_hour) + movable[&a.job.id].per_hour(), g_work + o.work);
+        Some(Move { job: a.job.id, target, before: before_of(a), after })
+    });
+    if let Some(m) = pulled {
+        consider(m);
     }
     // Or move the member out.
     let member = &g.members[0].job;

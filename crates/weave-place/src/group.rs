@@ -126,6 +126,13 @@ impl Group {
     /// Whether `job` fits on block `block` (an existing id, or `None` for a new block of its
     /// own width) without breaking residency or any member's SLO; the prediction if so.
     pub fn try_add(&self, job: &PlaceJob, block: Option<u32>, res: &Residency) -> Option<Prediction> {
+        let members = self.with_candidate(job, block, res)?;
+        predict_within_slo(&members, &self.jobs_with(job))
+    }
+
+    /// The members' timing view with `job` on block `block` (or a new block of its width), if
+    /// the block exists, has the job's width and its host DRAM takes the job; SLOs unchecked.
+    pub fn with_candidate(&self, job: &PlaceJob, block: Option<u32>, res: &Residency) -> Option<Vec<TimingMember>> {
         let existing = match block {
             Some(id) => Some(self.block(id)?),
             None => None,
@@ -136,9 +143,12 @@ impl Group {
         if res.resident && !self.memory_fits(job, existing, res) {
             return None;
         }
-        let members = self.timing_members(Some((job, block.unwrap_or(self.next_block))), res.resident);
-        let jobs: Vec<&PlaceJob> = self.members.iter().map(|m| &m.job).chain(std::iter::once(job)).collect();
-        predict_within_slo(&members, &jobs)
+        Some(self.timing_members(Some((job, block.unwrap_or(self.next_block))), res.resident))
+    }
+
+    /// The members' placement views and then `job`'s (the order of [`Group::with_candidate`]).
+    pub fn jobs_with<'a>(&'a self, job: &'a PlaceJob) -> Vec<&'a PlaceJob> {
+        self.members.iter().map(|m| &m.job).chain(std::iter::once(job)).collect()
     }
 
     fn memory_fits(&self, job: &PlaceJob, block: Option<&Block>, res: &Residency) -> bool {
@@ -163,24 +173,52 @@ impl Group {
 
 /// The prediction for `members`, or `None` if any `jobs[i]` would exceed its SLO.
 pub fn predict_within_slo(members: &[TimingMember], jobs: &[&PlaceJob]) -> Option<Prediction> {
-    // Cheap rejection first: no schedule beats max(T_cycle, T_load).
+    let bounds = within_lower_bound(members, jobs)?;
+    let p = predict_with_bounds(members, bounds);
+    slo_holds(members, jobs, &p, bounds.0.max(bounds.1)).then_some(p)
+}
+
+/// Cheap rejection: `(T_cycle, T_load)` if no member's SLO is already broken by the bound
+/// `max(T_cycle, T_load)` that no schedule beats.
+pub fn within_lower_bound(members: &[TimingMember], jobs: &[&PlaceJob]) -> Option<(Micros, Micros)> {
     let (t_cycle, t_load) = bounds(members);
     let lower = t_cycle.max(t_load);
-    if jobs.iter().any(|j| lower.0 as f64 > j.slo * j.solo().0 as f64) {
-        return None;
-    }
-    let p = predict_with_bounds(members, (t_cycle, t_load));
+    (!jobs.iter().any(|j| lower.0 as f64 > j.slo * j.solo().0 as f64)).then_some((t_cycle, t_load))
+}
+
+/// Whether prediction `p` of `members` keeps every job within its SLO, deterministically and
+/// under its sampled variation; `bound` is `max(T_cycle, T_load)`.
+pub fn slo_holds(members: &[TimingMember], jobs: &[&PlaceJob], p: &Prediction, bound: Micros) -> bool {
     let ok = jobs.iter().zip(&p.coexec).all(|(j, c)| c.0 as f64 <= j.slo * j.solo().0 as f64);
     if !ok {
-        return None;
+        return false;
     }
     if jobs.len() > 1 && jobs.iter().any(|j| !j.variation.samples.is_empty()) {
-        let risky = stochastic_slowdowns(members, jobs, &p, lower);
+        let risky = stochastic_slowdowns(members, jobs, p, bound);
         if jobs.iter().zip(&risky).any(|(j, s)| *s > j.slo) {
-            return None;
+            return false;
         }
     }
-    Some(p)
+    true
+}
+
+/// What the timing model sees of a job (its member view without the id): jobs with equal
+/// shapes get equal predictions in the same place, so scans over many candidates predict
+/// once per shape.
+pub fn shape(job: &PlaceJob) -> [u64; 10] {
+    let c = job.costs;
+    [
+        job.times.rollout.0,
+        job.times.train.0,
+        job.sync.0,
+        job.rollout_width as u64,
+        job.train_width as u64,
+        c.rollout_warm.0,
+        c.rollout_cold.0,
+        c.train_warm.0 ^ (c.train_cold.0 << 32),
+        job.rollout_state.0,
+        job.train_state_total.0,
+    ]
 }
 
 /// Share of a member's single iterations admission expects within its SLO.
@@ -243,7 +281,7 @@ pub fn predict(members: &[TimingMember]) -> Prediction {
 
 /// [`predict`] given `(T_cycle, T_load)` already computed (admission computes them first for
 /// its cheap rejection).
-fn predict_with_bounds(members: &[TimingMember], (t_cycle, t_load): (Micros, Micros)) -> Prediction {
+pub fn predict_with_bounds(members: &[TimingMember], (t_cycle, t_load): (Micros, Micros)) -> Prediction {
     let train_load: Micros = members.iter().map(|m| m.train).sum();
     if t_load < t_cycle && closed_form_applies(members) {
         return Prediction {

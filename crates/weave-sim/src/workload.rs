@@ -108,19 +108,29 @@ pub fn admission_variation(
     seed: u64,
     samples: usize,
 ) -> weave_place::Variation {
+    weave_place::Variation {
+        samples: variation_samples(runtime, seed, job.spec.id, samples),
+        iterations: job.iterations,
+        z: weave_place::Variation::z_for(epsilon),
+    }
+}
+
+/// `n` iterations of job `id` drawn from the runtime model as (rollout, training) factors of
+/// the estimate, on the job's admission stream.
+pub fn variation_samples(
+    runtime: &RuntimeModel,
+    seed: u64,
+    id: weave_core::JobId,
+    n: usize,
+) -> std::sync::Arc<[(f64, f64)]> {
     let unit = PhaseTimes { rollout: Micros(1_000_000), train: Micros(1_000_000) };
-    let mut rng = named_stream(seed, "admission-variation", job.spec.id.0 as u64);
-    let draws: Vec<(f64, f64)> = (0..samples)
+    let mut rng = named_stream(seed, "admission-variation", id.0 as u64);
+    (0..n)
         .map(|_| {
             let d = runtime.sample(unit, 0.0, weave_model::Drift::None, &mut rng);
             (d.rollout.0 as f64 / 1e6, d.train.0 as f64 / 1e6)
         })
-        .collect();
-    weave_place::Variation {
-        samples: draws.into(),
-        iterations: job.iterations,
-        z: weave_place::Variation::z_for(epsilon),
-    }
+        .collect()
 }
 
 impl SimJob {
