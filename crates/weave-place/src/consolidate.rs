@@ -263,9 +263,15 @@ fn best_partner(
             }
             let Some(members) = opened.with_candidate(a.job, direct.then_some(0), &res) else { continue };
             let Some(b) = within_lower_bound(&members, &[opener, a.job]) else { continue };
-            let p = memo.entry((shape(a.job), direct)).or_insert_with(|| predict_with_bounds(&members, b));
             let extra = if direct { 0.0 } else { dollars(pr) * a.job.rollout_width as f64 };
-            let after = ratio(own_cost + extra + opener_move + movable[&a.job.id].per_hour(), p.work([opener, a.job]));
+            let cost = own_cost + extra + opener_move + movable[&a.job.id].per_hour();
+            // No schedule beats the bound: skip what could not win even at full speed.
+            let bound = b.0.max(b.1).0.max(1) as f64;
+            if ratio(cost, (opener.solo().0 + a.job.solo().0) as f64 / bound) >= before {
+                continue;
+            }
+            let p = memo.entry((shape(a.job), direct)).or_insert_with(|| predict_with_bounds(&members, b));
+            let after = ratio(cost, p.work([opener, a.job]));
             if after < before {
                 ranked.push((after, k, direct, before));
             }
@@ -307,9 +313,14 @@ pub fn for_lone_group(placer: &Placer, lonely: GroupId, movable: &Movable) -> Op
             let Some(members) = g.with_candidate(a.job, block, &res) else { continue };
             let jobs = g.jobs_with(a.job);
             let Some(b) = within_lower_bound(&members, &jobs) else { continue };
-            let p = memo.entry((shape(a.job), block)).or_insert_with(|| predict_with_bounds(&members, b));
             let extra = if block.is_none() { dollars(pr) * a.job.rollout_width as f64 } else { 0.0 };
-            let after = ratio(g_cost + extra + movable[&a.job.id].per_hour(), p.work(jobs));
+            let cost = g_cost + extra + movable[&a.job.id].per_hour();
+            let bound = b.0.max(b.1).0.max(1) as f64;
+            if ratio(cost, jobs.iter().map(|j| j.solo().0 as f64).sum::<f64>() / bound) >= before_of(a) {
+                continue;
+            }
+            let p = memo.entry((shape(a.job), block)).or_insert_with(|| predict_with_bounds(&members, b));
+            let after = ratio(cost, p.work(jobs));
             if after < before_of(a) {
                 ranked.push((after, k, block));
             }
@@ -333,10 +344,8 @@ pub fn for_lone_group(placer: &Placer, lonely: GroupId, movable: &Movable) -> Op
             let after = ratio(dollars(o.cost_per_hour) + mc.per_hour(), o.work);
             consider(Move { job: member.id, target: Target::Colocated, before: ratio(g_cost, g_work), after });
         }
-        if let Some((target, o, other)) = best_group_for(placer, member, lonely) {
-            let before = ratio(g_cost + other.0, g_work + other.1);
-            let after = ratio(other.0 + dollars(o.cost_per_hour) + mc.per_hour(), other.1 + o.work);
-            consider(Move { job: member.id, target, before, after });
+        if let Some(m) = best_group_move(placer, member, lonely, (g_cost, g_work), mc.per_hour()) {
+            consider(m);
         }
     }
     best
@@ -349,31 +358,50 @@ pub fn for_colocated(placer: &Placer, job: JobId, movable: &Movable) -> Option<M
     let g = placer.group(gid).filter(|g| g.colocated)?;
     let (pr, pt) = prices(placer);
     let own = (dollars(g.hourly_cost(pr, pt)), g.work());
-    let member = &g.members[0].job;
-    let (target, o, other) = best_group_for(placer, member, gid)?;
-    let before = ratio(own.0 + other.0, own.1 + other.1);
-    let after = ratio(other.0 + dollars(o.cost_per_hour) + mc.per_hour(), other.1 + o.work);
-    (after < before).then_some(Move { job, target, before, after })
+    best_group_move(placer, &g.members[0].job, gid, own, mc.per_hour())
 }
 
-/// Where `job` would go among the open groups other than `except`, as admission scans them
-/// (the first feasible direct option, else the first feasible scaling option), with that
-/// group's hourly cost and work rate.
-fn best_group_for(placer: &Placer, job: &PlaceJob, except: GroupId) -> Option<(Target, OptionCost, (f64, f64))> {
+/// The best move of `job` (now in group `except`, costing and yielding `own`) into another
+/// open group, if it lowers the cost per unit of work of the jobs it touches.
+///
+/// Branch and bound: every (group, block) is first ranked by a bound that needs no schedule
+/// (no member's period beats `max(T_cycle, T_load)`, so the work rate is at most
+/// `sum(solo) / bound`); only candidates whose bound could still win get the placer's exact
+/// check (timing, SLOs with variation, capacity), best bound first.
+fn best_group_move(placer: &Placer, job: &PlaceJob, except: GroupId, own: (f64, f64), move_per_hour: f64) -> Option<Move> {
     let (pr, pt) = prices(placer);
-    let mut scaling = None;
+    let res = placer.config().residency;
+    let mut ranked: Vec<(f64, GroupId, Option<u32>, (f64, f64))> = Vec::new();
     for g in placer.groups().filter(|g| g.id != except && !g.colocated && !g.prediction.saturated) {
-        let group_view = (dollars(g.hourly_cost(pr, pt)), g.work());
-        for b in &g.blocks {
-            let target = Target::Group { group: g.id, block: Some(b.id) };
-            if let Some(o) = placer.option_at(job, target).filter(|o| o.work > 0.0) {
-                return Some((target, o, group_view));
+        let view = (dollars(g.hourly_cost(pr, pt)), g.work());
+        let before = ratio(own.0 + view.0, own.1 + view.1);
+        let scaling = placer.config().scaling.then_some(None);
+        for block in g.blocks.iter().map(|b| Some(b.id)).chain(scaling) {
+            let Some(members) = g.with_candidate(job, block, &res) else { continue };
+            let jobs = g.jobs_with(job);
+            let Some((t_cycle, t_load)) = within_lower_bound(&members, &jobs) else { continue };
+            let bound = t_cycle.max(t_load).0.max(1) as f64;
+            let work_ub: f64 = jobs.iter().map(|j| j.solo().0 as f64 / bound).sum();
+            let extra = if block.is_none() { dollars(pr) * job.rollout_width as f64 } else { 0.0 };
+            let after_lb = ratio(view.0 + extra + move_per_hour, work_ub);
+            if after_lb < before {
+                ranked.push((after_lb, g.id, block, view));
             }
         }
-        if scaling.is_none() {
-            let target = Target::Group { group: g.id, block: None };
-            scaling = placer.option_at(job, target).map(|o| (target, o, group_view));
+    }
+    ranked.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)).then(y.2.is_some().cmp(&x.2.is_some())));
+    let mut best: Option<Move> = None;
+    for (after_lb, group, block, view) in ranked {
+        if best.is_some_and(|b| after_lb >= b.after) {
+            break;
+        }
+        let target = Target::Group { group, block };
+        let Some(o) = placer.option_at(job, target).filter(|o| o.work > 0.0) else { continue };
+        let before = ratio(own.0 + view.0, own.1 + view.1);
+        let after = ratio(view.0 + dollars(o.cost_per_hour) + move_per_hour, view.1 + o.work);
+        if after < before && best.is_none_or(|b| after < b.after) {
+            best = Some(Move { job: job.id, target, before, after });
         }
     }
-    scaling
+    best
 }
