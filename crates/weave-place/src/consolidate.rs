@@ -60,6 +60,11 @@ impl MoveCost {
 /// Jobs that may move now, with their move costs.
 pub type Movable = BTreeMap<JobId, MoveCost>;
 
+/// Group predictions with one more member of a given shape, by (group, block, shape): valid
+/// while the placer does not change, so a scan over many jobs predicts each case once. Clear
+/// it after every move.
+pub type Predictions = BTreeMap<(GroupId, Option<u32>, [u64; 10]), Prediction>;
+
 /// How much moving consolidation may do.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ChurnLimits {
@@ -344,7 +349,7 @@ pub fn for_lone_group(placer: &Placer, lonely: GroupId, movable: &Movable) -> Op
             let after = ratio(dollars(o.cost_per_hour) + mc.per_hour(), o.work);
             consider(Move { job: member.id, target: Target::Colocated, before: ratio(g_cost, g_work), after });
         }
-        if let Some(m) = best_group_move(placer, member, lonely, (g_cost, g_work), mc.per_hour()) {
+        if let Some(m) = best_group_move(placer, member, lonely, (g_cost, g_work), mc.per_hour(), &mut Predictions::new()) {
             consider(m);
         }
     }
@@ -352,13 +357,13 @@ pub fn for_lone_group(placer: &Placer, lonely: GroupId, movable: &Movable) -> Op
 }
 
 /// A job running co-located may join a group: the best such move, if it saves.
-pub fn for_colocated(placer: &Placer, job: JobId, movable: &Movable) -> Option<Move> {
+pub fn for_colocated(placer: &Placer, job: JobId, movable: &Movable, memo: &mut Predictions) -> Option<Move> {
     let mc = movable.get(&job)?;
     let gid = placer.group_of(job)?;
     let g = placer.group(gid).filter(|g| g.colocated)?;
     let (pr, pt) = prices(placer);
     let own = (dollars(g.hourly_cost(pr, pt)), g.work());
-    best_group_move(placer, &g.members[0].job, gid, own, mc.per_hour())
+    best_group_move(placer, &g.members[0].job, gid, own, mc.per_hour(), memo)
 }
 
 /// The best move of `job` (now in group `except`, costing and yielding `own`) into another
@@ -368,7 +373,14 @@ pub fn for_colocated(placer: &Placer, job: JobId, movable: &Movable) -> Option<M
 /// (no member's period beats `max(T_cycle, T_load)`, so the work rate is at most
 /// `sum(solo) / bound`); only candidates whose bound could still win get the placer's exact
 /// check (timing, SLOs with variation, capacity), best bound first.
-fn best_group_move(placer: &Placer, job: &PlaceJob, except: GroupId, own: (f64, f64), move_per_hour: f64) -> Option<Move> {
+fn best_group_move(
+    placer: &Placer,
+    job: &PlaceJob,
+    except: GroupId,
+    own: (f64, f64),
+    move_per_hour: f64,
+    memo: &mut Predictions,
+) -> Option<Move> {
     let (pr, pt) = prices(placer);
     let res = placer.config().residency;
     let mut ranked: Vec<(f64, GroupId, Option<u32>, (f64, f64))> = Vec::new();
@@ -395,12 +407,24 @@ fn best_group_move(placer: &Placer, job: &PlaceJob, except: GroupId, own: (f64, 
         if best.is_some_and(|b| after_lb >= b.after) {
             break;
         }
-        let target = Target::Group { group, block };
-        let Some(o) = placer.option_at(job, target).filter(|o| o.work > 0.0) else { continue };
+        // The placer's own checks: nodes, memory, timing (predicted once per shape), SLOs.
+        let g = placer.group(group)?;
+        if !placer.nodes_available(job, group, block) {
+            continue;
+        }
+        let Some(members) = g.with_candidate(job, block, &res) else { continue };
+        let jobs = g.jobs_with(job);
+        let Some(b) = within_lower_bound(&members, &jobs) else { continue };
+        let p = memo.entry((group, block, shape(job))).or_insert_with(|| predict_with_bounds(&members, b));
+        if !slo_holds(&members, &jobs, p, b.0.max(b.1)) {
+            continue;
+        }
+        let added = p.work(jobs.iter().copied()) - view.1;
+        let extra = if block.is_none() { dollars(pr) * job.rollout_width as f64 } else { 0.0 };
         let before = ratio(own.0 + view.0, own.1 + view.1);
-        let after = ratio(view.0 + dollars(o.cost_per_hour) + move_per_hour, view.1 + o.work);
-        if after < before && best.is_none_or(|b| after < b.after) {
-            best = Some(Move { job: job.id, target, before, after });
+        let after = ratio(view.0 + extra + move_per_hour, view.1 + added);
+        if added > 0.0 && after < before && best.is_none_or(|b| after < b.after) {
+            best = Some(Move { job: job.id, target: Target::Group { group, block }, before, after });
         }
     }
     best

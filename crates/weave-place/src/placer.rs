@@ -352,6 +352,19 @@ impl Placer {
         Ok(self.apply(job, c))
     }
 
+    /// Whether `target` in group `group` can take `job` as far as nodes go: the group's nodes
+    /// are in service and a new block (`block = None`) has free capacity. Timing, memory and
+    /// SLOs are the caller's to check.
+    pub fn nodes_available(&self, job: &PlaceJob, group: GroupId, block: Option<u32>) -> bool {
+        let Some(g) = self.groups.get(&group) else { return false };
+        let in_service = |nodes: &[NodeId]| !nodes.iter().any(|n| self.down.contains(n));
+        in_service(&g.training_nodes)
+            && match block {
+                Some(b) => g.block(b).is_some_and(|b| in_service(&b.nodes)),
+                None => self.cfg.scaling && self.free(0) >= job.rollout_width,
+            }
+    }
+
     /// The price tag of putting `job` at `target`, if feasible.
     pub fn option_at(&self, job: &PlaceJob, target: Target) -> Option<OptionCost> {
         self.candidate_at(job, target).map(|c| OptionCost { kind: c.kind, cost_per_hour: c.cost, work: c.work })

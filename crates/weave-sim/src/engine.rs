@@ -992,6 +992,8 @@ impl Engine<'_> {
             .filter(|g| g.members.len() == 1)
             .map(|g| (g.id, g.members[0].job.id, g.colocated))
             .collect();
+        // Predictions stay valid until something moves.
+        let mut memo = consolidate::Predictions::new();
         for (g, job, colocated) in candidates {
             let movable = self.movable();
             if movable.is_empty() {
@@ -1001,14 +1003,16 @@ impl Engine<'_> {
                 continue;
             }
             let planned = if colocated {
-                consolidate::for_colocated(&self.placer, job, &movable)
+                consolidate::for_colocated(&self.placer, job, &movable, &mut memo)
             } else {
                 consolidate::for_lone_group(&self.placer, g, &movable)
             };
             if let Some(m) = planned {
                 self.carry_out(m, &movable);
+                memo.clear();
             } else if let Some(pair) = consolidate::pair_alone(&self.placer, job, &movable) {
                 self.carry_out_pair(job, pair, &movable);
+                memo.clear();
             }
         }
     }
