@@ -222,7 +222,59 @@ pub const DEFAULT_ITERATIONS: u64 = 48;
 
 /// Event-level evaluation: drives the real dispatcher with deterministic durations for
 /// `iterations` per member and measures the second half.
+///
+/// Memoised per thread: the run is a pure function of the members' durations, costs, node
+/// sets and the order of their ids (the dispatcher looks at ids only to order members), so
+/// the memo is keyed by exactly that and returns what a fresh run would, with the callers'
+/// own ids. Admission and consolidation evaluate the same group shapes over and over.
 pub fn simulate(members: &[TimingMember], iterations: u64) -> GroupTiming {
+    let key = memo_key(members, iterations);
+    let cached = SIMULATED.with(|m| m.borrow().get(&key).cloned());
+    let mut t = match cached {
+        Some(t) => t,
+        None => {
+            let t = simulate_uncached(members, iterations);
+            SIMULATED.with(|m| {
+                let mut m = m.borrow_mut();
+                if m.len() >= MEMO_LIMIT {
+                    m.clear();
+                }
+                m.insert(key, t.clone());
+            });
+            t
+        }
+    };
+    for (mt, m) in t.members.iter_mut().zip(members) {
+        mt.job = m.job;
+    }
+    t
+}
+
+/// Entries the per-thread memo of [`simulate`] holds before it starts over.
+const MEMO_LIMIT: usize = 1 << 16;
+
+thread_local! {
+    static SIMULATED: std::cell::RefCell<std::collections::HashMap<Vec<u64>, GroupTiming>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// Everything [`simulate`]'s result depends on: per member (in order) the rank of its id,
+/// its durations, costs, residency and nodes; and the iteration count.
+fn memo_key(members: &[TimingMember], iterations: u64) -> Vec<u64> {
+    let mut key = Vec::with_capacity(members.len() * 10 + 1);
+    key.push(iterations);
+    for m in members {
+        let rank = members.iter().filter(|o| o.job < m.job).count() as u64;
+        let c = m.costs;
+        key.extend([rank, m.rollout.0, m.train.0, m.sync.0, c.rollout_warm.0, c.rollout_cold.0, c.train_warm.0, c.train_cold.0]);
+        key.push(m.resident as u64);
+        key.push(m.nodes.len() as u64);
+        key.extend(m.nodes.iter().map(|&n| n as u64));
+    }
+    key
+}
+
+fn simulate_uncached(members: &[TimingMember], iterations: u64) -> GroupTiming {
     let l = loads(members);
     let run = run_group_unlogged(members, iterations.max(8), Fairness::RoundRobin);
     let lo = (iterations.max(8) / 2) as usize;
