@@ -17,9 +17,9 @@ pub struct Args {
     /// Cluster config (TOML); the paper's testbed when omitted.
     #[arg(long, value_name = "FILE")]
     cluster: Option<PathBuf>,
-    /// Policies to compare, comma-separated: weave, weave-no-migration, weave-no-scaling,
-    /// weave-cold, solo-disagg, colocated, random, most-idle, or `all`.
-    #[arg(long, value_delimiter = ',', default_value = "weave,solo-disagg,colocated,random,most-idle")]
+    /// Policies to compare, comma-separated: weave, weave-disagg-only, weave-no-migration,
+    /// weave-no-scaling, weave-cold, solo-disagg, colocated, random, most-idle, or `all`.
+    #[arg(long, value_delimiter = ',', default_value = "weave,weave-disagg-only,solo-disagg,colocated,random,most-idle")]
     policy: Vec<String>,
     /// `elastic`: nodes are rented on demand and paid while held; `fixed`: the configured
     /// pools are all there is and jobs queue.

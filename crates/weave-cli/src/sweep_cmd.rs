@@ -132,7 +132,12 @@ fn render(kind: &str, rows: &[Row], policies: &[Policy]) -> String {
     for p in policies {
         header.push(format!("{p} iters/$1k"));
     }
-    header.extend(["weave vs solo".into(), "weave vs colo".into(), "weave SLO met (iters)".into()]);
+    header.extend([
+        "weave vs solo".into(),
+        "weave vs colo".into(),
+        "weave SLO met (jobs)".into(),
+        "weave SLO met (iters)".into(),
+    ]);
     let refs: Vec<&str> = header.iter().map(String::as_str).collect();
     let mut t = table::new(&refs);
     for r in rows {
@@ -145,7 +150,9 @@ fn render(kind: &str, rows: &[Row], policies: &[Policy]) -> String {
         let fmt = |v: Option<f64>| v.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into());
         cells.push(fmt(weave.and_then(|w| w.vs_solo_disagg)));
         cells.push(fmt(weave.and_then(|w| w.vs_colocated)));
-        cells.push(weave.map(|w| format!("{:.1}%", w.slo_attainment_iterations * 100.0)).unwrap_or_else(|| "-".into()));
+        let pct = |v: Option<f64>| v.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "-".into());
+        cells.push(pct(weave.map(|w| w.slo_attainment_jobs)));
+        cells.push(pct(weave.map(|w| w.slo_attainment_iterations)));
         t.add_row(cells);
     }
     table::align_numbers(&mut t);
