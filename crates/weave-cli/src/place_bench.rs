@@ -121,7 +121,8 @@ pub fn placement(args: PlacementArgs) -> Result<()> {
             let runtime = weave_model::RuntimeModel::default();
             let z = weave_place::Variation::z_for(weave_place::DEFAULT_SLO_EPSILON);
             for j in &mut jobs {
-                let samples = weave_sim::workload::variation_samples(&runtime, args.seed, j.id, weave_sim::VARIATION_SAMPLES);
+                let samples =
+                    weave_sim::workload::variation_samples(&runtime, args.seed, j.id, weave_sim::VARIATION_SAMPLES);
                 j.variation = weave_place::Variation { samples, iterations: 400, z };
             }
         }

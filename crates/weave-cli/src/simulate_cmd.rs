@@ -19,7 +19,11 @@ pub struct Args {
     cluster: Option<PathBuf>,
     /// Policies to compare, comma-separated: weave, weave-disagg-only, weave-no-migration,
     /// weave-no-scaling, weave-cold, solo-disagg, colocated, random, most-idle, or `all`.
-    #[arg(long, value_delimiter = ',', default_value = "weave,weave-disagg-only,solo-disagg,colocated,random,most-idle")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "weave,weave-disagg-only,solo-disagg,colocated,random,most-idle"
+    )]
     policy: Vec<String>,
     /// `elastic`: nodes are rented on demand and paid while held; `fixed`: the configured
     /// pools are all there is and jobs queue.

@@ -266,7 +266,16 @@ fn memo_key(members: &[TimingMember], iterations: u64) -> Vec<u64> {
     for m in members {
         let rank = members.iter().filter(|o| o.job < m.job).count() as u64;
         let c = m.costs;
-        key.extend([rank, m.rollout.0, m.train.0, m.sync.0, c.rollout_warm.0, c.rollout_cold.0, c.train_warm.0, c.train_cold.0]);
+        key.extend([
+            rank,
+            m.rollout.0,
+            m.train.0,
+            m.sync.0,
+            c.rollout_warm.0,
+            c.rollout_cold.0,
+            c.train_warm.0,
+            c.train_cold.0,
+        ]);
         key.push(m.resident as u64);
         key.push(m.nodes.len() as u64);
         key.extend(m.nodes.iter().map(|&n| n as u64));

@@ -289,7 +289,12 @@ fn best_partner(
         let jobs = [opener, a.job];
         let (t_cycle, t_load) = within_lower_bound(&members, &jobs)?;
         let p = &memo[&(shape(a.job), direct)];
-        slo_holds(&members, &jobs, p, t_cycle.max(t_load)).then_some(Pairing { partner: a.job.id, direct, before, after })
+        slo_holds(&members, &jobs, p, t_cycle.max(t_load)).then_some(Pairing {
+            partner: a.job.id,
+            direct,
+            before,
+            after,
+        })
     })
 }
 
@@ -349,7 +354,9 @@ pub fn for_lone_group(placer: &Placer, lonely: GroupId, movable: &Movable) -> Op
             let after = ratio(dollars(o.cost_per_hour) + mc.per_hour(), o.work);
             consider(Move { job: member.id, target: Target::Colocated, before: ratio(g_cost, g_work), after });
         }
-        if let Some(m) = best_group_move(placer, member, lonely, (g_cost, g_work), mc.per_hour(), &mut Predictions::new()) {
+        if let Some(m) =
+            best_group_move(placer, member, lonely, (g_cost, g_work), mc.per_hour(), &mut Predictions::new())
+        {
             consider(m);
         }
     }
@@ -383,7 +390,9 @@ fn best_group_move(
 ) -> Option<Move> {
     let (pr, pt) = prices(placer);
     let res = placer.config().residency;
-    let mut ranked: Vec<(f64, GroupId, Option<u32>, (f64, f64))> = Vec::new();
+    // (bound on the cost per unit of work, group, block, the group's cost and work now)
+    type Ranked = (f64, GroupId, Option<u32>, (f64, f64));
+    let mut ranked: Vec<Ranked> = Vec::new();
     for g in placer.groups().filter(|g| g.id != except && !g.colocated && !g.prediction.saturated) {
         let view = (dollars(g.hourly_cost(pr, pt)), g.work());
         let before = ratio(own.0 + view.0, own.1 + view.1);

@@ -45,8 +45,14 @@ impl Policy {
     ];
 
     /// What `weave simulate` runs by default.
-    pub const MAIN: [Policy; 6] =
-        [Policy::Weave, Policy::WeaveDisaggOnly, Policy::SoloDisagg, Policy::Colocated, Policy::Random, Policy::MostIdle];
+    pub const MAIN: [Policy; 6] = [
+        Policy::Weave,
+        Policy::WeaveDisaggOnly,
+        Policy::SoloDisagg,
+        Policy::Colocated,
+        Policy::Random,
+        Policy::MostIdle,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
