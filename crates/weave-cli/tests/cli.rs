@@ -207,9 +207,18 @@ fn simulate_compares_policies() {
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let names: Vec<&str> = v["policies"].as_array().unwrap().iter().map(|p| p["policy"].as_str().unwrap()).collect();
-    assert_eq!(names, ["weave", "solo-disagg", "colocated", "random", "most-idle"]);
-    let solo = &v["policies"][1];
+    assert_eq!(names, ["weave", "weave-disagg-only", "solo-disagg", "colocated", "random", "most-idle"]);
+    let solo = &v["policies"][2];
     assert_eq!(solo["vs_solo_disagg"], 1.0);
+    // Weave never loses to what a user already has, every job within its SLO.
+    let full = &v["policies"][0];
+    assert!(full["vs_colocated"].as_f64().unwrap() >= 1.0 && full["vs_solo_disagg"].as_f64().unwrap() >= 1.0);
+    assert_eq!(full["slo_attainment_jobs"], 1.0);
+    // The money split accounts for every dollar.
+    let m = &full["money"];
+    let parts: i64 =
+        ["busy", "switching", "sync", "idle_alone", "idle_other"].iter().map(|k| m[k]["cost"].as_i64().unwrap()).sum();
+    assert!((parts - full["total_cost"].as_i64().unwrap()).abs() <= 5, "{m}");
     // Same bytes for the same seed.
     let again = weave(&["simulate", "--json"]);
     assert_eq!(again.stdout, o.stdout);
