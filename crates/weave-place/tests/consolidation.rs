@@ -2,10 +2,9 @@
 
 mod common;
 
-use common::{config, job};
+use common::{config, job, of_model};
 use proptest::prelude::*;
-use weave_core::{JobId, Micros, ModelSize, PhaseTimes};
-use weave_dispatch::from_model::switch_costs;
+use weave_core::{JobId, Micros, PhaseTimes};
 use weave_place::consolidate::{self, Churn, ChurnLimits, Movable, MoveCost};
 use weave_place::{DecisionKind, PlaceJob, PlacePolicy, Placer, Target};
 
@@ -13,11 +12,7 @@ use weave_place::{DecisionKind, PlaceJob, PlacePolicy, Placer, Target};
 fn arb_job(id: u32) -> impl Strategy<Value = PlaceJob> {
     (30u64..600, 30u64..600, 100u32..200, prop::sample::select(vec![3u32, 7, 14, 32]), 70u64..140).prop_map(
         move |(roll, train, slo, model, colo)| {
-            let mut j = job(id, roll, train, slo as f64 / 100.0);
-            let m = ModelSize::billions(model);
-            j.costs = switch_costs(m);
-            j.rollout_state = weave_model::rollout_state_per_node(m, 1);
-            j.train_state_total = weave_model::training_state_per_node(m, 1);
+            let mut j = of_model(id, roll, train, slo as f64 / 100.0, model);
             j.colo =
                 Some(PhaseTimes { rollout: Micros::from_secs(roll * colo / 100), train: Micros::from_secs(train) });
             j

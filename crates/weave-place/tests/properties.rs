@@ -2,21 +2,16 @@
 
 mod common;
 
-use common::{config, job};
+use common::{config, of_model};
 use proptest::prelude::*;
-use weave_core::{Bytes, JobId, ModelSize};
-use weave_dispatch::from_model::switch_costs;
+use weave_core::{Bytes, JobId};
 use weave_place::optimal::{brute_force, optimal, Prices};
 use weave_place::{PlaceJob, PlacePolicy, Placer};
 
 fn arb_job(id: u32) -> impl Strategy<Value = PlaceJob> {
     (30u64..600, 30u64..600, 100u32..200, prop::sample::select(vec![3u32, 7, 14, 32]), 0u8..10).prop_map(
         move |(roll, train, slo, model, wide)| {
-            let mut j = job(id, roll, train, slo as f64 / 100.0);
-            let m = ModelSize::billions(model);
-            j.costs = switch_costs(m);
-            j.rollout_state = weave_model::rollout_state_per_node(m, 1);
-            j.train_state_total = weave_model::training_state_per_node(m, 1);
+            let mut j = of_model(id, roll, train, slo as f64 / 100.0, model);
             if wide == 0 {
                 j.rollout_width = 2;
                 j.train_width = 2;

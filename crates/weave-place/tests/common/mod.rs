@@ -20,6 +20,16 @@ pub fn job(id: u32, roll: u64, train: u64, slo: f64) -> PlaceJob {
     }
 }
 
+/// A job of `model` billion parameters: its switch costs and cached states, one node a phase.
+pub fn of_model(id: u32, roll: u64, train: u64, slo: f64, model: u32) -> PlaceJob {
+    let mut j = job(id, roll, train, slo);
+    let m = ModelSize::billions(model);
+    j.costs = switch_costs(m);
+    j.rollout_state = weave_model::rollout_state_per_node(m, 1);
+    j.train_state_total = weave_model::training_state_per_node(m, 1);
+    j
+}
+
 pub fn config(policy: PlacePolicy) -> PlacerConfig {
     let c = ClusterConfig::default();
     PlacerConfig {
