@@ -7,6 +7,7 @@ mod experiment_cmd;
 mod group_cmd;
 mod input;
 mod place_bench;
+mod prototype_cmd;
 mod replay_bench;
 mod report_cmd;
 mod serve_bench;

@@ -51,6 +51,9 @@ pub struct Args {
     /// or sync costs, at most 5 jobs per group), for number-for-number comparison.
     #[arg(long, default_value = "faithful", value_parser = ["faithful", "prototype"])]
     model: String,
+    /// Prototype mode: the group cap (the prototype's experiments use 5 and 3).
+    #[arg(long, default_value_t = 5)]
+    max_group_size: usize,
     /// Machine-readable output.
     #[arg(long)]
     json: bool,
@@ -99,6 +102,29 @@ pub fn slo_risk(v: f64) -> Result<f64> {
     }
 }
 
+/// Prototype mode runs Weave and the analytic baselines always; `random` and `most-idle`
+/// add the prototype's own baselines (over 10 seeds); other names have no prototype version.
+fn parse_prototype_policies(names: &[String]) -> Result<Vec<weave_sim::prototype::ProtoPolicyKind>> {
+    use weave_sim::prototype::ProtoPolicyKind as K;
+    let mut out = Vec::new();
+    for n in names.iter().map(|n| n.trim()) {
+        let k = match n {
+            "all" => {
+                out = vec![K::Random, K::MostIdle];
+                continue;
+            }
+            "random" => K::Random,
+            "most-idle" => K::MostIdle,
+            "weave" | "solo-disagg" | "colocated" => continue,
+            other => bail!("--policy `{other}` has no prototype version (prototype mode runs weave, solo-disagg, colocated, random and most-idle)"),
+        };
+        if !out.contains(&k) {
+            out.push(k);
+        }
+    }
+    Ok(out)
+}
+
 pub fn parse_policies(names: &[String]) -> Result<Vec<Policy>> {
     if names.iter().any(|n| n == "all") {
         return Ok(Policy::ALL.to_vec());
@@ -132,7 +158,10 @@ pub fn run(args: Args) -> Result<()> {
     let cluster = load_cluster(args.cluster.as_deref())?;
     let trace = args.trace.load(&profile)?;
     if args.model == "prototype" {
-        return run_prototype(&args, &trace, &profile);
+        let slo = parse_slo(&args.slo)?;
+        let baselines = parse_prototype_policies(&args.policy)?;
+        let opts = crate::prototype_cmd::Options { seed: args.seed, slo, baselines, max_group_size: args.max_group_size, json: args.json };
+        return crate::prototype_cmd::run(&opts, &trace, &profile);
     }
     let policies = parse_policies(&args.policy)?;
     let cfg = SimConfig {
@@ -302,58 +331,6 @@ pub fn render_money(reports: &[&PolicyReport]) -> String {
     }
     table::align_numbers(&mut t);
     format!("{t}\n")
-}
-
-fn run_prototype(args: &Args, trace: &weave_trace::Trace, profile: &ProfileModel) -> Result<()> {
-    let mut cfg = weave_sim::prototype::ProtoConfig { seed: args.seed, ..Default::default() };
-    match parse_slo(&args.slo)? {
-        SloSetting::Fixed { value } => cfg.slo_fixed = Some(value),
-        SloSetting::Uniform { lo, hi } => (cfg.slo_lo, cfg.slo_hi) = (lo, hi),
-        // The prototype's default range for jobs without an SLO in the trace.
-        SloSetting::FromTrace { .. } => {}
-    }
-    let started = Instant::now();
-    let report = weave_sim::prototype::run(trace, profile, &cfg);
-    let elapsed = started.elapsed().as_secs_f64();
-    if args.json {
-        return write_output(None, &json(&report)?);
-    }
-    let summary = Summary::of(trace, profile);
-    let mut text = render_summary(&summary);
-    text.push_str(&format!(
-        "prototype mode (fixed lifetimes; cost 1 per training node-second, 1/3 per rollout node-second), {elapsed:.2} s\n"
-    ));
-    let mut t = table::new(&[
-        "policy",
-        "cost (node-hours)",
-        "iterations",
-        "iters per cost-hour",
-        "vs solo",
-        "vs colo",
-        "rollout util",
-        "training util",
-    ]);
-    let pct = |v: Option<f64>| v.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "-".into());
-    for p in &report.policies {
-        t.add_row(vec![
-            p.policy.clone(),
-            format!("{:.1}", p.cost / 3600.0),
-            p.iterations.to_string(),
-            format!("{:.2}", p.iterations_per_cost_hour),
-            format!("{:.2}x", p.vs_solo_disagg),
-            format!("{:.2}x", p.vs_colocated),
-            pct(p.rollout_utilisation),
-            pct(p.training_utilisation),
-        ]);
-    }
-    table::align_numbers(&mut t);
-    text.push_str(&format!("{t}\n"));
-    let a = &report.admissions;
-    text.push_str(&format!(
-        "weave admissions: direct {} / scaling {} / new group {}; mean group size {:.2}; jobs with an SLO violation: {}\n",
-        a.direct, a.scaling, a.isolated, report.mean_group_size, report.slo_violations
-    ));
-    write_output(None, &text)
 }
 
 #[allow(clippy::too_many_arguments)]
