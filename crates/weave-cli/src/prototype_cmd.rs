@@ -3,12 +3,12 @@
 use crate::input::{json, write_output};
 use crate::table;
 use crate::trace_cmd::render_summary;
-use weave_trace::Summary;
 use anyhow::{bail, Result};
 use std::time::Instant;
 use weave_model::ProfileModel;
 use weave_sim::prototype::{ProtoConfig, ProtoPolicy, ProtoPolicyKind};
 use weave_sim::SloSetting;
+use weave_trace::Summary;
 
 pub struct Options {
     pub seed: u64,

@@ -160,7 +160,13 @@ pub fn run(args: Args) -> Result<()> {
     if args.model == "prototype" {
         let slo = parse_slo(&args.slo)?;
         let baselines = parse_prototype_policies(&args.policy)?;
-        let opts = crate::prototype_cmd::Options { seed: args.seed, slo, baselines, max_group_size: args.max_group_size, json: args.json };
+        let opts = crate::prototype_cmd::Options {
+            seed: args.seed,
+            slo,
+            baselines,
+            max_group_size: args.max_group_size,
+            json: args.json,
+        };
         return crate::prototype_cmd::run(&opts, &trace, &profile);
     }
     let policies = parse_policies(&args.policy)?;

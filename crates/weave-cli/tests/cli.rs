@@ -276,17 +276,68 @@ fn prototype_mode_on_the_wild_trace() {
         eprintln!("skipped: {WILD} not present");
         return;
     }
-    let o = weave(&["simulate", "--model", "prototype", "--trace", WILD, "--json"]);
+    let o = weave(&["simulate", "--model", "prototype", "--trace", WILD, "--policy", "weave", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["jobs"], 200);
+    assert_eq!(v["definitions"].as_array().unwrap().len(), 4);
     let names: Vec<&str> = v["policies"].as_array().unwrap().iter().map(|p| p["policy"].as_str().unwrap()).collect();
     assert_eq!(names, ["weave", "solo-disagg", "colocated"]);
     let a = &v["admissions"];
     let total = a["direct"].as_u64().unwrap() + a["scaling"].as_u64().unwrap() + a["isolated"].as_u64().unwrap();
     assert_eq!(total, 200);
-    let o = weave(&["simulate", "--model", "prototype", "--trace", WILD]);
+    let o = weave(&["simulate", "--model", "prototype", "--trace", WILD, "--policy", "weave"]);
     assert!(stdout(&o).contains("new group"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("what these numbers mean"), "{}", stdout(&o));
+}
+
+#[test]
+fn prototype_mode_baselines_on_a_philly_derived_trace() {
+    // The "parsed" variant: arrival lines carry T_roll, T_train and the SLO.
+    let mut text = String::new();
+    for i in 0..12 {
+        let (h, m) = (i / 4, (i % 4) * 15);
+        text.push_str(&format!(
+            "{i}, 2017-10-03 0{h}:{m:02}:00, 1, {}, {}, {}\n",
+            200 + 20 * i,
+            100 + 5 * i,
+            1.3 + 0.05 * i as f64
+        ));
+    }
+    for i in 0..12 {
+        text.push_str(&format!("{i}, 2017-10-03 1{}:00:00, -1\n", i / 6));
+    }
+    let trace = temp_file("philly-parsed.txt", &text);
+    let t = trace.to_str().unwrap();
+    let args = [
+        "simulate",
+        "--model",
+        "prototype",
+        "--trace",
+        t,
+        "--policy",
+        "weave,random,most-idle",
+        "--max-group-size",
+        "3",
+    ];
+    let o = weave(&[&args[..], &["--json"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["jobs"], 12);
+    for name in ["random", "most-idle"] {
+        let seeds: Vec<u64> = v["policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["policy"] == name)
+            .map(|p| p["seed"].as_u64().unwrap())
+            .collect();
+        assert_eq!(seeds, (1..=10).collect::<Vec<u64>>(), "{name}");
+    }
+    let o = weave(&args);
+    assert!(stdout(&o).contains("group cap 3") && stdout(&o).contains("random over 10 seeds"), "{}", stdout(&o));
+    let bad = weave(&["simulate", "--model", "prototype", "--trace", t, "--policy", "weave-cold"]);
+    assert!(!bad.status.success() && stderr(&bad).contains("no prototype version"), "{}", stderr(&bad));
 }
 
 #[test]

@@ -97,6 +97,11 @@ impl<'a> State<'a> {
                 }
                 let mut members = base.clone();
                 members.push((j, mine));
+                // No run beats its busiest resource or its slowest member: where that bound
+                // already breaks an SLO the simulation could only say the same.
+                if !feasible(self.jobs, &members, lower_bound(self.jobs, &members)) {
+                    continue;
+                }
                 let s = self.simulate(&nodes, &members);
                 if feasible(self.jobs, &members, s.period) {
                     best = Some(Choice { delta, group: gi, members, nodes, kind, sim: s });
@@ -225,6 +230,98 @@ impl<'a> State<'a> {
     }
 }
 
+/// A lower bound on the simulated period (makespan / iterations): every member runs its
+/// iterations one after another, and the training node and each rollout node serve every
+/// phase that needs them.
+fn lower_bound(jobs: &[PJob], members: &[(usize, Vec<u32>)]) -> weave_core::Micros {
+    use weave_core::Micros;
+    let mut bound = Micros::ZERO;
+    let mut train = Micros::ZERO;
+    let mut nodes: Vec<(u32, Micros)> = Vec::new();
+    for (j, ns) in members {
+        let d = jobs[*j].disagg;
+        bound = bound.max(d.rollout + d.train);
+        train += d.train;
+        for n in ns {
+            match nodes.iter_mut().find(|(m, _)| m == n) {
+                Some((_, load)) => *load += d.rollout,
+                None => nodes.push((*n, d.rollout)),
+            }
+        }
+    }
+    nodes.into_iter().map(|(_, l)| l).fold(bound.max(train), Micros::max)
+}
+
 fn feasible(jobs: &[PJob], members: &[(usize, Vec<u32>)], period: weave_core::Micros) -> bool {
     members.iter().all(|(j, _)| (period.0 as f64) < jobs[*j].slo * jobs[*j].solo().0 as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weave_core::{Micros, PhaseTimes};
+
+    fn job(slo: f64) -> PJob {
+        let d = PhaseTimes { rollout: Micros::from_secs(300), train: Micros::from_secs(30) };
+        PJob { arrival: Micros::ZERO, departure: Micros::from_secs(10_000), width: 1, disagg: d, colo: d, slo }
+    }
+
+    /// G0 holds two rollout nodes, G1 three, one job on each node; sharing a node doubles a
+    /// rollout (600 s > 1.5 x 330 s), so the newcomer can only scale. With a flat 1/3 per node
+    /// both groups' deltas are equal and the earlier group would win; in the prototype's float
+    /// arithmetic rate(4) - rate(3) = 0.33333333333333304 is strictly below rate(3) - rate(2)
+    /// = 0.3333333333333335, so the later group wins.
+    #[test]
+    fn the_prototypes_float_deltas_decide_ties_between_scaling_candidates() {
+        assert!(rate(4) - rate(3) < rate(3) - rate(2));
+        let jobs: Vec<PJob> = (0..6).map(|_| job(1.5)).collect();
+        let cfg = ProtoConfig::default();
+        let mut st = State::new(&jobs, &cfg, ProtoPolicyKind::Weave, 1);
+        for (members, first) in [(vec![0usize, 1], 0u32), (vec![2, 3, 4], 2)] {
+            let nodes: Vec<u32> = (first..first + members.len() as u32).collect();
+            let members: Vec<(usize, Vec<u32>)> = members.into_iter().zip(&nodes).map(|(j, n)| (j, vec![*n])).collect();
+            let s = st.simulate(&nodes, &members);
+            for (j, _) in &members {
+                st.job_group[*j] = Some(st.groups.len());
+            }
+            st.groups.push(PGroup {
+                cost: rate(nodes.len()),
+                nodes,
+                members,
+                period: s.period,
+                train_busy: s.train_busy,
+                node_busy: s.node_busy,
+            });
+        }
+        st.next_node = 5;
+        st.admit(5);
+        assert_eq!(st.job_group[5], Some(1), "the later group's smaller float delta wins");
+        assert_eq!(st.admissions, [0, 1, 0]);
+        assert_eq!(st.groups[1].nodes, vec![2, 3, 4, 5]);
+    }
+
+    /// MostIdle never shares a node for a job that needs two, and the draw of "a new group"
+    /// has probability 1 / (groups + 1): with no group, every job opens one.
+    #[test]
+    fn most_idle_opens_new_nodes_for_wide_jobs() {
+        let mut jobs: Vec<PJob> = (0..3).map(|_| job(1.5)).collect();
+        jobs[2].width = 2;
+        let cfg = ProtoConfig::default();
+        for seed in 1..20 {
+            let mut st = State::new(&jobs, &cfg, ProtoPolicyKind::MostIdle, seed);
+            st.admit(0);
+            assert_eq!(st.admissions, [0, 0, 1]);
+            st.admit(1);
+            st.admit(2);
+            let g = st.job_group[2].unwrap();
+            let mine = &st.groups[g].members.iter().find(|(j, _)| *j == 2).unwrap().1;
+            assert_eq!(mine.len(), 2);
+            // Its two nodes are new: nobody else runs on them.
+            assert!(st.groups[g]
+                .members
+                .iter()
+                .filter(|(j, _)| *j != 2)
+                .all(|(_, ns)| ns.iter().all(|n| !mine.contains(n))));
+        }
+    }
 }
