@@ -231,7 +231,12 @@ async fn phase_start(
     let c = caller(&s, &headers)?;
     visible(&s, &c, &name)?;
     let phase = parse_phase(&phase)?;
-    let wait = Duration::from_secs_f64(q.wait_s.unwrap_or(25.0).clamp(0.0, s.cfg.max_wait.as_secs_f64()));
+    let wait_s = q.wait_s.unwrap_or(25.0);
+    // NaN passes a clamp untouched and makes Duration panic: refuse it (and infinities) here.
+    if !wait_s.is_finite() {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, format!("`wait_s`: expected finite seconds, got {wait_s}")));
+    }
+    let wait = Duration::from_secs_f64(wait_s.clamp(0.0, s.cfg.max_wait.as_secs_f64()));
     let deadline = tokio::time::Instant::now() + wait;
     let mut rx = s.changed.subscribe();
     loop {

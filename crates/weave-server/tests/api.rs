@@ -132,6 +132,13 @@ fn the_gate_enforces_the_barrier_and_interleaves_two_jobs() {
     assert!(v["error"].as_str().unwrap().contains("on-policy barrier"), "{v}");
     // A later iteration too; and finishing what was not granted.
     assert_eq!(start_phase(&s, ALICE, "g1", "rollout", 1, 0.0).0, 409);
+    // A wait that is not a number of seconds is refused, not a dropped connection.
+    for bad in ["NaN", "inf", "-inf"] {
+        let url = s.url(&format!("/v1/jobs/g1/phases/rollout/0/start?wait_s={bad}"));
+        let (st, v) = body(client().post(url).bearer_auth(ALICE).send().unwrap());
+        assert_eq!(st, 400, "{bad}: {v}");
+        assert!(v["error"].as_str().unwrap().contains("wait_s"), "{v}");
+    }
     assert_eq!(finish_phase(&s, ALICE, "g2", "rollout", 0, 1.0).0, 409);
     // g1 holds the shared rollout node; g2 waits (202), then gets it when g1's rollout ends.
     assert_eq!(start_phase(&s, ALICE, "g1", "rollout", 0, 0.0).0, 200);
