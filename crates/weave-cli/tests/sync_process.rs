@@ -140,6 +140,7 @@ fn publishing_refuses_an_incomplete_version() {
 
 /// The namespace experiment: measured times for both plans, or a clear skip without root.
 #[test]
+#[ignore = "needs root and iproute2 for network namespaces: .ci/run runs it with --ignored"]
 fn namespace_experiment_measures_or_skips() {
     let o = Command::new(env!("CARGO_BIN_EXE_weave"))
         .args(["sync", "bench", "--size-mb", "8", "--train", "2", "--rollout", "2"])
