@@ -1,13 +1,12 @@
 """Unit tests of weave_client.ray_support that need no Ray: the environment contract and the
-phase-gate shim's ordering. Run: python3 -m unittest discover -s python/tests -p 'test_*.py'"""
+phase-gate shim's ordering. Run: pip install ./python, then
+python3 -m unittest discover -s python/tests -p 'test_*.py' (or PYTHONPATH=python)"""
 
 import contextlib
-import os
-import sys
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from weave_client.ray_support import PhaseGate, WeaveEnvError, WeaveJobEnv, node_bundles  # noqa: E402
+# The installed package (`pip install ./python`), or the source tree on PYTHONPATH.
+from weave_client.ray_support import PhaseGate, WeaveEnvError, WeaveJobEnv, node_bundles
 
 ENV = {
     "WEAVE_JOB": "j1", "WEAVE_JOB_UID": "4", "WEAVE_SERVER": "http://127.0.0.2:7070", "WEAVE_TOKEN": "wj1.j1.00",

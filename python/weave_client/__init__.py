@@ -26,6 +26,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+JSON = Any
 
 __all__ = ["WeaveClient", "WeaveError"]
 
@@ -33,20 +36,20 @@ __all__ = ["WeaveClient", "WeaveError"]
 class WeaveError(Exception):
     """The server refused a request; ``status`` is the HTTP status."""
 
-    def __init__(self, status, message):
+    def __init__(self, status: int, message: str) -> None:
         super().__init__(f"{status}: {message}")
         self.status = status
         self.message = message
 
 
 class WeaveClient:
-    def __init__(self, server, token=None, timeout=40.0, retry_s=60.0):
+    def __init__(self, server: str, token: Optional[str] = None, timeout: float = 40.0, retry_s: float = 60.0) -> None:
         self.server = server.rstrip("/")
         self.token = token
         self.timeout = timeout
         self.retry_s = retry_s
 
-    def _request(self, method, path, body=None, retry=False):
+    def _request(self, method: str, path: str, body: JSON = None, retry: bool = False) -> Tuple[int, JSON]:
         """One request; with ``retry``, connection failures (server down or restarting) are
         retried for ``retry_s`` seconds. HTTP errors are never retried."""
         deadline = time.monotonic() + self.retry_s
@@ -58,7 +61,7 @@ class WeaveClient:
                     raise
                 time.sleep(0.5)
 
-    def _request_once(self, method, path, body=None):
+    def _request_once(self, method: str, path: str, body: JSON = None) -> Tuple[int, JSON]:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.server + path, data=data, method=method)
         req.add_header("Content-Type", "application/json")
@@ -76,26 +79,26 @@ class WeaveClient:
                 message = raw.decode(errors="replace")
             raise WeaveError(e.code, message) from None
 
-    def submit(self, spec):
+    def submit(self, spec: Dict[str, Any]) -> JSON:
         """Submits a job (the trace format's fields, without arrival); returns the decision."""
         return self._request("POST", "/v1/jobs", spec)[1]
 
-    def job(self, job_id):
+    def job(self, job_id: str) -> JSON:
         return self._request("GET", f"/v1/jobs/{job_id}")[1]
 
-    def jobs(self):
+    def jobs(self) -> List[JSON]:
         return self._request("GET", "/v1/jobs")[1]
 
-    def cancel(self, job_id):
+    def cancel(self, job_id: str) -> JSON:
         return self._request("DELETE", f"/v1/jobs/{job_id}")[1]
 
-    def events(self):
+    def events(self) -> List[JSON]:
         return self._request("GET", "/v1/events")[1]
 
-    def heartbeat(self, job_id):
+    def heartbeat(self, job_id: str) -> JSON:
         return self._request("POST", f"/v1/jobs/{job_id}/heartbeat", retry=True)[1]
 
-    def start(self, job_id, phase, iteration, wait_s=25.0):
+    def start(self, job_id: str, phase: str, iteration: int, wait_s: float = 25.0) -> JSON:
         """Blocks until ``phase`` of ``iteration`` is granted."""
         while True:
             status, body = self._request(
@@ -104,8 +107,10 @@ class WeaveClient:
             if status == 200:
                 return body
 
-    def finish(self, job_id, phase, iteration, duration_s, meta=None):
-        body = {"duration_s": float(duration_s)}
+    def finish(
+        self, job_id: str, phase: str, iteration: int, duration_s: float, meta: Optional[Dict[str, Any]] = None
+    ) -> JSON:
+        body: Dict[str, Any] = {"duration_s": float(duration_s)}
         if meta:
             body["meta"] = meta
         path = f"/v1/jobs/{job_id}/phases/{phase}/{iteration}/finish"
@@ -126,21 +131,21 @@ class WeaveClient:
             raise
 
     @contextlib.contextmanager
-    def phase(self, job_id, phase, iteration):
+    def phase(self, job_id: str, phase: str, iteration: int) -> Iterator[Dict[str, Any]]:
         """Waits for the gate, runs the body, reports the measured duration. The body may add
         entries to the yielded dict; they are sent as the phase's metadata."""
         self.start(job_id, phase, iteration)
-        meta = {}
+        meta: Dict[str, Any] = {}
         t0 = time.monotonic()
         yield meta
         self.finish(job_id, phase, iteration, time.monotonic() - t0, meta)
 
     @contextlib.contextmanager
-    def keepalive(self, job_id, interval_s=2.0):
+    def keepalive(self, job_id: str, interval_s: float = 2.0) -> Iterator[None]:
         """Sends heartbeats from a background thread while the body runs."""
         stop = threading.Event()
 
-        def beat():
+        def beat() -> None:
             while not stop.wait(interval_s):
                 try:
                     self.heartbeat(job_id)

@@ -22,6 +22,7 @@ import contextlib
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from . import WeaveClient
 
@@ -30,13 +31,13 @@ class WeaveEnvError(RuntimeError):
     pass
 
 
-def _mode(value):
+def _mode(value: str) -> str:
     if value not in ("disaggregated", "colocated"):
         raise WeaveEnvError(f"WEAVE_MODE={value!r}: expected 'disaggregated' or 'colocated'")
     return value
 
 
-def _nodes(value):
+def _nodes(value: str) -> List[str]:
     return [n for n in value.split(",") if n]
 
 
@@ -46,25 +47,25 @@ class WeaveJobEnv:
     uid: int
     server: str
     token: str
-    rollout_nodes: list
-    training_nodes: list
+    rollout_nodes: List[str]
+    training_nodes: List[str]
     resource_prefix: str = "weave_node_"
     resume_from: int = 0
-    iterations: int = None
+    iterations: Optional[int] = None
     rollout_gpus_per_node: int = 8
     training_gpus_per_node: int = 8
     group: str = ""
     # ``disaggregated`` (rollout on the rollout nodes, training on the training nodes) or
     # ``colocated`` (both phases on the training nodes, the veRL way; the job decides how).
     mode: str = "disaggregated"
-    extra: dict = field(default_factory=dict)
+    extra: Dict[str, str] = field(default_factory=dict)
 
     @property
-    def colocated(self):
+    def colocated(self) -> bool:
         return self.mode == "colocated"
 
     @classmethod
-    def from_env(cls, environ=None):
+    def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "WeaveJobEnv":
         e = os.environ if environ is None else environ
 
         def need(key):
@@ -98,21 +99,30 @@ class WeaveJobEnv:
             mode=_mode(e.get("WEAVE_MODE", "disaggregated")),
         )
 
-    def client(self):
+    def client(self) -> WeaveClient:
         return WeaveClient(self.server, self.token)
 
-    def resource(self, node):
+    def resource(self, node: str) -> str:
         """The custom resource that pins work to Weave node ``node``."""
         return f"{self.resource_prefix}{node}"
 
 
-def node_bundles(env, nodes, gpus, cpus, workers_per_node=1):
+def node_bundles(
+    env: WeaveJobEnv, nodes: List[str], gpus: float, cpus: float, workers_per_node: int = 1
+) -> List[Dict[str, float]]:
     """``workers_per_node`` bundles per node, each requiring that node's custom resource:
     bundle ``i * workers_per_node + w`` is worker ``w`` on node ``i``."""
     return [{"GPU": gpus, "CPU": cpus, env.resource(n): 1} for n in nodes for _ in range(workers_per_node)]
 
 
-def pinned_placement_groups(env, rollout_gpus=1.0, training_gpus=1.0, cpus=0.5, workers_per_node=1, timeout_s=120.0):
+def pinned_placement_groups(
+    env: WeaveJobEnv,
+    rollout_gpus: float = 1.0,
+    training_gpus: float = 1.0,
+    cpus: float = 0.5,
+    workers_per_node: int = 1,
+    timeout_s: float = 120.0,
+) -> Tuple[Any, Any]:
     """Creates (and waits for) the job's rollout and training placement groups, pinned to its
     Weave nodes (``workers_per_node`` bundles per node, e.g. one per GPU, each asking for a
     fraction of a GPU). Returns ``(rollout_pg, training_pg)``; see ``node_bundles`` for the
@@ -138,7 +148,7 @@ def pinned_placement_groups(env, rollout_gpus=1.0, training_gpus=1.0, cpus=0.5, 
     return pgs[0][2], pgs[-1][2]
 
 
-def actor_options(pg, bundle_index, gpus, cpus=0.5):
+def actor_options(pg: Any, bundle_index: int, gpus: float, cpus: float = 0.5) -> Dict[str, Any]:
     """``.options(...)`` for an actor in bundle ``bundle_index`` of ``pg``."""
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -153,7 +163,13 @@ class PhaseGate:
     and end (``wall_start``/``wall_end``, for handoff measurements) and whatever ``meta_fn``
     returns for the call's result."""
 
-    def __init__(self, client, job, start_iteration=0, meta_fn=None):
+    def __init__(
+        self,
+        client: WeaveClient,
+        job: str,
+        start_iteration: int = 0,
+        meta_fn: Optional[Callable[[Any], Dict[str, Any]]] = None,
+    ) -> None:
         self.client = client
         self.job = job
         self.iteration = start_iteration
@@ -173,21 +189,23 @@ class PhaseGate:
                 meta.update(self.meta_fn(phase, out) or {})
         return out
 
-    def generate(self, fn):
-        def gated(*args, **kwargs):
+    def generate(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def gated(*args: Any, **kwargs: Any) -> Any:
             return self._call("rollout", fn, args, kwargs)
 
         return gated
 
-    def update(self, fn):
-        def gated(*args, **kwargs):
+    def update(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def gated(*args: Any, **kwargs: Any) -> Any:
             out = self._call("train", fn, args, kwargs)
             self.iteration += 1
             return out
 
         return gated
 
-    def wrap(self, obj, generate="generate_sequences", update="update_actor", update_obj=None):
+    def wrap(
+        self, obj: Any, generate: str = "generate_sequences", update: str = "update_actor", update_obj: Any = None
+    ) -> Any:
         """Replaces ``obj.<generate>`` and ``(update_obj or obj).<update>`` with gated versions."""
         setattr(obj, generate, self.generate(getattr(obj, generate)))
         target = obj if update_obj is None else update_obj

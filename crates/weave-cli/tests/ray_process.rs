@@ -101,6 +101,7 @@ fn two_jobs_run_interleaved_on_ray_and_survive_a_node_failure() {
 fn python_ray_support_unit_tests() {
     let out = Command::new("python3")
         .args(["-m", "unittest", "discover", "-s", "python/tests", "-p", "test_*.py"])
+        .env("PYTHONPATH", root().join("python"))
         .current_dir(root())
         .output()
         .expect("python3 runs");

@@ -1,0 +1,161 @@
+"""A small client for the Weave control plane (``weave serve``), standard library only.
+
+A training loop wraps each phase in the gate::
+
+    client = WeaveClient("http://127.0.0.1:7070", token)
+    client.submit({"id": "my-job", "type": "7B_8k", "iterations": 100})
+    with client.keepalive("my-job"):
+        for k in range(100):
+            with client.phase("my-job", "rollout", k) as meta:
+                trajectories = generate(weights)          # runs only when Weave says so
+                meta["weights_version"] = weights.version
+            with client.phase("my-job", "train", k):
+                weights = update(weights, trajectories)
+
+``phase`` blocks until the job's turn comes (long-poll), measures the phase and reports it
+finished with its duration (and any metadata the body put in ``meta``). A request that would
+break the on-policy barrier raises ``WeaveError`` with status 409.
+
+The gate calls ride out a server restart: when the server cannot be reached they retry for
+``retry_s`` seconds (every acknowledged request is durable, so nothing is lost meanwhile).
+"""
+
+import contextlib
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+JSON = Any
+
+__all__ = ["WeaveClient", "WeaveError"]
+
+
+class WeaveError(Exception):
+    """The server refused a request; ``status`` is the HTTP status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class WeaveClient:
+    def __init__(self, server: str, token: Optional[str] = None, timeout: float = 40.0, retry_s: float = 60.0) -> None:
+        self.server = server.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self.retry_s = retry_s
+
+    def _request(self, method: str, path: str, body: JSON = None, retry: bool = False) -> Tuple[int, JSON]:
+        """One request; with ``retry``, connection failures (server down or restarting) are
+        retried for ``retry_s`` seconds. HTTP errors are never retried."""
+        deadline = time.monotonic() + self.retry_s
+        while True:
+            try:
+                return self._request_once(method, path, body)
+            except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
+                if isinstance(e, urllib.error.HTTPError) or not retry or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def _request_once(self, method: str, path: str, body: JSON = None) -> Tuple[int, JSON]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.server + path, data=data, method=method)
+        req.add_header("Content-Type", "application/json")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                raw = resp.read()
+                return resp.status, (json.loads(raw) if raw else None)
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            try:
+                message = json.loads(raw).get("error", raw.decode(errors="replace"))
+            except ValueError:
+                message = raw.decode(errors="replace")
+            raise WeaveError(e.code, message) from None
+
+    def submit(self, spec: Dict[str, Any]) -> JSON:
+        """Submits a job (the trace format's fields, without arrival); returns the decision."""
+        return self._request("POST", "/v1/jobs", spec)[1]
+
+    def job(self, job_id: str) -> JSON:
+        return self._request("GET", f"/v1/jobs/{job_id}")[1]
+
+    def jobs(self) -> List[JSON]:
+        return self._request("GET", "/v1/jobs")[1]
+
+    def cancel(self, job_id: str) -> JSON:
+        return self._request("DELETE", f"/v1/jobs/{job_id}")[1]
+
+    def events(self) -> List[JSON]:
+        return self._request("GET", "/v1/events")[1]
+
+    def heartbeat(self, job_id: str) -> JSON:
+        return self._request("POST", f"/v1/jobs/{job_id}/heartbeat", retry=True)[1]
+
+    def start(self, job_id: str, phase: str, iteration: int, wait_s: float = 25.0) -> JSON:
+        """Blocks until ``phase`` of ``iteration`` is granted."""
+        while True:
+            status, body = self._request(
+                "POST", f"/v1/jobs/{job_id}/phases/{phase}/{iteration}/start?wait_s={wait_s}", retry=True
+            )
+            if status == 200:
+                return body
+
+    def finish(
+        self, job_id: str, phase: str, iteration: int, duration_s: float, meta: Optional[Dict[str, Any]] = None
+    ) -> JSON:
+        body: Dict[str, Any] = {"duration_s": float(duration_s)}
+        if meta:
+            body["meta"] = meta
+        path = f"/v1/jobs/{job_id}/phases/{phase}/{iteration}/finish"
+        try:
+            return self._request("POST", path, body)[1]
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
+            if isinstance(e, urllib.error.HTTPError):
+                raise
+        # The server went away mid-request: the finish may or may not have been recorded.
+        # Retry; a 409 then means it was (the job's next phase has moved past this one).
+        try:
+            return self._request("POST", path, body, retry=True)[1]
+        except WeaveError as e:
+            view = self._request("GET", f"/v1/jobs/{job_id}", retry=True)[1]["job"]
+            done = {"rollout": f"train {iteration}", "train": f"rollout {iteration + 1}"}[phase]
+            if e.status == 409 and (view["next"] == done or view["completed_iterations"] > iteration):
+                return view
+            raise
+
+    @contextlib.contextmanager
+    def phase(self, job_id: str, phase: str, iteration: int) -> Iterator[Dict[str, Any]]:
+        """Waits for the gate, runs the body, reports the measured duration. The body may add
+        entries to the yielded dict; they are sent as the phase's metadata."""
+        self.start(job_id, phase, iteration)
+        meta: Dict[str, Any] = {}
+        t0 = time.monotonic()
+        yield meta
+        self.finish(job_id, phase, iteration, time.monotonic() - t0, meta)
+
+    @contextlib.contextmanager
+    def keepalive(self, job_id: str, interval_s: float = 2.0) -> Iterator[None]:
+        """Sends heartbeats from a background thread while the body runs."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(interval_s):
+                try:
+                    self.heartbeat(job_id)
+                except (WeaveError, OSError):
+                    pass
+
+        t = threading.Thread(target=beat, daemon=True)
+        t.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            t.join()
