@@ -391,28 +391,8 @@ async fn healthz() -> Json<serde_json::Value> {
 }
 
 async fn metrics(State(s): State<Arc<Shared>>) -> impl IntoResponse {
-    let g = s.lock();
-    let mut counts = std::collections::BTreeMap::new();
-    for j in g.plane.jobs() {
-        *counts.entry(format!("{:?}", j.state).to_lowercase()).or_insert(0u64) += 1;
-    }
-    let mut out = String::from("# HELP weave_jobs Jobs by state.\n# TYPE weave_jobs gauge\n");
-    for state in ["running", "completed", "cancelled", "failed"] {
-        out.push_str(&format!("weave_jobs{{state=\"{state}\"}} {}\n", counts.get(state).copied().unwrap_or(0)));
-    }
-    let (r, t) = g.plane.placer().nodes_in_use();
-    out.push_str("# HELP weave_nodes_in_use Nodes held per pool.\n# TYPE weave_nodes_in_use gauge\n");
-    out.push_str(&format!("weave_nodes_in_use{{pool=\"rollout\"}} {r}\nweave_nodes_in_use{{pool=\"training\"}} {t}\n"));
-    out.push_str("# HELP weave_groups Co-execution groups.\n# TYPE weave_groups gauge\n");
-    out.push_str(&format!("weave_groups {}\n", g.plane.placer().groups().count()));
-    out.push_str(
-        "# HELP weave_hourly_cost_dollars Cost per hour of the nodes held.\n# TYPE weave_hourly_cost_dollars gauge\n",
-    );
-    out.push_str(&format!("weave_hourly_cost_dollars {:.6}\n", g.plane.placer().hourly_cost().as_dollars()));
-    let grants = g.plane.events().iter().filter(|e| e.kind == "grant").count();
-    out.push_str("# HELP weave_phase_grants_total Phases granted.\n# TYPE weave_phase_grants_total counter\n");
-    out.push_str(&format!("weave_phase_grants_total {grants}\n"));
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
+    let text = crate::metrics::render(&s.lock().plane);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }
 
 async fn openapi() -> Json<serde_json::Value> {

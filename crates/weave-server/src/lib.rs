@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod http;
+pub mod metrics;
 mod openapi;
 pub mod plane;
 pub mod state;

@@ -244,6 +244,13 @@ pub struct JobEntry {
     pub submit: SubmitSpec,
     #[serde(skip)]
     measured: Measured,
+    /// When the job became ready for its next phase (admission or its last finish): a grant's
+    /// wait is measured from here.
+    #[serde(skip)]
+    ready_us: u64,
+    /// When its current iteration started (admission or its last training finish).
+    #[serde(skip)]
+    iteration_started_us: u64,
 }
 
 /// Recent measured (rollout, training) durations.
@@ -286,6 +293,20 @@ pub struct Plane {
     lone_pending: Vec<GroupId>,
     /// Standard-normal quantile of admission's allowed SLO risk.
     slo_z: f64,
+    pub stats: PlaneStats,
+}
+
+/// Counters for `/metrics`, derived from records (so a restart rebuilds them).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PlaneStats {
+    /// Per phase (rollout, training): grants, and the summed wait from the job becoming ready
+    /// for the phase to its grant (what sharing the group costs it).
+    pub grants: [u64; 2],
+    pub wait_us: [u64; 2],
+    /// Completed iterations, and those whose wall-clock period stayed within the job's SLO
+    /// times its own measured phases.
+    pub iterations: u64,
+    pub iterations_within_slo: u64,
 }
 
 impl Plane {
@@ -302,6 +323,7 @@ impl Plane {
             churn: None,
             lone_pending: Vec::new(),
             slo_z: Variation::z_for(weave_place::DEFAULT_SLO_EPSILON),
+            stats: PlaneStats::default(),
         }
     }
 
@@ -594,6 +616,8 @@ impl Plane {
                 estimate,
                 submit: submit.clone(),
                 measured,
+                ready_us: time_us,
+                iteration_started_us: time_us,
             },
         );
         self.event(ev(time_us, &submit.id, "admitted", None, None, Some(group)));
@@ -689,10 +713,18 @@ impl Plane {
         if kept.len() > MEASURED_KEPT {
             kept.pop_front();
         }
+        j.ready_us = time_us;
         j.next = match phase {
             Phase::Rollout => (Phase::Train, iteration),
             Phase::Train => {
                 j.completed_iterations = iteration + 1;
+                let own = j.measured.0.back().copied().unwrap_or(Micros::ZERO) + duration;
+                let wall = time_us.saturating_sub(j.iteration_started_us);
+                self.stats.iterations += 1;
+                if wall as f64 <= j.slo * own.0 as f64 {
+                    self.stats.iterations_within_slo += 1;
+                }
+                j.iteration_started_us = time_us;
                 (Phase::Rollout, iteration + 1)
             }
         };
@@ -785,6 +817,9 @@ impl Plane {
         let name = self.names[job.0 as usize].clone();
         if let Some(j) = self.jobs.get_mut(&name) {
             j.granted = Some((phase, iteration));
+            let k = (phase == Phase::Train) as usize;
+            self.stats.grants[k] += 1;
+            self.stats.wait_us[k] += time_us.saturating_sub(j.ready_us);
         }
         self.event(ev(time_us, &name, "grant", Some(phase), Some(iteration), Some(g)));
     }

@@ -273,3 +273,41 @@ fn concurrent_clients() {
     let (_, jobs) = body(client().get(s.url("/v1/jobs")).bearer_auth(ALICE).send().unwrap());
     assert!(jobs.as_array().unwrap().iter().all(|j| j["state"] == "completed"), "{jobs}");
 }
+
+/// Every query of the Grafana dashboard under `deploy/` names a metric the server exports.
+#[test]
+fn the_grafana_dashboard_queries_only_exported_metrics() {
+    let s = TestServer::start(temp_dir("grafana"), Duration::from_secs(60));
+    assert_eq!(submit(&s, ALICE, spec("d1", 1)).0, 201);
+    assert_eq!(start_phase(&s, ALICE, "d1", "rollout", 0, 0.0).0, 200);
+    assert_eq!(finish_phase(&s, ALICE, "d1", "rollout", 0, 1.0).0, 200);
+    let metrics = client().get(s.url("/metrics")).send().unwrap().text().unwrap();
+    let exported: std::collections::BTreeSet<&str> = metrics
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| l.split(['{', ' ']).next().unwrap())
+        .collect();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/grafana/weave.json");
+    let dashboard: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut queried = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            let names: Vec<&str> = expr
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| w.starts_with("weave_"))
+                .collect();
+            assert!(!names.is_empty(), "{expr}");
+            for n in names {
+                assert!(
+                    exported.contains(n),
+                    "the dashboard queries `{n}`, which /metrics does not export: {exported:?}"
+                );
+                queried += 1;
+            }
+        }
+    }
+    assert!(queried >= 8);
+    // The phase-wait summary counts the grant it just made.
+    assert!(metrics.contains("weave_phase_wait_seconds_count{phase=\"rollout\"} 1"), "{metrics}");
+}

@@ -1,0 +1,57 @@
+//! `/metrics`: Prometheus text exposition of the plane.
+
+use crate::plane::Plane;
+use std::fmt::Write;
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n");
+}
+
+/// Every metric the server exports (the Grafana dashboard under `deploy/` uses only these).
+pub fn render(plane: &Plane) -> String {
+    let mut counts = std::collections::BTreeMap::new();
+    for j in plane.jobs() {
+        *counts.entry(format!("{:?}", j.state).to_lowercase()).or_insert(0u64) += 1;
+    }
+    let mut out = String::new();
+    family(&mut out, "weave_jobs", "gauge", "Jobs by state.");
+    for state in ["running", "completed", "cancelled", "failed"] {
+        let _ = writeln!(out, "weave_jobs{{state=\"{state}\"}} {}", counts.get(state).copied().unwrap_or(0));
+    }
+    let (r, t) = plane.placer().nodes_in_use();
+    family(&mut out, "weave_nodes_in_use", "gauge", "Nodes held per pool.");
+    let _ = write!(out, "weave_nodes_in_use{{pool=\"rollout\"}} {r}\nweave_nodes_in_use{{pool=\"training\"}} {t}\n");
+    let c = plane.cluster();
+    let (gr, gt) = (r * c.rollout.gpus_per_node, t * c.training.gpus_per_node);
+    family(&mut out, "weave_gpus_in_use", "gauge", "GPUs held per pool.");
+    let _ = write!(out, "weave_gpus_in_use{{pool=\"rollout\"}} {gr}\nweave_gpus_in_use{{pool=\"training\"}} {gt}\n");
+    family(&mut out, "weave_groups", "gauge", "Co-execution groups.");
+    let _ = writeln!(out, "weave_groups {}", plane.placer().groups().count());
+    family(&mut out, "weave_hourly_cost_dollars", "gauge", "Cost per hour of the nodes held.");
+    let _ = writeln!(out, "weave_hourly_cost_dollars {:.6}", plane.placer().hourly_cost().as_dollars());
+    let grants = plane.events().iter().filter(|e| e.kind == "grant").count();
+    family(&mut out, "weave_phase_grants_total", "counter", "Phases granted.");
+    let _ = writeln!(out, "weave_phase_grants_total {grants}");
+    let st = plane.stats;
+    family(
+        &mut out,
+        "weave_phase_wait_seconds",
+        "summary",
+        "Wait from a job becoming ready for a phase to its grant (what sharing costs it).",
+    );
+    for (k, phase) in ["rollout", "train"].iter().enumerate() {
+        let sum = st.wait_us[k] as f64 / 1e6;
+        let _ = writeln!(out, "weave_phase_wait_seconds_sum{{phase=\"{phase}\"}} {sum:.6}");
+        let _ = writeln!(out, "weave_phase_wait_seconds_count{{phase=\"{phase}\"}} {}", st.grants[k]);
+    }
+    family(&mut out, "weave_iterations_total", "counter", "Completed iterations.");
+    let _ = writeln!(out, "weave_iterations_total {}", st.iterations);
+    family(
+        &mut out,
+        "weave_iterations_within_slo_total",
+        "counter",
+        "Completed iterations whose wall-clock period stayed within the job's SLO times its own measured phases.",
+    );
+    let _ = writeln!(out, "weave_iterations_within_slo_total {}", st.iterations_within_slo);
+    out
+}
