@@ -124,7 +124,9 @@ def main():
     rollout_wg, actor_wg = RolloutGroup(workers), ActorGroup(learners, checkpoints, env.job)
 
     client = env.client()
-    gate = PhaseGate(client, env.job, start_iteration=env.resume_from, meta_fn=meta_of)
+    # Each phase also says how the job's bundles were pinned (the checker holds it to that).
+    gate = PhaseGate(client, env.job, start_iteration=env.resume_from,
+                     meta_fn=lambda out: dict(meta_of(out), pinned_by=env.pinned_by))
     gate.wrap(rollout_wg, generate="generate_sequences", update="update_actor", update_obj=actor_wg)
     version = env.resume_from
     with client.keepalive(env.job, interval_s=1.0):

@@ -82,6 +82,9 @@ def check_actor_placement(ray, view):
     return placed
 
 
+PIN = "auto"
+
+
 def submit(c, name, iterations, checkpoints, seed):
     spec = {
         "id": name, "type": "7B_8k", "iterations": iterations, "slo": 1.3,
@@ -91,7 +94,8 @@ def submit(c, name, iterations, checkpoints, seed):
         "launch": {
             "entrypoint": f"python3 {ROOT}/python/examples/ray_bandit.py",
             # 0.4 s generation, 0.3 s update: the shared training pool is contended.
-            "env": {"BANDIT_CHECKPOINTS": checkpoints, "BANDIT_SEED": str(seed), "BANDIT_TRAIN_S": "0.3"},
+            "env": {"BANDIT_CHECKPOINTS": checkpoints, "BANDIT_SEED": str(seed), "BANDIT_TRAIN_S": "0.3",
+                    "WEAVE_RAY_PIN": PIN},
         },
     }
     return c.submit(spec)["job"]
@@ -239,7 +243,11 @@ def main():
     ap.add_argument("--iterations-a", type=int, default=50)
     ap.add_argument("--iterations-b", type=int, default=30)
     ap.add_argument("--kill-after", type=int, default=20, help="kill b's node after b completed this many")
+    ap.add_argument("--pin", choices=["labels", "resources"], required=True,
+                    help="how the jobs must pin their bundles (label selectors, or the custom-resource fallback)")
     args = ap.parse_args()
+    global PIN
+    PIN = args.pin
     server = Server(args.serve_cmd) if args.serve_cmd else None
     try:
         url = server.start() if server else args.server
@@ -297,6 +305,9 @@ def run(args, c, server):
     check_barrier(events, "toy-a", args.iterations_a)
     check_barrier(events, "toy-b", args.iterations_b)
     spans = phase_spans(events)
+    pinned = {(s[5] or {}).get("pinned_by") for s in spans if s[5] is not None}
+    assert pinned == {args.pin}, f"the jobs pinned their bundles by {pinned}, not {args.pin}"
+    say(f"every phase ran in bundles pinned by {args.pin}")
     exclusive([s for s in spans if s[1] == "train"], "training pool")
     for node in sorted(set(a["rollout_nodes"]) | set(b["rollout_nodes"]) | set(b2["rollout_nodes"])):
         # Rollout node -> the spans of the admissions that held it.

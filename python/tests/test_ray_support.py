@@ -6,7 +6,7 @@ import contextlib
 import unittest
 
 # The installed package (`pip install ./python`), or the source tree on PYTHONPATH.
-from weave_client.ray_support import PhaseGate, WeaveEnvError, WeaveJobEnv, node_bundles
+from weave_client.ray_support import PhaseGate, WeaveEnvError, WeaveJobEnv, node_bundles, node_selectors, pin_mode
 
 ENV = {
     "WEAVE_JOB": "j1", "WEAVE_JOB_UID": "4", "WEAVE_SERVER": "http://127.0.0.2:7070", "WEAVE_TOKEN": "wj1.j1.00",
@@ -47,6 +47,15 @@ class RaySupportTest(unittest.TestCase):
         per_gpu = node_bundles(env, env.rollout_nodes, 0.25, 0.5, workers_per_node=8)
         self.assertEqual(len(per_gpu), 16)
         self.assertEqual([b.get("weave_node_r2", 0) for b in per_gpu], [0] * 8 + [1] * 8)
+
+    def test_label_selectors_pin_bundles_in_bundle_order(self):
+        env = WeaveJobEnv.from_env(ENV)
+        bundles = node_bundles(env, env.rollout_nodes, 0.5, 1, workers_per_node=2, by_labels=True)
+        self.assertEqual(bundles, [{"GPU": 0.5, "CPU": 1}] * 4)
+        self.assertEqual(node_selectors(env.rollout_nodes, 2), [{"weave.io/node": "r0"}] * 2 + [{"weave.io/node": "r2"}] * 2)
+        self.assertEqual(pin_mode("resources"), "resources")
+        with self.assertRaisesRegex(WeaveEnvError, "WEAVE_RAY_PIN='nodes'"):
+            pin_mode("nodes")
 
     def test_mode_says_where_each_phase_runs(self):
         self.assertFalse(WeaveJobEnv.from_env(ENV).colocated)

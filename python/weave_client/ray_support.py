@@ -58,6 +58,8 @@ class WeaveJobEnv:
     # ``disaggregated`` (rollout on the rollout nodes, training on the training nodes) or
     # ``colocated`` (both phases on the training nodes, the veRL way; the job decides how).
     mode: str = "disaggregated"
+    # How ``pinned_placement_groups`` pinned the job's bundles: ``labels`` or ``resources``.
+    pinned_by: str = ""
     extra: Dict[str, str] = field(default_factory=dict)
 
     @property
@@ -107,11 +109,48 @@ class WeaveJobEnv:
         return f"{self.resource_prefix}{node}"
 
 
+#: The node label every Weave node carries in Ray (``ray start --labels weave.io/node=r0``).
+NODE_LABEL = "weave.io/node"
+
+
+def label_selectors_supported() -> bool:
+    """Whether the installed Ray's placement groups take per-bundle label selectors (read off
+    its ``placement_group`` signature, not guessed from a version number)."""
+    import inspect
+
+    from ray.util.placement_group import placement_group
+
+    return "bundle_label_selector" in inspect.signature(placement_group).parameters
+
+
+def pin_mode(requested: Optional[str] = None) -> str:
+    """``labels`` (Ray's own way: bundles select nodes by the ``weave.io/node`` label) where the
+    installed Ray supports it, else ``resources`` (each node's ``weave_node_<name>`` custom
+    resource). ``requested`` (default: ``$WEAVE_RAY_PIN``, else ``auto``) may force either."""
+    mode = requested or os.environ.get("WEAVE_RAY_PIN", "auto")
+    if mode not in ("auto", "labels", "resources"):
+        raise WeaveEnvError(f"WEAVE_RAY_PIN={mode!r}: expected 'auto', 'labels' or 'resources'")
+    if mode == "auto":
+        return "labels" if label_selectors_supported() else "resources"
+    if mode == "labels" and not label_selectors_supported():
+        raise WeaveEnvError("WEAVE_RAY_PIN=labels, but this Ray's placement groups take no bundle_label_selector")
+    return mode
+
+
+def node_selectors(nodes: List[str], workers_per_node: int = 1) -> List[Dict[str, str]]:
+    """One label selector per bundle, in ``node_bundles`` order: bundle ``i * workers_per_node
+    + w`` selects node ``i``."""
+    return [{NODE_LABEL: n} for n in nodes for _ in range(workers_per_node)]
+
+
 def node_bundles(
-    env: WeaveJobEnv, nodes: List[str], gpus: float, cpus: float, workers_per_node: int = 1
+    env: WeaveJobEnv, nodes: List[str], gpus: float, cpus: float, workers_per_node: int = 1, by_labels: bool = False
 ) -> List[Dict[str, float]]:
     """``workers_per_node`` bundles per node, each requiring that node's custom resource:
-    bundle ``i * workers_per_node + w`` is worker ``w`` on node ``i``."""
+    bundle ``i * workers_per_node + w`` is worker ``w`` on node ``i``. With ``by_labels`` the
+    bundles carry no custom resource: ``node_selectors`` pins them."""
+    if by_labels:
+        return [{"GPU": gpus, "CPU": cpus} for _ in nodes for _ in range(workers_per_node)]
     return [{"GPU": gpus, "CPU": cpus, env.resource(n): 1} for n in nodes for _ in range(workers_per_node)]
 
 
@@ -122,12 +161,15 @@ def pinned_placement_groups(
     cpus: float = 0.5,
     workers_per_node: int = 1,
     timeout_s: float = 120.0,
+    pin: Optional[str] = None,
 ) -> Tuple[Any, Any]:
     """Creates (and waits for) the job's rollout and training placement groups, pinned to its
     Weave nodes (``workers_per_node`` bundles per node, e.g. one per GPU, each asking for a
     fraction of a GPU). Returns ``(rollout_pg, training_pg)``; see ``node_bundles`` for the
     bundle order. A co-located job (``env.colocated``) gets one group on its training nodes,
-    returned twice. Raises ``TimeoutError`` naming the nodes if Ray cannot place them."""
+    returned twice. Bundles are pinned as ``pin_mode(pin)`` says (label selectors where Ray has
+    them); ``env.pinned_by`` records which. Raises ``TimeoutError`` naming the nodes if Ray
+    cannot place them."""
     import ray
     from ray.util.placement_group import placement_group
 
@@ -136,9 +178,16 @@ def pinned_placement_groups(
     if env.colocated:
         # Co-located: one group on the training nodes serves both phases.
         pools = (("colocated", env.training_nodes, max(rollout_gpus, training_gpus)),)
+    mode = pin_mode(pin)
+    env.pinned_by = mode
     for pool, nodes, gpus in pools:
-        bundles = node_bundles(env, nodes, gpus, cpus, workers_per_node)
-        pg = placement_group(bundles, strategy="PACK", name=f"weave-{env.job}-{env.uid}-{pool}")
+        name = f"weave-{env.job}-{env.uid}-{pool}"
+        if mode == "labels":
+            bundles = node_bundles(env, nodes, gpus, cpus, workers_per_node, by_labels=True)
+            selectors = node_selectors(nodes, workers_per_node)
+            pg = placement_group(bundles, strategy="PACK", name=name, bundle_label_selector=selectors)
+        else:
+            pg = placement_group(node_bundles(env, nodes, gpus, cpus, workers_per_node), strategy="PACK", name=name)
         pgs.append((pool, nodes, pg))
     for pool, nodes, pg in pgs:
         try:

@@ -37,6 +37,22 @@ impl Drop for Cluster {
 #[test]
 #[ignore = "needs Ray (pip install \"ray[default]\"), root and a network namespace: .ci/run runs it with --ignored"]
 fn two_jobs_run_interleaved_on_ray_and_survive_a_node_failure() {
+    run_e2e("labels");
+}
+
+/// The same run with the jobs forced onto the custom-resource fallback (Ray without label
+/// selectors pins this way).
+#[test]
+#[ignore = "needs Ray (pip install \"ray[default]\"), root and a network namespace: .ci/run runs it with --ignored"]
+fn the_custom_resource_fallback_pins_as_well() {
+    run_e2e("resources");
+}
+
+/// One local Ray cluster at a time: two would share the machine's two cores.
+static ONE_CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn run_e2e(pin: &str) {
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
     let script = root().join("scripts/ray-local.sh");
     let check = Command::new(&script).arg("check").output().expect("run ray-local.sh");
     if check.status.code() == Some(77) {
@@ -46,7 +62,7 @@ fn two_jobs_run_interleaved_on_ray_and_survive_a_node_failure() {
     }
     assert!(check.status.success(), "ray-local.sh check: {}", String::from_utf8_lossy(&check.stderr));
 
-    let id = std::process::id();
+    let id = format!("{}-{pin}", std::process::id());
     let state = std::env::temp_dir().join(format!("weave-ray-e2e-{id}"));
     let _ = std::fs::remove_dir_all(&state);
     std::fs::create_dir_all(state.join("checkpoints")).unwrap();
@@ -81,7 +97,7 @@ fn two_jobs_run_interleaved_on_ray_and_survive_a_node_failure() {
         .args(["--serve-cmd", &serve, "--token", TOKEN, "--ray", "http://127.0.0.2:8265"])
         .arg("--checkpoints")
         .arg(state.join("checkpoints"))
-        .args(["--kill", &kill])
+        .args(["--kill", &kill, "--pin", pin])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&checker.stdout);
