@@ -29,6 +29,18 @@ pub struct PGroup {
 }
 
 impl PGroup {
+    /// A group of `members` on `nodes` with its simulated steady state, at its plain rate.
+    pub fn new(nodes: Vec<u32>, members: Vec<(usize, Vec<u32>)>, sim: Sim) -> PGroup {
+        PGroup {
+            cost: rate(nodes.len()),
+            nodes,
+            members,
+            period: sim.period,
+            train_busy: sim.train_busy,
+            node_busy: sim.node_busy,
+        }
+    }
+
     pub fn rate(&self) -> f64 {
         rate(self.nodes.len())
     }

@@ -194,14 +194,7 @@ impl<'a> State<'a> {
         let members = vec![(j, nodes.clone())];
         let s = self.simulate(&nodes, &members);
         self.member_period[j] = s.period;
-        self.groups.push(PGroup {
-            cost: rate(nodes.len()),
-            nodes,
-            members,
-            period: s.period,
-            train_busy: s.train_busy,
-            node_busy: s.node_busy,
-        });
+        self.groups.push(PGroup::new(nodes, members, s));
         self.job_group[j] = Some(self.groups.len() - 1);
         self.admissions[NEW_GROUP] += 1;
     }
@@ -284,14 +277,7 @@ mod tests {
             for (j, _) in &members {
                 st.job_group[*j] = Some(st.groups.len());
             }
-            st.groups.push(PGroup {
-                cost: rate(nodes.len()),
-                nodes,
-                members,
-                period: s.period,
-                train_busy: s.train_busy,
-                node_busy: s.node_busy,
-            });
+            st.groups.push(PGroup::new(nodes, members, s));
         }
         st.next_node = 5;
         st.admit(5);
