@@ -82,9 +82,6 @@ def check_actor_placement(ray, view):
     return placed
 
 
-PIN = "auto"
-
-
 def submit(c, name, iterations, checkpoints, seed):
     spec = {
         "id": name, "type": "7B_8k", "iterations": iterations, "slo": 1.3,
@@ -94,8 +91,7 @@ def submit(c, name, iterations, checkpoints, seed):
         "launch": {
             "entrypoint": f"python3 {ROOT}/python/examples/ray_bandit.py",
             # 0.4 s generation, 0.3 s update: the shared training pool is contended.
-            "env": {"BANDIT_CHECKPOINTS": checkpoints, "BANDIT_SEED": str(seed), "BANDIT_TRAIN_S": "0.3",
-                    "WEAVE_RAY_PIN": PIN},
+            "env": {"BANDIT_CHECKPOINTS": checkpoints, "BANDIT_SEED": str(seed), "BANDIT_TRAIN_S": "0.3"},
         },
     }
     return c.submit(spec)["job"]
@@ -244,10 +240,9 @@ def main():
     ap.add_argument("--iterations-b", type=int, default=30)
     ap.add_argument("--kill-after", type=int, default=20, help="kill b's node after b completed this many")
     ap.add_argument("--pin", choices=["labels", "resources"], required=True,
-                    help="how the jobs must pin their bundles (label selectors, or the custom-resource fallback)")
+                    help="how the jobs must have pinned their bundles (the server is told with --ray-pin, or "
+                         "left on auto for labels: this Ray has label selectors)")
     args = ap.parse_args()
-    global PIN
-    PIN = args.pin
     server = Server(args.serve_cmd) if args.serve_cmd else None
     try:
         url = server.start() if server else args.server

@@ -51,6 +51,11 @@ pub struct ServeArgs {
     /// A launch Ray keeps pending this long (its driver cannot start) fails the job, seconds.
     #[arg(long, default_value_t = 300.0)]
     ray_pending_limit_s: f64,
+    /// How launched jobs pin their Ray placement-group bundles: `auto` (label selectors on
+    /// `weave.io/node` where the job's Ray has them, else custom resources), `labels` or
+    /// `resources` (the fallback, forced).
+    #[arg(long, value_parser = ["auto", "labels", "resources"])]
+    ray_pin: Option<String>,
     /// Full Weave placement: co-located mode as an option and consolidation moves (jobs that
     /// run alone are paired into groups). A move re-admits the job from its last completed
     /// iteration under a new admission, so drivers must follow re-admissions (the Ray
@@ -180,6 +185,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                     poll: Duration::from_millis(500),
                     grace: Duration::from_secs_f64(args.ray_grace_s),
                     pending_limit: Duration::from_secs_f64(args.ray_pending_limit_s),
+                    pin: args.ray_pin.clone().filter(|p| p != "auto"),
                 };
                 let mut backend = weave_ray::RayBackend::new(client, shared.clone(), cfg);
                 // One round before serving: nodes Ray lacks are out of service before the

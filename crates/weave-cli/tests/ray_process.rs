@@ -84,8 +84,11 @@ fn run_e2e(pin: &str) {
     let data = state.join("data");
     // The checker runs the server itself (so it can kill and restart it mid-run), inside the
     // namespace on a fixed address the launched jobs are told.
+    // `labels` runs on auto (Ray 2.60 has label selectors, so the jobs choose them); the
+    // fallback is forced through the server.
+    let pin_flag = if pin == "resources" { " --ray-pin resources" } else { "" };
     let serve = format!(
-        "{} serve --backend ray --ray-address http://127.0.0.2:8265 --addr 127.0.0.2:7070 --tenants {} --data {}",
+        "{} serve --backend ray --ray-address http://127.0.0.2:8265 --addr 127.0.0.2:7070 --tenants {} --data {}{pin_flag}",
         env!("CARGO_BIN_EXE_weave"),
         tenants.display(),
         data.display()

@@ -23,6 +23,9 @@ pub struct BackendConfig {
     pub grace: Duration,
     /// See [`World::pending_limit_ms`].
     pub pending_limit: Duration,
+    /// How launched jobs pin their placement-group bundles (`WEAVE_RAY_PIN`: `labels` or
+    /// `resources`); `None` lets each job use label selectors where its Ray has them.
+    pub pin: Option<String>,
 }
 
 pub struct RayBackend {
@@ -195,7 +198,10 @@ impl RayBackend {
                         &self.shared.cfg.cluster,
                     )
                 };
-                let Some(body) = body else { return Ok(()) };
+                let Some(mut body) = body else { return Ok(()) };
+                if let Some(pin) = &self.cfg.pin {
+                    body["runtime_env"]["env_vars"]["WEAVE_RAY_PIN"] = serde_json::Value::String(pin.clone());
+                }
                 match self.client.submit(&body) {
                     Ok(()) => eprintln!("weave ray backend: launched {job} as {}", body["submission_id"]),
                     // Ray refused the submission itself (bad runtime environment, say): retrying

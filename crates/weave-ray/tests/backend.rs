@@ -107,6 +107,7 @@ fn backend(url: &str, s: &Arc<Shared>) -> RayBackend {
         poll: Duration::from_millis(10),
         grace: Duration::ZERO,
         pending_limit: Duration::from_secs(600),
+        pin: None,
     };
     RayBackend::new(RayClient::new(url).unwrap(), s.clone(), cfg)
 }
