@@ -126,7 +126,7 @@ def main():
     client = env.client()
     # Each phase also says how the job's bundles were pinned (the checker holds it to that).
     gate = PhaseGate(client, env.job, start_iteration=env.resume_from,
-                     meta_fn=lambda out: dict(meta_of(out), pinned_by=env.pinned_by))
+                     meta_fn=lambda phase, out: dict(meta_of(phase, out), pinned_by=env.pinned_by))
     gate.wrap(rollout_wg, generate="generate_sequences", update="update_actor", update_obj=actor_wg)
     version = env.resume_from
     with client.keepalive(env.job, interval_s=1.0):

@@ -217,7 +217,7 @@ class PhaseGate:
         client: WeaveClient,
         job: str,
         start_iteration: int = 0,
-        meta_fn: Optional[Callable[[Any], Dict[str, Any]]] = None,
+        meta_fn: Optional[Callable[[str, Any], Dict[str, Any]]] = None,
     ) -> None:
         self.client = client
         self.job = job

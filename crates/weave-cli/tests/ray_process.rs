@@ -62,7 +62,8 @@ fn run_e2e(pin: &str) {
     }
     assert!(check.status.success(), "ray-local.sh check: {}", String::from_utf8_lossy(&check.stderr));
 
-    let id = format!("{}-{pin}", std::process::id());
+    // Short: Ray's Unix socket paths live under this directory and must stay below 108 bytes.
+    let id = format!("{}{}", std::process::id(), &pin[..1]);
     let state = std::env::temp_dir().join(format!("weave-ray-e2e-{id}"));
     let _ = std::fs::remove_dir_all(&state);
     std::fs::create_dir_all(state.join("checkpoints")).unwrap();
