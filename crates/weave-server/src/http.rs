@@ -161,6 +161,7 @@ async fn submit(
         return Err(ApiError::new(StatusCode::FORBIDDEN, "a job token cannot submit jobs"));
     }
     let spec = json_body(body)?;
+    spec.check_limits().map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.to_string()))?;
     {
         // Another tenant's job of the same name: refuse without revealing whose it is.
         let g = s.lock();

@@ -137,6 +137,44 @@ impl SubmitSpec {
     }
 }
 
+/// Limits on what a new submission may ask for. They are checked when a job is submitted
+/// (`SubmitSpec::check_limits`), not when records are replayed: a store written before a
+/// limit existed still opens.
+pub mod limits {
+    /// Iterations a job may run, and the checkpoint it may resume from.
+    pub const MAX_ITERATIONS: u64 = 1_000_000_000;
+    /// A declared phase duration, seconds (a week).
+    pub const MAX_PHASE_S: f64 = 7.0 * 24.0 * 3600.0;
+    /// The largest allowed slowdown.
+    pub const MAX_SLO: f64 = 100.0;
+}
+
+impl SubmitSpec {
+    /// What a new submission must satisfy beyond being well-formed, each refusal naming its
+    /// field: ids start with a letter or digit (so `.` and `..` are not ids), counts and
+    /// durations stay within [`limits`].
+    pub fn check_limits(&self) -> Result<(), PlaneError> {
+        let bad = |field: &str, reason: String| Err(PlaneError::Invalid { field: field.into(), reason });
+        if !self.id.chars().next().is_some_and(|c| c.is_ascii_alphanumeric()) {
+            return bad("id", "must start with a letter or a digit".into());
+        }
+        for (field, v) in [("iterations", self.iterations), ("resume_from", self.resume_from)] {
+            if v.is_some_and(|n| n > limits::MAX_ITERATIONS) {
+                return bad(field, format!("at most {}", limits::MAX_ITERATIONS));
+            }
+        }
+        for (field, v) in [("rollout_s", self.rollout_s), ("train_s", self.train_s)] {
+            if v.is_some_and(|t| !(t.is_finite() && t > 0.0 && t <= limits::MAX_PHASE_S)) {
+                return bad(field, format!("seconds in (0, {}]", limits::MAX_PHASE_S));
+            }
+        }
+        if self.slo.is_some_and(|v| !(v.is_finite() && (1.0..=limits::MAX_SLO).contains(&v))) {
+            return bad("slo", format!("an allowed slowdown in [1, {}]", limits::MAX_SLO));
+        }
+        Ok(())
+    }
+}
+
 /// One durable input.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "op", rename_all = "snake_case")]

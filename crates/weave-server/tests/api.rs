@@ -97,6 +97,20 @@ fn malformed_and_oversized_bodies_are_refused_clearly() {
     assert!(st == 400 && msg.contains("`id`"), "{st} {msg}");
     let (st, msg) = post(json!({ "id": "x", "type": "7B_8k", "iterations": 3, "resume_from": 3 }).to_string());
     assert!(st == 400 && msg.contains("resume_from"), "{st} {msg}");
+    // Limits on new submissions, each naming its field: `.` and `..` are not ids, a checkpoint
+    // near 2^64 does not wrap, phase times and SLOs stay plausible.
+    for (bad, field) in [
+        (json!({ "id": ".", "type": "7B_8k" }), "`id`"),
+        (json!({ "id": "..", "type": "7B_8k" }), "`id`"),
+        (json!({ "id": "x", "type": "7B_8k", "resume_from": u64::MAX - 1 }), "`resume_from`"),
+        (json!({ "id": "x", "type": "7B_8k", "iterations": 2_000_000_000u64 }), "`iterations`"),
+        (json!({ "id": "x", "type": "7B_8k", "rollout_s": 1e12, "train_s": 10.0 }), "`rollout_s`"),
+        (json!({ "id": "x", "type": "7B_8k", "rollout_s": 10.0, "train_s": 0.0 }), "`train_s`"),
+        (json!({ "id": "x", "type": "7B_8k", "slo": 1e9 }), "`slo`"),
+    ] {
+        let (st, msg) = post(bad.to_string());
+        assert!(st == 400 && msg.contains(field), "{bad}: {st} {msg}");
+    }
     let huge = json!({ "id": "x", "type": "7B_8k", "algorithm": "a".repeat(40_000) }).to_string();
     let (st, _) = post(huge);
     assert_eq!(st, 413);

@@ -30,6 +30,13 @@ impl Store {
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         let open_err =
             |e: &dyn std::fmt::Display| StoreError::Open { path: path.display().to_string(), message: e.to_string() };
+        // The store holds submissions and launch environments: only its owner reads it. A new
+        // file is created 0600 before redb fills it; an older store is narrowed to 0600.
+        {
+            use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+            std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path).map_err(|e| open_err(&e))?;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|e| open_err(&e))?;
+        }
         let db = Database::create(path).map_err(|e| open_err(&e))?;
         let tx = db.begin_write().map_err(db_err)?;
         tx.open_table(LOG).map_err(db_err)?;
@@ -108,5 +115,26 @@ mod tests {
         assert_eq!(recs, ["r0", "r1", "r2", "r3", "r4", "r5"]);
         let bad: Result<Vec<u32>, _> = s.records();
         assert!(matches!(bad, Err(StoreError::Corrupt { seq: 0, .. })));
+    }
+}
+
+#[cfg(test)]
+mod permission_tests {
+    use super::Store;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_store_file_is_readable_by_its_owner_only() {
+        let dir = std::env::temp_dir().join(format!("weave-store-perm-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("weave.redb");
+        Store::open(&path).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        // An older store made 0644 is narrowed when opened.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        Store::open(&path).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
