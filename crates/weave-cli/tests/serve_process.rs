@@ -299,3 +299,42 @@ print(c.job("run-1")["job"]["state"], weave_client.__file__)
     assert!(text.starts_with("completed "), "{text}");
     assert!(text.contains("site-packages"), "not the installed package: {text}");
 }
+
+/// SIGTERM answers a parked long-poll at once ("waiting", with the reason) instead of holding
+/// the shutdown for the rest of its wait; the server then exits cleanly.
+#[test]
+fn sigterm_answers_parked_long_polls() {
+    let d = dir("term");
+    let (mut child, url) = serve(&d);
+    let c = client();
+    for id in ["p1", "p2"] {
+        // Short declared phases: the two share one rollout node.
+        let spec = serde_json::json!({ "id": id, "type": "3B_4k", "iterations": 2, "rollout_s": 50, "train_s": 200, "slo": 2.0 });
+        let r = c.post(format!("{url}/v1/jobs")).bearer_auth(TOKEN).json(&spec).send().unwrap();
+        assert_eq!(r.status(), 201);
+    }
+    let start = |job: &str, wait: u32| format!("{url}/v1/jobs/{job}/phases/rollout/0/start?wait_s={wait}");
+    assert_eq!(c.post(start("p1", 0)).bearer_auth(TOKEN).send().unwrap().status(), 200);
+    // p2 waits for the shared node: its long-poll parks for up to 25 s.
+    let parked = {
+        let url = start("p2", 25);
+        std::thread::spawn(move || {
+            let r = reqwest::blocking::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .build()
+                .unwrap()
+                .post(url)
+                .bearer_auth(TOKEN)
+                .send()
+                .unwrap();
+            (r.status().as_u16(), r.json::<serde_json::Value>().unwrap())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let term = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(term.success());
+    let (status, body) = parked.join().unwrap();
+    assert_eq!(status, 202, "{body}");
+    assert!(body["reason"].as_str().unwrap_or_default().contains("shutting down"), "{body}");
+    assert!(child.wait().unwrap().success(), "a clean exit on SIGTERM");
+}

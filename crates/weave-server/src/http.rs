@@ -246,11 +246,15 @@ async fn phase_start(
             let body = json!({ "status": "granted", "job": name, "phase": phase_name(phase), "iteration": iteration });
             return Ok((StatusCode::OK, Json(body)));
         }
+        let closing = || s.closing.load(std::sync::atomic::Ordering::SeqCst);
         match tokio::time::timeout_at(deadline, rx.changed()).await {
-            Ok(Ok(())) => continue,
+            Ok(Ok(())) if !closing() => continue,
             _ => {
-                let body =
+                let mut body =
                     json!({ "status": "waiting", "job": name, "phase": phase_name(phase), "iteration": iteration });
+                if closing() {
+                    body["reason"] = json!("the server is shutting down: ask again after it restarts");
+                }
                 return Ok((StatusCode::ACCEPTED, Json(body)));
             }
         }

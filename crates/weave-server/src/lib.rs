@@ -32,5 +32,13 @@ pub async fn serve(
             let _ = tokio::task::spawn_blocking(move || r.expire_heartbeats()).await;
         }
     });
+    // On shutdown, parked long-polls are answered at once ("waiting": the client asks again,
+    // after the restart) instead of holding the graceful shutdown for their whole wait.
+    let closing = shared.clone();
+    let shutdown = async move {
+        shutdown.await;
+        closing.closing.store(true, std::sync::atomic::Ordering::SeqCst);
+        closing.changed.send_modify(|v| *v += 1);
+    };
     axum::serve(listener, http::router(shared)).with_graceful_shutdown(shutdown).await
 }

@@ -81,6 +81,8 @@ pub struct Shared {
     pub changed: watch::Sender<u64>,
     /// Mints and checks the tokens of jobs an execution backend launches.
     pub job_tokens: JobTokens,
+    /// Set when the server starts shutting down: long-polls answer at once.
+    pub closing: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -119,6 +121,7 @@ impl Shared {
             offset_us,
             changed,
             job_tokens,
+            closing: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
