@@ -31,9 +31,41 @@ impl TraceArgs {
 }
 
 pub fn read_trace(path: &Path, format: Option<Format>, opts: &ReadOptions) -> Result<Trace> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read trace {}", path.display()))?;
-    let format = format.unwrap_or_else(|| weave_trace::detect_format(&text));
-    Ok(weave_trace::parse(&text, format, &path.display().to_string(), opts)?)
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read trace {}", path.display()))?;
+    let text = utf8(&bytes).map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))?;
+    let format = format.unwrap_or_else(|| weave_trace::detect_format(text));
+    let trace = weave_trace::parse(text, format, &path.display().to_string(), opts)?;
+    within_replay_bound(&trace, path)?;
+    Ok(trace)
+}
+
+/// The text, or where it stops being UTF-8: `LINE: byte N of the line (offset M): ...`.
+fn utf8(bytes: &[u8]) -> std::result::Result<&str, String> {
+    std::str::from_utf8(bytes).map_err(|e| {
+        let at = e.valid_up_to();
+        let line_start = bytes[..at].iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        let line = bytes[..at].iter().filter(|b| **b == b'\n').count() + 1;
+        format!("{line}: not UTF-8 at byte {} of the line (offset {at} of the file)", at - line_start + 1)
+    })
+}
+
+/// Iterations a replayed job may run: a bound against traces that would replay for hours with
+/// no end in sight (the wild trace's longest job runs ~11,000).
+pub const MAX_REPLAY_ITERATIONS: u64 = 10_000_000;
+
+fn within_replay_bound(trace: &Trace, path: &Path) -> Result<()> {
+    for j in &trace.jobs {
+        if let weave_core::Lifetime::Iterations(n) = j.lifetime {
+            if n > MAX_REPLAY_ITERATIONS {
+                anyhow::bail!(
+                    "{}: job `{}`: `iterations` {n} is more than a replay runs ({MAX_REPLAY_ITERATIONS} per job)",
+                    path.display(),
+                    j.name
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The cluster from `--cluster FILE`, or the built-in testbed.

@@ -402,3 +402,17 @@ fn drift_experiment_runs() {
     // 5 drift scenarios x failures off/on x 3 re-grouping policies.
     assert_eq!(v.as_array().unwrap().len(), 30);
 }
+
+#[test]
+fn traces_that_are_not_utf8_or_absurd_are_refused_with_where() {
+    let bad = temp_file("bad-utf8.jsonl", "");
+    std::fs::write(&bad, b"{\"id\":\"a\",\"arrival_s\":0,\"type\":\"7B_8k\",\"iterations\":3}\n{\"id\":\"b\xff\"}\n")
+        .unwrap();
+    let o = weave(&["simulate", "--trace", bad.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains(":2: not UTF-8 at byte 9 of the line"), "{}", stderr(&o));
+    let big = temp_file("big.jsonl", "{\"id\":\"a\",\"arrival_s\":0,\"type\":\"7B_8k\",\"iterations\":1000000000}\n");
+    let o = weave(&["simulate", "--trace", big.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("`iterations` 1000000000 is more than a replay runs"), "{}", stderr(&o));
+}
