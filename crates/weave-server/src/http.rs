@@ -174,7 +174,12 @@ async fn submit(
     commit(&s, move |time_us| Record::Submit { time_us, tenant, job: spec }).await?;
     let g = s.lock();
     let j = g.plane.job(&name).expect("just admitted");
-    let decision = j.decision.clone();
+    // The decision names the group's other members and their predicted slowdowns: a tenant
+    // sees only its own job's line.
+    let mut decision = j.decision.clone();
+    if let Some(d) = decision.as_mut() {
+        d.slowdowns.retain(|(id, _)| *id == j.id);
+    }
     Ok((StatusCode::CREATED, Json(json!({ "job": view(j), "decision": decision }))))
 }
 

@@ -140,6 +140,10 @@ fn the_gate_enforces_the_barrier_and_interleaves_two_jobs() {
     let (st, b) = submit(&s, ALICE, spec("g2", 2));
     assert_eq!(st, 201);
     assert_eq!(b["decision"]["kind"], "direct", "{b}");
+    // The decision shows only the submitter's own predicted slowdown, not its partners'.
+    let lines = b["decision"]["slowdowns"].as_array().unwrap();
+    assert_eq!(lines.len(), 1, "{b}");
+    assert_eq!(lines[0][0], b["job"]["uid"], "{b}");
     // Training before rollout breaks the barrier: 409 with the reason.
     let (st, v) = start_phase(&s, ALICE, "g1", "train", 0, 0.0);
     assert_eq!(st, 409);
