@@ -92,8 +92,10 @@ class WeaveClient:
     def cancel(self, job_id: str) -> JSON:
         return self._request("DELETE", f"/v1/jobs/{job_id}")[1]
 
-    def events(self) -> List[JSON]:
-        return self._request("GET", "/v1/events")[1]
+    def events(self, after: Optional[int] = None, limit: Optional[int] = None) -> List[JSON]:
+        """Events this token may see; ``after`` (the last ``seq`` seen) and ``limit`` page them."""
+        query = "&".join(f"{k}={v}" for k, v in (("after", after), ("limit", limit)) if v is not None)
+        return self._request("GET", "/v1/events" + (f"?{query}" if query else ""))[1]
 
     def heartbeat(self, job_id: str) -> JSON:
         return self._request("POST", f"/v1/jobs/{job_id}/heartbeat", retry=True)[1]

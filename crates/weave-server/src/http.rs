@@ -197,8 +197,26 @@ async fn show_job(
     let c = caller(&s, &headers)?;
     let v = visible(&s, &c, &name)?;
     let g = s.lock();
-    let history: Vec<_> = g.plane.events().iter().filter(|e| e.job == name).cloned().collect();
+    let since = admission_start(&g.plane, &c, &name);
+    let history: Vec<_> = g.plane.events().iter().filter(|e| e.job == name && e.seq >= since).cloned().collect();
     Ok(Json(json!({ "job": v, "history": history })))
+}
+
+/// Where a caller's view of a job's history begins: a job token drives one admission and
+/// sees only that admission's events; tenant and admin tokens see the job's whole history.
+fn admission_start(plane: &crate::plane::Plane, c: &Caller, name: &str) -> u64 {
+    if c.job.is_none() {
+        return 0;
+    }
+    plane.events().iter().rev().find(|e| e.job == name && e.kind == "admitted").map_or(0, |e| e.seq)
+}
+
+#[derive(Deserialize)]
+struct EventsQuery {
+    /// Only events with a larger sequence number (a cursor: the last `seq` seen).
+    after: Option<u64>,
+    /// At most this many events.
+    limit: Option<usize>,
 }
 
 async fn cancel_job(
@@ -379,18 +397,25 @@ async fn cluster(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<
     })))
 }
 
-async fn events(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<Json<serde_json::Value>> {
+async fn events(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Query(q): Query<EventsQuery>,
+) -> ApiResult<Json<serde_json::Value>> {
     let c = caller(&s, &headers)?;
     let g = s.lock();
-    let visible: Vec<_> = g
-        .plane
-        .events()
+    let since = c.job.as_deref().map_or(0, |name| admission_start(&g.plane, &c, name));
+    // Sequence numbers are positions in the event list: a cursor skips straight to it.
+    let from = q.after.map_or(0, |a| (a as usize).saturating_add(1)).min(g.plane.events().len());
+    let visible: Vec<_> = g.plane.events()[from..]
         .iter()
+        .filter(|e| e.seq >= since)
         .filter(|e| match g.plane.job(&e.job) {
             Some(j) => c.may_see(&j.tenant, &j.name),
             // Node events belong to no job: operators see them.
             None => e.job.is_empty() && c.admin,
         })
+        .take(q.limit.unwrap_or(usize::MAX))
         .cloned()
         .collect();
     Ok(Json(json!(visible)))

@@ -329,3 +329,40 @@ fn the_grafana_dashboard_queries_only_exported_metrics() {
     // The phase-wait summary counts the grant it just made.
     assert!(metrics.contains("weave_phase_wait_seconds_count{phase=\"rollout\"} 1"), "{metrics}");
 }
+
+/// A job token sees only its own admission's history; `/v1/events` pages by cursor.
+#[test]
+fn job_tokens_see_their_admission_and_events_page_by_cursor() {
+    let dir = temp_dir("history");
+    let s = TestServer::start(dir.clone(), Duration::from_secs(60));
+    let c = client();
+    assert_eq!(submit(&s, ALICE, spec("r1", 4)).0, 201);
+    assert_eq!(start_phase(&s, ALICE, "r1", "rollout", 0, 0.0).0, 200);
+    assert_eq!(finish_phase(&s, ALICE, "r1", "rollout", 0, 1.0).0, 200);
+    assert_eq!(c.delete(s.url("/v1/jobs/r1")).bearer_auth(ALICE).send().unwrap().status(), 200);
+    let (st, again) = submit(&s, ALICE, spec("r1", 4));
+    assert_eq!(st, 201);
+    let uid = again["job"]["uid"].as_u64().unwrap() as u32;
+    let tokens = weave_server::auth::JobTokens::load_or_create(&dir.join("job-token.key")).unwrap();
+    let token = tokens.token("alice", "r1", uid);
+    let (_, tenant_view) = body(c.get(s.url("/v1/jobs/r1")).bearer_auth(ALICE).send().unwrap());
+    let (st, job_view) = body(c.get(s.url("/v1/jobs/r1")).bearer_auth(&token).send().unwrap());
+    assert_eq!(st, 200, "{job_view}");
+    let kinds = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(kinds(&tenant_view["history"]).iter().filter(|k| *k == "admitted").count(), 2);
+    assert_eq!(kinds(&job_view["history"]).first().map(String::as_str), Some("admitted"));
+    assert!(!kinds(&job_view["history"]).contains(&"cancelled".to_string()), "{job_view}");
+    let (_, events) = body(c.get(s.url("/v1/events")).bearer_auth(&token).send().unwrap());
+    assert_eq!(kinds(&events), kinds(&job_view["history"]));
+    // Pages: after a cursor, at most `limit`.
+    let (_, all) = body(c.get(s.url("/v1/events")).bearer_auth(ALICE).send().unwrap());
+    let all = all.as_array().unwrap().clone();
+    let first = all[0]["seq"].as_u64().unwrap();
+    let (_, page) = body(c.get(s.url(&format!("/v1/events?after={first}&limit=2"))).bearer_auth(ALICE).send().unwrap());
+    let page = page.as_array().unwrap();
+    assert_eq!(page.len(), 2);
+    assert_eq!(page[0], all[1]);
+    assert_eq!(page[1], all[2]);
+}
