@@ -84,7 +84,12 @@ pub fn document() -> Value {
             "/v1/groups": { "get": { "summary": "Groups holding the caller's jobs", "security": auth, "responses": { "200": ok("groups"), "401": err() } } },
             "/v1/nodes": { "get": { "summary": "Nodes with their groups and cached state (admin)", "security": auth, "responses": { "200": ok("nodes"), "401": err(), "403": err() } } },
             "/v1/cluster": { "get": { "summary": "Cluster inventory and cost", "security": auth, "responses": { "200": ok("cluster"), "401": err() } } },
-            "/v1/events": { "get": { "summary": "Grants, finishes and job endings visible to the caller", "security": auth, "responses": { "200": ok("events"), "401": err() } } }
+            "/v1/events": { "get": { "summary": "Grants, finishes and job endings visible to the caller, paged by cursor", "security": auth,
+                "parameters": [
+                    { "name": "after", "in": "query", "description": "only events with a larger seq", "schema": { "type": "integer", "minimum": 0 } },
+                    { "name": "limit", "in": "query", "description": "at most this many", "schema": { "type": "integer", "minimum": 0 } }
+                ],
+                "responses": { "200": ok("events"), "400": err(), "401": err() } } }
         }
     })
 }
