@@ -338,3 +338,94 @@ fn sigterm_answers_parked_long_polls() {
     assert!(body["reason"].as_str().unwrap_or_default().contains("shutting down"), "{body}");
     assert!(child.wait().unwrap().success(), "a clean exit on SIGTERM");
 }
+
+/// The disk fills up under the server and is freed again: writes are refused with 503 and
+/// `/readyz` says why, nothing is half-applied, and writes resume without a restart; a
+/// restart then finds every acknowledged job.
+#[test]
+#[ignore = "needs root to mount a small tmpfs: .ci/run runs it with --ignored"]
+fn a_full_disk_refuses_writes_and_recovers_when_freed() {
+    let d = dir("diskfull");
+    let mnt = d.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"]).arg(&mnt).status();
+    if !mounted.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    }
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(mnt.clone());
+    let data = mnt.join("data");
+    let start = |data: &Path| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_weave"))
+            .args(["serve", "--addr", "127.0.0.1:0", "--heartbeat-timeout-s", "600"])
+            .arg("--data")
+            .arg(data)
+            .arg("--tenants")
+            .arg(tenants(&d))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        (Server(child), format!("http://{}", line.trim().strip_prefix("listening ").unwrap()))
+    };
+    let (server, url) = start(&data);
+    let c = client();
+    // Big submissions (a 40 KB launch environment) make the store grow.
+    let job = |id: &str| {
+        let env: serde_json::Map<String, serde_json::Value> =
+            (0..40).map(|i| (format!("PAD_{i}"), serde_json::Value::String("x".repeat(1000)))).collect();
+        serde_json::json!({ "id": id, "type": "3B_4k", "iterations": 2, "launch": { "entrypoint": "true", "env": env } })
+    };
+    let submit =
+        |id: &str| c.post(format!("{url}/v1/jobs")).bearer_auth(TOKEN).json(&job(id)).send().unwrap().status().as_u16();
+    let ready = || c.get(format!("{url}/readyz")).send().unwrap().status().as_u16();
+    assert_eq!(submit("before"), 201);
+    assert_eq!(ready(), 200);
+    // Fill the file system.
+    let filler = mnt.join("filler");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let block = vec![0u8; 64 * 1024];
+        while f.write_all(&block).is_ok() {}
+        let _ = f.sync_all();
+    }
+    let mut refused = None;
+    let mut acked = vec!["before".to_string()];
+    for i in 0..40 {
+        let id = format!("full-{i}");
+        match submit(&id) {
+            201 => acked.push(id),
+            st => {
+                refused = Some(st);
+                break;
+            }
+        }
+    }
+    assert_eq!(refused, Some(503), "a write on a full disk is refused as unavailable");
+    assert_eq!(ready(), 503);
+    assert_eq!(c.get(format!("{url}/healthz")).send().unwrap().status().as_u16(), 200, "alive, not ready");
+    // Free the space: the next write goes through, no restart.
+    std::fs::remove_file(&filler).unwrap();
+    assert_eq!(submit("after"), 201);
+    acked.push("after".into());
+    assert_eq!(ready(), 200);
+    drop(server);
+    // Every acknowledged job is there after a restart, nothing else.
+    let (_server, url) = start(&data);
+    let list: serde_json::Value =
+        client().get(format!("{url}/v1/jobs")).bearer_auth(TOKEN).send().unwrap().json().unwrap();
+    let mut names: Vec<String> =
+        list.as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap().to_string()).collect();
+    names.sort();
+    acked.sort();
+    assert_eq!(names, acked);
+}

@@ -41,7 +41,10 @@ impl From<ServeError> for ApiError {
             ServeError::Plane(PlaneError::Duplicate(_) | PlaneError::Conflict { .. } | PlaneError::Placement(_)) => {
                 StatusCode::CONFLICT
             }
-            ServeError::Store(_) | ServeError::Recovery { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+            // The disk refused the write: nothing changed; the client may retry once the store
+            // is ready again (`/readyz`).
+            ServeError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ServeError::Recovery { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         };
         ApiError::new(status, e.to_string())
     }
@@ -421,6 +424,15 @@ async fn events(
     Ok(Json(json!(visible)))
 }
 
+/// Ready to take writes: 503 with the reason while the store's last write failed (the
+/// process itself is alive: `/healthz`).
+async fn readyz(State(s): State<Arc<Shared>>) -> (StatusCode, Json<serde_json::Value>) {
+    match s.lock().store_ready() {
+        Ok(()) => (StatusCode::OK, Json(json!({ "status": "ready" }))),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "not ready", "reason": why }))),
+    }
+}
+
 async fn healthz() -> Json<serde_json::Value> {
     Json(json!({ "status": "ok" }))
 }
@@ -461,6 +473,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
     let limit = shared.cfg.max_body_bytes;
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
         .route("/status", get(status_page))

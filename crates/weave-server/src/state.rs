@@ -72,6 +72,13 @@ pub struct Inner {
     pub heartbeats: BTreeMap<String, Instant>,
 }
 
+impl Inner {
+    /// Whether the store takes writes (see `weave_store::Store::ready`).
+    pub fn store_ready(&self) -> Result<(), String> {
+        self.store.ready()
+    }
+}
+
 pub struct Shared {
     pub cfg: ServerConfig,
     pub inner: Mutex<Inner>,
@@ -180,8 +187,14 @@ impl Shared {
         };
         for job in stale {
             let reason = format!("no heartbeat for {:.1} s", timeout.as_secs_f64());
-            let _ = self.commit(|time_us| Record::Fail { time_us, job: job.clone(), reason });
-            self.lock().heartbeats.remove(&job);
+            // A fail record the disk refused is tried again on the next round: the job stays
+            // tracked until its failure is durable (or it ended some other way).
+            match self.commit(|time_us| Record::Fail { time_us, job: job.clone(), reason }) {
+                Err(ServeError::Store(_)) => {}
+                _ => {
+                    self.lock().heartbeats.remove(&job);
+                }
+            }
         }
     }
 }

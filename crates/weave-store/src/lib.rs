@@ -5,7 +5,7 @@
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{de::DeserializeOwned, Serialize};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
@@ -21,13 +21,22 @@ pub enum StoreError {
 }
 
 pub struct Store {
-    db: Database,
+    path: PathBuf,
+    /// `None` after a failed write until the store is opened again.
+    db: Option<Database>,
     next: u64,
+    /// Why the last write failed, while the store has not recovered.
+    failed: Option<String>,
 }
 
 impl Store {
     /// Opens (or creates) the store at `path`.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let (db, next) = Self::open_db(path)?;
+        Ok(Store { path: path.to_path_buf(), db: Some(db), next, failed: None })
+    }
+
+    fn open_db(path: &Path) -> Result<(Database, u64), StoreError> {
         let open_err =
             |e: &dyn std::fmt::Display| StoreError::Open { path: path.display().to_string(), message: e.to_string() };
         // The store holds submissions and launch environments: only its owner reads it. A new
@@ -47,17 +56,55 @@ impl Store {
             let last = t.last().map_err(db_err)?;
             last.map(|(k, _)| k.value() + 1).unwrap_or(0)
         };
-        Ok(Store { db, next })
+        Ok((db, next))
+    }
+
+    /// Whether the last write succeeded (a failed one leaves the store not ready until a
+    /// later write finds it working again).
+    pub fn ready(&self) -> Result<(), String> {
+        match &self.failed {
+            Some(why) => Err(why.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// After a failed write the database may refuse every later one (redb remembers the I/O
+    /// error): open it again. Nothing acknowledged is lost: a failed write was never
+    /// acknowledged, and the log must end where the caller believes it does.
+    fn recover(&mut self) -> Result<(), StoreError> {
+        if self.db.is_some() && self.failed.is_none() {
+            return Ok(());
+        }
+        self.db = None;
+        let (db, next) = Self::open_db(&self.path)?;
+        if next != self.next {
+            return Err(StoreError::Db(format!(
+                "after a failed write the log ends at record {next}, not {}: restart to replay it",
+                self.next
+            )));
+        }
+        self.db = Some(db);
+        Ok(())
     }
 
     /// Appends one record; durable when this returns `Ok`. Returns its sequence number.
     pub fn append<T: Serialize>(&mut self, record: &T) -> Result<u64, StoreError> {
         let bytes = serde_json::to_vec(record).map_err(db_err)?;
+        let written = self.recover().and_then(|()| self.write(&bytes));
+        match &written {
+            Ok(_) => self.failed = None,
+            Err(e) => self.failed = Some(e.to_string()),
+        }
+        written
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<u64, StoreError> {
         let seq = self.next;
-        let tx = self.db.begin_write().map_err(db_err)?;
+        let db = self.db.as_ref().ok_or_else(|| StoreError::Db("the store is not open".into()))?;
+        let tx = db.begin_write().map_err(db_err)?;
         {
             let mut t = tx.open_table(LOG).map_err(db_err)?;
-            t.insert(seq, bytes.as_slice()).map_err(db_err)?;
+            t.insert(seq, bytes).map_err(db_err)?;
         }
         tx.commit().map_err(db_err)?;
         self.next += 1;
@@ -66,7 +113,8 @@ impl Store {
 
     /// Every record, in append order.
     pub fn records<T: DeserializeOwned>(&self) -> Result<Vec<T>, StoreError> {
-        let rtx = self.db.begin_read().map_err(db_err)?;
+        let db = self.db.as_ref().ok_or_else(|| StoreError::Db("the store is not open".into()))?;
+        let rtx = db.begin_read().map_err(db_err)?;
         let t = rtx.open_table(LOG).map_err(db_err)?;
         let mut out = Vec::new();
         for row in t.iter().map_err(db_err)? {
