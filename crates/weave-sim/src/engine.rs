@@ -754,7 +754,14 @@ impl<'a> Engine<'a> {
             self.queue.push(self.now, CLASS_OTHER, ev);
         }
         self.record_nodes();
-        // Fixed pools: released nodes may let waiting jobs in, oldest first.
+        // Fixed pools: released nodes may let waiting jobs in, oldest first; in the middle of
+        // a consolidation move they are the mover's until it is placed again.
+        if !self.consolidating {
+            self.admit_waiting();
+        }
+    }
+
+    fn admit_waiting(&mut self) {
         while let Some(&next) = self.waiting.front() {
             if self.admit(next).is_err() {
                 break;
@@ -948,12 +955,23 @@ impl Engine<'_> {
     /// placed at the target; if the target no longer takes it, admission decides.
     fn carry_out(&mut self, m: Move, movable: &Movable) {
         let i = m.job.0 as usize;
+        // Only jobs that run alone move: if the target no longer takes it (fixed pools can be
+        // short of a new block), it goes back to running alone on the nodes it just freed,
+        // never to the queue.
+        let alone_as = match self.states[i].as_ref().and_then(|s| s.placed) {
+            Some(p) if p.colocated => Target::Colocated,
+            _ => Target::Isolated,
+        };
         self.consolidating = true;
         self.unplace(i);
-        if self.admit_at(i, Some(m.target)).is_err() && self.admit(i).is_err() {
+        let placed = self.admit_at(i, Some(m.target)).is_ok()
+            || self.admit_at(i, Some(alone_as)).is_ok()
+            || self.admit(i).is_ok();
+        if !placed {
             self.waiting.push_back(i);
         }
         self.consolidating = false;
+        self.admit_waiting();
         self.moved(i, movable);
     }
 
