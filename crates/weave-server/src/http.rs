@@ -437,9 +437,17 @@ async fn healthz() -> Json<serde_json::Value> {
     Json(json!({ "status": "ok" }))
 }
 
-async fn metrics(State(s): State<Arc<Shared>>) -> impl IntoResponse {
-    let text = crate::metrics::render(&s.lock().plane);
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+/// Prometheus text behind a token: an admin token sees the whole cluster; a tenant's token
+/// sees only its own jobs (counts by state), never other tenants' jobs, nodes or cost.
+async fn metrics(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<impl IntoResponse> {
+    let c = caller(&s, &headers)?;
+    let g = s.lock();
+    let text = if c.admin {
+        crate::metrics::render(&g.plane)
+    } else {
+        crate::metrics::render_tenant(&g.plane, &c.tenant, c.job.as_deref())
+    };
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text))
 }
 
 async fn openapi() -> Json<serde_json::Value> {

@@ -7,17 +7,29 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n");
 }
 
-/// Every metric the server exports (the Grafana dashboard under `deploy/` uses only these).
-pub fn render(plane: &Plane) -> String {
+fn jobs_by_state<'a>(out: &mut String, jobs: impl Iterator<Item = &'a crate::plane::JobEntry>) {
     let mut counts = std::collections::BTreeMap::new();
-    for j in plane.jobs() {
+    for j in jobs {
         *counts.entry(format!("{:?}", j.state).to_lowercase()).or_insert(0u64) += 1;
     }
-    let mut out = String::new();
-    family(&mut out, "weave_jobs", "gauge", "Jobs by state.");
+    family(out, "weave_jobs", "gauge", "Jobs by state.");
     for state in ["running", "completed", "cancelled", "failed"] {
         let _ = writeln!(out, "weave_jobs{{state=\"{state}\"}} {}", counts.get(state).copied().unwrap_or(0));
     }
+}
+
+/// What a tenant's token sees: its own jobs by state (a job token: that job's).
+pub fn render_tenant(plane: &Plane, tenant: &str, job: Option<&str>) -> String {
+    let mut out = String::new();
+    jobs_by_state(&mut out, plane.jobs().filter(|j| j.tenant == tenant && job.is_none_or(|n| n == j.name)));
+    out
+}
+
+/// Every metric the server exports (the Grafana dashboard under `deploy/` uses only these);
+/// for admin tokens.
+pub fn render(plane: &Plane) -> String {
+    let mut out = String::new();
+    jobs_by_state(&mut out, plane.jobs());
     let (r, t) = plane.placer().nodes_in_use();
     family(&mut out, "weave_nodes_in_use", "gauge", "Nodes held per pool.");
     let _ = write!(out, "weave_nodes_in_use{{pool=\"rollout\"}} {r}\nweave_nodes_in_use{{pool=\"training\"}} {t}\n");

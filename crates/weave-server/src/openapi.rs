@@ -57,7 +57,7 @@ pub fn document() -> Value {
         },
         "paths": {
             "/healthz": { "get": { "summary": "Liveness", "responses": { "200": ok("ok") } } },
-            "/metrics": { "get": { "summary": "Prometheus metrics", "responses": { "200": { "description": "text exposition format" } } } },
+            "/metrics": { "get": { "summary": "Prometheus metrics: the cluster for an admin token, a tenant's own jobs otherwise", "security": auth, "responses": { "200": { "description": "text exposition format" }, "401": err() } } },
             "/openapi.json": { "get": { "summary": "This document", "responses": { "200": ok("OpenAPI 3") } } },
             "/status": { "get": { "summary": "Read-only status page (HTML); token as header or ?token=", "security": auth, "responses": { "200": { "description": "HTML" }, "401": err() } } },
             "/v1/jobs": {

@@ -11,12 +11,20 @@ fn spec(id: &str, iterations: u64) -> serde_json::Value {
 }
 
 #[test]
-fn health_metrics_openapi_need_no_token() {
+fn health_and_openapi_need_no_token_and_metrics_are_per_tenant() {
     let s = TestServer::start(temp_dir("open"), Duration::from_secs(60));
     let c = client();
     assert_eq!(c.get(s.url("/healthz")).send().unwrap().status(), 200);
-    let m = c.get(s.url("/metrics")).send().unwrap().text().unwrap();
-    assert!(m.contains("weave_jobs{state=\"running\"} 0"), "{m}");
+    // /metrics needs a token: an admin sees the cluster, a tenant only its own jobs.
+    assert_eq!(c.get(s.url("/metrics")).send().unwrap().status(), 401);
+    assert_eq!(submit(&s, ALICE, spec("m1", 2)).0, 201);
+    let m = c.get(s.url("/metrics")).bearer_auth(OPS).send().unwrap().text().unwrap();
+    assert!(m.contains("weave_jobs{state=\"running\"} 1") && m.contains("weave_hourly_cost_dollars"), "{m}");
+    let bob = c.get(s.url("/metrics")).bearer_auth(BOB).send().unwrap().text().unwrap();
+    assert!(bob.contains("weave_jobs{state=\"running\"} 0"), "{bob}");
+    assert!(!bob.contains("weave_hourly_cost_dollars") && !bob.contains("weave_nodes_in_use"), "{bob}");
+    let alice = c.get(s.url("/metrics")).bearer_auth(ALICE).send().unwrap().text().unwrap();
+    assert!(alice.contains("weave_jobs{state=\"running\"} 1"), "{alice}");
     let (st, doc) = body(c.get(s.url("/openapi.json")).send().unwrap());
     assert_eq!(st, 200);
     assert_eq!(doc["openapi"], "3.0.3");
@@ -299,7 +307,7 @@ fn the_grafana_dashboard_queries_only_exported_metrics() {
     assert_eq!(submit(&s, ALICE, spec("d1", 1)).0, 201);
     assert_eq!(start_phase(&s, ALICE, "d1", "rollout", 0, 0.0).0, 200);
     assert_eq!(finish_phase(&s, ALICE, "d1", "rollout", 0, 1.0).0, 200);
-    let metrics = client().get(s.url("/metrics")).send().unwrap().text().unwrap();
+    let metrics = client().get(s.url("/metrics")).bearer_auth(OPS).send().unwrap().text().unwrap();
     let exported: std::collections::BTreeSet<&str> = metrics
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
