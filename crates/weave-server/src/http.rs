@@ -59,9 +59,9 @@ impl From<PlaneError> for ApiError {
 type ApiResult<T> = Result<T, ApiError>;
 
 /// Commits off the async workers: the durable append waits for the disk.
-async fn commit(s: &Arc<Shared>, make: impl FnOnce(u64) -> Record + Send + 'static) -> ApiResult<()> {
-    let s = s.clone();
-    match tokio::task::spawn_blocking(move || s.commit(make)).await {
+async fn commit(s: &Arc<Shared>, c: &Caller, make: impl FnOnce(u64) -> Record + Send + 'static) -> ApiResult<()> {
+    let (s, c) = (s.clone(), c.clone());
+    match tokio::task::spawn_blocking(move || s.commit_as(&c, make)).await {
         Ok(r) => r.map_err(ApiError::from),
         Err(e) => Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("commit task failed: {e}"))),
     }
@@ -174,7 +174,7 @@ async fn submit(
     }
     let name = spec.id.clone();
     let tenant = c.tenant.clone();
-    commit(&s, move |time_us| Record::Submit { time_us, tenant, job: spec }).await?;
+    commit(&s, &c, move |time_us| Record::Submit { time_us, tenant, job: spec }).await?;
     let g = s.lock();
     let j = g.plane.job(&name).expect("just admitted");
     // The decision names the group's other members and their predicted slowdowns: a tenant
@@ -230,7 +230,7 @@ async fn cancel_job(
     let c = caller(&s, &headers)?;
     visible(&s, &c, &name)?;
     let job = name.clone();
-    commit(&s, move |time_us| Record::Cancel { time_us, job }).await?;
+    commit(&s, &c, move |time_us| Record::Cancel { time_us, job }).await?;
     visible(&s, &c, &name).map(Json)
 }
 
@@ -310,7 +310,7 @@ async fn phase_finish(
     }
     let duration_us = (b.duration_s * 1e6).round() as u64;
     let job = name.clone();
-    commit(&s, move |time_us| Record::Finish { time_us, job, phase, iteration, duration_us, meta: b.meta }).await?;
+    commit(&s, &c, move |time_us| Record::Finish { time_us, job, phase, iteration, duration_us, meta: b.meta }).await?;
     visible(&s, &c, &name).map(Json)
 }
 

@@ -72,6 +72,25 @@ pub struct Inner {
     pub heartbeats: BTreeMap<String, Instant>,
 }
 
+/// Whether the job `rec` names is `c`'s to drive: a submission may not take another tenant's
+/// job name (refused without saying whose it is), and a report or cancel must name a job the
+/// caller sees.
+fn owned_by(plane: &Plane, c: &crate::Caller, rec: &Record) -> Result<(), PlaneError> {
+    match rec {
+        Record::Submit { job, .. } => match plane.job(&job.id) {
+            Some(j) if !c.may_see(&j.tenant, &j.name) => {
+                Err(PlaneError::Conflict { job: job.id.clone(), reason: "the job id is taken".into() })
+            }
+            _ => Ok(()),
+        },
+        Record::Cancel { job, .. } | Record::Finish { job, .. } | Record::Fail { job, .. } => match plane.job(job) {
+            Some(j) if c.may_see(&j.tenant, &j.name) => Ok(()),
+            _ => Err(PlaneError::NotFound(job.clone())),
+        },
+        _ => Ok(()),
+    }
+}
+
 impl Inner {
     /// Whether the store takes writes (see `weave_store::Store::ready`).
     pub fn store_ready(&self) -> Result<(), String> {
@@ -145,8 +164,26 @@ impl Shared {
 
     /// Check, make durable, apply; then wake waiters.
     pub fn commit(&self, make: impl FnOnce(u64) -> Record) -> Result<(), ServeError> {
+        self.commit_checked(None, make)
+    }
+
+    /// [`Shared::commit`] for a request: under the same lock as the write, the job the record
+    /// names must be the caller's (a job of the same name may have ended and been taken by
+    /// another tenant since the handler looked).
+    pub fn commit_as(&self, caller: &crate::Caller, make: impl FnOnce(u64) -> Record) -> Result<(), ServeError> {
+        self.commit_checked(Some(caller), make)
+    }
+
+    fn commit_checked(
+        &self,
+        caller: Option<&crate::Caller>,
+        make: impl FnOnce(u64) -> Record,
+    ) -> Result<(), ServeError> {
         let mut g = self.lock();
         let rec = make(self.now_us());
+        if let Some(c) = caller {
+            owned_by(&g.plane, c, &rec)?;
+        }
         g.plane.check(&rec)?;
         g.store.append(&rec)?;
         g.plane.apply_checked(&rec)?;

@@ -374,3 +374,35 @@ fn job_tokens_see_their_admission_and_events_page_by_cursor() {
     assert_eq!(page[0], all[1]);
     assert_eq!(page[1], all[2]);
 }
+
+/// The ownership check runs under the same lock as the write: a record naming another
+/// tenant's job is refused there, whatever a handler saw before.
+#[test]
+fn commits_check_ownership_under_the_write_lock() {
+    use weave_server::plane::{PlaneError, Record, SubmitSpec};
+    use weave_server::{Caller, ServeError, ServerConfig, Shared};
+    let cfg = ServerConfig {
+        data_dir: temp_dir("owner"),
+        tenants: tenants(),
+        cluster: weave_core::ClusterConfig::default(),
+        capacity: weave_server::Capacity::Elastic,
+        heartbeat_timeout: Duration::from_secs(60),
+        max_body_bytes: 16 * 1024,
+        max_wait: Duration::from_secs(5),
+        placement: Default::default(),
+    };
+    let s = Shared::open(cfg).unwrap();
+    let who = |tenant: &str| Caller { tenant: tenant.into(), admin: false, job: None };
+    let job: SubmitSpec = serde_json::from_value(spec("own", 2)).unwrap();
+    let submit =
+        |job: SubmitSpec, tenant: &'static str| move |time_us| Record::Submit { time_us, tenant: tenant.into(), job };
+    s.commit_as(&who("alice"), submit(job.clone(), "alice")).unwrap();
+    // Bob may not cancel or report on alice's job, nor take its name once it has ended.
+    let cancel = |time_us| Record::Cancel { time_us, job: "own".into() };
+    assert!(matches!(s.commit_as(&who("bob"), cancel), Err(ServeError::Plane(PlaneError::NotFound(_)))));
+    s.commit_as(&who("alice"), cancel).unwrap();
+    let taken = s.commit_as(&who("bob"), submit(job.clone(), "bob"));
+    assert!(matches!(taken, Err(ServeError::Plane(PlaneError::Conflict { .. }))), "{taken:?}");
+    // Alice may submit it again.
+    s.commit_as(&who("alice"), submit(job, "alice")).unwrap();
+}
