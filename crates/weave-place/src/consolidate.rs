@@ -127,7 +127,7 @@ pub fn movable(placer: &Placer, churn: &mut Churn, now: Micros, remaining: impl 
         return out;
     }
     let prices = prices(placer);
-    for g in placer.groups().filter(|g| g.members.len() == 1) {
+    for g in placer.groups().filter(|g| g.runs_alone()) {
         let job = &g.members[0].job;
         if churn.cooling(job.id, now) {
             continue;
@@ -169,10 +169,6 @@ struct Alone<'a> {
     work: f64,
 }
 
-fn dollars(m: Money) -> f64 {
-    m.as_dollars()
-}
-
 fn ratio(cost: f64, work: f64) -> f64 {
     if work <= 0.0 {
         f64::INFINITY
@@ -188,10 +184,10 @@ fn alone<'a>(placer: &'a Placer, movable: &Movable) -> Vec<Alone<'a>> {
         .keys()
         .filter_map(|&j| {
             let g = placer.group(placer.group_of(j)?)?;
-            (g.members.len() == 1).then(|| Alone {
+            g.runs_alone().then(|| Alone {
                 job: &g.members[0].job,
                 group: g.id,
-                cost: dollars(g.hourly_cost(pr, pt)),
+                cost: g.hourly_cost(pr, pt).as_dollars(),
                 work: g.work(),
             })
         })
@@ -230,7 +226,7 @@ pub fn pair_for_arrival(placer: &Placer, job: &PlaceJob, best: OptionCost, movab
     if best.cost_per_hour == Money::ZERO {
         return None;
     }
-    best_partner(placer, job, (dollars(best.cost_per_hour), best.work), 0.0, movable)
+    best_partner(placer, job, (best.cost_per_hour.as_dollars(), best.work), 0.0, movable)
 }
 
 /// Two jobs that both run alone may do better together: `job` (running alone, movable)
@@ -254,7 +250,7 @@ fn best_partner(
     let (pr, pt) = prices(placer);
     let res = placer.config().residency;
     let opened = opened_by(placer, opener);
-    let own_cost = dollars(opened.hourly_cost(pr, pt));
+    let own_cost = opened.hourly_cost(pr, pt).as_dollars();
     let alone = alone(placer, movable);
     // Rank every (partner, block) by its cost per unit of work under the timing model,
     // predicting once per partner shape; then check SLOs (with variation) best first.
@@ -268,7 +264,7 @@ fn best_partner(
             }
             let Some(members) = opened.with_candidate(a.job, direct.then_some(0), &res) else { continue };
             let Some(b) = within_lower_bound(&members, &[opener, a.job]) else { continue };
-            let extra = if direct { 0.0 } else { dollars(pr) * a.job.rollout_width as f64 };
+            let extra = if direct { 0.0 } else { pr.as_dollars() * a.job.rollout_width as f64 };
             let cost = own_cost + extra + opener_move + movable[&a.job.id].per_hour();
             // No schedule beats the bound: skip what could not win even at full speed.
             let bound = b.0.max(b.1).0.max(1) as f64;
@@ -301,9 +297,9 @@ fn best_partner(
 /// A group `lonely` has one member left: the best move among pulling a job that runs alone
 /// into it, moving its member into another group, or moving its member to co-located mode.
 pub fn for_lone_group(placer: &Placer, lonely: GroupId, movable: &Movable) -> Option<Move> {
-    let g = placer.group(lonely).filter(|g| g.members.len() == 1 && !g.colocated)?;
+    let g = placer.group(lonely).filter(|g| g.is_lone())?;
     let (pr, pt) = prices(placer);
-    let g_cost = dollars(g.hourly_cost(pr, pt));
+    let g_cost = g.hourly_cost(pr, pt).as_dollars();
     let g_work = g.work();
     let mut best: Option<Move> = None;
     let mut consider = |m: Move| {
@@ -323,7 +319,7 @@ pub fn for_lone_group(placer: &Placer, lonely: GroupId, movable: &Movable) -> Op
             let Some(members) = g.with_candidate(a.job, block, &res) else { continue };
             let jobs = g.jobs_with(a.job);
             let Some(b) = within_lower_bound(&members, &jobs) else { continue };
-            let extra = if block.is_none() { dollars(pr) * a.job.rollout_width as f64 } else { 0.0 };
+            let extra = if block.is_none() { pr.as_dollars() * a.job.rollout_width as f64 } else { 0.0 };
             let cost = g_cost + extra + movable[&a.job.id].per_hour();
             let bound = b.0.max(b.1).0.max(1) as f64;
             if ratio(cost, jobs.iter().map(|j| j.solo().0 as f64).sum::<f64>() / bound) >= before_of(a) {
@@ -341,7 +337,7 @@ pub fn for_lone_group(placer: &Placer, lonely: GroupId, movable: &Movable) -> Op
         let a = &alone[k];
         let target = Target::Group { group: lonely, block };
         let o = placer.option_at(a.job, target)?;
-        let after = ratio(g_cost + dollars(o.cost_per_hour) + movable[&a.job.id].per_hour(), g_work + o.work);
+        let after = ratio(g_cost + o.cost_per_hour.as_dollars() + movable[&a.job.id].per_hour(), g_work + o.work);
         Some(Move { job: a.job.id, target, before: before_of(a), after })
     });
     if let Some(m) = pulled {
@@ -351,7 +347,7 @@ pub fn for_lone_group(placer: &Placer, lonely: GroupId, movable: &Movable) -> Op
     let member = &g.members[0].job;
     if let Some(mc) = movable.get(&member.id) {
         if let Some(o) = placer.option_at(member, Target::Colocated) {
-            let after = ratio(dollars(o.cost_per_hour) + mc.per_hour(), o.work);
+            let after = ratio(o.cost_per_hour.as_dollars() + mc.per_hour(), o.work);
             consider(Move { job: member.id, target: Target::Colocated, before: ratio(g_cost, g_work), after });
         }
         if let Some(m) =
@@ -369,7 +365,7 @@ pub fn for_colocated(placer: &Placer, job: JobId, movable: &Movable, memo: &mut 
     let gid = placer.group_of(job)?;
     let g = placer.group(gid).filter(|g| g.colocated)?;
     let (pr, pt) = prices(placer);
-    let own = (dollars(g.hourly_cost(pr, pt)), g.work());
+    let own = (g.hourly_cost(pr, pt).as_dollars(), g.work());
     best_group_move(placer, &g.members[0].job, gid, own, mc.per_hour(), memo)
 }
 
@@ -394,7 +390,7 @@ fn best_group_move(
     type Ranked = (f64, GroupId, Option<u32>, (f64, f64));
     let mut ranked: Vec<Ranked> = Vec::new();
     for g in placer.groups().filter(|g| g.id != except && !g.colocated && !g.prediction.saturated) {
-        let view = (dollars(g.hourly_cost(pr, pt)), g.work());
+        let view = (g.hourly_cost(pr, pt).as_dollars(), g.work());
         let before = ratio(own.0 + view.0, own.1 + view.1);
         let scaling = placer.config().scaling.then_some(None);
         for block in g.blocks.iter().map(|b| Some(b.id)).chain(scaling) {
@@ -403,7 +399,7 @@ fn best_group_move(
             let Some((t_cycle, t_load)) = within_lower_bound(&members, &jobs) else { continue };
             let bound = t_cycle.max(t_load).0.max(1) as f64;
             let work_ub: f64 = jobs.iter().map(|j| j.solo().0 as f64 / bound).sum();
-            let extra = if block.is_none() { dollars(pr) * job.rollout_width as f64 } else { 0.0 };
+            let extra = if block.is_none() { pr.as_dollars() * job.rollout_width as f64 } else { 0.0 };
             let after_lb = ratio(view.0 + extra + move_per_hour, work_ub);
             if after_lb < before {
                 ranked.push((after_lb, g.id, block, view));
@@ -429,7 +425,7 @@ fn best_group_move(
             continue;
         }
         let added = p.work(jobs.iter().copied()) - view.1;
-        let extra = if block.is_none() { dollars(pr) * job.rollout_width as f64 } else { 0.0 };
+        let extra = if block.is_none() { pr.as_dollars() * job.rollout_width as f64 } else { 0.0 };
         let before = ratio(own.0 + view.0, own.1 + view.1);
         let after = ratio(view.0 + extra + move_per_hour, view.1 + added);
         if added > 0.0 && after < before && best.is_none_or(|b| after < b.after) {

@@ -105,6 +105,17 @@ impl Group {
         self.prediction.work(self.members.iter().map(|m| &m.job))
     }
 
+    /// One member: co-located, or alone in a disaggregated group. Consolidation looks at
+    /// these jobs.
+    pub fn runs_alone(&self) -> bool {
+        self.members.len() == 1
+    }
+
+    /// A disaggregated group with one member: its pools idle in each other's phases.
+    pub fn is_lone(&self) -> bool {
+        self.runs_alone() && !self.colocated
+    }
+
     pub fn member_ids(&self) -> impl Iterator<Item = JobId> + '_ {
         self.members.iter().map(|m| m.job.id)
     }

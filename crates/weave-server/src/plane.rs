@@ -669,7 +669,7 @@ impl Plane {
             d
         });
         self.drive(time_us, group, Input::Join(member));
-        if let Some(p) = pairing.filter(|_| self.placer.group(group).is_some_and(|g| g.members.len() == 1)) {
+        if let Some(p) = pairing.filter(|_| self.placer.group(group).is_some_and(|g| g.runs_alone())) {
             let partner = self.names[p.partner.0 as usize].clone();
             self.relocate(time_us, &partner, Target::Group { group, block: p.direct.then_some(0) });
         }
@@ -811,7 +811,7 @@ impl Plane {
         if let Ok(d) = self.placer.depart(id) {
             if d.dissolved {
                 self.dispatchers.remove(&g);
-            } else if self.churn.is_some() && self.placer.group(g).is_some_and(|grp| grp.members.len() == 1) {
+            } else if self.churn.is_some() && self.placer.group(g).is_some_and(|grp| grp.runs_alone()) {
                 self.lone_pending.push(g);
             }
         }

@@ -131,8 +131,6 @@ pub struct Engine<'a> {
     /// Failed jobs waiting out their restart delay.
     pending_readmits: usize,
     node_rng: Stream,
-    /// Co-located mode and consolidation (full Weave).
-    colocation: bool,
     /// What admission knows about each job's variation.
     variations: Vec<weave_place::Variation>,
     /// Inside a consolidation move: departures do not start further consolidation.
@@ -176,7 +174,6 @@ impl<'a> Engine<'a> {
             running: 0,
             pending_readmits: 0,
             node_rng: named_stream(cfg.seed, "node-failure", 0),
-            colocation: false,
             variations: jobs
                 .iter()
                 .map(|j| {
@@ -206,7 +203,6 @@ impl<'a> Engine<'a> {
 
     /// Lets the placer choose co-located mode and turns consolidation on.
     pub fn with_colocation(mut self, on: bool) -> Self {
-        self.colocation = on;
         let mut cfg = self.placer.config().clone();
         cfg.colocate = on;
         self.placer = Placer::new(cfg);
@@ -235,7 +231,7 @@ impl<'a> Engine<'a> {
             let wait = exp_wait(f.node_rate_per_hour, &mut self.node_rng);
             self.push(wait, CLASS_OTHER, 0, What::NodeFailure, 0);
         }
-        if self.colocation {
+        if self.colocation() {
             self.push(self.cfg.consolidation.interval, CLASS_OTHER, 0, What::ConsolidateTick, 0);
         }
         loop {
@@ -398,9 +394,14 @@ impl<'a> Engine<'a> {
         life.0 as f64 <= MIGRATION_SLO_MARGIN * job.slo * (s.solo_sum + this).0 as f64
     }
 
+    /// Co-located mode and consolidation (full Weave): the placer's setting.
+    fn colocation(&self) -> bool {
+        self.placer.config().colocate
+    }
+
     /// Whether `g` is a disaggregated group with a single member.
     fn lone(&self, g: GroupId) -> bool {
-        self.placer.group(g).is_some_and(|grp| grp.members.len() == 1 && !grp.colocated)
+        self.placer.group(g).is_some_and(|grp| grp.is_lone())
     }
 
     fn charge_busy(&mut self, g: GroupId, pool: Pool, gpus: u32, t: Micros) {
@@ -417,7 +418,7 @@ impl<'a> Engine<'a> {
         let lone = self
             .placer
             .groups()
-            .filter(|g| g.members.len() == 1 && !g.colocated)
+            .filter(|g| g.is_lone())
             .fold((0, 0), |acc, g| (acc.0 + g.rollout_node_count(), acc.1 + g.train_width()));
         self.metrics.lone_nodes(self.now, lone, gpus);
     }
@@ -749,7 +750,7 @@ impl<'a> Engine<'a> {
                 self.dispatchers.remove(&g);
             }
         }
-        if self.colocation && !self.consolidating && self.placer.group(g).is_some_and(|grp| grp.members.len() == 1) {
+        if self.colocation() && !self.consolidating && self.placer.group(g).is_some_and(|grp| grp.runs_alone()) {
             let ev = Done { group: g, job: JobId(u32::MAX), what: What::ConsolidateGroup, iteration: 0, epoch: 0 };
             self.queue.push(self.now, CLASS_OTHER, ev);
         }
@@ -986,7 +987,7 @@ impl Engine<'_> {
     /// On arrival: if pairing with a job that runs alone beats where admission would put the
     /// new job, the new job opens a group and the partner moves in. True if done.
     fn pair_on_arrival(&mut self, i: usize) -> bool {
-        if !self.colocation {
+        if !self.colocation() {
             return false;
         }
         let place = self.place_job(i);
@@ -996,7 +997,7 @@ impl Engine<'_> {
         if self.admit_at(i, Some(Target::Isolated)).is_err() {
             return false;
         }
-        let Some(group) = self.states[i].as_ref().and_then(|s| s.placed).map(|p| p.group) else { return true };
+        let Some(group) = self.placer.group_of(JobId(i as u32)) else { return true };
         let target = Target::Group { group, block: pair.direct.then_some(0) };
         self.carry_out(Move { job: pair.partner, target, before: pair.before, after: pair.after }, &movable);
         true
@@ -1004,16 +1005,12 @@ impl Engine<'_> {
 
     /// The bounded schedule: every lone group and every co-located job is looked at once.
     fn consolidate_tick(&mut self) {
-        let candidates: Vec<(GroupId, JobId, bool)> = self
-            .placer
-            .groups()
-            .filter(|g| g.members.len() == 1)
-            .map(|g| (g.id, g.members[0].job.id, g.colocated))
-            .collect();
-        // Predictions stay valid until something moves.
+        let candidates: Vec<(GroupId, JobId, bool)> =
+            self.placer.groups().filter(|g| g.runs_alone()).map(|g| (g.id, g.members[0].job.id, g.colocated)).collect();
+        // Predictions and the movable jobs stay valid until something moves.
         let mut memo = consolidate::Predictions::new();
+        let mut movable = self.movable();
         for (g, job, colocated) in candidates {
-            let movable = self.movable();
             if movable.is_empty() {
                 return;
             }
@@ -1025,12 +1022,18 @@ impl Engine<'_> {
             } else {
                 consolidate::for_lone_group(&self.placer, g, &movable)
             };
-            if let Some(m) = planned {
+            let moved = if let Some(m) = planned {
                 self.carry_out(m, &movable);
-                memo.clear();
+                true
             } else if let Some(pair) = consolidate::pair_alone(&self.placer, job, &movable) {
                 self.carry_out_pair(job, pair, &movable);
+                true
+            } else {
+                false
+            };
+            if moved {
                 memo.clear();
+                movable = self.movable();
             }
         }
     }
@@ -1039,10 +1042,8 @@ impl Engine<'_> {
     fn carry_out_pair(&mut self, opener: JobId, pair: consolidate::Pairing, movable: &Movable) {
         let m = Move { job: opener, target: Target::Isolated, before: pair.before, after: pair.after };
         self.carry_out(m, movable);
-        let Some(group) = self.states[opener.0 as usize].as_ref().and_then(|s| s.placed).map(|p| p.group) else {
-            return;
-        };
-        if self.placer.group(group).is_some_and(|g| g.members.len() == 1 && !g.colocated) {
+        let Some(group) = self.placer.group_of(opener) else { return };
+        if self.placer.group(group).is_some_and(|g| g.is_lone()) {
             let target = Target::Group { group, block: pair.direct.then_some(0) };
             self.carry_out(Move { job: pair.partner, target, before: pair.before, after: pair.after }, movable);
         }

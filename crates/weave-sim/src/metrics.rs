@@ -79,6 +79,12 @@ pub struct JobOutcome {
     pub placements: u32,
 }
 
+/// GPU-time per pool that `nodes` held from `since` to `now`.
+fn gpu_micros_since(since: Micros, now: Micros, nodes: [u32; 2], gpus_per_node: (u32, u32)) -> [u128; 2] {
+    let dt = now.saturating_sub(since).0 as u128;
+    [dt * nodes[0] as u128 * gpus_per_node.0 as u128, dt * nodes[1] as u128 * gpus_per_node.1 as u128]
+}
+
 fn pool_index(pool: Pool) -> usize {
     (pool == Pool::Training) as usize
 }
@@ -86,9 +92,9 @@ fn pool_index(pool: Pool) -> usize {
 impl Metrics {
     /// The number of nodes held changed at `now`.
     pub fn nodes(&mut self, now: Micros, held: (u32, u32), gpus_per_node: (u32, u32)) {
-        let dt = now.saturating_sub(self.last_change).0 as u128;
-        self.pools[0].held += dt * self.held_nodes[0] as u128 * gpus_per_node.0 as u128;
-        self.pools[1].held += dt * self.held_nodes[1] as u128 * gpus_per_node.1 as u128;
+        let add = gpu_micros_since(self.last_change, now, self.held_nodes, gpus_per_node);
+        self.pools[0].held += add[0];
+        self.pools[1].held += add[1];
         self.held_nodes = [held.0, held.1];
         self.peak_nodes[0] = self.peak_nodes[0].max(held.0);
         self.peak_nodes[1] = self.peak_nodes[1].max(held.1);
@@ -129,9 +135,9 @@ impl Metrics {
 
     /// The nodes held by single-member groups changed at `now`.
     pub fn lone_nodes(&mut self, now: Micros, lone: (u32, u32), gpus_per_node: (u32, u32)) {
-        let dt = now.saturating_sub(self.lone_change).0 as u128;
-        self.pools[0].lone_held += dt * self.lone_nodes[0] as u128 * gpus_per_node.0 as u128;
-        self.pools[1].lone_held += dt * self.lone_nodes[1] as u128 * gpus_per_node.1 as u128;
+        let add = gpu_micros_since(self.lone_change, now, self.lone_nodes, gpus_per_node);
+        self.pools[0].lone_held += add[0];
+        self.pools[1].lone_held += add[1];
         self.lone_nodes = [lone.0, lone.1];
         self.lone_change = now;
     }
