@@ -149,13 +149,13 @@ struct Candidate {
 }
 
 impl Candidate {
-    /// Marginal dollars per hour per unit of work rate; lower is better.
+    /// What the option adds per hour and the work rate it buys.
+    fn price(&self) -> OptionCost {
+        OptionCost { kind: self.kind, cost_per_hour: self.cost, work: self.work }
+    }
+
     fn score(&self) -> f64 {
-        if self.work <= 0.0 {
-            f64::INFINITY
-        } else {
-            self.cost.0 as f64 / self.work
-        }
+        self.price().score()
     }
 }
 
@@ -336,7 +336,7 @@ impl Placer {
 
     /// The cost of the option [`Placer::admit`] would take for `job`, without changing anything.
     pub fn best_option(&self, job: &PlaceJob) -> Result<OptionCost, PlaceError> {
-        self.choose(job).map(|c| OptionCost { kind: c.kind, cost_per_hour: c.cost, work: c.work })
+        self.choose(job).map(|c| c.price())
     }
 
     /// Places `job` at `target` if that is feasible (residency, every member's SLO, capacity);
@@ -367,7 +367,7 @@ impl Placer {
 
     /// The price tag of putting `job` at `target`, if feasible.
     pub fn option_at(&self, job: &PlaceJob, target: Target) -> Option<OptionCost> {
-        self.candidate_at(job, target).map(|c| OptionCost { kind: c.kind, cost_per_hour: c.cost, work: c.work })
+        self.candidate_at(job, target).map(|c| c.price())
     }
 
     fn candidate_at(&self, job: &PlaceJob, target: Target) -> Option<Candidate> {
