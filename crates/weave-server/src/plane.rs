@@ -299,6 +299,16 @@ impl JobEntry {
     pub fn measured_estimate(&self) -> bool {
         !self.measured.0.is_empty() && !self.measured.1.is_empty()
     }
+
+    /// The job's re-admission from its last completed iteration (after a node failure or a
+    /// consolidation move): its submission resuming there, and what it measured of itself,
+    /// which outlives its nodes and places the new admission.
+    fn resubmission(&self) -> (SubmitSpec, Option<(PhaseTimes, Measured)>) {
+        let mut resubmit = self.submit.clone();
+        resubmit.resume_from = (self.completed_iterations > 0).then_some(self.completed_iterations);
+        let carried = self.measured_estimate().then(|| (self.estimate, self.measured.clone()));
+        (resubmit, carried)
+    }
 }
 
 /// What happened, for clients and tests (grants, finishes with their metadata, endings).
@@ -558,10 +568,7 @@ impl Plane {
         for id in self.placer.jobs_on(node) {
             let name = self.names[id.0 as usize].clone();
             let j = &self.jobs[&name];
-            let mut resubmit = j.submit.clone();
-            resubmit.resume_from = (j.completed_iterations > 0).then_some(j.completed_iterations);
-            // What the job measured of itself outlives the node: it places the re-admission.
-            let carried = j.measured_estimate().then(|| (j.estimate, j.measured.clone()));
+            let (resubmit, carried) = j.resubmission();
             leaving.push((name.clone(), j.tenant.clone(), resubmit, carried));
             self.end(time_us, &name, JobState::Failed, Some(format!("node {node} lost: {reason}")));
         }
@@ -706,9 +713,7 @@ impl Plane {
     /// counted as a failure). Admission decides if the target no longer takes it.
     fn relocate(&mut self, time_us: u64, name: &str, target: Target) {
         let Some(j) = self.jobs.get(name).filter(|j| j.state == JobState::Running) else { return };
-        let mut resubmit = j.submit.clone();
-        resubmit.resume_from = (j.completed_iterations > 0).then_some(j.completed_iterations);
-        let carried = j.measured_estimate().then(|| (j.estimate, j.measured.clone()));
+        let (resubmit, carried) = j.resubmission();
         let (tenant, id, group) = (j.tenant.clone(), j.id, self.group_of(name));
         let meta = serde_json::json!({ "to": target, "resume_from": resubmit.resume_from.unwrap_or(0) });
         self.event(PlaneEvent { meta: Some(meta), ..ev(time_us, name, "moved", None, None, group) });
