@@ -16,12 +16,17 @@ use weave_model::ProfileModel;
 use weave_sim::prototype::{run, ProtoConfig};
 use weave_trace::{parse, Format, ReadOptions};
 
+/// Prototype mode with its defaults on a JSON Lines trace.
+fn run_jsonl(text: &str) -> weave_sim::prototype::ProtoReport {
+    let trace = parse(text, Format::Jsonl, "proto", &ReadOptions::default()).unwrap();
+    run(&trace, &ProfileModel::builtin(), &ProtoConfig::default())
+}
+
 #[test]
 fn two_jobs_by_hand() {
     let text = r#"{"id":"a","arrival_s":0,"type":"7B_8k","departure_s":3600,"slo":1.5}
 {"id":"b","arrival_s":1800,"type":"7B_8k","departure_s":5400,"slo":1.5}"#;
-    let trace = parse(text, Format::Jsonl, "proto", &ReadOptions::default()).unwrap();
-    let r = run(&trace, &ProfileModel::builtin(), &ProtoConfig::default());
+    let r = run_jsonl(text);
     let by = |name: &str| r.policies.iter().find(|p| p.policy == name).unwrap();
     let (w, s, c) = (by("weave"), by("solo-disagg"), by("colocated"));
     assert!((w.cost - 7200.0).abs() < 1e-6, "{}", w.cost);
@@ -42,8 +47,7 @@ fn tight_slo_forces_scaling_or_new_group() {
     // second rollout node on the same training node is fine (training load 225.6 s < 246.6 s).
     let text = r#"{"id":"a","arrival_s":0,"type":"7B_8k","departure_s":3600,"slo":1.05}
 {"id":"b","arrival_s":0,"type":"7B_8k","departure_s":3600,"slo":1.05}"#;
-    let trace = parse(text, Format::Jsonl, "proto", &ReadOptions::default()).unwrap();
-    let r = run(&trace, &ProfileModel::builtin(), &ProtoConfig::default());
+    let r = run_jsonl(text);
     assert_eq!((r.admissions.direct, r.admissions.scaling, r.admissions.isolated), (0, 1, 1));
     let w = r.policies.iter().find(|p| p.policy == "weave").unwrap();
     // One training node + two rollout nodes for 3600 s.
@@ -56,8 +60,7 @@ fn an_emptied_group_is_gone_and_the_next_job_opens_a_new_one() {
     // leaves, so b opens a new one (it is not "scaling" into an empty group).
     let text = r#"{"id":"a","arrival_s":0,"type":"7B_8k","departure_s":1000,"slo":1.5}
 {"id":"b","arrival_s":2000,"type":"7B_8k","departure_s":3000,"slo":1.5}"#;
-    let trace = parse(text, Format::Jsonl, "proto", &ReadOptions::default()).unwrap();
-    let r = run(&trace, &ProfileModel::builtin(), &ProtoConfig::default());
+    let r = run_jsonl(text);
     assert_eq!((r.admissions.direct, r.admissions.scaling, r.admissions.isolated), (0, 0, 2));
     let w = r.policies.iter().find(|p| p.policy == "weave").unwrap();
     assert!((w.cost - 2000.0 * (1.0 + 1.0 / 3.0)).abs() < 1e-6, "{}", w.cost);
