@@ -15,6 +15,9 @@ pub enum ExperimentCommand {
     /// Static vs periodic vs incremental re-grouping on each drift scenario, failures off and
     /// on (Weave placement, online re-estimation on for all).
     Drift(DriftArgs),
+    /// From the research prototype's numbers to ours: prototype mode, then the faithful
+    /// engine under the prototype's assumptions, then one assumption switched to ours per row.
+    Waterfall(crate::waterfall_cmd::WaterfallArgs),
 }
 
 #[derive(clap::Args)]
@@ -53,7 +56,13 @@ struct Row {
 }
 
 pub fn run(cmd: ExperimentCommand) -> Result<()> {
-    let ExperimentCommand::Drift(args) = cmd;
+    match cmd {
+        ExperimentCommand::Drift(args) => drift(args),
+        ExperimentCommand::Waterfall(args) => crate::waterfall_cmd::run(args),
+    }
+}
+
+fn drift(args: DriftArgs) -> Result<()> {
     let profile = ProfileModel::builtin();
     let cluster = load_cluster(args.cluster.as_deref())?;
     let trace = args.trace.load(&profile)?;

@@ -18,6 +18,7 @@ mod sync_bench;
 mod sync_cmd;
 mod table;
 mod trace_cmd;
+mod waterfall_cmd;
 
 use clap::{Parser, Subcommand};
 

@@ -404,6 +404,34 @@ fn drift_experiment_runs() {
 }
 
 #[test]
+fn waterfall_experiment_runs_with_json_and_report() {
+    let o = weave(&["trace", "generate", "--jobs", "8", "--lifetime-median-h", "1", "--seed", "4"]);
+    let p = temp_file("waterfall.jsonl", &stdout(&o));
+    let html = temp_file("waterfall.html", "");
+    let o = weave(&[
+        "experiment",
+        "waterfall",
+        "--trace",
+        p.to_str().unwrap(),
+        "--json",
+        "--report",
+        html.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    // Prototype mode, the engine under its assumptions, then ten steps.
+    assert_eq!(rows.len(), 12);
+    assert_eq!(rows[0]["step"], "prototype-mode");
+    assert_eq!(rows[11]["step"], "colocated-and-consolidation");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<svg") && page.contains("colocated-and-consolidation"));
+    let o = weave(&["experiment", "waterfall", "--max-group-size", "0"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--max-group-size"), "{}", stderr(&o));
+}
+
+#[test]
 fn traces_that_are_not_utf8_or_absurd_are_refused_with_where() {
     let bad = temp_file("bad-utf8.jsonl", "");
     std::fs::write(&bad, b"{\"id\":\"a\",\"arrival_s\":0,\"type\":\"7B_8k\",\"iterations\":3}\n{\"id\":\"b\xff\"}\n")

@@ -78,6 +78,9 @@ pub struct Residency {
     /// `false` = cold time slicing: nothing is cached, memory is not a constraint, every switch
     /// is cold.
     pub resident: bool,
+    /// The research prototype's stand-in for host DRAM: at most this many members per group
+    /// (`None`: only host DRAM limits a group).
+    pub max_members: Option<usize>,
 }
 
 impl Group {
@@ -149,6 +152,9 @@ impl Group {
             None => None,
         };
         if existing.is_some_and(|b| b.nodes.len() as u32 != job.rollout_width) {
+            return None;
+        }
+        if res.max_members.is_some_and(|cap| self.members.len() >= cap) {
             return None;
         }
         if res.resident && !self.memory_fits(job, existing, res) {

@@ -85,6 +85,7 @@ impl PlacerConfig {
                 rollout_dram: cluster.rollout.host_dram(),
                 train_dram: cluster.training.host_dram(),
                 resident,
+                max_members: None,
             },
             rollout_node_price: cluster.rollout.price().cost(cluster.rollout.gpus_per_node as u64, hour),
             train_node_price: cluster.training.price().cost(cluster.training.gpus_per_node as u64, hour),

@@ -150,3 +150,28 @@ pub fn slowdown_vs_slo(reports: &[PolicyReport]) -> String {
     out.push_str("</div>");
     out
 }
+
+/// Two horizontal bars per row (against solo-disagg and against colocated) with a dashed line
+/// at 1x (break-even); a missing value draws no bar.
+pub fn ratio_bars(rows: &[(&str, Option<f64>, Option<f64>)], axis: &str) -> String {
+    let max = rows.iter().flat_map(|r| [r.1, r.2]).flatten().fold(1.0, f64::max) * 1.1;
+    let row = 34.0;
+    let (left, width) = (210.0, 480.0);
+    let mut s = Svg::new(left + width + 70.0, 20.0 + row * rows.len() as f64 + 30.0);
+    for (i, (name, a, b)) in rows.iter().enumerate() {
+        let y = 10.0 + i as f64 * row;
+        s.text(left - 8.0, y + 19.0, "end", name);
+        for (k, v) in [a, b].into_iter().enumerate() {
+            let Some(v) = v else { continue };
+            let (w, by) = (v / max * width, y + 3.0 + k as f64 * 14.0);
+            s.rect(left, by, w, 12.0, color(k), Some(&format!("{name}: {v:.2}x")));
+            s.text(left + w + 4.0, by + 10.0, "start", &format!("{v:.2}x"));
+        }
+    }
+    let axis_y = 14.0 + row * rows.len() as f64;
+    s.line(left, axis_y, left + width, axis_y, "#333", false);
+    let one = left + width / max;
+    s.line(one, 6.0, one, axis_y, "#000", true);
+    s.text(left + width / 2.0, axis_y + 18.0, "middle", &format!("{axis}; dashed: 1x"));
+    s.finish(axis)
+}

@@ -106,3 +106,49 @@ fn headline_table(reports: &[PolicyReport]) -> String {
     t.push_str("</table>");
     t
 }
+
+/// The waterfall page (`weave experiment waterfall --report`): per row, Weave against both
+/// baselines at fixed lifetimes and at fixed iterations, then the table.
+pub fn render_waterfall(title: &str, notes: &[String], rows: &[weave_sim::waterfall::Row]) -> String {
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"/><title>{}</title><style>{STYLE}</style></head><body>",
+        escape(title)
+    );
+    let _ = write!(h, "<h1>{}</h1>", escape(title));
+    for n in notes {
+        let _ = write!(h, "<p class=\"muted\">{}</p>", escape(n));
+    }
+    h.push_str("<h2>Cost ratio at fixed lifetimes (the paper's accounting)</h2>");
+    let fixed_lifetimes: Vec<_> = rows
+        .iter()
+        .map(|r| (r.step.as_str(), Some(r.cost_ratio_vs_solo_disagg), Some(r.cost_ratio_vs_colocated)))
+        .collect();
+    h.push_str(&charts::ratio_bars(&fixed_lifetimes, "baseline cost / Weave cost"));
+    h.push_str("<h2>Iterations per dollar at fixed iterations (ours)</h2>");
+    let fixed_iterations: Vec<_> = rows
+        .iter()
+        .map(|r| (r.step.as_str(), r.iterations_per_dollar_vs_solo_disagg, r.iterations_per_dollar_vs_colocated))
+        .collect();
+    h.push_str(&charts::ratio_bars(&fixed_iterations, "Weave iterations per $ / baseline's"));
+    h.push_str(&svg::legend(&[("vs solo-disagg".into(), svg::color(0)), ("vs colocated".into(), svg::color(1))]));
+    h.push_str("<h2>Rows</h2><table><tr><th>step</th><th>change</th><th>cost ratio vs solo</th><th>vs colocated</th><th>iters/$ vs solo</th><th>vs colocated</th><th>SLO met (jobs / iterations)</th></tr>");
+    let ratio = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.2}x"));
+    for r in rows {
+        let iters = r.slo_met_iterations.map_or_else(|| "-".to_string(), |v| format!("{:.1}%", v * 100.0));
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}% / {iters}</td></tr>",
+            escape(&r.step),
+            escape(&r.change),
+            ratio(Some(r.cost_ratio_vs_solo_disagg)),
+            ratio(Some(r.cost_ratio_vs_colocated)),
+            ratio(r.iterations_per_dollar_vs_solo_disagg),
+            ratio(r.iterations_per_dollar_vs_colocated),
+            r.slo_met_jobs * 100.0
+        );
+    }
+    h.push_str("</table></body></html>\n");
+    h
+}

@@ -67,8 +67,20 @@ fn run_job(job: &SimJob, cfg: &SimConfig, m: &mut Metrics, gpus_per_node: u32, s
     let mut life = job.cold_start;
     let mut solo_sum = Micros::ZERO;
     let mut within = 0;
-    for k in 0..job.iterations {
+    let mut done = 0;
+    // Fixed lifetimes: iterations until the lifetime is over (the last one is cut).
+    let end = cfg.fixed_lifetimes.then(|| job.lifetime());
+    for k in 0.. {
+        if end.is_none() && k >= job.iterations {
+            break;
+        }
         let (disagg, colo) = draw_iteration(job, &cfg.runtime, k, &mut rng);
+        if let Some(end) = end.filter(|&e| life + colo.solo() > e || colo.solo() == Micros::ZERO) {
+            m.busy(Pool::Training, gpus, end.saturating_sub(life));
+            life = life.max(end);
+            break;
+        }
+        done += 1;
         let took = colo.solo() + if k == 0 { job.cold_start } else { Micros::ZERO };
         let solo = job.solo_iteration(disagg, k);
         if took.0 as f64 <= job.slo * solo.0 as f64 {
@@ -83,7 +95,7 @@ fn run_job(job: &SimJob, cfg: &SimConfig, m: &mut Metrics, gpus_per_node: u32, s
     m.jobs.push(JobOutcome {
         name: job.spec.name.clone(),
         slo: job.slo,
-        iterations: job.iterations,
+        iterations: done,
         slowdown: life.0 as f64 / solo_sum.0.max(1) as f64,
         iterations_within_slo: within,
         queued: start.saturating_sub(job.spec.arrival),

@@ -11,7 +11,6 @@ use crate::{CapacityMode, EventRecord, SimConfig};
 use rand::Rng;
 use std::collections::{BTreeMap, VecDeque};
 use weave_core::{ClusterConfig, EventQueue, GroupId, JobId, Micros, PhaseTimes, Pool};
-use weave_dispatch::from_model::switch_costs;
 use weave_dispatch::{Action, Dispatcher, GroupLimits, Input, MemberSpec, Phase};
 use weave_model::{named_stream, Stream, SwitchKind};
 use weave_place::consolidate::{self, Movable, Move};
@@ -46,6 +45,8 @@ enum What {
     /// A group was left with one member: consolidation looks at it once the current event
     /// is fully handled (never in the middle of a dispatcher's action batch).
     ConsolidateGroup,
+    /// Fixed lifetimes: the job's trace lifetime is over and it leaves.
+    LifetimeOver,
 }
 
 impl Done {
@@ -158,6 +159,7 @@ impl<'a> Engine<'a> {
             CapacityMode::Fixed => Some((cluster.rollout.nodes, cluster.training.nodes)),
         };
         placer_cfg.skip_saturated = cfg.skip_saturated;
+        placer_cfg.residency.max_members = cfg.max_group_size;
         Engine {
             jobs,
             cluster,
@@ -182,7 +184,7 @@ impl<'a> Engine<'a> {
                         &cfg.runtime,
                         cfg.slo_epsilon,
                         cfg.seed,
-                        crate::VARIATION_SAMPLES,
+                        cfg.admission_samples,
                     )
                 })
                 .collect(),
@@ -316,9 +318,13 @@ impl<'a> Engine<'a> {
             }
             What::Readmit => {
                 self.pending_readmits -= 1;
-                self.admit_or_wait(i);
+                // A job whose fixed lifetime ended meanwhile is gone.
+                if self.states[i].is_some() {
+                    self.admit_or_wait(i);
+                }
                 false
             }
+            What::LifetimeOver => self.lifetime_over(i),
             What::JobFailure => {
                 if self.current(i, ev) {
                     self.fail(i);
@@ -519,7 +525,8 @@ impl<'a> Engine<'a> {
             rollout_plain: Micros::ZERO,
         });
         // Queueing delay counts the first admission only (epoch 0: never placed before).
-        if s.epoch == 0 {
+        let first = s.epoch == 0;
+        if first {
             self.metrics.queue_delays.push(now.saturating_sub(job.spec.arrival));
         }
         s.placed = Some(placed);
@@ -529,6 +536,9 @@ impl<'a> Engine<'a> {
         s.last_train_end = now;
         let start_iteration = s.done;
         self.running += 1;
+        if first && self.cfg.fixed_lifetimes {
+            self.push(job.spec.arrival + job.lifetime(), CLASS_OTHER, i, What::LifetimeOver, 0);
+        }
         if let Some(f) = self.cfg.failures {
             let s = self.states[i].as_mut().expect("just set");
             let wait = exp_wait(f.job_rate_per_hour, &mut s.fail_rng);
@@ -537,13 +547,14 @@ impl<'a> Engine<'a> {
         let spec = MemberSpec {
             job: JobId(i as u32),
             rollout_nodes: vec![decision.block],
-            costs: switch_costs(job.spec.job_type.model),
+            costs: job.place.costs,
             // Co-located: the update is local (the profile includes it).
             sync: if colocated { Micros::ZERO } else { job.sync },
             resident: self.resident,
             rollout_state: job.place.rollout_state,
             train_state: weave_core::Bytes(job.place.train_state_total.0 / placed.pool_width.max(1) as u64),
-            iterations: Some(job.iterations),
+            // Fixed lifetimes: the job runs until its lifetime is over.
+            iterations: (!self.cfg.fixed_lifetimes).then_some(job.iterations),
             start_iteration,
         };
         let limits = GroupLimits {
@@ -721,6 +732,19 @@ impl<'a> Engine<'a> {
         self.record_outcome(i, &s, false);
         let g = s.placed.expect("placed").group;
         self.release(job, g);
+    }
+
+    /// Fixed lifetimes: job `i` leaves now, with the iterations it finished (its current one
+    /// is cut); true if it was still there.
+    fn lifetime_over(&mut self, i: usize) -> bool {
+        if self.states[i].is_none() {
+            return false;
+        }
+        self.unplace(i);
+        self.waiting.retain(|&w| w != i);
+        let s = self.states[i].take().expect("known job");
+        self.record_outcome(i, &s, false);
+        true
     }
 
     fn record_outcome(&mut self, i: usize, s: &JobState, failed: bool) {

@@ -11,6 +11,7 @@ mod engine;
 pub mod metrics;
 pub mod policy;
 pub mod prototype;
+pub mod waterfall;
 pub mod workload;
 
 pub use metrics::{DynamicsCounts, MoneySplit, PolicyReport, PoolReport, SplitPart};
@@ -56,6 +57,16 @@ pub struct SimConfig {
     /// Admission's allowed risk that a job's life slowdown exceeds its SLO under run-time
     /// variation (`--slo-risk`).
     pub slo_epsilon: f64,
+    /// The research prototype's accounting: every job leaves at the end of its trace lifetime,
+    /// however many iterations it finished (`false`: every job runs its iterations, however
+    /// long that takes).
+    pub fixed_lifetimes: bool,
+    /// The research prototype's group cap in place of the host-DRAM model (`None`: host DRAM
+    /// limits groups).
+    pub max_group_size: Option<usize>,
+    /// Sampled iterations per job behind admission's SLO-risk check (0: admission trusts the
+    /// estimate alone, as the research prototype does).
+    pub admission_samples: usize,
 }
 
 impl Default for SimConfig {
@@ -72,6 +83,9 @@ impl Default for SimConfig {
             failures: None,
             consolidation: dynamics::Consolidation::default(),
             slo_epsilon: DEFAULT_SLO_EPSILON,
+            fixed_lifetimes: false,
+            max_group_size: None,
+            admission_samples: VARIATION_SAMPLES,
         }
     }
 }

@@ -142,6 +142,17 @@ impl SimJob {
         d.solo() + sync + cold
     }
 
+    /// The job's life at fixed lifetimes: until the trace's solo end, or its iterations run
+    /// solo.
+    pub fn lifetime(&self) -> Micros {
+        match self.spec.lifetime {
+            weave_core::Lifetime::SoloUntil(end) => end.saturating_sub(self.spec.arrival),
+            weave_core::Lifetime::Iterations(n) => {
+                Micros((self.disagg.solo() + self.sync).0.saturating_mul(n)) + self.cold_start
+            }
+        }
+    }
+
     /// The job's own random stream of runtime durations: every policy draws the same
     /// sequence for the same job.
     pub fn runtime_stream(&self, seed: u64) -> Stream {

@@ -39,6 +39,7 @@ pub fn config(policy: PlacePolicy) -> PlacerConfig {
             rollout_dram: c.rollout.host_dram(),
             train_dram: c.training.host_dram(),
             resident: true,
+            max_members: None,
         },
         rollout_node_price: c.rollout.price().cost(8, Micros(Micros::PER_HOUR)),
         train_node_price: c.training.price().cost(8, Micros(Micros::PER_HOUR)),

@@ -134,16 +134,20 @@ fn prepare(trace: &Trace, profile: &ProfileModel, cfg: &ProtoConfig) -> Vec<PJob
                 // Our own format may give iterations instead: the solo run's end.
                 Lifetime::Iterations(n) => j.arrival + Micros(disagg.solo().0.saturating_mul(n)),
             };
-            let slo = match (cfg.slo_fixed, j.slo) {
-                (Some(v), _) => v,
-                (None, Some(s)) => s.get(),
-                (None, None) => {
-                    named_stream(cfg.seed, "prototype-slo", j.id.0 as u64).random_range(cfg.slo_lo..=cfg.slo_hi)
-                }
-            };
+            let slo = job_slo(j, cfg);
             PJob { arrival: j.arrival, departure, width: j.rollout_nodes, disagg, colo, slo }
         })
         .collect()
+}
+
+/// Job `j`'s SLO under the prototype's rule: the fixed value, else the trace's, else a draw
+/// from the job's `prototype-slo` stream.
+pub fn job_slo(j: &JobSpec, cfg: &ProtoConfig) -> f64 {
+    match (cfg.slo_fixed, j.slo) {
+        (Some(v), _) => v,
+        (None, Some(s)) => s.get(),
+        (None, None) => named_stream(cfg.seed, "prototype-slo", j.id.0 as u64).random_range(cfg.slo_lo..=cfg.slo_hi),
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
