@@ -81,6 +81,7 @@ fn render(out: &Output) -> String {
         "vs colocated",
         "SLO met (jobs)",
         "SLO met (iters)",
+        "admissions d/s/n/c",
     ]);
     let ratio = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.2}x"));
     let pct = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{:.1}%", v * 100.0));
@@ -93,6 +94,10 @@ fn render(out: &Output) -> String {
             ratio(r.iterations_per_dollar_vs_colocated),
             pct(Some(r.slo_met_jobs)),
             pct(r.slo_met_iterations),
+            format!(
+                "{}/{}/{}/{}",
+                r.admissions.direct, r.admissions.scaling, r.admissions.isolated, r.admissions.colocated
+            ),
         ]);
     }
     table::align_numbers(&mut t);
@@ -103,6 +108,7 @@ fn render(out: &Output) -> String {
     for r in out.rows {
         s.push_str(&format!("  {}: {}\n", r.step, r.change));
     }
+    s.push_str("note: admissions d/s/n/c: direct packing / rollout scaling / new group / co-located\n");
     for d in DEFINITIONS {
         s.push_str(&format!("note: {d}\n"));
     }

@@ -116,6 +116,8 @@ pub struct Row {
     /// never reached their SLO, its own count).
     pub slo_met_jobs: f64,
     pub slo_met_iterations: Option<f64>,
+    /// Where Weave's jobs started (at fixed iterations; prototype mode: its own).
+    pub admissions: crate::metrics::Admissions,
 }
 
 /// Runs the whole waterfall on `trace`. Jobs without an SLO get the prototype's draw, so both
@@ -157,6 +159,7 @@ fn prototype_row(trace: &Trace, profile: &ProfileModel, cfg: &ProtoConfig) -> Ro
         iterations_per_dollar_vs_colocated: None,
         slo_met_jobs: 1.0 - r.slo_violations as f64 / r.jobs.max(1) as f64,
         slo_met_iterations: None,
+        admissions: r.admissions,
     }
 }
 
@@ -197,6 +200,7 @@ impl Setting<'_> {
             iterations_per_dollar_vs_colocated: per_dollar(&wi, &ci),
             slo_met_jobs: wi.slo_attainment_jobs,
             slo_met_iterations: Some(wi.slo_attainment_iterations),
+            admissions: wi.admissions,
         }
     }
 
