@@ -16,11 +16,18 @@ A training loop wraps each phase in the gate::
 finished with its duration (and any metadata the body put in ``meta``). A request that would
 break the on-policy barrier raises ``WeaveError`` with status 409.
 
+When the server exports traces (``weave serve --otlp-endpoint``), each grant carries the W3C
+``traceparent`` of Weave's span for the phase: inside the ``with`` block
+``current_traceparent()`` returns it, and if the OpenTelemetry API is installed
+(``pip install ./python[otel]``) it is the current context, so a framework's own spans nest
+under Weave's phase span.
+
 The gate calls ride out a server restart: when the server cannot be reached they retry for
 ``retry_s`` seconds (every acknowledged request is durable, so nothing is lost meanwhile).
 """
 
 import contextlib
+import contextvars
 import json
 import threading
 import time
@@ -30,7 +37,35 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 JSON = Any
 
-__all__ = ["WeaveClient", "WeaveError"]
+__all__ = ["WeaveClient", "WeaveError", "current_traceparent"]
+
+_TRACEPARENT: "contextvars.ContextVar[Optional[str]]" = contextvars.ContextVar("weave_traceparent", default=None)
+
+
+def current_traceparent() -> Optional[str]:
+    """The W3C trace context of the Weave phase span around the caller, if tracing is on."""
+    return _TRACEPARENT.get()
+
+
+@contextlib.contextmanager
+def _trace_context(traceparent: Optional[str]) -> Iterator[None]:
+    """Makes ``traceparent`` current: ours always, OpenTelemetry's when its API is installed."""
+    token = _TRACEPARENT.set(traceparent)
+    otel_token = None
+    if traceparent:
+        try:
+            from opentelemetry import context as otel_context
+            from opentelemetry.propagate import extract
+        except ImportError:
+            otel_context = None
+        if otel_context is not None:
+            otel_token = otel_context.attach(extract({"traceparent": traceparent}))
+    try:
+        yield
+    finally:
+        if otel_token is not None:
+            otel_context.detach(otel_token)
+        _TRACEPARENT.reset(token)
 
 
 class WeaveError(Exception):
@@ -136,10 +171,11 @@ class WeaveClient:
     def phase(self, job_id: str, phase: str, iteration: int) -> Iterator[Dict[str, Any]]:
         """Waits for the gate, runs the body, reports the measured duration. The body may add
         entries to the yielded dict; they are sent as the phase's metadata."""
-        self.start(job_id, phase, iteration)
+        granted = self.start(job_id, phase, iteration)
         meta: Dict[str, Any] = {}
         t0 = time.monotonic()
-        yield meta
+        with _trace_context(granted.get("traceparent")):
+            yield meta
         self.finish(job_id, phase, iteration, time.monotonic() - t0, meta)
 
     @contextlib.contextmanager

@@ -18,6 +18,10 @@ pub struct ServeBenchArgs {
     /// Gate round trips (start + finish) measured.
     #[arg(long, default_value_t = 2000)]
     round_trips: usize,
+    /// Export spans to this OTLP/HTTP URL while measuring (the cost of tracing on; off by
+    /// default, as in `weave serve`).
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<String>,
     #[arg(long)]
     json: bool,
 }
@@ -55,7 +59,12 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
         max_wait: Duration::from_secs(5),
         placement: Default::default(),
     };
-    let shared = Arc::new(Shared::open(cfg).context("cannot open the benchmark store")?);
+    let mut shared = Shared::open(cfg).context("cannot open the benchmark store")?;
+    if let Some(url) = &args.otlp_endpoint {
+        let telemetry = weave_server::telemetry::Telemetry::otlp(url, shared.now_us())?;
+        shared = shared.with_telemetry(telemetry);
+    }
+    let shared = Arc::new(shared);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
     let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
     let addr = listener.local_addr()?;

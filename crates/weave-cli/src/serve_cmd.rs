@@ -65,6 +65,11 @@ pub struct ServeArgs {
     /// Admission's allowed risk that a job's life slowdown exceeds its SLO under variation.
     #[arg(long, default_value_t = weave_place::DEFAULT_SLO_EPSILON)]
     slo_risk: f64,
+    /// Export OpenTelemetry spans (OTLP over HTTP, protobuf) to this URL, e.g.
+    /// http://127.0.0.1:4318/v1/traces: one per job admission, per granted phase, per planned
+    /// switch and weight sync. Off by default.
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -150,8 +155,12 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         max_wait: Duration::from_secs(30),
         placement: weave_server::state::PlacementConfig { consolidate: args.consolidate, slo_risk: args.slo_risk },
     };
-    let shared =
-        Arc::new(Shared::open(cfg).with_context(|| format!("cannot open the store in {}", args.data.display()))?);
+    let mut shared = Shared::open(cfg).with_context(|| format!("cannot open the store in {}", args.data.display()))?;
+    if let Some(url) = &args.otlp_endpoint {
+        let telemetry = weave_server::telemetry::Telemetry::otlp(url, shared.now_us())?;
+        shared = shared.with_telemetry(telemetry);
+    }
+    let shared = Arc::new(shared);
     if let Some((_, (rollout, training))) = &ray {
         let (rollout, training) = (*rollout, *training);
         shared

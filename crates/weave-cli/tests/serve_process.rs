@@ -3,79 +3,13 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const TOKEN: &str = "e2e-admin-token";
-
-fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("weave-serve-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn tenants(d: &Path) -> PathBuf {
-    let hash = Command::new(env!("CARGO_BIN_EXE_weave")).args(["token", "hash", TOKEN]).output().unwrap();
-    let p = d.join("tenants.toml");
-    std::fs::write(
-        &p,
-        format!(
-            "[[tenant]]\nname = \"ops\"\ntoken_sha256 = \"{}\"\nadmin = true\n",
-            String::from_utf8_lossy(&hash.stdout).trim()
-        ),
-    )
-    .unwrap();
-    p
-}
-
-/// A server process that is killed when the test ends, even by a panic.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl std::ops::Deref for Server {
-    type Target = Child;
-    fn deref(&self) -> &Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Server {
-    fn deref_mut(&mut self) -> &mut Child {
-        &mut self.0
-    }
-}
-
-/// Starts the server; returns the child and its address.
-fn serve(d: &Path) -> (Server, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_weave"))
-        .args(["serve", "--addr", "127.0.0.1:0", "--heartbeat-timeout-s", "120"])
-        .arg("--data")
-        .arg(d.join("data"))
-        .arg("--tenants")
-        .arg(tenants(d))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("weave serve starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let addr =
-        line.trim().strip_prefix("listening ").unwrap_or_else(|| panic!("unexpected first line `{line}`")).to_string();
-    (Server(child), format!("http://{addr}"))
-}
-
-fn client() -> reqwest::blocking::Client {
-    reqwest::blocking::Client::builder().timeout(Duration::from_secs(10)).build().unwrap()
-}
+mod common;
+use common::{client, dir, serve, tenants, Server, TOKEN};
 
 fn spec(id: &str) -> serde_json::Value {
     serde_json::json!({ "id": id, "type": "3B_4k", "iterations": 3, "rollout_s": 50, "train_s": 60, "slo": 2.0 })

@@ -267,9 +267,17 @@ async fn phase_start(
     let deadline = tokio::time::Instant::now() + wait;
     let mut rx = s.changed.subscribe();
     loop {
-        let granted = s.lock().plane.may_start(&name, phase, iteration)?;
+        let (granted, admission) = {
+            let g = s.lock();
+            (g.plane.may_start(&name, phase, iteration)?, g.plane.job(&name).map(|j| j.id.0))
+        };
         if granted {
-            let body = json!({ "status": "granted", "job": name, "phase": phase_name(phase), "iteration": iteration });
+            let mut body =
+                json!({ "status": "granted", "job": name, "phase": phase_name(phase), "iteration": iteration });
+            // With tracing on, the phase span's context: the job's own spans nest under it.
+            if let (Some(_), Some(a)) = (&s.telemetry, admission) {
+                body["traceparent"] = json!(crate::telemetry::AdmissionIds::of(&name, a).traceparent(phase, iteration));
+            }
             return Ok((StatusCode::OK, Json(body)));
         }
         let closing = || s.closing.load(std::sync::atomic::Ordering::SeqCst);

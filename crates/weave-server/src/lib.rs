@@ -9,6 +9,7 @@ mod openapi;
 pub mod plane;
 pub mod state;
 mod status;
+pub mod telemetry;
 
 pub use auth::{Caller, Tenants};
 pub use state::{Capacity, ServeError, ServerConfig, Shared};
@@ -40,5 +41,11 @@ pub async fn serve(
         closing.closing.store(true, std::sync::atomic::Ordering::SeqCst);
         closing.changed.send_modify(|v| *v += 1);
     };
-    axum::serve(listener, http::router(shared)).with_graceful_shutdown(shutdown).await
+    let exporting = shared.clone();
+    let served = axum::serve(listener, http::router(shared)).with_graceful_shutdown(shutdown).await;
+    // Spans still buffered go out before the process ends (the flush blocks: off the workers).
+    if exporting.telemetry.is_some() {
+        let _ = tokio::task::spawn_blocking(move || exporting.telemetry.as_ref().map(|t| t.shutdown())).await;
+    }
+    served
 }

@@ -74,7 +74,7 @@ pub fn document() -> Value {
             "/v1/jobs/{id}/phases/{phase}/{iteration}/start": {
                 "post": { "summary": "Ask to start a phase; long-polls up to wait_s", "security": auth,
                           "parameters": [job_id, phase, iteration, { "name": "wait_s", "in": "query", "schema": { "type": "number" } }],
-                          "responses": { "200": ok("granted"), "202": ok("not yet: ask again"), "401": err(), "404": err(), "409": err() } }
+                          "responses": { "200": ok("granted; with tracing on (--otlp-endpoint), `traceparent` is the phase span's W3C trace context"), "202": ok("not yet: ask again"), "401": err(), "404": err(), "409": err() } }
             },
             "/v1/jobs/{id}/phases/{phase}/{iteration}/finish": {
                 "post": { "summary": "Report a granted phase finished, with its measured duration", "security": auth, "parameters": [job_id, phase, iteration],

@@ -12,7 +12,7 @@ use thiserror::Error;
 use weave_core::{ClusterConfig, GroupId, JobId, JobSpec, Micros, NodeId, PhaseTimes};
 use weave_dispatch::from_model::member_spec;
 use weave_dispatch::{Action, Dispatcher, GroupLimits, Input, Phase};
-use weave_model::ProfileModel;
+use weave_model::{ProfileModel, SwitchKind};
 use weave_place::consolidate::{self, Churn, ChurnLimits, Movable};
 use weave_place::{Decision, DecisionKind, PlaceError, PlaceJob, Placer, PlacerConfig, Target, Variation};
 use weave_trace::JsonlJob;
@@ -826,6 +826,8 @@ impl Plane {
     fn drive(&mut self, time_us: u64, g: GroupId, first: Input) {
         let now = Micros(time_us);
         let mut queue = VecDeque::from([first]);
+        // A switch the dispatcher planned before a grant: the grant's event says which.
+        let mut switches: BTreeMap<JobId, (SwitchKind, Micros)> = BTreeMap::new();
         while let Some(input) = queue.pop_front() {
             let Some(d) = self.dispatchers.get_mut(&g) else { return };
             let actions = match d.handle(now, input) {
@@ -835,14 +837,17 @@ impl Plane {
             };
             for a in actions {
                 match a {
-                    Action::BeginSwitch { job, phase, iteration, .. } => {
+                    Action::BeginSwitch { job, phase, iteration, kind, duration, .. } => {
+                        switches.insert(job, (kind, duration));
                         queue.push_back(Input::SwitchFinished { job, phase, iteration })
                     }
                     Action::BeginSync { job, iteration, .. } => queue.push_back(Input::SyncFinished { job, iteration }),
                     Action::StartRollout { job, iteration, .. } => {
-                        self.grant(time_us, job, Phase::Rollout, iteration, g)
+                        self.grant(time_us, job, Phase::Rollout, iteration, g, switches.remove(&job))
                     }
-                    Action::StartTraining { job, iteration } => self.grant(time_us, job, Phase::Train, iteration, g),
+                    Action::StartTraining { job, iteration } => {
+                        self.grant(time_us, job, Phase::Train, iteration, g, switches.remove(&job))
+                    }
                     Action::Completed { job, .. } => {
                         let name = self.names[job.0 as usize].clone();
                         if let Some(j) = self.jobs.get_mut(&name) {
@@ -856,15 +861,34 @@ impl Plane {
         }
     }
 
-    fn grant(&mut self, time_us: u64, job: JobId, phase: Phase, iteration: u64, g: GroupId) {
+    /// Grants a phase; `switch` is the state load the dispatcher planned before it (the job
+    /// does it at the start of its phase), told in the event's `meta` with the wait.
+    fn grant(
+        &mut self,
+        time_us: u64,
+        job: JobId,
+        phase: Phase,
+        iteration: u64,
+        g: GroupId,
+        switch: Option<(SwitchKind, Micros)>,
+    ) {
         let name = self.names[job.0 as usize].clone();
+        let mut meta = serde_json::Map::new();
         if let Some(j) = self.jobs.get_mut(&name) {
             j.granted = Some((phase, iteration));
             let k = (phase == Phase::Train) as usize;
+            let wait = time_us.saturating_sub(j.ready_us);
             self.stats.grants[k] += 1;
-            self.stats.wait_us[k] += time_us.saturating_sub(j.ready_us);
+            self.stats.wait_us[k] += wait;
+            meta.insert("wait_s".into(), serde_json::json!(wait as f64 / 1e6));
         }
-        self.event(ev(time_us, &name, "grant", Some(phase), Some(iteration), Some(g)));
+        if let Some((kind, d)) = switch {
+            let kind = if kind == SwitchKind::Warm { "warm" } else { "cold" };
+            meta.insert("switch".into(), serde_json::json!(kind));
+            meta.insert("switch_planned_s".into(), serde_json::json!(d.as_secs_f64()));
+        }
+        let meta = Some(serde_json::Value::Object(meta));
+        self.event(PlaneEvent { meta, ..ev(time_us, &name, "grant", Some(phase), Some(iteration), Some(g)) });
     }
 
     /// Whether `name` may start `phase` of `iteration` now: `Ok(true)` granted, `Ok(false)`

@@ -109,6 +109,8 @@ pub struct Shared {
     pub job_tokens: JobTokens,
     /// Set when the server starts shutting down: long-polls answer at once.
     pub closing: std::sync::atomic::AtomicBool,
+    /// OpenTelemetry export (`--otlp-endpoint`); `None`: off.
+    pub telemetry: Option<crate::telemetry::Telemetry>,
 }
 
 impl Shared {
@@ -148,7 +150,15 @@ impl Shared {
             changed,
             job_tokens,
             closing: std::sync::atomic::AtomicBool::new(false),
+            telemetry: None,
         })
+    }
+
+    /// Exports spans from now on (what the store replayed is not exported again).
+    pub fn with_telemetry(mut self, t: crate::telemetry::Telemetry) -> Self {
+        t.skip_to(&self.lock().plane);
+        self.telemetry = Some(t);
+        self
     }
 
     /// Microseconds on the plane's clock (monotonic across restarts).
@@ -187,6 +197,9 @@ impl Shared {
         g.plane.check(&rec)?;
         g.store.append(&rec)?;
         g.plane.apply_checked(&rec)?;
+        if let Some(t) = &self.telemetry {
+            t.observe(&g.plane);
+        }
         match &rec {
             Record::Submit { job, .. } => {
                 g.heartbeats.insert(job.id.clone(), Instant::now());

@@ -1,0 +1,82 @@
+//! Helpers for tests that run `weave serve` as a real process.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub const TOKEN: &str = "e2e-admin-token";
+
+pub fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("weave-serve-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+pub fn tenants(d: &Path) -> PathBuf {
+    let hash = Command::new(env!("CARGO_BIN_EXE_weave")).args(["token", "hash", TOKEN]).output().unwrap();
+    let p = d.join("tenants.toml");
+    std::fs::write(
+        &p,
+        format!(
+            "[[tenant]]\nname = \"ops\"\ntoken_sha256 = \"{}\"\nadmin = true\n",
+            String::from_utf8_lossy(&hash.stdout).trim()
+        ),
+    )
+    .unwrap();
+    p
+}
+
+/// A server process that is killed when the test ends, even by a panic.
+pub struct Server(pub Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for Server {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Server {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+/// Starts the server; returns the child and its address.
+pub fn serve(d: &Path) -> (Server, String) {
+    serve_with(d, &[])
+}
+
+/// [`serve`] with extra arguments.
+pub fn serve_with(d: &Path, extra: &[&str]) -> (Server, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weave"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--heartbeat-timeout-s", "120"])
+        .args(extra)
+        .arg("--data")
+        .arg(d.join("data"))
+        .arg("--tenants")
+        .arg(tenants(d))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("weave serve starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let addr =
+        line.trim().strip_prefix("listening ").unwrap_or_else(|| panic!("unexpected first line `{line}`")).to_string();
+    (Server(child), format!("http://{addr}"))
+}
+
+pub fn client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder().timeout(Duration::from_secs(10)).build().unwrap()
+}
