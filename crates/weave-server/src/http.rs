@@ -269,13 +269,16 @@ async fn phase_start(
     loop {
         let (granted, admission) = {
             let g = s.lock();
-            (g.plane.may_start(&name, phase, iteration)?, g.plane.job(&name).map(|j| j.id.0))
+            let granted = g.plane.may_start(&name, phase, iteration)?;
+            // With tracing on, the phase span's context: the job's own spans nest under it.
+            let traced = granted && s.telemetry.is_some();
+            let admission = if traced { g.plane.job(&name).map(|j| j.id.0) } else { None };
+            (granted, admission)
         };
         if granted {
             let mut body =
                 json!({ "status": "granted", "job": name, "phase": phase_name(phase), "iteration": iteration });
-            // With tracing on, the phase span's context: the job's own spans nest under it.
-            if let (Some(_), Some(a)) = (&s.telemetry, admission) {
+            if let Some(a) = admission {
                 body["traceparent"] = json!(crate::telemetry::AdmissionIds::of(&name, a).traceparent(phase, iteration));
             }
             return Ok((StatusCode::OK, Json(body)));

@@ -341,6 +341,9 @@ pub struct Plane {
     lone_pending: Vec<GroupId>,
     /// Standard-normal quantile of admission's allowed SLO risk.
     slo_z: f64,
+    /// Grant events tell their wait and the planned switch in `meta` (for tracing; off, a
+    /// grant builds no metadata).
+    grant_detail: bool,
     pub stats: PlaneStats,
 }
 
@@ -372,7 +375,13 @@ impl Plane {
             lone_pending: Vec::new(),
             slo_z: Variation::z_for(weave_place::DEFAULT_SLO_EPSILON),
             stats: PlaneStats::default(),
+            grant_detail: false,
         }
+    }
+
+    /// Grant events carry their wait and planned switch from now on (tracing is on).
+    pub fn set_grant_detail(&mut self, on: bool) {
+        self.grant_detail = on;
     }
 
     /// Turns on co-located mode and consolidation: jobs that run alone are paired into groups
@@ -838,7 +847,9 @@ impl Plane {
             for a in actions {
                 match a {
                     Action::BeginSwitch { job, phase, iteration, kind, duration, .. } => {
-                        switches.insert(job, (kind, duration));
+                        if self.grant_detail {
+                            switches.insert(job, (kind, duration));
+                        }
                         queue.push_back(Input::SwitchFinished { job, phase, iteration })
                     }
                     Action::BeginSync { job, iteration, .. } => queue.push_back(Input::SyncFinished { job, iteration }),
@@ -862,7 +873,8 @@ impl Plane {
     }
 
     /// Grants a phase; `switch` is the state load the dispatcher planned before it (the job
-    /// does it at the start of its phase), told in the event's `meta` with the wait.
+    /// does it at the start of its phase), told in the event's `meta` with the wait when
+    /// grant detail is on.
     fn grant(
         &mut self,
         time_us: u64,
@@ -873,21 +885,22 @@ impl Plane {
         switch: Option<(SwitchKind, Micros)>,
     ) {
         let name = self.names[job.0 as usize].clone();
-        let mut meta = serde_json::Map::new();
+        let mut wait = 0;
         if let Some(j) = self.jobs.get_mut(&name) {
             j.granted = Some((phase, iteration));
             let k = (phase == Phase::Train) as usize;
-            let wait = time_us.saturating_sub(j.ready_us);
+            wait = time_us.saturating_sub(j.ready_us);
             self.stats.grants[k] += 1;
             self.stats.wait_us[k] += wait;
-            meta.insert("wait_s".into(), serde_json::json!(wait as f64 / 1e6));
         }
-        if let Some((kind, d)) = switch {
-            let kind = if kind == SwitchKind::Warm { "warm" } else { "cold" };
-            meta.insert("switch".into(), serde_json::json!(kind));
-            meta.insert("switch_planned_s".into(), serde_json::json!(d.as_secs_f64()));
-        }
-        let meta = Some(serde_json::Value::Object(meta));
+        let meta = self.grant_detail.then(|| {
+            let mut meta = serde_json::json!({ "wait_s": wait as f64 / 1e6 });
+            if let Some((kind, d)) = switch {
+                meta["switch"] = serde_json::json!(if kind == SwitchKind::Warm { "warm" } else { "cold" });
+                meta["switch_planned_s"] = serde_json::json!(d.as_secs_f64());
+            }
+            meta
+        });
         self.event(PlaneEvent { meta, ..ev(time_us, &name, "grant", Some(phase), Some(iteration), Some(g)) });
     }
 

@@ -156,7 +156,10 @@ impl Shared {
 
     /// Exports spans from now on (what the store replayed is not exported again).
     pub fn with_telemetry(mut self, t: crate::telemetry::Telemetry) -> Self {
-        t.skip_to(&self.lock().plane);
+        let mut g = self.lock();
+        g.plane.set_grant_detail(true);
+        t.skip_to(&g.plane);
+        drop(g);
         self.telemetry = Some(t);
         self
     }
