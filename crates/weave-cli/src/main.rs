@@ -13,6 +13,7 @@ mod report_cmd;
 mod serve_bench;
 mod serve_cmd;
 mod simulate_cmd;
+mod store_cmd;
 mod sweep_cmd;
 mod sync_bench;
 mod sync_cmd;
@@ -65,6 +66,9 @@ enum Command {
     Experiment(experiment_cmd::ExperimentCommand),
     /// Render an HTML report from a saved event log (and optionally results).
     Report(report_cmd::ReportArgs),
+    /// A server's durable store: verify it, recover from damage.
+    #[command(subcommand)]
+    Store(store_cmd::StoreCommand),
     /// Benchmarks (reported numbers, not pass/fail).
     #[command(subcommand)]
     Bench(bench_cmd::BenchCommand),
@@ -85,6 +89,7 @@ fn main() {
         Command::Sweep(cmd) => sweep_cmd::run(cmd),
         Command::Report(args) => report_cmd::run(args),
         Command::Experiment(cmd) => experiment_cmd::run(cmd),
+        Command::Store(cmd) => store_cmd::run(cmd),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

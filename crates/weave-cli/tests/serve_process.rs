@@ -363,3 +363,51 @@ fn a_full_disk_refuses_writes_and_recovers_when_freed() {
     acked.sort();
     assert_eq!(names, acked);
 }
+
+/// One changed byte inside an acknowledged record: the server refuses to start and names the
+/// record, `weave store verify` says which records are good and how to keep them, `weave store
+/// recover` keeps exactly those (and a copy of the file), and the server starts again.
+#[test]
+fn a_damaged_record_is_named_and_recovered_on_request() {
+    let d = dir("damaged");
+    let (mut child, url) = serve(&d);
+    let c = client();
+    for id in ["first-job", "second-job-marker"] {
+        let r = c.post(format!("{url}/v1/jobs")).bearer_auth(TOKEN).json(&spec(id)).send().unwrap();
+        assert_eq!(r.status(), 201);
+    }
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    assert!(child.wait().unwrap().success());
+    let store = d.join("data").join("weave.redb");
+    let mut bytes = std::fs::read(&store).unwrap();
+    let at = bytes.windows(6).position(|w| w == b"marker").expect("the record is in the file");
+    bytes[at] ^= 0x20; // "marker" -> "Marker": still a valid submission, different data
+    std::fs::write(&store, &bytes).unwrap();
+
+    let weave = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_weave")).args(args).output().unwrap();
+    let data = d.join("data");
+    let data = data.to_str().unwrap();
+    let start = Command::new(env!("CARGO_BIN_EXE_weave"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--data", data, "--tenants"])
+        .arg(tenants(&d))
+        .output()
+        .unwrap();
+    assert!(!start.status.success(), "a damaged store must not start");
+    let err = String::from_utf8_lossy(&start.stderr);
+    assert!(err.contains("store record 1: checksum mismatch"), "{err}");
+
+    let v = weave(&["store", "verify", "--data", data]);
+    assert!(!v.status.success());
+    let err = String::from_utf8_lossy(&v.stderr);
+    assert!(err.contains("--truncate-after 0"), "{err}");
+    let r = weave(&["store", "recover", "--data", data, "--truncate-after", "0"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(String::from_utf8_lossy(&r.stdout).contains("dropped 1"));
+    let v = weave(&["store", "verify", "--data", data]);
+    assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
+
+    let (_child, url) = serve(&d);
+    let jobs: serde_json::Value = c.get(format!("{url}/v1/jobs")).bearer_auth(TOKEN).send().unwrap().json().unwrap();
+    let names: Vec<&str> = jobs.as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap()).collect();
+    assert_eq!(names, ["first-job"]);
+}

@@ -2,9 +2,17 @@
 //! database (redb). A record is durable when [`Store::append`] returns: the caller
 //! acknowledges a request only after that. Recovery replays the records, in order, through
 //! the same deterministic core that handled them the first time.
+//!
+//! Every record carries a checksum over its sequence number and bytes (see [`frame`]), so a
+//! changed byte, or a record moved to another position, is refused when read, with the
+//! record's number; a panic inside the storage library on a damaged file is caught and
+//! reported the same way. Nothing is ever repaired silently: [`verify`] says what is wrong and
+//! [`truncate_after`] drops the damaged tail on request, keeping a copy of the file.
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{de::DeserializeOwned, Serialize};
+use sha2::{Digest, Sha256};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
@@ -16,8 +24,169 @@ pub enum StoreError {
     Open { path: String, message: String },
     #[error("store: {0}")]
     Db(String),
-    #[error("store record {seq}: {message}")]
+    #[error("store record {seq}: {message} (see `weave store verify`)")]
     Corrupt { seq: u64, message: String },
+    #[error("store {path} is damaged: {message} (see `weave store verify`)")]
+    Damaged { path: String, message: String },
+}
+
+/// First byte of a checksummed record (never the first byte of a JSON document).
+const FRAMED: u8 = 1;
+const SUM_LEN: usize = 16;
+
+/// A record as stored: [`FRAMED`], the first 16 bytes of SHA-256(seq, payload), the payload.
+fn frame(seq: u64, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(1 + SUM_LEN + payload.len());
+    v.push(FRAMED);
+    v.extend_from_slice(&checksum(seq, payload));
+    v.extend_from_slice(payload);
+    v
+}
+
+fn checksum(seq: u64, payload: &[u8]) -> [u8; SUM_LEN] {
+    let d = Sha256::new().chain_update(seq.to_be_bytes()).chain_update(payload).finalize();
+    d[..SUM_LEN].try_into().expect("16 bytes")
+}
+
+/// The payload of stored record `seq` if its checksum holds. Records written before
+/// checksums (plain JSON) are returned as they are, `checked = false`.
+fn unframe(seq: u64, stored: &[u8]) -> Result<(&[u8], bool), StoreError> {
+    match stored.split_first() {
+        Some((&FRAMED, rest)) if rest.len() >= SUM_LEN => {
+            let (sum, payload) = rest.split_at(SUM_LEN);
+            if sum != checksum(seq, payload) {
+                return Err(StoreError::Corrupt { seq, message: "checksum mismatch".into() });
+            }
+            Ok((payload, true))
+        }
+        Some((&FRAMED, _)) => Err(StoreError::Corrupt { seq, message: "record shorter than its checksum".into() }),
+        Some((b'{' | b'"' | b'[', _)) => Ok((stored, false)),
+        _ => Err(StoreError::Corrupt { seq, message: "not a record (unknown framing)".into() }),
+    }
+}
+
+/// Runs a storage-library call on a possibly damaged file: a panic becomes an error.
+fn guarded<T>(path: &Path, f: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("the storage library panicked");
+        Err(StoreError::Damaged { path: path.display().to_string(), message: message.to_string() })
+    })
+}
+
+/// What [`verify`] found.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Verification {
+    pub records: u64,
+    /// Records without a checksum (written before checksums): readable, not verifiable.
+    pub unchecked: u64,
+    /// The first record that fails, and why; `None`: all good.
+    pub first_bad: Option<(u64, String)>,
+}
+
+/// Reads every record of the store at `path` and checks its checksum and that it parses as
+/// `T`; stops at the first bad one. Never writes.
+pub fn verify<T: DeserializeOwned>(path: &Path) -> Result<Verification, StoreError> {
+    let db = open_existing(path)?;
+    let found = guarded(path, || {
+        let rtx = db.begin_read().map_err(db_err)?;
+        let t = rtx.open_table(LOG).map_err(db_err)?;
+        let mut v = Verification::default();
+        for (expected, row) in t.iter().map_err(db_err)?.enumerate() {
+            let (k, stored) = match row {
+                Ok(r) => r,
+                Err(e) => {
+                    v.first_bad = Some((expected as u64, e.to_string()));
+                    break;
+                }
+            };
+            let seq = k.value();
+            let checked = match check::<T>(seq, expected as u64, stored.value()) {
+                Ok(c) => c,
+                Err(e) => {
+                    v.first_bad = Some((seq, e.to_string()));
+                    break;
+                }
+            };
+            v.records += 1;
+            v.unchecked += u64::from(!checked);
+        }
+        Ok(v)
+    });
+    close(db);
+    found
+}
+
+fn check<T: DeserializeOwned>(seq: u64, expected: u64, stored: &[u8]) -> Result<bool, StoreError> {
+    if seq != expected {
+        return Err(StoreError::Corrupt { seq, message: format!("out of sequence: expected record {expected}") });
+    }
+    let (payload, checked) = unframe(seq, stored)?;
+    serde_json::from_slice::<T>(payload).map_err(|e| StoreError::Corrupt { seq, message: e.to_string() })?;
+    Ok(checked)
+}
+
+/// Drops every record after `last` (keeps 0..=last), after copying the file to
+/// `<file>.before-truncate-<n>`; returns how many were dropped and the copy's path.
+pub fn truncate_after(path: &Path, last: u64) -> Result<(u64, PathBuf), StoreError> {
+    let open_err =
+        |e: &dyn std::fmt::Display| StoreError::Open { path: path.display().to_string(), message: e.to_string() };
+    let mut n = 0;
+    let backup = loop {
+        let b = path.with_extension(format!("redb.before-truncate-{n}"));
+        if !b.exists() {
+            break b;
+        }
+        n += 1;
+    };
+    std::fs::copy(path, &backup).map_err(|e| open_err(&e))?;
+    let db = open_existing(path)?;
+    let dropped = guarded(path, || {
+        let tx = db.begin_write().map_err(db_err)?;
+        let dropped = {
+            let mut t = tx.open_table(LOG).map_err(db_err)?;
+            let keys: Vec<u64> = t
+                .range(last.saturating_add(1)..)
+                .map_err(db_err)?
+                .map(|r| r.map(|(k, _)| k.value()).map_err(db_err))
+                .collect::<Result<_, _>>()?;
+            for k in &keys {
+                t.remove(k).map_err(db_err)?;
+            }
+            keys.len() as u64
+        };
+        tx.commit().map_err(db_err)?;
+        Ok(dropped)
+    });
+    close(db);
+    Ok((dropped?, backup))
+}
+
+/// Closes a database; closing one on a damaged file may panic inside the library.
+fn close(db: Database) {
+    let _ = catch_unwind(AssertUnwindSafe(move || drop(db)));
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Some(db) = self.db.take() {
+            close(db);
+        }
+    }
+}
+
+/// Opens an existing store file (never creates one).
+fn open_existing(path: &Path) -> Result<Database, StoreError> {
+    if !path.exists() {
+        return Err(StoreError::Open { path: path.display().to_string(), message: "no such store file".into() });
+    }
+    guarded(path, || {
+        Database::open(path)
+            .map_err(|e| StoreError::Damaged { path: path.display().to_string(), message: e.to_string() })
+    })
 }
 
 pub struct Store {
@@ -46,17 +215,19 @@ impl Store {
             std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path).map_err(|e| open_err(&e))?;
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|e| open_err(&e))?;
         }
-        let db = Database::create(path).map_err(|e| open_err(&e))?;
-        let tx = db.begin_write().map_err(db_err)?;
-        tx.open_table(LOG).map_err(db_err)?;
-        tx.commit().map_err(db_err)?;
-        let next = {
-            let rtx = db.begin_read().map_err(db_err)?;
-            let t = rtx.open_table(LOG).map_err(db_err)?;
-            let last = t.last().map_err(db_err)?;
-            last.map(|(k, _)| k.value() + 1).unwrap_or(0)
-        };
-        Ok((db, next))
+        guarded(path, || {
+            let db = Database::create(path).map_err(|e| open_err(&e))?;
+            let tx = db.begin_write().map_err(db_err)?;
+            tx.open_table(LOG).map_err(db_err)?;
+            tx.commit().map_err(db_err)?;
+            let next = {
+                let rtx = db.begin_read().map_err(db_err)?;
+                let t = rtx.open_table(LOG).map_err(db_err)?;
+                let last = t.last().map_err(db_err)?;
+                last.map(|(k, _)| k.value() + 1).unwrap_or(0)
+            };
+            Ok((db, next))
+        })
     }
 
     /// Whether the last write succeeded (a failed one leaves the store not ready until a
@@ -75,7 +246,9 @@ impl Store {
         if self.db.is_some() && self.failed.is_none() {
             return Ok(());
         }
-        self.db = None;
+        if let Some(old) = self.db.take() {
+            close(old);
+        }
         let (db, next) = Self::open_db(&self.path)?;
         if next != self.next {
             return Err(StoreError::Db(format!(
@@ -89,7 +262,7 @@ impl Store {
 
     /// Appends one record; durable when this returns `Ok`. Returns its sequence number.
     pub fn append<T: Serialize>(&mut self, record: &T) -> Result<u64, StoreError> {
-        let bytes = serde_json::to_vec(record).map_err(db_err)?;
+        let bytes = frame(self.next, &serde_json::to_vec(record).map_err(db_err)?);
         let written = self.recover().and_then(|()| self.write(&bytes));
         match &written {
             Ok(_) => self.failed = None,
@@ -111,19 +284,30 @@ impl Store {
         Ok(seq)
     }
 
-    /// Every record, in append order.
+    /// Every record, in append order; a record whose checksum fails, that is out of
+    /// sequence or does not parse stops the read with its number.
     pub fn records<T: DeserializeOwned>(&self) -> Result<Vec<T>, StoreError> {
         let db = self.db.as_ref().ok_or_else(|| StoreError::Db("the store is not open".into()))?;
-        let rtx = db.begin_read().map_err(db_err)?;
-        let t = rtx.open_table(LOG).map_err(db_err)?;
-        let mut out = Vec::new();
-        for row in t.iter().map_err(db_err)? {
-            let (k, v) = row.map_err(db_err)?;
-            let rec = serde_json::from_slice(v.value())
-                .map_err(|e| StoreError::Corrupt { seq: k.value(), message: e.to_string() })?;
-            out.push(rec);
-        }
-        Ok(out)
+        guarded(&self.path, || {
+            let rtx = db.begin_read().map_err(db_err)?;
+            let t = rtx.open_table(LOG).map_err(db_err)?;
+            let mut out = Vec::new();
+            for (expected, row) in t.iter().map_err(db_err)?.enumerate() {
+                let (k, v) = row.map_err(|e| StoreError::Corrupt { seq: expected as u64, message: e.to_string() })?;
+                let seq = k.value();
+                if seq != expected as u64 {
+                    return Err(StoreError::Corrupt {
+                        seq,
+                        message: format!("out of sequence: expected record {expected}"),
+                    });
+                }
+                let (payload, _) = unframe(seq, v.value())?;
+                let rec =
+                    serde_json::from_slice(payload).map_err(|e| StoreError::Corrupt { seq, message: e.to_string() })?;
+                out.push(rec);
+            }
+            Ok(out)
+        })
     }
 
     pub fn len(&self) -> u64 {

@@ -1,0 +1,70 @@
+//! `weave store verify` and `weave store recover`: check a server's durable store, and drop a
+//! damaged tail when asked (never silently; a copy of the file is kept).
+
+use anyhow::{bail, Result};
+use std::path::{Path, PathBuf};
+use weave_server::plane::Record;
+
+#[derive(clap::Subcommand)]
+pub enum StoreCommand {
+    /// Check every record of a server's store (checksum, order, format); never writes.
+    Verify {
+        /// The server's data directory (`weave serve --data`).
+        #[arg(long, value_name = "DIR", default_value = "weave-data")]
+        data: PathBuf,
+    },
+    /// Keep records 0..=N and drop the rest, after copying the store file aside. Stop the
+    /// server first; `weave store verify` says which N keeps every good record.
+    Recover {
+        #[arg(long, value_name = "DIR", default_value = "weave-data")]
+        data: PathBuf,
+        #[arg(long, value_name = "N")]
+        truncate_after: u64,
+    },
+}
+
+fn store_file(data: &Path) -> PathBuf {
+    data.join("weave.redb")
+}
+
+pub fn run(cmd: StoreCommand) -> Result<()> {
+    match cmd {
+        StoreCommand::Verify { data } => verify(&data),
+        StoreCommand::Recover { data, truncate_after } => {
+            let path = store_file(&data);
+            let (dropped, backup) = weave_store::truncate_after(&path, truncate_after)?;
+            println!(
+                "{}: kept records 0..={truncate_after}, dropped {dropped}; the file as it was is {}",
+                path.display(),
+                backup.display()
+            );
+            Ok(())
+        }
+    }
+}
+
+fn verify(data: &Path) -> Result<()> {
+    let path = store_file(data);
+    let v = weave_store::verify::<Record>(&path)?;
+    let unchecked = if v.unchecked > 0 {
+        format!(" ({} written before checksums: readable, not verifiable)", v.unchecked)
+    } else {
+        String::new()
+    };
+    match v.first_bad {
+        None => {
+            println!("{}: {} records, all good{unchecked}", path.display(), v.records);
+            Ok(())
+        }
+        Some((seq, why)) => {
+            let keep = match seq.checked_sub(1) {
+                Some(last) => format!(
+                    "records 0..={last} are good: `weave store recover --data {} --truncate-after {last}` keeps them",
+                    data.display()
+                ),
+                None => "no record before it is good".to_string(),
+            };
+            bail!("{}: {why}\n{keep} (the file is copied aside first)", path.display())
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! A damaged store is refused with the record that is wrong, never read as different data and
+//! never a panic; `verify` and `truncate_after` say and do exactly what they claim.
+
+use std::path::{Path, PathBuf};
+use weave_store::{truncate_after, verify, Store, StoreError};
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("weave-store-integrity-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn records() -> Vec<String> {
+    (0..40).map(|i| format!("record-{i:03}-tenant-alpha-job-{}", i * 7)).collect()
+}
+
+fn written(d: &Path) -> PathBuf {
+    let path = d.join("weave.redb");
+    let mut s = Store::open(&path).unwrap();
+    for r in records() {
+        s.append(&r).unwrap();
+    }
+    path
+}
+
+fn read(path: &Path) -> Result<Vec<String>, StoreError> {
+    Store::open(path)?.records()
+}
+
+#[test]
+fn a_changed_byte_inside_a_record_names_that_record() {
+    let d = dir("inside");
+    let path = written(&d);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let needle = b"record-017-tenant-alpha";
+    let at = bytes.windows(needle.len()).position(|w| w == needle).expect("the record's bytes are in the file");
+    bytes[at + 11] ^= 0x01; // "tenant" -> "uenant": still valid JSON, different data
+    std::fs::write(&path, &bytes).unwrap();
+    match read(&path) {
+        Err(StoreError::Corrupt { seq: 17, message }) => assert!(message.contains("checksum"), "{message}"),
+        other => panic!("expected record 17 to be refused, got {other:?}"),
+    }
+    let v = verify::<String>(&path).unwrap();
+    assert_eq!(v.records, 17);
+    assert_eq!(v.first_bad.as_ref().map(|b| b.0), Some(17));
+}
+
+#[test]
+fn a_flipped_byte_anywhere_is_refused_or_changes_nothing() {
+    let d = dir("anywhere");
+    let path = written(&d);
+    let original = std::fs::read(&path).unwrap();
+    let expected = records();
+    let stride = (original.len() / 500).max(1);
+    let (mut refused, mut harmless) = (0, 0);
+    for offset in (0..original.len()).step_by(stride) {
+        let copy = d.join(format!("flip-{offset}.redb"));
+        let mut bytes = original.clone();
+        bytes[offset] ^= 0xFF;
+        std::fs::write(&copy, &bytes).unwrap();
+        match read(&copy) {
+            Err(_) => refused += 1,
+            Ok(got) => {
+                assert_eq!(got, expected, "a flip at byte {offset} was read as different data");
+                harmless += 1;
+            }
+        }
+        let _ = std::fs::remove_file(&copy);
+    }
+    assert!(refused > 0, "no flip was noticed ({harmless} harmless)");
+}
+
+#[test]
+fn truncate_after_keeps_a_copy_and_drops_only_the_tail() {
+    let d = dir("truncate");
+    let path = written(&d);
+    let (dropped, backup) = truncate_after(&path, 24).unwrap();
+    assert_eq!(dropped, 15);
+    assert!(backup.exists());
+    assert_eq!(read(&path).unwrap(), records()[..25].to_vec());
+    assert_eq!(read(&backup).unwrap(), records());
+    let mut s = Store::open(&path).unwrap();
+    assert_eq!(s.append(&"next".to_string()).unwrap(), 25, "appends continue after the kept records");
+}
+
+#[test]
+fn verify_counts_good_records_and_never_creates_a_store() {
+    let d = dir("verify");
+    let path = written(&d);
+    let v = verify::<String>(&path).unwrap();
+    assert_eq!((v.records, v.unchecked, v.first_bad), (40, 0, None));
+    // Records that do not parse as what the caller expects are named too.
+    let v = verify::<u32>(&path).unwrap();
+    assert_eq!(v.first_bad.map(|b| b.0), Some(0));
+    assert!(verify::<String>(&d.join("absent.redb")).is_err());
+    assert!(!d.join("absent.redb").exists());
+}
