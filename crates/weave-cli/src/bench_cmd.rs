@@ -21,6 +21,10 @@ pub enum BenchCommand {
     Replay(crate::replay_bench::ReplayArgs),
     /// Control-plane load: submissions per second and phase-gate round trips on loopback.
     Serve(crate::serve_bench::ServeBenchArgs),
+    /// Holds connections to a server open like slow clients (half a request header each) until
+    /// stdin closes; `weave bench serve --slow-connections` runs it as a separate process.
+    #[command(hide = true)]
+    SlowClients(crate::serve_bench::SlowClientsArgs),
 }
 
 #[derive(clap::Args)]
@@ -92,6 +96,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Optimality(args) => crate::place_bench::optimality(args),
         BenchCommand::Replay(args) => crate::replay_bench::run(args),
         BenchCommand::Serve(args) => crate::serve_bench::run(args),
+        BenchCommand::SlowClients(args) => crate::serve_bench::slow_clients(args),
     }
 }
 

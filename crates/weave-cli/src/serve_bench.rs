@@ -22,6 +22,9 @@ pub struct ServeBenchArgs {
     /// default, as in `weave serve`).
     #[arg(long, value_name = "URL")]
     otlp_endpoint: Option<String>,
+    /// Connections held open by slow clients (half a request header each) while measuring.
+    #[arg(long, default_value_t = 0)]
+    slow_connections: usize,
     #[arg(long)]
     json: bool,
 }
@@ -29,6 +32,7 @@ pub struct ServeBenchArgs {
 #[derive(Serialize)]
 struct Report {
     jobs: usize,
+    slow_connections: usize,
     submissions_per_second: f64,
     submit_p50_ms: f64,
     submit_p99_ms: f64,
@@ -43,7 +47,56 @@ fn pct(sorted: &[f64], q: f64) -> f64 {
     sorted.get(((sorted.len().max(1) - 1) as f64 * q).round() as usize).copied().unwrap_or(0.0)
 }
 
+#[derive(clap::Args)]
+pub struct SlowClientsArgs {
+    #[arg(long)]
+    addr: std::net::SocketAddr,
+    #[arg(long)]
+    count: usize,
+}
+
+/// Opens `count` connections that each send half a request header, says `ready`, and holds
+/// them until stdin closes.
+pub fn slow_clients(args: SlowClientsArgs) -> Result<()> {
+    use std::io::{Read, Write};
+    weave_server::raise_open_file_limit();
+    let held: Vec<std::net::TcpStream> = (0..args.count)
+        .map(|i| -> Result<std::net::TcpStream> {
+            let mut s = std::net::TcpStream::connect(args.addr).with_context(|| format!("slow connection {i}"))?;
+            s.write_all(b"GET /v1/jobs HTTP/1.1\r\nx-slow: ")?;
+            Ok(s)
+        })
+        .collect::<Result<_>>()?;
+    println!("ready {}", held.len());
+    std::io::stdout().flush()?;
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+    drop(held);
+    Ok(())
+}
+
+/// The slow clients, in a process of their own (the server here needs its descriptors).
+fn slow_client_process(addr: std::net::SocketAddr, count: usize) -> Result<Option<std::process::Child>> {
+    use std::io::BufRead;
+    if count == 0 {
+        return Ok(None);
+    }
+    let mut child = std::process::Command::new(std::env::current_exe()?)
+        .args(["bench", "slow-clients", "--addr", &addr.to_string(), "--count", &count.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("cannot start the slow clients")?;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().context("slow clients' stdout")?).read_line(&mut line)?;
+    if !line.starts_with("ready") {
+        let _ = child.kill();
+        bail!("the slow clients did not all connect (see above)");
+    }
+    Ok(Some(child))
+}
+
 pub fn run(args: ServeBenchArgs) -> Result<()> {
+    weave_server::raise_open_file_limit();
     if args.jobs == 0 || args.round_trips == 0 {
         bail!("--jobs and --round-trips must be at least 1");
     }
@@ -58,6 +111,7 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
         max_body_bytes: 64 * 1024,
         max_wait: Duration::from_secs(5),
         placement: Default::default(),
+        limits: weave_server::ConnectionLimits { header_timeout: Duration::from_secs(3600), ..Default::default() },
     };
     let mut shared = Shared::open(cfg).context("cannot open the benchmark store")?;
     if let Some(url) = &args.otlp_endpoint {
@@ -73,6 +127,7 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
         let _ = stopped.await;
     }));
     let url = format!("http://{addr}");
+    let slow = slow_client_process(addr, args.slow_connections)?;
     let c = reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).build()?;
     let time = |f: &mut dyn FnMut() -> Result<u16>| -> Result<(u16, f64)> {
         let t = Instant::now();
@@ -135,6 +190,10 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
             bail!("no job could be granted a phase");
         }
     }
+    if let Some(mut child) = slow {
+        drop(child.stdin.take());
+        let _ = child.wait();
+    }
     let _ = stop.send(());
     let _ = rt.block_on(server);
     let _ = std::fs::remove_dir_all(&data);
@@ -143,6 +202,7 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
     }
     let r = Report {
         jobs: args.jobs,
+        slow_connections: args.slow_connections,
         submissions_per_second: submit_rate,
         submit_p50_ms: pct(&submit_ms, 0.5),
         submit_p99_ms: pct(&submit_ms, 0.99),
@@ -177,6 +237,9 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
     table::align_numbers(&mut t);
     write_output(
         None,
-        &format!("{} jobs registered, {} gate round trips, loopback, one client\n{t}\n", r.jobs, r.round_trips),
+        &format!(
+            "{} jobs registered, {} gate round trips, loopback, one client, {} slow connections held open\n{t}\n",
+            r.jobs, r.round_trips, r.slow_connections
+        ),
     )
 }

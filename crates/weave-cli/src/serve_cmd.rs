@@ -70,6 +70,22 @@ pub struct ServeArgs {
     /// switch and weight sync. Off by default.
     #[arg(long, value_name = "URL")]
     otlp_endpoint: Option<String>,
+    /// A client must send a request's headers within this, seconds (slow clients are cut).
+    #[arg(long, default_value_t = 20.0)]
+    header_timeout_s: f64,
+    /// And its body within this, seconds.
+    #[arg(long, default_value_t = 20.0)]
+    body_timeout_s: f64,
+    /// Open connections at most (more are answered 503 and closed); default: the open-file
+    /// limit, raised to its hard limit at start, less 256.
+    #[arg(long)]
+    max_connections: Option<usize>,
+    /// Requests per second per bearer token (429 beyond; 0: unlimited).
+    #[arg(long, default_value_t = 200)]
+    rate_limit_per_s: u32,
+    /// Requests a token may send at once before the per-second rate applies.
+    #[arg(long, default_value_t = 400)]
+    rate_limit_burst: u32,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -113,6 +129,32 @@ fn ray_inventory(
     Ok((client, (rollout, training)))
 }
 
+fn connection_limits(args: &ServeArgs) -> Result<weave_server::ConnectionLimits> {
+    let secs = |name: &str, v: f64| {
+        if v.is_finite() && v > 0.0 && v <= 3600.0 {
+            Ok(Duration::from_secs_f64(v))
+        } else {
+            Err(anyhow::anyhow!("{name} must be in (0, 3600] seconds, got {v}"))
+        }
+    };
+    if args.max_connections == Some(0) {
+        bail!("--max-connections must be at least 1");
+    }
+    // Connections need descriptors: take what the hard limit allows.
+    let limit = weave_server::raise_open_file_limit();
+    if let (Some(n), Some(l)) = (args.max_connections, limit) {
+        if n as u64 + 64 > l {
+            eprintln!("weave serve: warning: --max-connections {n} is close to the open-file limit {l}");
+        }
+    }
+    Ok(weave_server::ConnectionLimits {
+        header_timeout: secs("--header-timeout-s", args.header_timeout_s)?,
+        body_timeout: secs("--body-timeout-s", args.body_timeout_s)?,
+        max_connections: args.max_connections,
+        rate: (args.rate_limit_per_s > 0).then_some((args.rate_limit_per_s, args.rate_limit_burst.max(1))),
+    })
+}
+
 pub fn serve(args: ServeArgs) -> Result<()> {
     let tenants = match (&args.tenants, args.insecure_no_auth) {
         (Some(p), false) => {
@@ -154,6 +196,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         max_body_bytes: args.max_body_bytes,
         max_wait: Duration::from_secs(30),
         placement: weave_server::state::PlacementConfig { consolidate: args.consolidate, slo_risk: args.slo_risk },
+        limits: connection_limits(&args)?,
     };
     let mut shared = Shared::open(cfg).with_context(|| format!("cannot open the store in {}", args.data.display()))?;
     if let Some(url) = &args.otlp_endpoint {

@@ -97,6 +97,7 @@ fn shared(dir: &std::path::Path) -> Arc<Shared> {
         max_body_bytes: 16 * 1024,
         max_wait: Duration::from_secs(1),
         placement: Default::default(),
+        limits: Default::default(),
     };
     Arc::new(Shared::open(cfg).unwrap())
 }

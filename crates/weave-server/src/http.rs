@@ -7,6 +7,7 @@ use crate::state::{ServeError, Shared};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::{from_fn_with_state, Next};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -14,6 +15,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
+use tower_governor::governor::GovernorConfigBuilder;
+use tower_governor::key_extractor::KeyExtractor;
+use tower_governor::{governor::GovernorConfig, GovernorError, GovernorLayer};
+use tower_http::timeout::RequestBodyTimeoutLayer;
 use weave_dispatch::Phase;
 
 pub struct ApiError {
@@ -488,14 +493,51 @@ struct TokenQuery {
     token: Option<String>,
 }
 
-pub fn router(shared: Arc<Shared>) -> Router {
+/// Per-token rate limiting: the limiter's state, kept to forget idle tokens now and then.
+pub type RateLimits =
+    Arc<GovernorConfig<TokenKey, governor::middleware::NoOpMiddleware<governor::clock::QuantaInstant>>>;
+
+/// Rate-limit key: a digest of the bearer token (the token itself is never kept).
+#[derive(Clone)]
+pub struct TokenKey;
+
+impl KeyExtractor for TokenKey {
+    type Key = [u8; 16];
+
+    fn extract<T>(&self, req: &axum::http::Request<T>) -> Result<[u8; 16], GovernorError> {
+        use sha2::{Digest, Sha256};
+        let token = req.headers().get(header::AUTHORIZATION).map(|v| v.as_bytes()).unwrap_or_default();
+        Ok(Sha256::digest(token)[..16].try_into().expect("16 bytes"))
+    }
+}
+
+/// The limiter for `rate` = (requests per second, burst), if any.
+pub fn rate_limits(rate: Option<(u32, u32)>) -> Option<RateLimits> {
+    let (per_s, burst) = rate.filter(|r| r.0 > 0)?;
+    let period = std::time::Duration::from_nanos(1_000_000_000 / u64::from(per_s));
+    let cfg =
+        GovernorConfigBuilder::default().period(period).burst_size(burst.max(1)).key_extractor(TokenKey).finish()?;
+    Some(Arc::new(cfg))
+}
+
+/// Refuses a request without a known token before anything reads its body.
+async fn require_token(State(s): State<Arc<Shared>>, req: axum::extract::Request, next: Next) -> Response {
+    match caller(&s, req.headers()) {
+        Ok(_) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+pub fn router(shared: Arc<Shared>, rate: Option<RateLimits>) -> Router {
     let limit = shared.cfg.max_body_bytes;
-    Router::new()
+    let body_timeout = shared.cfg.limits.body_timeout;
+    let open = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
-        .route("/status", get(status_page))
+        .route("/status", get(status_page));
+    let mut authenticated = Router::new()
+        .route("/metrics", get(metrics))
         .route("/v1/jobs", post(submit).get(list_jobs))
         .route("/v1/jobs/{id}", get(show_job).delete(cancel_job))
         .route("/v1/jobs/{id}/heartbeat", post(heartbeat))
@@ -504,7 +546,24 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/groups", get(groups))
         .route("/v1/nodes", get(nodes))
         .route("/v1/cluster", get(cluster))
-        .route("/v1/events", get(events))
+        .route("/v1/events", get(events));
+    if let Some(cfg) = rate {
+        let layer = GovernorLayer::new(cfg).error_handler(|e| {
+            let message = match e {
+                GovernorError::TooManyRequests { wait_time, .. } => {
+                    format!("rate limit for this token: try again in {wait_time} s")
+                }
+                other => format!("rate limit: {other}"),
+            };
+            ApiError::new(StatusCode::TOO_MANY_REQUESTS, message).into_response()
+        });
+        authenticated = authenticated.layer(layer);
+    }
+    // The token is checked first (outermost), so unknown tokens never reach the limiter and
+    // no body is read for them.
+    let authenticated = authenticated.route_layer(from_fn_with_state(shared.clone(), require_token));
+    open.merge(authenticated)
+        .layer(RequestBodyTimeoutLayer::new(body_timeout))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(shared)
 }

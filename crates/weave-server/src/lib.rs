@@ -12,40 +12,145 @@ mod status;
 pub mod telemetry;
 
 pub use auth::{Caller, Tenants};
-pub use state::{Capacity, ServeError, ServerConfig, Shared};
+pub use state::{Capacity, ConnectionLimits, ServeError, ServerConfig, Shared};
 
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::Semaphore;
 
 /// Serves on `listener` until `shutdown` resolves; expires heartbeats in the background.
+///
+/// Connections are capped ([`ConnectionLimits`]): one past the cap is answered 503 and closed,
+/// so a flood of idle or slow clients can never take the file descriptors that answering
+/// (and the store) need; a client that does not deliver its headers in time is cut.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     shared: Arc<Shared>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let limits = shared.cfg.limits;
+    let rate = http::rate_limits(limits.rate);
     let reaper = shared.clone();
+    let limiter = rate.clone();
     let tick = Duration::from_millis(250).min(shared.cfg.heartbeat_timeout / 4).max(Duration::from_millis(10));
     tokio::spawn(async move {
+        let mut last_sweep = tokio::time::Instant::now();
         loop {
             tokio::time::sleep(tick).await;
             let r = reaper.clone();
             // The store's fsync blocks: keep it off the async workers.
             let _ = tokio::task::spawn_blocking(move || r.expire_heartbeats()).await;
+            // Tokens idle long enough to be back at full burst are forgotten.
+            if let Some(l) = limiter.as_ref().filter(|_| last_sweep.elapsed() > Duration::from_secs(60)) {
+                l.limiter().retain_recent();
+                last_sweep = tokio::time::Instant::now();
+            }
         }
     });
-    // On shutdown, parked long-polls are answered at once ("waiting": the client asks again,
-    // after the restart) instead of holding the graceful shutdown for their whole wait.
-    let closing = shared.clone();
-    let shutdown = async move {
-        shutdown.await;
-        closing.closing.store(true, std::sync::atomic::Ordering::SeqCst);
-        closing.changed.send_modify(|v| *v += 1);
-    };
-    let exporting = shared.clone();
-    let served = axum::serve(listener, http::router(shared)).with_graceful_shutdown(shutdown).await;
-    // Spans still buffered go out before the process ends (the flush blocks: off the workers).
-    if exporting.telemetry.is_some() {
-        let _ = tokio::task::spawn_blocking(move || exporting.telemetry.as_ref().map(|t| t.shutdown())).await;
+    let cap = limits.max_connections.unwrap_or_else(default_max_connections).max(1);
+    let permits = Arc::new(Semaphore::new(cap));
+    let app = http::router(shared.clone(), rate);
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            () = &mut shutdown => break,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            // Out of descriptors or a connection reset before accept: back off, go on.
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            tokio::spawn(refuse(stream, cap));
+            continue;
+        };
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_timeout)
+            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            let _ = conn.await;
+            drop(permit);
+        });
     }
-    served
+    drop(listener);
+    // Parked long-polls are answered at once ("waiting": the client asks again after the
+    // restart) instead of holding the shutdown for their whole wait.
+    shared.closing.store(true, std::sync::atomic::Ordering::SeqCst);
+    shared.changed.send_modify(|v| *v += 1);
+    let _ = tokio::time::timeout(Duration::from_secs(10), graceful.shutdown()).await;
+    // Spans still buffered go out before the process ends (the flush blocks: off the workers).
+    if shared.telemetry.is_some() {
+        let _ = tokio::task::spawn_blocking(move || shared.telemetry.as_ref().map(|t| t.shutdown())).await;
+    }
+    Ok(())
+}
+
+/// One connection past the cap: a short answer, then close.
+async fn refuse(mut stream: tokio::net::TcpStream, cap: usize) {
+    let body = format!(r#"{{"error":"too many open connections (limit {cap}): try again shortly"}}"#);
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(2), stream.write_all(answer.as_bytes())).await;
+    let _ = stream.shutdown().await;
+}
+
+/// Descriptors kept back from connections: the store, the listener, logs, the exporter.
+const RESERVED_DESCRIPTORS: u64 = 256;
+
+/// The connection cap when none is configured: the open-file limit (raised to its hard limit
+/// first, see [`raise_open_file_limit`]) less a reserve.
+pub fn default_max_connections() -> usize {
+    let limit = open_file_limit().unwrap_or(1024);
+    limit.saturating_sub(RESERVED_DESCRIPTORS).clamp(64, 1 << 20) as usize
+}
+
+fn open_file_limit() -> Option<u64> {
+    let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit only writes the struct we pass.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } == 0;
+    ok.then_some(l.rlim_cur)
+}
+
+/// Open files a server asks for when it may raise its hard limit (root).
+const WANTED_OPEN_FILES: u64 = 65_536;
+
+/// Raises this process's open-file limit: the hard limit to 65,536 where allowed (root),
+/// then the soft limit to the hard one (a server holding many connections needs them);
+/// returns the limit now in force.
+pub fn raise_open_file_limit() -> Option<u64> {
+    let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) != 0 {
+            return None;
+        }
+        if l.rlim_max < WANTED_OPEN_FILES {
+            let wanted = WANTED_OPEN_FILES as libc::rlim_t;
+            let raised = libc::rlimit { rlim_cur: wanted, rlim_max: wanted };
+            // Refused without the privilege: keep the hard limit there is.
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                l = raised;
+            }
+        }
+        if l.rlim_cur < l.rlim_max {
+            let raised = libc::rlimit { rlim_cur: l.rlim_max, rlim_max: l.rlim_max };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                l = raised;
+            }
+        }
+    }
+    Some(l.rlim_cur)
 }

@@ -25,6 +25,32 @@ pub struct ServerConfig {
     /// Longest a phase-start request waits before answering "not yet".
     pub max_wait: Duration,
     pub placement: PlacementConfig,
+    pub limits: ConnectionLimits,
+}
+
+/// What one client may hold or ask of the server.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ConnectionLimits {
+    /// A connection must deliver a request's headers within this (slow clients are cut).
+    pub header_timeout: Duration,
+    /// And its body within this.
+    pub body_timeout: Duration,
+    /// Open connections at most; more are answered 503 and closed. `None`: from the process's
+    /// open-file limit (see [`crate::default_max_connections`]).
+    pub max_connections: Option<usize>,
+    /// Requests per second per bearer token, with this burst; `None`: unlimited.
+    pub rate: Option<(u32, u32)>,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            header_timeout: Duration::from_secs(20),
+            body_timeout: Duration::from_secs(20),
+            max_connections: None,
+            rate: None,
+        }
+    }
 }
 
 /// How the plane places jobs beyond the paper's rules.

@@ -390,6 +390,7 @@ fn commits_check_ownership_under_the_write_lock() {
         max_body_bytes: 16 * 1024,
         max_wait: Duration::from_secs(5),
         placement: Default::default(),
+        limits: Default::default(),
     };
     let s = Shared::open(cfg).unwrap();
     let who = |tenant: &str| Caller { tenant: tenant.into(), admin: false, job: None };

@@ -48,6 +48,7 @@ impl TestServer {
             max_body_bytes: 16 * 1024,
             max_wait: Duration::from_secs(5),
             placement: Default::default(),
+            limits: Default::default(),
         };
         let (tx, rx) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -1,0 +1,106 @@
+//! `weave serve` against clients that hold connections, stall or flood: the token is checked
+//! before any body is read, slow clients are cut, connections past the cap are refused with
+//! a clear answer, and a token past its rate is told to wait.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+mod common;
+use common::{client, dir, serve_with, TOKEN};
+
+fn host(url: &str) -> String {
+    url.trim_start_matches("http://").to_string()
+}
+
+/// Everything the server sends until it closes or `wait` passes.
+fn answer(s: &mut TcpStream, wait: Duration) -> String {
+    s.set_read_timeout(Some(wait)).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+        if out.windows(4).any(|w| w == b"\r\n\r\n") && out.ends_with(b"}") {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn a_request_without_a_token_is_refused_before_its_body_is_read() {
+    let (_server, url) = serve_with(&dir("conn-token"), &[]);
+    let mut s = TcpStream::connect(host(&url)).unwrap();
+    // Announce a megabyte and send none of it: only a check before the body can answer.
+    let head = "POST /v1/jobs HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000000\r\n\r\n";
+    s.write_all(head.as_bytes()).unwrap();
+    let a = answer(&mut s, Duration::from_secs(10));
+    assert!(a.starts_with("HTTP/1.1 401"), "{a}");
+    assert!(a.contains("bearer token"), "{a}");
+}
+
+#[test]
+fn a_client_that_never_finishes_its_headers_is_cut() {
+    let (_server, url) = serve_with(&dir("conn-slow"), &["--header-timeout-s", "1"]);
+    let mut s = TcpStream::connect(host(&url)).unwrap();
+    s.write_all(b"GET /v1/jobs HTTP/1.1\r\nhost: x\r\n").unwrap();
+    // The server closes the connection (EOF) well before this generous bound.
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut buf = [0u8; 256];
+    let closed = matches!(s.read(&mut buf), Ok(0)) || matches!(s.read(&mut buf), Ok(0));
+    assert!(closed, "the connection was not closed");
+}
+
+#[test]
+fn connections_past_the_cap_are_answered_503_and_the_rest_still_work() {
+    let (_server, url) = serve_with(&dir("conn-cap"), &["--max-connections", "3"]);
+    let held: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(host(&url)).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut extra = TcpStream::connect(host(&url)).unwrap();
+    let a = answer(&mut extra, Duration::from_secs(10));
+    assert!(a.starts_with("HTTP/1.1 503"), "{a}");
+    assert!(a.contains("too many open connections (limit 3)"), "{a}");
+    drop(held);
+    std::thread::sleep(Duration::from_millis(300));
+    let r = client().get(format!("{url}/v1/jobs")).bearer_auth(TOKEN).send().unwrap();
+    assert_eq!(r.status(), 200, "freed connections are reused");
+}
+
+#[test]
+fn a_token_past_its_rate_is_told_to_wait() {
+    let (_server, url) = serve_with(&dir("conn-rate"), &["--rate-limit-per-s", "1", "--rate-limit-burst", "3"]);
+    let c = client();
+    let statuses: Vec<u16> =
+        (0..8).map(|_| c.get(format!("{url}/v1/jobs")).bearer_auth(TOKEN).send().unwrap().status().as_u16()).collect();
+    assert_eq!(&statuses[..3], &[200, 200, 200], "{statuses:?}");
+    assert!(statuses.contains(&429), "{statuses:?}");
+    let r = c.get(format!("{url}/v1/jobs")).bearer_auth(TOKEN).send().unwrap();
+    if r.status() == 429 {
+        let body: serde_json::Value = r.json().unwrap();
+        assert!(body["error"].as_str().unwrap().contains("try again in"), "{body}");
+    }
+    // Health checks carry no token and are never limited.
+    for _ in 0..10 {
+        assert_eq!(c.get(format!("{url}/healthz")).send().unwrap().status(), 200);
+    }
+}
+
+#[test]
+fn authenticated_requests_are_answered_while_many_slow_clients_hold_connections() {
+    let (_server, url) = serve_with(&dir("conn-flood"), &[]);
+    let slow: Vec<TcpStream> = (0..1000)
+        .map(|_| {
+            let mut s = TcpStream::connect(host(&url)).unwrap();
+            s.write_all(b"GET /v1/jobs HTTP/1.1\r\nx-slow: ").unwrap();
+            s
+        })
+        .collect();
+    let c = client();
+    for _ in 0..20 {
+        assert_eq!(c.get(format!("{url}/v1/jobs")).bearer_auth(TOKEN).send().unwrap().status(), 200);
+    }
+    drop(slow);
+}
