@@ -85,16 +85,20 @@ class WeaveClient:
         self.retry_s = retry_s
 
     def _request(self, method: str, path: str, body: JSON = None, retry: bool = False) -> Tuple[int, JSON]:
-        """One request; with ``retry``, connection failures (server down or restarting) are
-        retried for ``retry_s`` seconds. HTTP errors are never retried."""
+        """One request; with ``retry``, connection failures and 503 answers (server down,
+        restarting, replaying its store, or its disk refusing writes) are retried for
+        ``retry_s`` seconds. Other HTTP errors are never retried."""
         deadline = time.monotonic() + self.retry_s
         while True:
             try:
                 return self._request_once(method, path, body)
+            except WeaveError as e:
+                if e.status != 503 or not retry or time.monotonic() > deadline:
+                    raise
             except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
                 if isinstance(e, urllib.error.HTTPError) or not retry or time.monotonic() > deadline:
                     raise
-                time.sleep(0.5)
+            time.sleep(0.5)
 
     def _request_once(self, method: str, path: str, body: JSON = None) -> Tuple[int, JSON]:
         data = None if body is None else json.dumps(body).encode()

@@ -21,6 +21,8 @@ pub enum BenchCommand {
     Replay(crate::replay_bench::ReplayArgs),
     /// Control-plane load: submissions per second and phase-gate round trips on loopback.
     Serve(crate::serve_bench::ServeBenchArgs),
+    /// Restart time of `weave serve` (store replay) by records in its store.
+    Restart(crate::restart_bench::RestartArgs),
     /// Holds connections to a server open like slow clients (half a request header each) until
     /// stdin closes; `weave bench serve --slow-connections` runs it as a separate process.
     #[command(hide = true)]
@@ -96,6 +98,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Optimality(args) => crate::place_bench::optimality(args),
         BenchCommand::Replay(args) => crate::replay_bench::run(args),
         BenchCommand::Serve(args) => crate::serve_bench::run(args),
+        BenchCommand::Restart(args) => crate::restart_bench::run(args),
         BenchCommand::SlowClients(args) => crate::serve_bench::slow_clients(args),
     }
 }

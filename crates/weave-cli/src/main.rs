@@ -10,6 +10,7 @@ mod place_bench;
 mod prototype_cmd;
 mod replay_bench;
 mod report_cmd;
+mod restart_bench;
 mod serve_bench;
 mod serve_cmd;
 mod simulate_cmd;

@@ -155,6 +155,26 @@ fn connection_limits(args: &ServeArgs) -> Result<weave_server::ConnectionLimits>
     })
 }
 
+/// Opens and replays the store, turns tracing on, records a backend's inventory.
+fn open_shared(
+    cfg: ServerConfig,
+    data: &std::path::Path,
+    otlp: Option<&str>,
+    inventory: Option<(u32, u32)>,
+) -> Result<Arc<Shared>> {
+    let mut shared = Shared::open(cfg).with_context(|| format!("cannot open the store in {}", data.display()))?;
+    if let Some(url) = otlp {
+        let telemetry = weave_server::telemetry::Telemetry::otlp(url, shared.now_us())?;
+        shared = shared.with_telemetry(telemetry);
+    }
+    if let Some((rollout, training)) = inventory {
+        shared
+            .commit(|time_us| Record::Inventory { time_us, rollout, training })
+            .context("cannot record the Ray inventory")?;
+    }
+    Ok(Arc::new(shared))
+}
+
 pub fn serve(args: ServeArgs) -> Result<()> {
     let tenants = match (&args.tenants, args.insecure_no_auth) {
         (Some(p), false) => {
@@ -198,18 +218,6 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         placement: weave_server::state::PlacementConfig { consolidate: args.consolidate, slo_risk: args.slo_risk },
         limits: connection_limits(&args)?,
     };
-    let mut shared = Shared::open(cfg).with_context(|| format!("cannot open the store in {}", args.data.display()))?;
-    if let Some(url) = &args.otlp_endpoint {
-        let telemetry = weave_server::telemetry::Telemetry::otlp(url, shared.now_us())?;
-        shared = shared.with_telemetry(telemetry);
-    }
-    let shared = Arc::new(shared);
-    if let Some((_, (rollout, training))) = &ray {
-        let (rollout, training) = (*rollout, *training);
-        shared
-            .commit(|time_us| Record::Inventory { time_us, rollout, training })
-            .context("cannot record the Ray inventory")?;
-    }
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(async move {
@@ -217,8 +225,16 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             .await
             .with_context(|| format!("cannot listen on {}", args.addr))?;
         let addr = listener.local_addr()?;
+        // The store is replayed off the async workers; meanwhile the port answers 503
+        // "recovering" instead of refusing connections.
+        let inventory = ray.as_ref().map(|(_, sizes)| *sizes);
+        let otlp = args.otlp_endpoint.clone();
+        let data = args.data.clone();
+        let opening = tokio::task::spawn_blocking(move || open_shared(cfg, &data, otlp.as_deref(), inventory));
+        let shared = weave_server::answer_while_recovering(&listener, opening).await.context("opening the store")??;
         eprintln!("weave serve: listening on http://{addr} (store {})", args.data.display());
-        // Tests and scripts read the bound address (useful with port 0) from stdout.
+        // Tests and scripts read the bound address (useful with port 0) from stdout: it is
+        // printed once the server takes requests.
         println!("listening {addr}");
         // Ctrl-C or SIGTERM: stop accepting, finish what is in flight. (Every acknowledged
         // request is already durable, so a SIGKILL loses nothing either.)

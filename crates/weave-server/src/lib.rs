@@ -70,7 +70,8 @@ pub async fn serve(
             }
         };
         let Ok(permit) = permits.clone().try_acquire_owned() else {
-            tokio::spawn(refuse(stream, cap));
+            let why = format!("too many open connections (limit {cap}): try again shortly");
+            tokio::spawn(answer_503(stream, why));
             continue;
         };
         let conn = hyper::server::conn::http1::Builder::new()
@@ -96,9 +97,34 @@ pub async fn serve(
     Ok(())
 }
 
-/// One connection past the cap: a short answer, then close.
-async fn refuse(mut stream: tokio::net::TcpStream, cap: usize) {
-    let body = format!(r#"{{"error":"too many open connections (limit {cap}): try again shortly"}}"#);
+/// Until `ready` resolves, every connection on `listener` is answered 503 "recovering" (the
+/// store is being replayed): clients get a clear answer to retry instead of a refused
+/// connection.
+pub async fn answer_while_recovering<T>(
+    listener: &tokio::net::TcpListener,
+    ready: impl std::future::Future<Output = T>,
+) -> T {
+    let mut ready = std::pin::pin!(ready);
+    loop {
+        tokio::select! {
+            out = &mut ready => return out,
+            accepted = listener.accept() => {
+                if let Ok((stream, _)) = accepted {
+                    let why = "recovering: the server is replaying its store; try again shortly".to_string();
+                    tokio::spawn(answer_503(stream, why));
+                }
+            }
+        }
+    }
+}
+
+/// A connection the server will not serve now: a short 503 with `why`, then close. What the
+/// client already sent is read first, so the answer is not lost to a reset.
+async fn answer_503(mut stream: tokio::net::TcpStream, why: String) {
+    use tokio::io::AsyncReadExt;
+    let mut scratch = [0u8; 8192];
+    let _ = tokio::time::timeout(Duration::from_millis(200), stream.read(&mut scratch)).await;
+    let body = serde_json::json!({ "error": why }).to_string();
     let answer = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()

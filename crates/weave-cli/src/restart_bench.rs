@@ -1,0 +1,130 @@
+//! `weave bench restart`: how long `weave serve` takes to come back, by records in its store.
+//! Builds a store through the real commit path (two-phase gate reports of many jobs), then
+//! times opening it (replay) several times.
+
+use crate::input::{json, write_output};
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::time::{Duration, Instant};
+use weave_core::ClusterConfig;
+use weave_dispatch::Phase;
+use weave_server::plane::{Record, SubmitSpec};
+use weave_server::{ServerConfig, Shared, Tenants};
+
+#[derive(clap::Args)]
+pub struct RestartArgs {
+    /// Jobs submitted (they then report phases round-robin).
+    #[arg(long, default_value_t = 200)]
+    jobs: usize,
+    /// Records in the store when it is reopened.
+    #[arg(long, default_value_t = 20_000)]
+    records: usize,
+    /// Times the store is reopened (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    opens: usize,
+    /// Iterations per job: a job that completes is replaced by a new submission (churn:
+    /// placement and departures in the log). 0: jobs run until the store is full.
+    #[arg(long, default_value_t = 0)]
+    iterations: u64,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Report {
+    records: u64,
+    open_s_median: f64,
+    open_s_all: Vec<f64>,
+    per_record_us: f64,
+}
+
+fn config(data: std::path::PathBuf) -> ServerConfig {
+    ServerConfig {
+        data_dir: data,
+        tenants: Tenants::open_access(),
+        cluster: ClusterConfig::default(),
+        capacity: weave_server::Capacity::Elastic,
+        heartbeat_timeout: Duration::from_secs(3600),
+        max_body_bytes: 64 * 1024,
+        max_wait: Duration::from_secs(5),
+        placement: Default::default(),
+        limits: Default::default(),
+    }
+}
+
+pub fn run(args: RestartArgs) -> Result<()> {
+    if args.jobs == 0 || args.records < args.jobs || args.opens == 0 {
+        bail!("need --jobs >= 1, --records >= --jobs and --opens >= 1");
+    }
+    let data = std::env::temp_dir().join(format!("weave-bench-restart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let records = build(&data, &args)?;
+    let mut times = Vec::new();
+    for _ in 0..args.opens {
+        let t = Instant::now();
+        let shared = Shared::open(config(data.clone())).context("cannot reopen the store")?;
+        times.push(t.elapsed().as_secs_f64());
+        drop(shared);
+    }
+    let _ = std::fs::remove_dir_all(&data);
+    let mut sorted = times.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[sorted.len() / 2];
+    let r = Report { records, open_s_median: median, open_s_all: times, per_record_us: median * 1e6 / records as f64 };
+    if args.json {
+        return write_output(None, &json(&r)?);
+    }
+    write_output(
+        None,
+        &format!(
+            "{} records: reopening (replay) takes {:.3} s median of {} ({:.1} us per record)\n",
+            r.records, r.open_s_median, args.opens, r.per_record_us
+        ),
+    )
+}
+
+/// Submits the jobs and reports their phases until the store holds `records` records.
+fn build(data: &std::path::Path, args: &RestartArgs) -> Result<u64> {
+    let shared = Shared::open(config(data.to_path_buf())).context("cannot create the benchmark store")?;
+    let mut next_id = 0usize;
+    let submit = |slot: usize, next_id: &mut usize| -> Result<String> {
+        let ty = ["7B_8k", "14B_8k", "3B_4k", "8B_16k"][slot % 4];
+        let name = format!("j{}", *next_id);
+        *next_id += 1;
+        let mut spec = serde_json::json!({ "id": name, "type": ty, "slo": 1.5 });
+        if args.iterations > 0 {
+            spec["iterations"] = serde_json::json!(args.iterations);
+        }
+        let spec: SubmitSpec = serde_json::from_value(spec)?;
+        shared.commit(|time_us| Record::Submit { time_us, tenant: "default".into(), job: spec })?;
+        Ok(name)
+    };
+    let mut slots: Vec<String> = (0..args.jobs).map(|i| submit(i, &mut next_id)).collect::<Result<_>>()?;
+    let mut n = args.jobs;
+    while n < args.records {
+        let before = n;
+        for (i, slot) in slots.iter_mut().enumerate() {
+            let job = slot.clone();
+            let (state, granted) = match shared.lock().plane.job(&job) {
+                Some(j) => (j.state, j.granted),
+                None => continue,
+            };
+            if state != weave_server::plane::JobState::Running {
+                *slot = submit(i, &mut next_id)?;
+                n += 1;
+                continue;
+            }
+            let Some((phase, iteration)) = granted else { continue };
+            let duration_us = if phase == Phase::Rollout { 60_000_000 } else { 40_000_000 };
+            shared.commit(|time_us| Record::Finish { time_us, job, phase, iteration, duration_us, meta: None })?;
+            n += 1;
+            if n >= args.records {
+                break;
+            }
+        }
+        if n == before {
+            bail!("no job was granted a phase");
+        }
+    }
+    Ok(n as u64)
+}
