@@ -173,6 +173,8 @@ fn job_of(i: usize, e: &MemberEntry, profile: &ProfileModel) -> Result<(JobSpec,
         slo: None,
         lifetime: Lifetime::Iterations(1),
         phase_times: None,
+        tenant: None,
+        priority: Default::default(),
     };
     let times = match (e.rollout_s, e.train_s) {
         (Some(r), Some(t)) => {

@@ -147,6 +147,38 @@ impl FromStr for Algorithm {
     }
 }
 
+/// A job's priority class within its tenant (`weave experiment tenants`, quotas).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    Low,
+    #[default]
+    Normal,
+    High,
+}
+
+impl FromStr for Priority {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "low" => Ok(Priority::Low),
+            "normal" => Ok(Priority::Normal),
+            "high" => Ok(Priority::High),
+            _ => Err(format!("unknown priority `{s}` (expected low, normal or high)")),
+        }
+    }
+}
+
+impl fmt::Display for Priority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Priority::Low => "low",
+            Priority::Normal => "normal",
+            Priority::High => "high",
+        })
+    }
+}
+
 impl fmt::Display for Algorithm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -220,6 +252,11 @@ pub struct JobSpec {
     pub lifetime: Lifetime,
     /// Explicit per-iteration phase durations; overrides the profile model when present.
     pub phase_times: Option<PhaseTimes>,
+    /// The team the job belongs to (`None`: the one default tenant).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    #[serde(default)]
+    pub priority: Priority,
 }
 
 impl JobSpec {

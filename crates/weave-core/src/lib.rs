@@ -13,6 +13,8 @@ pub mod units;
 pub use cluster::{ClusterConfig, ConfigError, NetworkConfig, PoolConfig};
 pub use events::EventQueue;
 pub use hardware::{GpuKind, GpuSpec, GPUS_PER_NODE};
-pub use job::{parse_tokens, Algorithm, JobId, JobSpec, JobSpecError, JobType, Lifetime, ModelSize, PhaseTimes, Slo};
+pub use job::{
+    parse_tokens, Algorithm, JobId, JobSpec, JobSpecError, JobType, Lifetime, ModelSize, PhaseTimes, Priority, Slo,
+};
 pub use placement::{GroupId, NodeId, Placement, Pool};
 pub use units::{Bandwidth, Bytes, Micros, Money, Price};

@@ -111,6 +111,9 @@ impl SubmitSpec {
             departure_s: None,
             rollout_s: self.rollout_s,
             train_s: self.train_s,
+            // The server takes the tenant from the token, not from the submission.
+            tenant: None,
+            priority: None,
         };
         let mut spec =
             row.to_spec().map_err(|(field, reason)| PlaneError::Invalid { field: field.to_string(), reason })?;

@@ -108,6 +108,8 @@ impl<'a> Events<'a> {
             slo: open.slo,
             lifetime: Lifetime::SoloUntil(Micros::from_secs((t - epoch) as u64)),
             phase_times: open.phase_times,
+            tenant: None,
+            priority: Default::default(),
         };
         self.left.insert(id.to_string(), line);
         self.done.push((open.line, spec));

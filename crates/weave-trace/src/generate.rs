@@ -176,6 +176,8 @@ fn make_job(cfg: &GenConfig, profile: &ProfileModel, index: usize, arrival: Micr
         slo: Slo::new(rng.random_range(1.0..=2.0)).ok(),
         lifetime: Lifetime::Iterations(1),
         phase_times,
+        tenant: None,
+        priority: Default::default(),
     };
     let life_h = LogNormal::new(cfg.lifetime_median_h.max(0.01).ln(), LIFETIME_SIGMA)
         .map(|d| d.sample(&mut rng))

@@ -9,7 +9,9 @@
 use crate::{err, Trace, TraceError};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
-use weave_core::{parse_tokens, Algorithm, JobId, JobSpec, JobType, Lifetime, Micros, ModelSize, PhaseTimes, Slo};
+use weave_core::{
+    parse_tokens, Algorithm, JobId, JobSpec, JobType, Lifetime, Micros, ModelSize, PhaseTimes, Priority, Slo,
+};
 use weave_model::REFERENCE_BATCH;
 
 /// One line of the JSON Lines format, as written and read.
@@ -42,6 +44,12 @@ pub struct JsonlJob {
     pub rollout_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub train_s: Option<f64>,
+    /// The team the job belongs to (absent: the default tenant).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// `low`, `normal` (default) or `high`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<String>,
 }
 
 type FieldResult<T> = Result<T, (&'static str, String)>;
@@ -66,6 +74,17 @@ impl JsonlJob {
             (Some(r), Some(t)) => Some(PhaseTimes { rollout: seconds("rollout_s", r)?, train: seconds("train_s", t)? }),
             _ => return Err(("rollout_s", "give both `rollout_s` and `train_s`, or neither".into())),
         };
+        let priority = match &self.priority {
+            Some(p) => p.parse::<Priority>().map_err(|e| ("priority", e))?,
+            None => Priority::default(),
+        };
+        if let Some(t) = &self.tenant {
+            let ok =
+                !t.is_empty() && t.len() <= 64 && t.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+            if !ok {
+                return Err(("tenant", format!("`{t}`: 1-64 letters, digits, `-`, `_` or `.`")));
+            }
+        }
         let width = JobSpec::default_width(job_type.model);
         let spec = JobSpec {
             id: JobId(0),
@@ -79,6 +98,8 @@ impl JsonlJob {
             slo,
             lifetime,
             phase_times,
+            tenant: self.tenant.clone(),
+            priority,
         };
         spec.validate().map_err(|e| match e {
             weave_core::JobSpecError::Invalid { field, reason } => (field, reason),
@@ -125,6 +146,8 @@ impl JsonlJob {
             departure_s,
             rollout_s: job.phase_times.map(|p| p.rollout.as_secs_f64()),
             train_s: job.phase_times.map(|p| p.train.as_secs_f64()),
+            tenant: job.tenant.clone(),
+            priority: (job.priority != Priority::default()).then(|| job.priority.to_string()),
             ..Default::default()
         }
     }

@@ -1,0 +1,278 @@
+//! Sharing an owned cluster between teams: nominal quotas per pool, borrowing of other
+//! tenants' unused quota, priority classes, the queue's order and preemption victims. One core
+//! for the simulator and the server; pure (the caller says what runs, what waits and when).
+//!
+//! Quota is charged for the nodes a job's placement holds, shared nodes split among their
+//! members (a training pool shared by three jobs charges each a third), so co-execution makes
+//! a quota go further: three jobs in one group cost their tenants what one job alone would.
+
+use crate::placer::Placer;
+use serde::{Deserialize, Serialize};
+use weave_core::{JobId, Micros, Priority};
+
+/// Nodes per pool: `[rollout, training]`.
+pub type Nodes = [f64; 2];
+
+/// Rounding slack when comparing node shares.
+const EPS: f64 = 1e-9;
+
+/// One team's entitlement.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantQuota {
+    pub name: String,
+    /// Nominal quota: nodes of each pool the tenant is entitled to at any time.
+    pub rollout_nodes: f64,
+    pub training_nodes: f64,
+    /// Nodes per pool it may borrow beyond nominal from others' unused quota (absent:
+    /// as many as are unused).
+    #[serde(default)]
+    pub borrow_limit: Option<f64>,
+}
+
+impl TenantQuota {
+    pub fn nominal(&self) -> Nodes {
+        [self.rollout_nodes, self.training_nodes]
+    }
+}
+
+/// How much of the sharing machinery is on; each mode includes the ones before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ShareMode {
+    /// One queue in arrival order; a job that does not fit blocks the ones behind it.
+    Fifo,
+    /// Quotas with borrowing; the queue by priority, then dominant share, then arrival.
+    Quotas,
+    /// And a waiting job may preempt borrowed capacity of other tenants and lower-priority
+    /// jobs of its own tenant.
+    Preemption,
+    /// And later jobs may start ahead of a blocked head when they end before it could start
+    /// (EASY backfill).
+    Backfill,
+}
+
+impl ShareMode {
+    pub const ALL: [ShareMode; 4] = [ShareMode::Fifo, ShareMode::Quotas, ShareMode::Preemption, ShareMode::Backfill];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ShareMode::Fifo => "fifo",
+            ShareMode::Quotas => "quotas",
+            ShareMode::Preemption => "quotas+preemption",
+            ShareMode::Backfill => "quotas+preemption+backfill",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SharePolicy {
+    pub mode: ShareMode,
+    pub tenants: Vec<TenantQuota>,
+    /// A job is never preempted before it has run this long since its (re)admission.
+    pub min_run: Micros,
+    /// Iterations between checkpoints: a preempted job resumes from its last one.
+    pub checkpoint_every: u64,
+}
+
+/// A job waiting in the queue.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Waiting {
+    pub tenant: usize,
+    pub priority: Priority,
+    /// Queue position by arrival (earlier first).
+    pub arrival: u64,
+}
+
+/// A running job, as preemption sees it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Running {
+    pub job: JobId,
+    pub tenant: usize,
+    pub priority: Priority,
+    /// Since its current admission.
+    pub ran: Micros,
+    /// Iterations it would lose (done since its last checkpoint).
+    pub unsaved: u64,
+    /// Nodes it holds (its share).
+    pub held: f64,
+}
+
+impl SharePolicy {
+    /// Quota in use per tenant: every job's share of the nodes its placement holds.
+    /// `tenant_of` maps a placed job to its tenant's index.
+    pub fn usage(&self, placer: &Placer, tenant_of: impl Fn(JobId) -> usize) -> Vec<Nodes> {
+        let mut usage = vec![[0.0; 2]; self.tenants.len()];
+        for g in placer.groups() {
+            let members = g.members.len().max(1) as f64;
+            let train = g.training_nodes.len() as f64 / members;
+            for m in &g.members {
+                let on_block = g.members.iter().filter(|o| o.block == m.block).count().max(1) as f64;
+                let block = if g.colocated { 0.0 } else { g.block(m.block).map_or(0.0, |b| b.nodes.len() as f64) };
+                if let Some(u) = usage.get_mut(tenant_of(m.job.id)) {
+                    u[0] += block / on_block;
+                    u[1] += train;
+                }
+            }
+        }
+        usage
+    }
+
+    /// Tenant `t`'s dominant share: the largest fraction of its nominal quota in use.
+    pub fn dominant_share(&self, t: usize, usage: &[Nodes]) -> f64 {
+        let nominal = self.tenants[t].nominal();
+        (0..2)
+            .map(|p| {
+                if nominal[p] > EPS {
+                    usage[t][p] / nominal[p]
+                } else if usage[t][p] > EPS {
+                    f64::INFINITY
+                } else {
+                    0.0
+                }
+            })
+            .fold(0.0, f64::max)
+    }
+
+    /// Whether tenant `t` may start a job needing `demand` now: within its nominal quota, or
+    /// borrowing no more than its limit and others' unused quota. (Whether the nodes are free
+    /// is the placer's question.)
+    pub fn may_start(&self, t: usize, demand: Nodes, usage: &[Nodes]) -> bool {
+        if self.mode == ShareMode::Fifo {
+            return true;
+        }
+        let q = &self.tenants[t];
+        (0..2).all(|p| {
+            let after = usage[t][p] + demand[p];
+            let over = after - q.nominal()[p];
+            if over <= EPS {
+                return true;
+            }
+            let lendable: f64 = (0..self.tenants.len())
+                .filter(|&o| o != t)
+                .map(|o| (self.tenants[o].nominal()[p] - usage[o][p]).max(0.0))
+                .sum();
+            over <= lendable + EPS && q.borrow_limit.is_none_or(|l| over <= l + EPS)
+        })
+    }
+
+    /// Whether tenant `t` is using more than its nominal quota of some pool.
+    pub fn borrowing(&self, t: usize, usage: &[Nodes]) -> bool {
+        (0..2).any(|p| usage[t][p] > self.tenants[t].nominal()[p] + EPS)
+    }
+
+    /// The order to consider waiting jobs in (indices into `waiting`): arrival order under
+    /// FIFO; else priority, then the tenant's dominant share (least served first), then arrival.
+    pub fn order(&self, waiting: &[Waiting], usage: &[Nodes]) -> Vec<usize> {
+        let mut idx: Vec<usize> = (0..waiting.len()).collect();
+        if self.mode == ShareMode::Fifo {
+            idx.sort_by_key(|&k| waiting[k].arrival);
+            return idx;
+        }
+        let share: Vec<f64> = (0..self.tenants.len()).map(|t| self.dominant_share(t, usage)).collect();
+        idx.sort_by(|&a, &b| {
+            let (x, y) = (&waiting[a], &waiting[b]);
+            y.priority
+                .cmp(&x.priority)
+                .then(share[x.tenant].total_cmp(&share[y.tenant]))
+                .then(x.arrival.cmp(&y.arrival))
+        });
+        idx
+    }
+
+    /// Jobs that may be preempted for `for_job` of `demand`, cheapest first: borrowed capacity
+    /// of other tenants (when `for_job`'s tenant would still be within its quota) and
+    /// lower-priority jobs of its own tenant, never one inside its minimum run time; the least
+    /// unsaved work first, then the fewest nodes.
+    pub fn victims(&self, for_job: Waiting, demand: Nodes, running: &[Running], usage: &[Nodes]) -> Vec<JobId> {
+        if self.mode < ShareMode::Preemption {
+            return Vec::new();
+        }
+        let t = for_job.tenant;
+        let entitled = (0..2).all(|p| usage[t][p] + demand[p] <= self.tenants[t].nominal()[p] + EPS);
+        let mut v: Vec<&Running> = running
+            .iter()
+            .filter(|r| r.ran >= self.min_run)
+            .filter(|r| {
+                let reclaim = r.tenant != t && entitled && self.borrowing(r.tenant, usage);
+                let outranked = r.tenant == t && r.priority < for_job.priority;
+                reclaim || outranked
+            })
+            .collect();
+        v.sort_by(|a, b| a.unsaved.cmp(&b.unsaved).then(a.held.total_cmp(&b.held)).then(a.job.cmp(&b.job)));
+        v.into_iter().map(|r| r.job).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(mode: ShareMode) -> SharePolicy {
+        let t = |name: &str, n: f64, borrow: Option<f64>| TenantQuota {
+            name: name.into(),
+            rollout_nodes: n,
+            training_nodes: n,
+            borrow_limit: borrow,
+        };
+        SharePolicy {
+            mode,
+            tenants: vec![t("a", 4.0, None), t("b", 4.0, Some(1.0))],
+            min_run: Micros::from_secs(600),
+            checkpoint_every: 10,
+        }
+    }
+
+    #[test]
+    fn within_nominal_always_beyond_only_what_others_leave_and_the_limit() {
+        let p = policy(ShareMode::Quotas);
+        let usage = vec![[3.0, 3.0], [0.0, 0.0]];
+        assert!(p.may_start(0, [1.0, 1.0], &usage));
+        // b leaves 4 unused: a may borrow them (no limit), not 5.
+        assert!(p.may_start(0, [5.0, 5.0], &usage));
+        assert!(!p.may_start(0, [6.0, 6.0], &usage));
+        // b may borrow only one node beyond its 4.
+        let usage = vec![[0.0, 0.0], [4.0, 4.0]];
+        assert!(p.may_start(1, [1.0, 1.0], &usage));
+        assert!(!p.may_start(1, [2.0, 2.0], &usage));
+        // FIFO ignores quotas.
+        assert!(policy(ShareMode::Fifo).may_start(1, [9.0, 9.0], &usage));
+    }
+
+    #[test]
+    fn the_queue_goes_by_priority_then_least_served_tenant_then_arrival() {
+        let p = policy(ShareMode::Quotas);
+        let usage = vec![[4.0, 4.0], [1.0, 1.0]];
+        let w = |tenant, priority, arrival| Waiting { tenant, priority, arrival };
+        let waiting =
+            [w(0, Priority::Normal, 0), w(1, Priority::Normal, 1), w(0, Priority::High, 2), w(1, Priority::Normal, 3)];
+        assert_eq!(p.order(&waiting, &usage), [2, 1, 3, 0]);
+        assert_eq!(policy(ShareMode::Fifo).order(&waiting, &usage), [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn victims_are_borrowers_or_outranked_and_past_their_minimum_run() {
+        let p = policy(ShareMode::Preemption);
+        // a borrows 2 of b's nodes; b wants 2 back.
+        let usage = vec![[6.0, 6.0], [2.0, 2.0]];
+        let r = |job, tenant, priority, ran_s, unsaved| Running {
+            job: JobId(job),
+            tenant,
+            priority,
+            ran: Micros::from_secs(ran_s),
+            unsaved,
+            held: 1.0,
+        };
+        let running = [
+            r(1, 0, Priority::Normal, 3600, 5),
+            r(2, 0, Priority::Normal, 60, 0), // inside its minimum run
+            r(3, 0, Priority::High, 3600, 1),
+            r(4, 1, Priority::Low, 3600, 9),
+        ];
+        let want = Waiting { tenant: 1, priority: Priority::Normal, arrival: 9 };
+        assert_eq!(p.victims(want, [2.0, 2.0], &running, &usage), [JobId(3), JobId(1), JobId(4)]);
+        // Past its entitlement, b reclaims nothing from a; only its own low job is outranked.
+        assert_eq!(p.victims(want, [3.0, 3.0], &running, &usage), [JobId(4)]);
+        assert!(policy(ShareMode::Quotas).victims(want, [2.0, 2.0], &running, &usage).is_empty());
+    }
+}
