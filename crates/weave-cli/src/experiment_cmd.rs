@@ -18,6 +18,9 @@ pub enum ExperimentCommand {
     /// From the research prototype's numbers to ours: prototype mode, then the faithful
     /// engine under the prototype's assumptions, then one assumption switched to ours per row.
     Waterfall(crate::waterfall_cmd::WaterfallArgs),
+    /// Teams sharing fixed pools: FIFO, quotas, quotas + preemption, quotas + preemption +
+    /// backfill on the same jobs (default: the trace split into three tenants, 50/30/20%).
+    Tenants(crate::tenants_cmd::TenantsArgs),
 }
 
 #[derive(clap::Args)]
@@ -59,6 +62,7 @@ pub fn run(cmd: ExperimentCommand) -> Result<()> {
     match cmd {
         ExperimentCommand::Drift(args) => drift(args),
         ExperimentCommand::Waterfall(args) => crate::waterfall_cmd::run(args),
+        ExperimentCommand::Tenants(args) => crate::tenants_cmd::run(args),
     }
 }
 

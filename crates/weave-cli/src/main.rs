@@ -19,6 +19,7 @@ mod sweep_cmd;
 mod sync_bench;
 mod sync_cmd;
 mod table;
+mod tenants_cmd;
 mod trace_cmd;
 mod waterfall_cmd;
 

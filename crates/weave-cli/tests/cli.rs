@@ -432,6 +432,35 @@ fn waterfall_experiment_runs_with_json_and_report() {
 }
 
 #[test]
+fn tenants_experiment_compares_the_four_modes_per_tenant() {
+    let o = weave(&["trace", "generate", "--jobs", "12", "--lifetime-median-h", "2", "--seed", "3"]);
+    let p = temp_file("tenants.jsonl", &stdout(&o));
+    let o = weave(&[
+        "experiment",
+        "tenants",
+        "--trace",
+        p.to_str().unwrap(),
+        "--rollout-nodes",
+        "4",
+        "--training-nodes",
+        "4",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let modes: Vec<&str> = rows.as_array().unwrap().iter().map(|r| r["mode"].as_str().unwrap()).collect();
+    assert_eq!(modes, ["fifo", "quotas", "quotas+preemption", "quotas+preemption+backfill"]);
+    for r in rows.as_array().unwrap() {
+        assert_eq!(r["tenants"].as_array().unwrap().len(), 3, "{r}");
+        assert_eq!(r["never_ran"], 0);
+    }
+    let bad = temp_file("bad-tenants.toml", "[[tenant]]\nname = \"x\"\nrollout_nodes = -1\ntraining_nodes = 2\n");
+    let o = weave(&["experiment", "tenants", "--tenants", bad.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("tenant `x`"), "{}", stderr(&o));
+}
+
+#[test]
 fn traces_that_are_not_utf8_or_absurd_are_refused_with_where() {
     let bad = temp_file("bad-utf8.jsonl", "");
     std::fs::write(&bad, b"{\"id\":\"a\",\"arrival_s\":0,\"type\":\"7B_8k\",\"iterations\":3}\n{\"id\":\"b\xff\"}\n")

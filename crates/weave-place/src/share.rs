@@ -98,21 +98,31 @@ pub struct Running {
     pub held: f64,
 }
 
+/// What each placed job is charged: its share of its rollout block and of its group's
+/// training nodes (a co-located job: its training nodes).
+pub fn charges(placer: &Placer) -> Vec<(JobId, Nodes)> {
+    let mut out = Vec::new();
+    for g in placer.groups() {
+        let members = g.members.len().max(1) as f64;
+        let train = g.training_nodes.len() as f64 / members;
+        for m in &g.members {
+            let on_block = g.members.iter().filter(|o| o.block == m.block).count().max(1) as f64;
+            let block = if g.colocated { 0.0 } else { g.block(m.block).map_or(0.0, |b| b.nodes.len() as f64) };
+            out.push((m.job.id, [block / on_block, train]));
+        }
+    }
+    out
+}
+
 impl SharePolicy {
     /// Quota in use per tenant: every job's share of the nodes its placement holds.
     /// `tenant_of` maps a placed job to its tenant's index.
     pub fn usage(&self, placer: &Placer, tenant_of: impl Fn(JobId) -> usize) -> Vec<Nodes> {
         let mut usage = vec![[0.0; 2]; self.tenants.len()];
-        for g in placer.groups() {
-            let members = g.members.len().max(1) as f64;
-            let train = g.training_nodes.len() as f64 / members;
-            for m in &g.members {
-                let on_block = g.members.iter().filter(|o| o.block == m.block).count().max(1) as f64;
-                let block = if g.colocated { 0.0 } else { g.block(m.block).map_or(0.0, |b| b.nodes.len() as f64) };
-                if let Some(u) = usage.get_mut(tenant_of(m.job.id)) {
-                    u[0] += block / on_block;
-                    u[1] += train;
-                }
+        for (job, charge) in charges(placer) {
+            if let Some(u) = usage.get_mut(tenant_of(job)) {
+                u[0] += charge[0];
+                u[1] += charge[1];
             }
         }
         usage

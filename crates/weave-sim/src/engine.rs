@@ -16,6 +16,8 @@ use weave_model::{named_stream, Stream, SwitchKind};
 use weave_place::consolidate::{self, Movable, Move};
 use weave_place::{PlaceError, PlaceJob, PlacePolicy, Placer, PlacerConfig, Target};
 
+mod sharing;
+
 /// An event. Kept small: the heap moves these around a lot.
 #[derive(Clone, Copy)]
 struct Done {
@@ -47,6 +49,8 @@ enum What {
     ConsolidateGroup,
     /// Fixed lifetimes: the job's trace lifetime is over and it leaves.
     LifetimeOver,
+    /// Sharing: the queue is looked at again (preemption waits out minimum run times).
+    ShareTick,
 }
 
 impl Done {
@@ -69,6 +73,8 @@ const MEASURED_KEPT: usize = 9;
 /// Long-tail migration is used only while the job's slowdown with it stays below this share
 /// of its SLO.
 const MIGRATION_SLO_MARGIN: f64 = 0.97;
+/// Sharing: how often the queue is looked at besides arrivals and departures.
+const SHARE_TICK: Micros = Micros(5 * 60 * 1_000_000);
 /// A group counts as violating when a member's predicted iteration exceeds its SLO by this.
 const VIOLATION_MARGIN: f64 = 1.02;
 
@@ -102,6 +108,8 @@ struct JobState {
     measured: VecDeque<PhaseTimes>,
     restarts: u32,
     last_move: Option<Micros>,
+    /// When its current admission began (preemption's minimum run time counts from here).
+    admitted_at: Micros,
     /// The next fresh start follows a failure: a solo run would have paid its cold start too,
     /// so it is added to the solo reference. A move the scheduler chose is not excused.
     excused: bool,
@@ -138,6 +146,8 @@ pub struct Engine<'a> {
     consolidating: bool,
     /// Consolidation moves so far, against the churn limits.
     churn: consolidate::Churn,
+    /// Tenants sharing fixed pools (quotas, priorities, preemption, backfill); `None`: one queue.
+    share: Option<sharing::Sharing>,
     pub metrics: Metrics,
     pub events: Vec<EventRecord>,
     actions: Vec<Action>,
@@ -190,6 +200,7 @@ impl<'a> Engine<'a> {
                 .collect(),
             consolidating: false,
             churn: consolidate::Churn::new(cfg.consolidation.churn),
+            share: cfg.share.clone().map(|p| sharing::Sharing::new(p, jobs)),
             metrics: Metrics::default(),
             events: Vec::new(),
             actions: Vec::new(),
@@ -236,6 +247,9 @@ impl<'a> Engine<'a> {
         if self.colocation() {
             self.push(self.cfg.consolidation.interval, CLASS_OTHER, 0, What::ConsolidateTick, 0);
         }
+        if self.sharing() {
+            self.push(SHARE_TICK, CLASS_OTHER, 0, What::ShareTick, 0);
+        }
         loop {
             // Same-instant completions go before arrivals, so freed resources are reused.
             let arrival = self.jobs.get(self.next_arrival).map(|j| j.spec.arrival);
@@ -268,6 +282,9 @@ impl<'a> Engine<'a> {
         // Jobs still waiting can never run (fixed pools too small for them).
         self.metrics.rejected += self.waiting.len() as u64;
         self.record_nodes();
+        if let Some(share) = &self.share {
+            self.metrics.tenants = share.ledgers.report(&share.policy, self.now);
+        }
         self.metrics.end = self.metrics.end.max(self.now);
         progress(self.jobs.len(), self.jobs.len());
     }
@@ -325,6 +342,13 @@ impl<'a> Engine<'a> {
                 false
             }
             What::LifetimeOver => self.lifetime_over(i),
+            What::ShareTick => {
+                self.schedule_queue();
+                if self.work_left() {
+                    self.push(self.now + SHARE_TICK, CLASS_OTHER, 0, What::ShareTick, 0);
+                }
+                false
+            }
             What::JobFailure => {
                 if self.current(i, ev) {
                     self.fail(i);
@@ -427,6 +451,7 @@ impl<'a> Engine<'a> {
             .filter(|g| g.is_lone())
             .fold((0, 0), |acc, g| (acc.0 + g.rollout_node_count(), acc.1 + g.train_width()));
         self.metrics.lone_nodes(self.now, lone, gpus);
+        self.share_advance();
     }
 
     fn block_members(&self, g: GroupId, block: u32) -> usize {
@@ -439,6 +464,11 @@ impl<'a> Engine<'a> {
     }
 
     fn admit_or_wait(&mut self, i: usize) {
+        if self.sharing() {
+            self.waiting.push_back(i);
+            self.schedule_queue();
+            return;
+        }
         if self.pair_on_arrival(i) {
             return;
         }
@@ -519,6 +549,7 @@ impl<'a> Engine<'a> {
             measured: VecDeque::new(),
             restarts: 0,
             last_move: None,
+            admitted_at: now,
             excused: false,
             predicted: 0.0,
             rollout_started: Micros::ZERO,
@@ -529,6 +560,7 @@ impl<'a> Engine<'a> {
         if first {
             self.metrics.queue_delays.push(now.saturating_sub(job.spec.arrival));
         }
+        s.admitted_at = now;
         s.placed = Some(placed);
         s.predicted = decision.slowdowns.iter().find(|(j, _)| j.0 as usize == i).map_or(0.0, |(_, x)| *x);
         s.epoch += 1;
@@ -536,6 +568,9 @@ impl<'a> Engine<'a> {
         s.last_train_end = now;
         let start_iteration = s.done;
         self.running += 1;
+        if first {
+            self.share_first_admission(i, now.saturating_sub(job.spec.arrival));
+        }
         if first && self.cfg.fixed_lifetimes {
             self.push(job.spec.arrival + job.lifetime(), CLASS_OTHER, i, What::LifetimeOver, 0);
         }
@@ -615,10 +650,13 @@ impl<'a> Engine<'a> {
         }
         s.done = iteration + 1;
         s.last_train_end = self.now;
-        if let Some(f) = self.cfg.failures {
-            if s.done.is_multiple_of(f.checkpoint_every.max(1)) {
-                s.checkpoint = s.done;
-            }
+        let every = match (&self.cfg.failures, &self.cfg.share) {
+            (Some(f), _) => Some(f.checkpoint_every),
+            (None, Some(p)) => Some(p.checkpoint_every),
+            _ => None,
+        };
+        if every.is_some_and(|e| s.done.is_multiple_of(e.max(1))) {
+            s.checkpoint = s.done;
         }
         s.measured.push_back(s.current);
         if s.measured.len() > MEASURED_KEPT {
@@ -787,6 +825,10 @@ impl<'a> Engine<'a> {
     }
 
     fn admit_waiting(&mut self) {
+        if self.sharing() {
+            self.schedule_queue();
+            return;
+        }
         while let Some(&next) = self.waiting.front() {
             if self.admit(next).is_err() {
                 break;

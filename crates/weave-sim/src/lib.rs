@@ -11,6 +11,7 @@ mod engine;
 pub mod metrics;
 pub mod policy;
 pub mod prototype;
+pub mod tenancy;
 pub mod waterfall;
 pub mod workload;
 
@@ -67,6 +68,9 @@ pub struct SimConfig {
     /// Sampled iterations per job behind admission's SLO-risk check (0: admission trusts the
     /// estimate alone, as the research prototype does).
     pub admission_samples: usize,
+    /// Tenants sharing fixed pools: quotas, priorities, preemption, backfill (`None`: one
+    /// FIFO queue).
+    pub share: Option<weave_place::share::SharePolicy>,
 }
 
 impl Default for SimConfig {
@@ -86,6 +90,7 @@ impl Default for SimConfig {
             fixed_lifetimes: false,
             max_group_size: None,
             admission_samples: VARIATION_SAMPLES,
+            share: None,
         }
     }
 }

@@ -35,6 +35,8 @@ pub struct Metrics {
     pub events: DynamicsCounts,
     /// (time, rollout GPUs held, training GPUs held) at every change.
     series: Vec<(Micros, u32, u32)>,
+    /// Per tenant, when tenants share fixed pools.
+    pub tenants: Vec<crate::tenancy::TenantReport>,
 }
 
 /// What happened to jobs while they ran: re-grouping, failures, long-tail migration. Counted
@@ -59,6 +61,9 @@ pub struct DynamicsCounts {
     pub consolidation_moves: u64,
     #[serde(default)]
     pub consolidation_cost_estimate: Money,
+    /// Jobs taken off their nodes for another tenant's or a higher priority's job.
+    #[serde(default)]
+    pub preemptions: u64,
 }
 
 /// One job's result.
@@ -243,6 +248,7 @@ impl Metrics {
             events: self.events,
             gpu_series: self.downsampled(1_000),
             per_job: self.jobs.clone(),
+            tenants: self.tenants.clone(),
         }
     }
 }
@@ -360,6 +366,9 @@ pub struct PolicyReport {
     /// Every job's outcome (omitted from JSON when empty).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub per_job: Vec<JobOutcome>,
+    /// Per tenant, when tenants share fixed pools (omitted otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tenants: Vec<crate::tenancy::TenantReport>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]

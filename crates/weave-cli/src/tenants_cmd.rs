@@ -1,0 +1,232 @@
+//! `weave experiment tenants`: teams sharing fixed pools under FIFO, quotas, quotas with
+//! preemption, and quotas with preemption and backfill, on the same jobs.
+
+use crate::input::{json, load_cluster, write_output, TraceArgs};
+use crate::table;
+use anyhow::{bail, Context, Result};
+use rand::Rng;
+use serde::Serialize;
+use std::path::PathBuf;
+use weave_core::{Micros, Priority};
+use weave_model::{named_stream, ProfileModel};
+use weave_place::share::{ShareMode, SharePolicy, TenantQuota};
+use weave_sim::tenancy::{jain_index, TenantReport};
+use weave_sim::{prepare, replay, CapacityMode, Policy, SimConfig};
+
+#[derive(clap::Args)]
+pub struct TenantsArgs {
+    #[command(flatten)]
+    trace: TraceArgs,
+    #[arg(long, value_name = "FILE")]
+    cluster: Option<PathBuf>,
+    /// Fixed pool sizes (override the cluster config's).
+    #[arg(long, default_value_t = 20)]
+    rollout_nodes: u32,
+    #[arg(long, default_value_t = 20)]
+    training_nodes: u32,
+    /// Tenants and quotas (TOML: [[tenant]] name, rollout_nodes, training_nodes,
+    /// borrow_limit); default: three tenants entitled to 50%, 30% and 20% of each pool.
+    #[arg(long, value_name = "FILE")]
+    tenants: Option<PathBuf>,
+    /// Share of jobs that are `high` and `low` priority when the trace says nothing.
+    #[arg(long, default_value_t = 0.1)]
+    high_share: f64,
+    #[arg(long, default_value_t = 0.2)]
+    low_share: f64,
+    /// A job is not preempted before it has run this long, hours.
+    #[arg(long, default_value_t = 1.0)]
+    min_run_h: f64,
+    /// Iterations between checkpoints (a preempted job resumes from its last one).
+    #[arg(long, default_value_t = 10)]
+    checkpoint_every: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct ModeRow {
+    mode: &'static str,
+    jobs_run: usize,
+    never_ran: u64,
+    cost: f64,
+    iterations_per_k_dollars: f64,
+    training_busy_share: f64,
+    slo_met_jobs: f64,
+    slo_met_iterations: f64,
+    preemptions: u64,
+    lost_iterations: u64,
+    jain_index: Option<f64>,
+    tenants: Vec<TenantReport>,
+}
+
+#[derive(serde::Deserialize)]
+struct TenantsFile {
+    tenant: Vec<TenantQuota>,
+}
+
+fn quotas(args: &TenantsArgs) -> Result<Vec<TenantQuota>> {
+    if let Some(p) = &args.tenants {
+        let text = std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
+        let f: TenantsFile = toml::from_str(&text).with_context(|| format!("{}: not a tenants file", p.display()))?;
+        if f.tenant.is_empty() {
+            bail!("{}: no [[tenant]]", p.display());
+        }
+        for t in &f.tenant {
+            if !(t.rollout_nodes >= 0.0 && t.training_nodes >= 0.0 && t.borrow_limit.is_none_or(|b| b >= 0.0)) {
+                bail!("{}: tenant `{}`: quotas must be non-negative numbers of nodes", p.display(), t.name);
+            }
+        }
+        return Ok(f.tenant);
+    }
+    let (r, t) = (args.rollout_nodes as f64, args.training_nodes as f64);
+    Ok([("team-a", 0.5), ("team-b", 0.3), ("team-c", 0.2)]
+        .into_iter()
+        .map(|(name, f)| TenantQuota {
+            name: name.into(),
+            rollout_nodes: r * f,
+            training_nodes: t * f,
+            borrow_limit: None,
+        })
+        .collect())
+}
+
+/// Tenants and priorities for a trace that carries none: seeded draws, tenants in proportion
+/// to their training quota.
+fn assign(trace: &mut weave_trace::Trace, tenants: &[TenantQuota], args: &TenantsArgs) {
+    let carries = trace.jobs.iter().any(|j| j.tenant.is_some() || j.priority != Priority::Normal);
+    if carries {
+        return;
+    }
+    let total: f64 = tenants.iter().map(|t| t.training_nodes).sum::<f64>().max(1e-9);
+    for j in &mut trace.jobs {
+        let mut rng = named_stream(args.seed, "tenant-assignment", j.id.0 as u64);
+        let mut u = rng.random_range(0.0..total);
+        let pick = tenants.iter().position(|t| {
+            u -= t.training_nodes;
+            u < 0.0
+        });
+        j.tenant = Some(tenants[pick.unwrap_or(tenants.len() - 1)].name.clone());
+        let p: f64 = rng.random_range(0.0..1.0);
+        j.priority = if p < args.high_share {
+            Priority::High
+        } else if p < args.high_share + args.low_share {
+            Priority::Low
+        } else {
+            Priority::Normal
+        };
+    }
+}
+
+pub fn run(args: TenantsArgs) -> Result<()> {
+    if !(args.min_run_h.is_finite() && args.min_run_h >= 0.0) {
+        bail!("--min-run-h must be a non-negative number of hours");
+    }
+    if !(0.0..=1.0).contains(&args.high_share)
+        || !(0.0..=1.0).contains(&args.low_share)
+        || args.high_share + args.low_share > 1.0
+    {
+        bail!("--high-share and --low-share must be shares that sum to at most 1");
+    }
+    let profile = ProfileModel::builtin();
+    let mut cluster = load_cluster(args.cluster.as_deref())?;
+    cluster.rollout.nodes = args.rollout_nodes;
+    cluster.training.nodes = args.training_nodes;
+    let tenants = quotas(&args)?;
+    let mut trace = args.trace.load(&profile)?;
+    assign(&mut trace, &tenants, &args);
+    let jobs = prepare(&trace, &cluster, &profile, Default::default(), args.seed);
+    let mut rows = Vec::new();
+    for mode in ShareMode::ALL {
+        let policy = SharePolicy {
+            mode,
+            tenants: tenants.clone(),
+            min_run: Micros::from_secs_f64(args.min_run_h * 3600.0),
+            checkpoint_every: args.checkpoint_every.max(1),
+        };
+        let cfg =
+            SimConfig { seed: args.seed, capacity: CapacityMode::Fixed, share: Some(policy), ..SimConfig::default() };
+        let r = replay(&jobs, &cluster, Policy::Weave, &cfg, &mut |_, _| {}).report;
+        let held = r.training.gpu_hours.max(1e-9);
+        rows.push(ModeRow {
+            mode: mode.name(),
+            jobs_run: r.per_job.len().max(r.jobs),
+            never_ran: r.rejected,
+            cost: r.total_cost.as_dollars(),
+            iterations_per_k_dollars: r.iterations_per_k_dollars,
+            training_busy_share: r.training.busy_gpu_hours / held,
+            slo_met_jobs: r.slo_attainment_jobs,
+            slo_met_iterations: r.slo_attainment_iterations,
+            preemptions: r.events.preemptions,
+            lost_iterations: r.events.lost_iterations,
+            jain_index: jain_index(&r.tenants),
+            tenants: r.tenants,
+        });
+    }
+    if args.json {
+        return write_output(None, &json(&rows)?);
+    }
+    write_output(None, &render(&rows, &trace.source, jobs.len(), &cluster))
+}
+
+fn render(rows: &[ModeRow], source: &str, jobs: usize, cluster: &weave_core::ClusterConfig) -> String {
+    let mut t = table::new(&[
+        "mode",
+        "tenant",
+        "delay mean h",
+        "p50 h",
+        "p99 h",
+        "max h",
+        "training use / entitled",
+        "longest below entitlement while waiting h",
+        "preempted",
+        "lost iters",
+    ]);
+    for r in rows {
+        for x in &r.tenants {
+            t.add_row(vec![
+                r.mode.to_string(),
+                x.name.clone(),
+                format!("{:.2}", x.delay_mean_h),
+                format!("{:.2}", x.delay_p50_h),
+                format!("{:.2}", x.delay_p99_h),
+                format!("{:.2}", x.delay_max_h),
+                format!("{:.1} / {:.1} ({:.0}%)", x.mean_use[1], x.entitlement[1], x.use_of_entitlement[1] * 100.0),
+                format!("{:.2}", x.longest_below_entitlement_h),
+                x.preemptions.to_string(),
+                x.lost_iterations.to_string(),
+            ]);
+        }
+    }
+    table::align_numbers(&mut t);
+    let mut o = table::new(&[
+        "mode",
+        "cost $",
+        "iters/$1k",
+        "training busy",
+        "SLO met (jobs / iters)",
+        "preemptions",
+        "lost iters",
+        "Jain index",
+        "never ran",
+    ]);
+    for r in rows {
+        o.add_row(vec![
+            r.mode.to_string(),
+            format!("{:.0}", r.cost),
+            format!("{:.1}", r.iterations_per_k_dollars),
+            format!("{:.1}%", r.training_busy_share * 100.0),
+            format!("{:.1}% / {:.1}%", r.slo_met_jobs * 100.0, r.slo_met_iterations * 100.0),
+            r.preemptions.to_string(),
+            r.lost_iterations.to_string(),
+            r.jain_index.map_or("-".into(), |j| format!("{j:.3}")),
+            r.never_ran.to_string(),
+        ]);
+    }
+    table::align_numbers(&mut o);
+    format!(
+        "{source} ({jobs} jobs) on fixed pools of {} rollout and {} training nodes, Weave placement\n{t}\n{o}\n",
+        cluster.rollout.nodes, cluster.training.nodes
+    )
+}

@@ -1,0 +1,263 @@
+//! Sharing fixed pools between tenants inside the replay: the queue in the policy core's
+//! order, quotas, preemption of borrowed or outranked capacity (the victim loses its work since
+//! its last checkpoint and waits again), and EASY backfill behind a blocked head.
+
+use super::Engine;
+use crate::tenancy::Ledgers;
+use weave_core::{JobId, Micros};
+use weave_place::share::{Nodes, Running, SharePolicy, Waiting};
+
+/// Sharing state: the policy, each job's tenant, the ledgers.
+pub(super) struct Sharing {
+    pub policy: SharePolicy,
+    pub tenant_of: Vec<usize>,
+    pub ledgers: Ledgers,
+    /// Inside `schedule`: departures it causes do not start another round.
+    pub busy: bool,
+}
+
+impl Sharing {
+    /// Jobs map to tenants by name; a job naming no known tenant belongs to the first.
+    pub fn new(policy: SharePolicy, jobs: &[crate::SimJob]) -> Self {
+        let tenant_of = jobs
+            .iter()
+            .map(|j| {
+                let name = j.spec.tenant.as_deref().unwrap_or("default");
+                policy.tenants.iter().position(|t| t.name == name).unwrap_or(0)
+            })
+            .collect();
+        let ledgers = Ledgers::new(policy.tenants.len());
+        Sharing { policy, tenant_of, ledgers, busy: false }
+    }
+}
+
+impl Engine<'_> {
+    pub(super) fn sharing(&self) -> bool {
+        self.share.is_some()
+    }
+
+    fn demand(&self, i: usize) -> Nodes {
+        let s = &self.jobs[i].spec;
+        [s.rollout_nodes as f64, s.train_nodes as f64]
+    }
+
+    fn usage(&self) -> Vec<Nodes> {
+        let share = self.share.as_ref().expect("sharing");
+        share.policy.usage(&self.placer, |j| share.tenant_of[j.0 as usize])
+    }
+
+    /// Advances the tenants' ledgers to now (quota in use may just have changed).
+    pub(super) fn share_advance(&mut self) {
+        if !self.sharing() {
+            return;
+        }
+        let usage = self.usage();
+        let share = self.share.as_ref().expect("sharing");
+        let mut entitled = vec![false; share.policy.tenants.len()];
+        for &i in &self.waiting {
+            let t = share.tenant_of[i];
+            let nominal = share.policy.tenants[t].nominal();
+            let d = self.demand(i);
+            entitled[t] |= (0..2).all(|p| usage[t][p] + d[p] <= nominal[p] + 1e-9);
+        }
+        let share = self.share.as_mut().expect("sharing");
+        share.ledgers.advance(self.now, usage, entitled, &share.policy);
+    }
+
+    pub(super) fn share_first_admission(&mut self, i: usize, delay: Micros) {
+        if let Some(share) = self.share.as_mut() {
+            let t = share.tenant_of[i];
+            share.ledgers.tenants[t].delays.push(delay);
+            share.ledgers.tenants[t].jobs += 1;
+        }
+    }
+
+    /// Starts what the policy lets start, in its order; preempts for a blocked head where
+    /// allowed; backfills behind it.
+    pub(super) fn schedule_queue(&mut self) {
+        if self.share.as_ref().is_none_or(|s| s.busy) {
+            return;
+        }
+        self.share.as_mut().expect("sharing").busy = true;
+        while self.schedule_one() {}
+        self.share.as_mut().expect("sharing").busy = false;
+        self.share_advance();
+    }
+
+    /// Starts one waiting job if any may start; false when nothing more can.
+    fn schedule_one(&mut self) -> bool {
+        let usage = self.usage();
+        let share = self.share.as_ref().expect("sharing");
+        let waiting: Vec<Waiting> = self
+            .waiting
+            .iter()
+            .map(|&i| Waiting { tenant: share.tenant_of[i], priority: self.jobs[i].spec.priority, arrival: i as u64 })
+            .collect();
+        let order = share.policy.order(&waiting, &usage);
+        let backfill = share.policy.mode >= weave_place::share::ShareMode::Backfill;
+        let preempt = share.policy.mode >= weave_place::share::ShareMode::Preemption;
+        let mut shadow: Option<Micros> = None;
+        for k in order {
+            let i = self.waiting[k];
+            let (t, demand) = (waiting[k].tenant, self.demand(i));
+            if !self.share.as_ref().expect("sharing").policy.may_start(t, demand, &usage) {
+                // Over quota: it may displace its own tenant's lower-priority jobs, else it
+                // waits without blocking others.
+                if preempt && shadow.is_none() && self.preempt_for(waiting[k], demand, &usage) && self.try_start(k) {
+                    return true;
+                }
+                continue;
+            }
+            if let Some(s) = shadow {
+                if self.now + self.conservative_duration(i) > s {
+                    continue;
+                }
+            }
+            if self.try_start(k) {
+                return true;
+            }
+            if shadow.is_some() {
+                continue;
+            }
+            if preempt && self.preempt_for(waiting[k], demand, &usage) && self.try_start(k) {
+                return true;
+            }
+            if !backfill {
+                return false; // the head blocks the queue
+            }
+            shadow = Some(self.shadow_time(demand));
+        }
+        false
+    }
+
+    fn try_start(&mut self, k: usize) -> bool {
+        let i = self.waiting[k];
+        if self.admit(i).is_err() {
+            return false;
+        }
+        self.waiting.remove(k);
+        true
+    }
+
+    /// How long job `i` may run at most from a start now: its remaining iterations at its SLO
+    /// (admission keeps it within), plus a cold start.
+    fn conservative_duration(&self, i: usize) -> Micros {
+        let j = &self.jobs[i];
+        let done = self.states[i].as_ref().map_or(0, |s| s.done);
+        let per = (j.disagg.solo() + j.sync).scale(j.slo);
+        Micros(per.0.saturating_mul(j.iterations.saturating_sub(done))) + j.cold_start
+    }
+
+    /// When a job needing `demand` could start at the latest, if running jobs end at their
+    /// conservative ends and free the nodes they hold alone.
+    fn shadow_time(&self, demand: Nodes) -> Micros {
+        let (cap_r, cap_t) = self.placer.config().capacity.unwrap_or((u32::MAX, u32::MAX));
+        let (used_r, used_t) = self.placer.nodes_in_use();
+        let mut free = [cap_r.saturating_sub(used_r) as f64, cap_t.saturating_sub(used_t) as f64];
+        let mut ends: Vec<(Micros, Nodes)> = (0..self.jobs.len())
+            .filter(|&i| self.states[i].as_ref().is_some_and(|s| s.placed.is_some()))
+            .map(|i| (self.now + self.conservative_duration(i), self.exclusive_nodes(JobId(i as u32))))
+            .collect();
+        ends.sort_by_key(|e| e.0);
+        for (end, nodes) in ends {
+            if free[0] >= demand[0] && free[1] >= demand[1] {
+                break;
+            }
+            free[0] += nodes[0];
+            free[1] += nodes[1];
+            if free[0] >= demand[0] && free[1] >= demand[1] {
+                return end;
+            }
+        }
+        if free[0] >= demand[0] && free[1] >= demand[1] {
+            self.now
+        } else {
+            Micros(u64::MAX)
+        }
+    }
+
+    /// Nodes that leave with `job`: its rollout block if it is alone on it, and the group's
+    /// training nodes if it is the group's only member.
+    fn exclusive_nodes(&self, job: JobId) -> Nodes {
+        let Some(g) = self.placer.group_of(job).and_then(|g| self.placer.group(g)) else { return [0.0; 2] };
+        let Some(m) = g.members.iter().find(|m| m.job.id == job) else { return [0.0; 2] };
+        let alone_on_block = g.members.iter().filter(|o| o.block == m.block).count() == 1;
+        let block = if alone_on_block && !g.colocated { g.block(m.block).map_or(0, |b| b.nodes.len()) } else { 0 };
+        let train = if g.members.len() == 1 { g.training_nodes.len() } else { 0 };
+        [block as f64, train as f64]
+    }
+
+    /// Preempts victims for waiting job `i` if together they free enough nodes for it.
+    fn preempt_for(&mut self, w: Waiting, demand: Nodes, usage: &[Nodes]) -> bool {
+        let share = self.share.as_ref().expect("sharing");
+        let running: Vec<Running> = (0..self.jobs.len())
+            .filter_map(|v| {
+                let s = self.states[v].as_ref()?;
+                s.placed?;
+                let job = JobId(v as u32);
+                let held = self.exclusive_nodes(job);
+                Some(Running {
+                    job,
+                    tenant: share.tenant_of[v],
+                    priority: self.jobs[v].spec.priority,
+                    ran: self.now.saturating_sub(s.admitted_at),
+                    unsaved: s.done - s.checkpoint,
+                    held: held[0] + held[1],
+                })
+            })
+            .collect();
+        let candidates = share.policy.victims(w, demand, &running, usage);
+        let charges: std::collections::BTreeMap<JobId, Nodes> =
+            weave_place::share::charges(&self.placer).into_iter().collect();
+        let (cap_r, cap_t) = self.placer.config().capacity.unwrap_or((u32::MAX, u32::MAX));
+        let (used_r, used_t) = self.placer.nodes_in_use();
+        let mut free = [cap_r.saturating_sub(used_r) as f64, cap_t.saturating_sub(used_t) as f64];
+        let mut usage_after = usage.to_vec();
+        let fits = |free: &Nodes, usage_after: &[Nodes]| {
+            free[0] >= demand[0] && free[1] >= demand[1] && share.policy.may_start(w.tenant, demand, usage_after)
+        };
+        let mut chosen = Vec::new();
+        for v in candidates {
+            if fits(&free, &usage_after) {
+                break;
+            }
+            let n = self.exclusive_nodes(v);
+            let vt = share.tenant_of[v.0 as usize];
+            let c = charges.get(&v).copied().unwrap_or([0.0; 2]);
+            // Worth it only if it frees nodes or quota the job needs.
+            if n[0] + n[1] == 0.0 && (vt != w.tenant || c[0] + c[1] == 0.0) {
+                continue;
+            }
+            free[0] += n[0];
+            free[1] += n[1];
+            usage_after[vt][0] -= c[0];
+            usage_after[vt][1] -= c[1];
+            chosen.push(v);
+        }
+        if chosen.is_empty() || !fits(&free, &usage_after) {
+            return false;
+        }
+        for v in chosen {
+            self.preempt(v.0 as usize);
+        }
+        true
+    }
+
+    /// Takes job `v` off its nodes: its work since the last checkpoint is lost and it waits
+    /// again in its original queue position.
+    fn preempt(&mut self, v: usize) {
+        let ran = self.states[v].as_ref().map_or(Micros::ZERO, |s| self.now.saturating_sub(s.admitted_at));
+        self.unplace(v);
+        let s = self.states[v].as_mut().expect("running job");
+        let lost = s.done - s.checkpoint;
+        s.done = s.checkpoint;
+        self.metrics.events.lost_iterations += lost;
+        self.metrics.events.preemptions += 1;
+        let share = self.share.as_mut().expect("sharing");
+        let l = &mut share.ledgers.tenants[share.tenant_of[v]];
+        l.preemptions += 1;
+        l.lost_iterations += lost;
+        l.shortest_preempted_run = Some(l.shortest_preempted_run.map_or(ran, |r| r.min(ran)));
+        self.waiting.push_back(v);
+    }
+}
