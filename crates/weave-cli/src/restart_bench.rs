@@ -5,11 +5,10 @@
 use crate::input::{json, write_output};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
-use std::time::{Duration, Instant};
-use weave_core::ClusterConfig;
+use std::time::Instant;
 use weave_dispatch::Phase;
 use weave_server::plane::{Record, SubmitSpec};
-use weave_server::{ServerConfig, Shared, Tenants};
+use weave_server::Shared;
 
 #[derive(clap::Args)]
 pub struct RestartArgs {
@@ -38,19 +37,6 @@ struct Report {
     per_record_us: f64,
 }
 
-fn config(data: std::path::PathBuf) -> ServerConfig {
-    ServerConfig {
-        data_dir: data,
-        tenants: Tenants::open_access(),
-        cluster: ClusterConfig::default(),
-        capacity: weave_server::Capacity::Elastic,
-        heartbeat_timeout: Duration::from_secs(3600),
-        max_body_bytes: 64 * 1024,
-        max_wait: Duration::from_secs(5),
-        placement: Default::default(),
-        limits: Default::default(),
-    }
-}
 
 pub fn run(args: RestartArgs) -> Result<()> {
     if args.jobs == 0 || args.records < args.jobs || args.opens == 0 {
@@ -62,7 +48,7 @@ pub fn run(args: RestartArgs) -> Result<()> {
     let mut times = Vec::new();
     for _ in 0..args.opens {
         let t = Instant::now();
-        let shared = Shared::open(config(data.clone())).context("cannot reopen the store")?;
+        let shared = Shared::open(crate::serve_bench::bench_config(data.clone())).context("cannot reopen the store")?;
         times.push(t.elapsed().as_secs_f64());
         drop(shared);
     }
@@ -85,7 +71,7 @@ pub fn run(args: RestartArgs) -> Result<()> {
 
 /// Submits the jobs and reports their phases until the store holds `records` records.
 fn build(data: &std::path::Path, args: &RestartArgs) -> Result<u64> {
-    let shared = Shared::open(config(data.to_path_buf())).context("cannot create the benchmark store")?;
+    let shared = Shared::open(crate::serve_bench::bench_config(data.to_path_buf())).context("cannot create the benchmark store")?;
     let mut next_id = 0usize;
     let submit = |slot: usize, next_id: &mut usize| -> Result<String> {
         let ty = ["7B_8k", "14B_8k", "3B_4k", "8B_16k"][slot % 4];

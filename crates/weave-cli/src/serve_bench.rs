@@ -47,6 +47,22 @@ fn pct(sorted: &[f64], q: f64) -> f64 {
     sorted.get(((sorted.len().max(1) - 1) as f64 * q).round() as usize).copied().unwrap_or(0.0)
 }
 
+/// The server a benchmark runs in process: open access, the paper's testbed, elastic pools,
+/// no heartbeat expiry within a run.
+pub fn bench_config(data: std::path::PathBuf) -> ServerConfig {
+    ServerConfig {
+        data_dir: data,
+        tenants: Tenants::open_access(),
+        cluster: ClusterConfig::default(),
+        capacity: weave_server::Capacity::Elastic,
+        heartbeat_timeout: Duration::from_secs(3600),
+        max_body_bytes: 64 * 1024,
+        max_wait: Duration::from_secs(5),
+        placement: Default::default(),
+        limits: Default::default(),
+    }
+}
+
 #[derive(clap::Args)]
 pub struct SlowClientsArgs {
     #[arg(long)]
@@ -102,17 +118,9 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
     }
     let data = std::env::temp_dir().join(format!("weave-bench-serve-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
-    let cfg = ServerConfig {
-        data_dir: data.clone(),
-        tenants: Tenants::open_access(),
-        cluster: ClusterConfig::default(),
-        capacity: weave_server::Capacity::Elastic,
-        heartbeat_timeout: Duration::from_secs(3600),
-        max_body_bytes: 64 * 1024,
-        max_wait: Duration::from_secs(5),
-        placement: Default::default(),
-        limits: weave_server::ConnectionLimits { header_timeout: Duration::from_secs(3600), ..Default::default() },
-    };
+    let mut cfg = bench_config(data.clone());
+    // Slow clients are held for the whole measurement, not cut.
+    cfg.limits.header_timeout = Duration::from_secs(3600);
     let mut shared = Shared::open(cfg).context("cannot open the benchmark store")?;
     if let Some(url) = &args.otlp_endpoint {
         let telemetry = weave_server::telemetry::Telemetry::otlp(url, shared.now_us())?;
