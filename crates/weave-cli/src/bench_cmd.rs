@@ -21,6 +21,8 @@ pub enum BenchCommand {
     Replay(crate::replay_bench::ReplayArgs),
     /// Control-plane load: submissions per second and phase-gate round trips on loopback.
     Serve(crate::serve_bench::ServeBenchArgs),
+    /// `weave serve` under SIGKILLs and generated hostile requests, every outcome checked.
+    Chaos(crate::chaos_bench::ChaosArgs),
     /// Restart time of `weave serve` (store replay) by records in its store.
     Restart(crate::restart_bench::RestartArgs),
     /// Holds connections to a server open like slow clients (half a request header each) until
@@ -99,6 +101,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Replay(args) => crate::replay_bench::run(args),
         BenchCommand::Serve(args) => crate::serve_bench::run(args),
         BenchCommand::Restart(args) => crate::restart_bench::run(args),
+        BenchCommand::Chaos(args) => crate::chaos_bench::run(args),
         BenchCommand::SlowClients(args) => crate::serve_bench::slow_clients(args),
     }
 }

@@ -1,6 +1,7 @@
 //! `weave`: a thin command-line front end over Weave's library crates.
 
 mod bench_cmd;
+mod chaos_bench;
 mod client_cmd;
 mod config_cmd;
 mod experiment_cmd;

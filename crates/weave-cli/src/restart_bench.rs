@@ -37,7 +37,6 @@ struct Report {
     per_record_us: f64,
 }
 
-
 pub fn run(args: RestartArgs) -> Result<()> {
     if args.jobs == 0 || args.records < args.jobs || args.opens == 0 {
         bail!("need --jobs >= 1, --records >= --jobs and --opens >= 1");
@@ -71,7 +70,8 @@ pub fn run(args: RestartArgs) -> Result<()> {
 
 /// Submits the jobs and reports their phases until the store holds `records` records.
 fn build(data: &std::path::Path, args: &RestartArgs) -> Result<u64> {
-    let shared = Shared::open(crate::serve_bench::bench_config(data.to_path_buf())).context("cannot create the benchmark store")?;
+    let shared = Shared::open(crate::serve_bench::bench_config(data.to_path_buf()))
+        .context("cannot create the benchmark store")?;
     let mut next_id = 0usize;
     let submit = |slot: usize, next_id: &mut usize| -> Result<String> {
         let ty = ["7B_8k", "14B_8k", "3B_4k", "8B_16k"][slot % 4];
