@@ -48,7 +48,7 @@ struct Report {
     duplicated: usize,
     restart_s_median: f64,
     restart_s_max: f64,
-    records_at_end: usize,
+    events_at_end: usize,
     fuzz_requests: usize,
     fuzz_by_status: BTreeMap<u16, usize>,
     fuzz_server_errors: usize,
@@ -207,7 +207,7 @@ fn kill_loop(args: &ChaosArgs, data: &Path, r: &mut Report) -> Result<()> {
     r.duplicated += dup;
     r.acknowledged_jobs = jobs.len();
     r.acknowledged_completions = fins.len();
-    r.records_at_end = all_events(&client()?, &server.1)?.len();
+    r.events_at_end = all_events(&client()?, &server.1)?.len();
     restarts.sort_by(f64::total_cmp);
     r.restart_s_median = restarts.get(restarts.len() / 2).copied().unwrap_or(0.0);
     r.restart_s_max = restarts.last().copied().unwrap_or(0.0);
@@ -365,7 +365,7 @@ pub fn run(args: ChaosArgs) -> Result<()> {
         None,
         &format!(
             "{} SIGKILLs under load: {} acknowledged jobs and {} phase completions, {} lost, {} duplicated; \
-             restart to first answer {:.2} s median, {:.2} s max ({} records at the end)\n\
+             restart to first answer {:.2} s median, {:.2} s max ({} plane events at the end)\n\
              fuzz: {} generated requests, by status {:?}; {} 5xx, {} without an answer; server alive after: {}\n",
             r.kills,
             r.acknowledged_jobs,
@@ -374,7 +374,7 @@ pub fn run(args: ChaosArgs) -> Result<()> {
             r.duplicated,
             r.restart_s_median,
             r.restart_s_max,
-            r.records_at_end,
+            r.events_at_end,
             r.fuzz_requests,
             r.fuzz_by_status,
             r.fuzz_server_errors,
