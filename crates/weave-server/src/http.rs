@@ -193,8 +193,9 @@ async fn submit(
 
 async fn list_jobs(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<Json<Vec<JobView>>> {
     let c = caller(&s, &headers)?;
-    let g = s.lock();
-    Ok(Json(g.plane.jobs().filter(|j| c.may_see(&j.tenant, &j.name)).map(view).collect()))
+    // Views are built under the lock; the response is serialized after it is released.
+    let jobs: Vec<JobView> = s.lock().plane.jobs().filter(|j| c.may_see(&j.tenant, &j.name)).map(view).collect();
+    Ok(Json(jobs))
 }
 
 async fn show_job(
@@ -204,9 +205,11 @@ async fn show_job(
 ) -> ApiResult<Json<serde_json::Value>> {
     let c = caller(&s, &headers)?;
     let v = visible(&s, &c, &name)?;
-    let g = s.lock();
-    let since = admission_start(&g.plane, &c, &name);
-    let history: Vec<_> = g.plane.events().iter().filter(|e| e.job == name && e.seq >= since).cloned().collect();
+    let history: Vec<_> = {
+        let g = s.lock();
+        let since = admission_start(&g.plane, &c, &name);
+        g.plane.events().iter().filter(|e| e.job == name && e.seq >= since).cloned().collect()
+    };
     Ok(Json(json!({ "job": v, "history": history })))
 }
 
@@ -420,8 +423,9 @@ async fn events(
     State(s): State<Arc<Shared>>,
     headers: HeaderMap,
     Query(q): Query<EventsQuery>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<Vec<crate::plane::PlaneEvent>>> {
     let c = caller(&s, &headers)?;
+    // The page is copied under the lock and serialized after it is released.
     let g = s.lock();
     let since = c.job.as_deref().map_or(0, |name| admission_start(&g.plane, &c, name));
     // Sequence numbers are positions in the event list: a cursor skips straight to it.
@@ -437,7 +441,8 @@ async fn events(
         .take(q.limit.unwrap_or(usize::MAX))
         .cloned()
         .collect();
-    Ok(Json(json!(visible)))
+    drop(g);
+    Ok(Json(visible))
 }
 
 /// Ready to take writes: 503 with the reason while the store's last write failed (the
