@@ -58,6 +58,10 @@ struct ModeRow {
     preemptions: u64,
     lost_iterations: u64,
     jain_index: Option<f64>,
+    /// Against FIFO on the same jobs: jobs that started more than an hour later than under
+    /// FIFO, and the most any job started later.
+    started_over_1h_after_fifo: usize,
+    max_start_after_fifo_h: f64,
     tenants: Vec<TenantReport>,
 }
 
@@ -138,6 +142,7 @@ pub fn run(args: TenantsArgs) -> Result<()> {
     assign(&mut trace, &tenants, &args);
     let jobs = prepare(&trace, &cluster, &profile, Default::default(), args.seed);
     let mut rows = Vec::new();
+    let mut fifo_queued: std::collections::BTreeMap<String, f64> = std::collections::BTreeMap::new();
     for mode in ShareMode::ALL {
         let policy = SharePolicy {
             mode,
@@ -148,6 +153,13 @@ pub fn run(args: TenantsArgs) -> Result<()> {
         let cfg =
             SimConfig { seed: args.seed, capacity: CapacityMode::Fixed, share: Some(policy), ..SimConfig::default() };
         let r = replay(&jobs, &cluster, Policy::Weave, &cfg, &mut |_, _| {}).report;
+        let queued = |j: &weave_sim::metrics::JobOutcome| j.queued.as_secs_f64() / 3600.0;
+        if mode == ShareMode::Fifo {
+            fifo_queued = r.per_job.iter().map(|j| (j.name.clone(), queued(j))).collect();
+        }
+        // Later than FIFO: the first start's delay against FIFO's for the same job.
+        let later: Vec<f64> =
+            r.per_job.iter().filter_map(|j| fifo_queued.get(&j.name).map(|f| queued(j) - f)).collect();
         let held = r.training.gpu_hours.max(1e-9);
         rows.push(ModeRow {
             mode: mode.name(),
@@ -161,6 +173,8 @@ pub fn run(args: TenantsArgs) -> Result<()> {
             preemptions: r.events.preemptions,
             lost_iterations: r.events.lost_iterations,
             jain_index: jain_index(&r.tenants),
+            started_over_1h_after_fifo: later.iter().filter(|d| **d > 1.0).count(),
+            max_start_after_fifo_h: later.iter().copied().fold(0.0, f64::max),
             tenants: r.tenants,
         });
     }
@@ -209,6 +223,7 @@ fn render(rows: &[ModeRow], source: &str, jobs: usize, cluster: &weave_core::Clu
         "preemptions",
         "lost iters",
         "Jain index",
+        "started >1 h after FIFO (max h)",
         "never ran",
     ]);
     for r in rows {
@@ -221,6 +236,7 @@ fn render(rows: &[ModeRow], source: &str, jobs: usize, cluster: &weave_core::Clu
             r.preemptions.to_string(),
             r.lost_iterations.to_string(),
             r.jain_index.map_or("-".into(), |j| format!("{j:.3}")),
+            format!("{} ({:.2})", r.started_over_1h_after_fifo, r.max_start_after_fifo_h),
             r.never_ran.to_string(),
         ]);
     }
