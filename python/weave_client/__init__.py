@@ -128,6 +128,10 @@ class WeaveClient:
     def jobs(self) -> List[JSON]:
         return self._request("GET", "/v1/jobs")[1]
 
+    def queue(self) -> List[JSON]:
+        """Jobs waiting for room in fixed pools, in the order they will start."""
+        return self._request("GET", "/v1/queue")[1]
+
     def cancel(self, job_id: str) -> JSON:
         return self._request("DELETE", f"/v1/jobs/{job_id}")[1]
 

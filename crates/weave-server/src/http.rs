@@ -117,6 +117,11 @@ pub struct JobView {
     pub estimate_rollout_s: f64,
     pub estimate_train_s: f64,
     pub failure: Option<String>,
+    /// A queued job's place in the queue (0: next to start) and why it waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_position: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_reason: Option<String>,
 }
 
 fn phase_name(p: Phase) -> &'static str {
@@ -147,14 +152,52 @@ pub fn view(j: &JobEntry) -> JobView {
         estimate_rollout_s: j.estimate.rollout.as_secs_f64(),
         estimate_train_s: j.estimate.train.as_secs_f64(),
         failure: j.failure.clone(),
+        queue_position: None,
+        queue_reason: None,
     }
+}
+
+/// A submission waiting in the queue, as clients see it.
+pub fn queued_view(q: &crate::plane::Queued, position: usize) -> JobView {
+    let spec = q.submit.to_spec(weave_core::JobId(0), weave_core::Micros(q.submitted_us)).ok();
+    let first = q.submit.resume_from.unwrap_or(0);
+    JobView {
+        id: q.submit.id.clone(),
+        uid: 0,
+        tenant: q.tenant.clone(),
+        state: JobState::Queued,
+        job_type: spec.as_ref().map(|s| s.job_type.to_string()).unwrap_or_default(),
+        slo: q.submit.slo.unwrap_or(crate::plane::DEFAULT_SLO),
+        iterations: q.submit.iterations,
+        completed_iterations: first,
+        group: None,
+        placement: None,
+        rollout_nodes: Vec::new(),
+        training_nodes: Vec::new(),
+        predicted_slowdown: None,
+        granted: None,
+        next: format!("rollout {first}"),
+        estimate_rollout_s: 0.0,
+        estimate_train_s: 0.0,
+        failure: None,
+        queue_position: Some(position),
+        queue_reason: Some(q.reason.clone()),
+    }
+}
+
+/// The job `name` as the plane knows it now: waiting in the queue, else its entry.
+fn lookup(plane: &crate::plane::Plane, name: &str) -> Option<(String, JobView)> {
+    if let Some((k, q)) = plane.queued(name) {
+        return Some((q.tenant.clone(), queued_view(q, k)));
+    }
+    plane.job(name).map(|j| (j.tenant.clone(), view(j)))
 }
 
 /// A job visible to `c`, else 404 (another tenant's job is indistinguishable from none).
 fn visible(s: &Shared, c: &Caller, name: &str) -> ApiResult<JobView> {
     let g = s.lock();
-    match g.plane.job(name) {
-        Some(j) if c.may_see(&j.tenant, &j.name) => Ok(view(j)),
+    match lookup(&g.plane, name) {
+        Some((tenant, v)) if c.may_see(&tenant, name) => Ok(v),
         _ => Err(ApiError::new(StatusCode::NOT_FOUND, format!("job `{name}` not found"))),
     }
 }
@@ -173,7 +216,7 @@ async fn submit(
     {
         // Another tenant's job of the same name: refuse without revealing whose it is.
         let g = s.lock();
-        if g.plane.job(&spec.id).is_some_and(|j| !c.may_see(&j.tenant, &j.name)) {
+        if lookup(&g.plane, &spec.id).is_some_and(|(tenant, _)| !c.may_see(&tenant, &spec.id)) {
             return Err(ApiError::new(StatusCode::CONFLICT, format!("job id `{}` is taken", spec.id)));
         }
     }
@@ -181,6 +224,10 @@ async fn submit(
     let tenant = c.tenant.clone();
     commit(&s, &c, move |time_us| Record::Submit { time_us, tenant, job: spec }).await?;
     let g = s.lock();
+    // Fixed pools full: the job waits in the queue (202) and starts when there is room.
+    if let Some((k, q)) = g.plane.queued(&name) {
+        return Ok((StatusCode::ACCEPTED, Json(json!({ "job": queued_view(q, k), "decision": null }))));
+    }
     let j = g.plane.job(&name).expect("just admitted");
     // The decision names the group's other members and their predicted slowdowns: a tenant
     // sees only its own job's line.
@@ -191,10 +238,26 @@ async fn submit(
     Ok((StatusCode::CREATED, Json(json!({ "job": view(j), "decision": decision }))))
 }
 
+/// The jobs waiting for room, in the order they will start (the caller's own only, unless
+/// it is an admin).
+async fn queue(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<Json<Vec<JobView>>> {
+    let c = caller(&s, &headers)?;
+    let g = s.lock();
+    let waiting = g.plane.queue().iter().enumerate().filter(|(_, q)| c.may_see(&q.tenant, &q.submit.id));
+    Ok(Json(waiting.map(|(k, q)| queued_view(q, k)).collect()))
+}
+
 async fn list_jobs(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<Json<Vec<JobView>>> {
     let c = caller(&s, &headers)?;
     // Views are built under the lock; the response is serialized after it is released.
-    let jobs: Vec<JobView> = s.lock().plane.jobs().filter(|j| c.may_see(&j.tenant, &j.name)).map(view).collect();
+    let g = s.lock();
+    let queued = g.plane.queue().iter().enumerate().filter(|(_, q)| c.may_see(&q.tenant, &q.submit.id));
+    let mut jobs: Vec<JobView> = queued.map(|(k, q)| queued_view(q, k)).collect();
+    let waiting: std::collections::BTreeSet<&str> = g.plane.queue().iter().map(|q| q.submit.id.as_str()).collect();
+    jobs.extend(
+        g.plane.jobs().filter(|j| c.may_see(&j.tenant, &j.name) && !waiting.contains(j.name.as_str())).map(view),
+    );
+    drop(g);
     Ok(Json(jobs))
 }
 
@@ -236,9 +299,13 @@ async fn cancel_job(
     Path(name): Path<String>,
 ) -> ApiResult<Json<JobView>> {
     let c = caller(&s, &headers)?;
-    visible(&s, &c, &name)?;
+    let before = visible(&s, &c, &name)?;
     let job = name.clone();
     commit(&s, &c, move |time_us| Record::Cancel { time_us, job }).await?;
+    if before.state == JobState::Queued {
+        // It never started: it leaves the queue and has no other record.
+        return Ok(Json(JobView { state: JobState::Cancelled, queue_position: None, queue_reason: None, ..before }));
+    }
     visible(&s, &c, &name).map(Json)
 }
 
@@ -551,7 +618,8 @@ pub fn router(shared: Arc<Shared>, rate: Option<RateLimits>) -> Router {
         .route("/v1/groups", get(groups))
         .route("/v1/nodes", get(nodes))
         .route("/v1/cluster", get(cluster))
-        .route("/v1/events", get(events));
+        .route("/v1/events", get(events))
+        .route("/v1/queue", get(queue));
     if let Some(cfg) = rate {
         let layer = GovernorLayer::new(cfg).error_handler(|e| {
             let message = match e {

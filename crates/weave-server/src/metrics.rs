@@ -7,13 +7,15 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n");
 }
 
-fn jobs_by_state<'a>(out: &mut String, jobs: impl Iterator<Item = &'a crate::plane::JobEntry>) {
+fn jobs_by_state<'a>(out: &mut String, jobs: impl Iterator<Item = &'a crate::plane::JobEntry>, queued: u64) {
     let mut counts = std::collections::BTreeMap::new();
     for j in jobs {
         *counts.entry(format!("{:?}", j.state).to_lowercase()).or_insert(0u64) += 1;
     }
+    // A job re-queued after a node failure still has its failed admission's entry.
+    counts.insert("queued".to_string(), queued);
     family(out, "weave_jobs", "gauge", "Jobs by state.");
-    for state in ["running", "completed", "cancelled", "failed"] {
+    for state in ["queued", "running", "completed", "cancelled", "failed"] {
         let _ = writeln!(out, "weave_jobs{{state=\"{state}\"}} {}", counts.get(state).copied().unwrap_or(0));
     }
 }
@@ -21,7 +23,9 @@ fn jobs_by_state<'a>(out: &mut String, jobs: impl Iterator<Item = &'a crate::pla
 /// What a tenant's token sees: its own jobs by state (a job token: that job's).
 pub fn render_tenant(plane: &Plane, tenant: &str, job: Option<&str>) -> String {
     let mut out = String::new();
-    jobs_by_state(&mut out, plane.jobs().filter(|j| j.tenant == tenant && job.is_none_or(|n| n == j.name)));
+    let mine = |owner: &str, name: &str| owner == tenant && job.is_none_or(|n| n == name);
+    let queued = plane.queue().iter().filter(|q| mine(&q.tenant, &q.submit.id)).count() as u64;
+    jobs_by_state(&mut out, plane.jobs().filter(|j| mine(&j.tenant, &j.name)), queued);
     out
 }
 
@@ -29,7 +33,7 @@ pub fn render_tenant(plane: &Plane, tenant: &str, job: Option<&str>) -> String {
 /// for admin tokens.
 pub fn render(plane: &Plane) -> String {
     let mut out = String::new();
-    jobs_by_state(&mut out, plane.jobs());
+    jobs_by_state(&mut out, plane.jobs(), plane.queue().len() as u64);
     let (r, t) = plane.placer().nodes_in_use();
     family(&mut out, "weave_nodes_in_use", "gauge", "Nodes held per pool.");
     let _ = write!(out, "weave_nodes_in_use{{pool=\"rollout\"}} {r}\nweave_nodes_in_use{{pool=\"training\"}} {t}\n");

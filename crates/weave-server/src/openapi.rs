@@ -63,7 +63,7 @@ pub fn document() -> Value {
             "/v1/jobs": {
                 "post": { "summary": "Submit a job", "security": auth,
                           "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/SubmitSpec" } } } },
-                          "responses": { "201": ok("admitted, with the placement decision"), "400": err(), "401": err(), "409": err(), "413": err() } },
+                          "responses": { "201": ok("admitted, with the placement decision"), "202": ok("fixed pools full: queued (state `queued`, `queue_position`); it starts when room is freed"), "400": err(), "401": err(), "409": err(), "413": err() } },
                 "get": { "summary": "List the caller's jobs (all for admins)", "security": auth, "responses": { "200": ok("jobs"), "401": err() } }
             },
             "/v1/jobs/{id}": {
@@ -89,7 +89,9 @@ pub fn document() -> Value {
                     { "name": "after", "in": "query", "description": "only events with a larger seq", "schema": { "type": "integer", "minimum": 0 } },
                     { "name": "limit", "in": "query", "description": "at most this many", "schema": { "type": "integer", "minimum": 0 } }
                 ],
-                "responses": { "200": ok("events"), "400": err(), "401": err() } } }
+                "responses": { "200": ok("events"), "400": err(), "401": err() } } },
+            "/v1/queue": { "get": { "summary": "Jobs waiting for room in fixed pools, in the order they will start (the caller's own; all for admins)", "security": auth,
+                "responses": { "200": ok("queued jobs with position and reason"), "401": err() } } }
         }
     })
 }

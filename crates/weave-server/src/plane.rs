@@ -17,6 +17,9 @@ use weave_place::consolidate::{self, Churn, ChurnLimits, Movable};
 use weave_place::{Decision, DecisionKind, PlaceError, PlaceJob, Placer, PlacerConfig, Target, Variation};
 use weave_trace::JsonlJob;
 
+mod queue;
+pub use queue::Queued;
+
 /// Allowed slowdown of a job that does not give one.
 pub const DEFAULT_SLO: f64 = 1.5;
 /// Measured phases kept per job for re-estimation.
@@ -255,6 +258,8 @@ pub enum PlaneError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum JobState {
+    /// Waiting for room in fixed pools (see [`Plane::queue`]).
+    Queued,
     Running,
     Completed,
     Cancelled,
@@ -347,6 +352,8 @@ pub struct Plane {
     /// Grant events tell their wait and the planned switch in `meta` (for tracing; off, a
     /// grant builds no metadata).
     grant_detail: bool,
+    /// Submissions waiting for room in fixed pools, first to start first.
+    queue: Vec<Queued>,
     pub stats: PlaneStats,
 }
 
@@ -379,6 +386,7 @@ impl Plane {
             slo_z: Variation::z_for(weave_place::DEFAULT_SLO_EPSILON),
             stats: PlaneStats::default(),
             grant_detail: false,
+            queue: Vec::new(),
         }
     }
 
@@ -441,17 +449,22 @@ impl Plane {
     pub fn check(&self, rec: &Record) -> Result<(), PlaneError> {
         match rec {
             Record::Submit { time_us, job, .. } => {
-                if self.jobs.get(&job.id).is_some_and(|j| j.state == JobState::Running) {
+                if self.jobs.get(&job.id).is_some_and(|j| j.state == JobState::Running)
+                    || self.queued(&job.id).is_some()
+                {
                     return Err(PlaneError::Duplicate(job.id.clone()));
                 }
                 let id = JobId(self.names.len() as u32);
                 let spec = job.to_spec(id, Micros(*time_us))?;
                 let slo = spec.slo.map(|s| s.get()).unwrap_or(DEFAULT_SLO);
-                self.placer
-                    .preview(&self.place_job(&spec, slo))
-                    .map(|_| ())
-                    .map_err(|e| PlaneError::Placement(e.to_string()))
+                match self.placer.preview(&self.place_job(&spec, slo)) {
+                    Ok(_) => Ok(()),
+                    // Fixed pools full now: it waits, unless it can never fit.
+                    Err(PlaceError::NoCapacity(_) | PlaceError::Infeasible { .. }) => self.may_queue(job, *time_us),
+                    Err(e) => Err(PlaneError::Placement(e.to_string())),
+                }
             }
+            Record::Cancel { job, .. } if self.queued(job).is_some() => Ok(()),
             Record::Cancel { job, .. } | Record::Fail { job, .. } => self.running(job).map(|_| ()),
             Record::NodeDown { node, .. } => {
                 self.in_inventory(*node)?;
@@ -531,14 +544,18 @@ impl Plane {
         self.version += 1;
         let applied = self.apply_record(rec);
         self.consolidate_pending(rec.time_us());
+        // Whatever the record freed goes to the jobs waiting for it.
+        self.admit_queued(rec.time_us());
         applied
     }
 
     fn apply_record(&mut self, rec: &Record) -> Result<(), PlaneError> {
         match rec {
-            Record::Submit { time_us, tenant, job } => self.submit(*time_us, tenant, job, None, None),
+            Record::Submit { time_us, tenant, job } => self.admit_or_queue(*time_us, tenant, job, None),
             Record::Cancel { time_us, job } => {
-                self.end(*time_us, job, JobState::Cancelled, None);
+                if !self.dequeue(*time_us, job) {
+                    self.end(*time_us, job, JobState::Cancelled, None);
+                }
                 Ok(())
             }
             Record::Fail { time_us, job, reason } => {
@@ -585,7 +602,10 @@ impl Plane {
             self.end(time_us, &name, JobState::Failed, Some(format!("node {node} lost: {reason}")));
         }
         for (name, tenant, resubmit, carried) in leaving {
-            let outcome = match self.submit(time_us, &tenant, &resubmit, carried, None) {
+            let outcome = match self.admit_or_queue(time_us, &tenant, &resubmit, carried) {
+                Ok(()) if self.queued(&name).is_some() => {
+                    ("requeued", serde_json::json!({ "resume_from": resubmit.resume_from.unwrap_or(0) }))
+                }
                 Ok(()) => ("readmitted", serde_json::json!({ "resume_from": resubmit.resume_from.unwrap_or(0) })),
                 Err(e) => ("readmit-failed", serde_json::json!({ "reason": e.to_string() })),
             };
@@ -910,6 +930,9 @@ impl Plane {
     /// Whether `name` may start `phase` of `iteration` now: `Ok(true)` granted, `Ok(false)`
     /// not yet (it is the job's next phase; wait), `Err` the request breaks the barrier.
     pub fn may_start(&self, name: &str, phase: Phase, iteration: u64) -> Result<bool, PlaneError> {
+        if let Some(waiting) = self.queued_may_start(name, phase, iteration) {
+            return waiting;
+        }
         let j = self.running(name)?;
         if j.granted == Some((phase, iteration)) {
             return Ok(true);

@@ -102,15 +102,20 @@ pub struct Inner {
 /// job name (refused without saying whose it is), and a report or cancel must name a job the
 /// caller sees.
 fn owned_by(plane: &Plane, c: &crate::Caller, rec: &Record) -> Result<(), PlaneError> {
+    // A queued job is its tenant's as much as a placed one.
+    let owner = |name: &str| match plane.queued(name) {
+        Some((_, q)) => Some(q.tenant.clone()),
+        None => plane.job(name).map(|j| j.tenant.clone()),
+    };
     match rec {
-        Record::Submit { job, .. } => match plane.job(&job.id) {
-            Some(j) if !c.may_see(&j.tenant, &j.name) => {
+        Record::Submit { job, .. } => match owner(&job.id) {
+            Some(t) if !c.may_see(&t, &job.id) => {
                 Err(PlaneError::Conflict { job: job.id.clone(), reason: "the job id is taken".into() })
             }
             _ => Ok(()),
         },
-        Record::Cancel { job, .. } | Record::Finish { job, .. } | Record::Fail { job, .. } => match plane.job(job) {
-            Some(j) if c.may_see(&j.tenant, &j.name) => Ok(()),
+        Record::Cancel { job, .. } | Record::Finish { job, .. } | Record::Fail { job, .. } => match owner(job) {
+            Some(t) if c.may_see(&t, job) => Ok(()),
             _ => Err(PlaneError::NotFound(job.clone())),
         },
         _ => Ok(()),
@@ -225,14 +230,19 @@ impl Shared {
         }
         g.plane.check(&rec)?;
         g.store.append(&rec)?;
+        let seen = g.plane.events().len();
         g.plane.apply_checked(&rec)?;
         if let Some(t) = &self.telemetry {
             t.observe(&g.plane);
         }
+        // Every job this record started (a submission, or queued ones it made room for) is
+        // watched from now; a queued job is not (it is not running yet).
+        let Inner { plane, heartbeats, .. } = &mut *g;
+        for e in plane.events()[seen..].iter().filter(|e| e.kind == "admitted") {
+            heartbeats.insert(e.job.clone(), Instant::now());
+        }
         match &rec {
-            Record::Submit { job, .. } => {
-                g.heartbeats.insert(job.id.clone(), Instant::now());
-            }
+            Record::Submit { .. } => {}
             Record::Cancel { job, .. } | Record::Fail { job, .. } => {
                 g.heartbeats.remove(job);
             }

@@ -55,7 +55,9 @@ fn run(p: &mut Plane, records: &mut Vec<Record>, job: &str, n: u64, t: &mut u64)
 #[test]
 fn a_lost_node_fails_its_jobs_readmits_them_and_leaves_the_others() {
     let mut p = plane();
-    assert!(p.check(&submit(1, "a")).unwrap_err().to_string().contains("no capacity"), "no inventory yet");
+    // No inventory yet: the pools have no nodes, so the job is refused rather than queued.
+    let refused = p.check(&submit(1, "a")).unwrap_err().to_string();
+    assert!(refused.contains("the pools have 0 and 0: it can never fit"), "{refused}");
     let mut records = vec![inventory(0, 3, 1), submit(1, "a"), submit(2, "b")];
     for r in &records {
         p.apply(r).unwrap();
@@ -92,7 +94,8 @@ fn a_lost_node_fails_its_jobs_readmits_them_and_leaves_the_others() {
     let outside = Record::NodeDown { time_us: 101, node: node("r7"), reason: "x".into() };
     assert!(p.check(&outside).unwrap_err().to_string().contains("r7 is not in the inventory"));
 
-    // The training node: both jobs fail; no training node is left, so neither comes back.
+    // The training node: both jobs fail; no training node is left, so both wait in the queue
+    // (in the order they were re-submitted) to resume from their checkpoints.
     run(&mut p, &mut records, "b", 3, &mut t);
     let down = Record::NodeDown { time_us: 200, node: node("t0"), reason: "gone".into() };
     p.apply(&down).unwrap();
@@ -102,18 +105,25 @@ fn a_lost_node_fails_its_jobs_readmits_them_and_leaves_the_others() {
         assert_eq!(j.state, JobState::Failed, "{job}");
         assert!(j.failure.as_deref().unwrap().contains("node t0 lost"), "{:?}", j.failure);
     }
-    let refused = p.events().iter().filter(|e| e.kind == "readmit-failed").count();
-    assert_eq!(refused, 2);
+    let waiting: Vec<&str> = p.queue().iter().map(|q| q.submit.id.as_str()).collect();
+    assert_eq!(waiting, ["a", "b"]);
+    assert_eq!(p.events().iter().filter(|e| e.kind == "requeued").count(), 2);
+    assert!(p.may_start("b", Phase::Rollout, 3).is_ok_and(|granted| !granted), "a queued job is told to wait");
     // A smaller inventory later (a machine went away) never shrinks the pools: indices name
     // machines, and node-down records must stay valid on replay.
     let smaller = inventory(250, 2, 1);
     p.apply(&smaller).unwrap();
     records.push(smaller);
     assert_eq!(p.placer().config().capacity, Some((3, 1)));
-    // Back in service: a new job fits again.
+    // Back in service: the queued jobs start again from their checkpoints, then a new job
+    // is placed (or waits behind them).
     let up = Record::NodeUp { time_us: 300, node: node("t0") };
     p.apply(&up).unwrap();
     records.push(up);
+    assert!(p.queue().is_empty());
+    let b = p.job("b").unwrap();
+    assert_eq!((b.state, b.completed_iterations, b.next), (JobState::Running, 3, (Phase::Rollout, 3)));
+    assert_eq!(p.job("a").unwrap().state, JobState::Running);
     let c = submit(301, "c");
     p.apply(&c).unwrap();
     records.push(c);

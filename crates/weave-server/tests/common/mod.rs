@@ -39,7 +39,12 @@ pub struct TestServer {
 
 impl TestServer {
     pub fn start(dir: PathBuf, heartbeat: Duration) -> TestServer {
-        let cfg = ServerConfig {
+        Self::start_with(dir, heartbeat, |_| {})
+    }
+
+    /// [`TestServer::start`] with the configuration changed by `change` first.
+    pub fn start_with(dir: PathBuf, heartbeat: Duration, change: impl FnOnce(&mut ServerConfig)) -> TestServer {
+        let mut cfg = ServerConfig {
             data_dir: dir,
             tenants: tenants(),
             cluster: ClusterConfig::default(),
@@ -50,6 +55,7 @@ impl TestServer {
             placement: Default::default(),
             limits: Default::default(),
         };
+        change(&mut cfg);
         let (tx, rx) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {

@@ -1,0 +1,66 @@
+//! Fixed pools: a job that does not fit now waits in the queue (202) instead of being refused,
+//! starts when room is freed, and the queue survives a restart in the same order; a job that
+//! can never fit is still refused (409).
+
+mod common;
+use common::*;
+use serde_json::json;
+use std::time::Duration;
+
+/// One rollout and one training node; SLO 1.0 keeps jobs from sharing them.
+fn server(dir: std::path::PathBuf) -> TestServer {
+    TestServer::start_with(dir, Duration::from_secs(600), |cfg| {
+        cfg.capacity = weave_server::Capacity::Fixed;
+        cfg.cluster.rollout.nodes = 1;
+        cfg.cluster.training.nodes = 1;
+    })
+}
+
+fn spec(id: &str) -> serde_json::Value {
+    json!({ "id": id, "type": "3B_4k", "iterations": 2, "rollout_s": 50, "train_s": 60, "slo": 1.0 })
+}
+
+fn queue(s: &TestServer, token: &str) -> Vec<String> {
+    let (st, v) = body(client().get(s.url("/v1/queue")).bearer_auth(token).send().unwrap());
+    assert_eq!(st, 200, "{v}");
+    v.as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn a_job_that_does_not_fit_waits_and_starts_when_room_is_freed() {
+    let dir = temp_dir("queue");
+    let s = server(dir.clone());
+    assert_eq!(submit(&s, ALICE, spec("first")).0, 201);
+    let (st, v) = submit(&s, ALICE, spec("second"));
+    assert_eq!(st, 202, "{v}");
+    assert_eq!(v["job"]["state"], "queued");
+    assert_eq!(v["job"]["queue_position"], 0);
+    let (st, v) = submit(&s, BOB, spec("third"));
+    assert_eq!((st, &v["job"]["queue_position"]), (202, &json!(1)), "{v}");
+    // Each tenant sees its own waiting jobs; an admin sees all, in order.
+    assert_eq!(queue(&s, ALICE), ["second"]);
+    assert_eq!(queue(&s, OPS), ["second", "third"]);
+    // A queued job asking for its first phase is told to wait, not refused.
+    assert_eq!(start_phase(&s, ALICE, "second", "rollout", 0, 0.0).0, 202);
+    assert_eq!(start_phase(&s, ALICE, "second", "train", 0, 0.0).0, 409);
+    // A job wider than the pools can never fit: refused as before.
+    let wide = json!({ "id": "wide", "type": "3B_4k", "iterations": 2, "rollout_nodes": 2, "train_nodes": 1 });
+    let (st, v) = submit(&s, ALICE, wide);
+    assert_eq!(st, 409, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("can never fit"), "{v}");
+
+    // The queue survives a restart in the same order.
+    s.stop();
+    let s = server(dir);
+    assert_eq!(queue(&s, OPS), ["second", "third"]);
+    // first finishes: second starts (its long-poll is granted), third moves up.
+    run_job(&s, ALICE, "first", 2);
+    let (st, v) = body(client().get(s.url("/v1/jobs/second")).bearer_auth(ALICE).send().unwrap());
+    assert_eq!((st, &v["job"]["state"]), (200, &json!("running")), "{v}");
+    assert_eq!(queue(&s, OPS), ["third"]);
+    // A queued job can be cancelled.
+    let (st, v) = body(client().delete(s.url("/v1/jobs/third")).bearer_auth(BOB).send().unwrap());
+    assert_eq!(st, 200, "{v}");
+    assert!(queue(&s, OPS).is_empty());
+    run_job(&s, ALICE, "second", 2);
+}
