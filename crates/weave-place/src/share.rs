@@ -82,6 +82,8 @@ pub struct Waiting {
     pub priority: Priority,
     /// Queue position by arrival (earlier first).
     pub arrival: u64,
+    /// Nodes it needs per pool.
+    pub demand: Nodes,
 }
 
 /// A running job, as preemption sees it.
@@ -171,8 +173,17 @@ impl SharePolicy {
         (0..2).any(|p| usage[t][p] > self.tenants[t].nominal()[p] + EPS)
     }
 
+    /// Whether `w` would start within its tenant's nominal quota (no borrowing).
+    pub fn entitled(&self, w: &Waiting, usage: &[Nodes]) -> bool {
+        let nominal = self.tenants[w.tenant].nominal();
+        (0..2).all(|p| usage[w.tenant][p] + w.demand[p] <= nominal[p] + EPS)
+    }
+
     /// The order to consider waiting jobs in (indices into `waiting`): arrival order under
-    /// FIFO; else priority, then the tenant's dominant share (least served first), then arrival.
+    /// FIFO; else jobs within their tenant's quota before jobs that would borrow, then the
+    /// least-served tenant (dominant share), then priority within a tenant, then arrival. A
+    /// high priority orders a tenant's own jobs; it never lets one tenant borrow ahead of
+    /// another tenant's entitled job.
     pub fn order(&self, waiting: &[Waiting], usage: &[Nodes]) -> Vec<usize> {
         let mut idx: Vec<usize> = (0..waiting.len()).collect();
         if self.mode == ShareMode::Fifo {
@@ -180,11 +191,13 @@ impl SharePolicy {
             return idx;
         }
         let share: Vec<f64> = (0..self.tenants.len()).map(|t| self.dominant_share(t, usage)).collect();
+        let entitled: Vec<bool> = waiting.iter().map(|w| self.entitled(w, usage)).collect();
         idx.sort_by(|&a, &b| {
             let (x, y) = (&waiting[a], &waiting[b]);
-            y.priority
-                .cmp(&x.priority)
+            entitled[b]
+                .cmp(&entitled[a])
                 .then(share[x.tenant].total_cmp(&share[y.tenant]))
+                .then(y.priority.cmp(&x.priority))
                 .then(x.arrival.cmp(&y.arrival))
         });
         idx
@@ -250,14 +263,19 @@ mod tests {
     }
 
     #[test]
-    fn the_queue_goes_by_priority_then_least_served_tenant_then_arrival() {
+    fn the_queue_goes_entitled_first_then_least_served_tenant_then_priority_then_arrival() {
         let p = policy(ShareMode::Quotas);
         let usage = vec![[4.0, 4.0], [1.0, 1.0]];
-        let w = |tenant, priority, arrival| Waiting { tenant, priority, arrival };
+        let w = |tenant, priority, arrival| Waiting { tenant, priority, arrival, demand: [1.0, 1.0] };
+        // a (tenant 0) is at its quota: its jobs would borrow; b's are entitled and go first,
+        // then a's, its high one before its normal one.
         let waiting =
             [w(0, Priority::Normal, 0), w(1, Priority::Normal, 1), w(0, Priority::High, 2), w(1, Priority::Normal, 3)];
-        assert_eq!(p.order(&waiting, &usage), [2, 1, 3, 0]);
+        assert_eq!(p.order(&waiting, &usage), [1, 3, 2, 0]);
         assert_eq!(policy(ShareMode::Fifo).order(&waiting, &usage), [0, 1, 2, 3]);
+        // Both entitled: the least-served tenant first, priority within a tenant.
+        let usage = vec![[1.0, 1.0], [2.0, 2.0]];
+        assert_eq!(p.order(&waiting, &usage), [2, 0, 1, 3]);
     }
 
     #[test]
@@ -279,7 +297,7 @@ mod tests {
             r(3, 0, Priority::High, 3600, 1),
             r(4, 1, Priority::Low, 3600, 9),
         ];
-        let want = Waiting { tenant: 1, priority: Priority::Normal, arrival: 9 };
+        let want = Waiting { tenant: 1, priority: Priority::Normal, arrival: 9, demand: [2.0, 2.0] };
         assert_eq!(p.victims(want, [2.0, 2.0], &running, &usage), [JobId(3), JobId(1), JobId(4)]);
         // Past its entitlement, b reclaims nothing from a; only its own low job is outranked.
         assert_eq!(p.victims(want, [3.0, 3.0], &running, &usage), [JobId(4)]);

@@ -10,6 +10,9 @@ pub struct Tenant {
     pub name: String,
     pub token_sha256: [u8; 32],
     pub admin: bool,
+    /// Nominal quota (rollout nodes, training nodes) and borrowing limit, with fixed pools.
+    pub quota: Option<(f64, f64)>,
+    pub borrow_limit: Option<f64>,
 }
 
 /// Who is calling.
@@ -142,6 +145,13 @@ struct Entry {
     token_sha256: String,
     #[serde(default)]
     admin: bool,
+    /// Quota with fixed pools: nodes of each pool the tenant is entitled to.
+    #[serde(default)]
+    rollout_nodes: Option<f64>,
+    #[serde(default)]
+    training_nodes: Option<f64>,
+    #[serde(default)]
+    borrow_limit: Option<f64>,
 }
 
 pub fn sha256(token: &str) -> [u8; 32] {
@@ -179,12 +189,50 @@ impl Tenants {
             }
             let hash = unhex(&e.token_sha256)
                 .ok_or_else(|| invalid("`token_sha256` must be 64 hex digits (see `weave token hash`)"))?;
-            entries.push(Tenant { name: e.name, token_sha256: hash, admin: e.admin });
+            let nodes = |v: Option<f64>| v.is_none_or(|n| n.is_finite() && n >= 0.0);
+            if !(nodes(e.rollout_nodes) && nodes(e.training_nodes) && nodes(e.borrow_limit)) {
+                return Err(invalid(
+                    "`rollout_nodes`, `training_nodes` and `borrow_limit` must be non-negative numbers of nodes",
+                ));
+            }
+            let quota = match (e.rollout_nodes, e.training_nodes) {
+                (Some(r), Some(t)) => Some((r, t)),
+                (None, None) => None,
+                _ => return Err(invalid("give both `rollout_nodes` and `training_nodes` (a quota), or neither")),
+            };
+            entries.push(Tenant {
+                name: e.name,
+                token_sha256: hash,
+                admin: e.admin,
+                quota,
+                borrow_limit: e.borrow_limit,
+            });
         }
         if entries.is_empty() {
             return Err(TenantsError::Parse("no [[tenant]] entries".into()));
         }
         Ok(Tenants { entries, open: false })
+    }
+
+    /// Quotas, when some tenant has one: every tenant takes part (one without a quota may
+    /// only borrow).
+    pub fn share_policy(&self) -> Option<weave_place::share::SharePolicy> {
+        use weave_place::share::{ShareMode, SharePolicy, TenantQuota};
+        self.entries.iter().any(|t| t.quota.is_some()).then(|| SharePolicy {
+            mode: ShareMode::Quotas,
+            tenants: self
+                .entries
+                .iter()
+                .map(|t| TenantQuota {
+                    name: t.name.clone(),
+                    rollout_nodes: t.quota.map_or(0.0, |q| q.0),
+                    training_nodes: t.quota.map_or(0.0, |q| q.1),
+                    borrow_limit: t.borrow_limit,
+                })
+                .collect(),
+            min_run: weave_core::Micros::ZERO,
+            checkpoint_every: 1,
+        })
     }
 
     pub fn open_access() -> Tenants {

@@ -57,6 +57,10 @@ pub struct SubmitSpec {
     /// Re-admission from a checkpoint: iterations already done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_from: Option<u64>,
+    /// `low`, `normal` (default) or `high`: the order among a tenant's waiting jobs when the
+    /// pools have quotas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<String>,
     /// What an execution backend runs for this job (absent: the job runs itself and only
     /// asks Weave where and when).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -116,7 +120,7 @@ impl SubmitSpec {
             train_s: self.train_s,
             // The server takes the tenant from the token, not from the submission.
             tenant: None,
-            priority: None,
+            priority: self.priority.clone(),
         };
         let mut spec =
             row.to_spec().map_err(|(field, reason)| PlaneError::Invalid { field: field.to_string(), reason })?;
@@ -182,6 +186,9 @@ impl SubmitSpec {
 }
 
 /// One durable input.
+// A record is built once per request and then serialized; boxing the submission would only
+// add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Record {
@@ -354,6 +361,10 @@ pub struct Plane {
     grant_detail: bool,
     /// Submissions waiting for room in fixed pools, first to start first.
     queue: Vec<Queued>,
+    /// Submissions queued so far (a waiting job's place by arrival).
+    queued_total: u64,
+    /// Tenants' quotas with fixed pools (`None`: first come, first served).
+    share: Option<weave_place::share::SharePolicy>,
     pub stats: PlaneStats,
 }
 
@@ -387,6 +398,8 @@ impl Plane {
             stats: PlaneStats::default(),
             grant_detail: false,
             queue: Vec::new(),
+            queued_total: 0,
+            share: None,
         }
     }
 
@@ -404,6 +417,13 @@ impl Plane {
         cfg.colocate = true;
         self.placer = Placer::new(cfg);
         self.churn = Some(Churn::new(limits));
+        self
+    }
+
+    /// Tenants' quotas: the queue goes by priority, then the least-served tenant, then arrival,
+    /// and a tenant starts jobs within its quota or by borrowing others' unused quota.
+    pub fn with_share(mut self, policy: weave_place::share::SharePolicy) -> Plane {
+        self.share = Some(policy);
         self
     }
 

@@ -159,9 +159,14 @@ impl Shared {
             Capacity::Fixed => Some((cfg.cluster.rollout.nodes, cfg.cluster.training.nodes)),
             Capacity::Recorded => Some((0, 0)),
         };
+        let fixed = placer.capacity.is_some();
         let mut plane = Plane::new(cfg.cluster.clone(), placer).with_slo_risk(cfg.placement.slo_risk);
         if cfg.placement.consolidate {
             plane = plane.with_consolidation(Default::default());
+        }
+        // Quotas mean something only where the pools are fixed.
+        if let (Some(policy), true) = (cfg.tenants.share_policy(), fixed) {
+            plane = plane.with_share(policy);
         }
         let records: Vec<Record> = store.records()?;
         let mut offset_us = 0;

@@ -64,3 +64,53 @@ fn a_job_that_does_not_fit_waits_and_starts_when_room_is_freed() {
     assert!(queue(&s, OPS).is_empty());
     run_job(&s, ALICE, "second", 2);
 }
+
+/// Alice and Bob are entitled to one node of each pool of two: a tenant borrows what the other
+/// leaves unused, a job over its tenant's quota waits without holding up the other tenant, and
+/// a tenant's high-priority job goes before its normal ones.
+#[test]
+fn quotas_order_the_queue_per_tenant() {
+    use weave_server::auth::{hex, sha256};
+    let toml = format!(
+        "[[tenant]]\nname = \"alice\"\ntoken_sha256 = \"{}\"\nrollout_nodes = 1\ntraining_nodes = 1\n\
+         [[tenant]]\nname = \"bob\"\ntoken_sha256 = \"{}\"\nrollout_nodes = 1\ntraining_nodes = 1\n\
+         [[tenant]]\nname = \"ops\"\ntoken_sha256 = \"{}\"\nadmin = true\n",
+        hex(&sha256(ALICE)),
+        hex(&sha256(BOB)),
+        hex(&sha256(OPS))
+    );
+    let s = TestServer::start_with(temp_dir("quotas"), Duration::from_secs(600), move |cfg| {
+        cfg.capacity = weave_server::Capacity::Fixed;
+        cfg.cluster.rollout.nodes = 2;
+        cfg.cluster.training.nodes = 2;
+        cfg.tenants = weave_server::Tenants::from_toml(&toml).unwrap();
+    });
+    assert_eq!(submit(&s, ALICE, spec("a1")).0, 201);
+    assert_eq!(submit(&s, ALICE, spec("a2")).0, 201, "alice borrows bob's unused node");
+    assert_eq!(submit(&s, ALICE, spec("a3")).0, 202);
+    let mut high = spec("a4");
+    high["priority"] = json!("high");
+    assert_eq!(submit(&s, ALICE, high).0, 202);
+    assert_eq!(submit(&s, BOB, spec("b1")).0, 202, "no room until alice's borrowed node is free");
+    // Alice's high job is ahead of her normal one; Bob, least served, is ahead of both.
+    assert_eq!(queue(&s, OPS), ["a3", "a4", "b1"], "the listing is by arrival");
+    // a2 (the borrowed node) finishes: Bob's job starts, not Alice's earlier ones.
+    run_job(&s, ALICE, "a2", 2);
+    let (_, v) = body(client().get(s.url("/v1/jobs/b1")).bearer_auth(BOB).send().unwrap());
+    assert_eq!(v["job"]["state"], "running", "{v}");
+    assert_eq!(queue(&s, OPS), ["a3", "a4"]);
+    // a1 finishes: within her quota again, Alice's high job goes first.
+    run_job(&s, ALICE, "a1", 2);
+    let (_, v) = body(client().get(s.url("/v1/jobs/a4")).bearer_auth(ALICE).send().unwrap());
+    assert_eq!(v["job"]["state"], "running", "{v}");
+    let (_, v) = body(client().get(s.url("/v1/jobs/a3")).bearer_auth(ALICE).send().unwrap());
+    assert_eq!(
+        (&v["job"]["state"], &v["job"]["queue_reason"]),
+        (&json!("queued"), &json!("its tenant's quota is in use")),
+        "{v}"
+    );
+    let bad = json!({ "id": "x", "type": "3B_4k", "priority": "urgent" });
+    let (st, v) = submit(&s, ALICE, bad);
+    assert_eq!(st, 400, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("priority"), "{v}");
+}

@@ -3,8 +3,13 @@
 //! like everything else in the plane: replay rebuilds it, in the same order.
 
 use super::{ev, Measured, Plane, PlaneError, PlaneEvent, SubmitSpec};
-use weave_core::{Micros, PhaseTimes};
+use weave_core::{Micros, PhaseTimes, Priority};
 use weave_dispatch::Phase;
+use weave_place::share::Waiting;
+
+fn priority(s: &SubmitSpec) -> Priority {
+    s.priority.as_deref().and_then(|p| p.parse().ok()).unwrap_or_default()
+}
 
 /// A submission waiting for room.
 #[derive(Clone, Debug)]
@@ -16,6 +21,8 @@ pub struct Queued {
     pub reason: String,
     /// A re-admitted job's measured estimate (after a node failure).
     pub(super) carried: Option<(PhaseTimes, Measured)>,
+    /// Its place by arrival among all queued submissions.
+    pub(super) arrival: u64,
 }
 
 impl Plane {
@@ -44,8 +51,9 @@ impl Plane {
         Ok(())
     }
 
-    /// Admits `submit` now, or queues it behind the jobs already waiting (first come, first
-    /// served: a later job never jumps the queue).
+    /// Admits `submit` now, or queues it: behind the jobs already waiting (first come, first
+    /// served: a later job never jumps the queue), or with quotas where the queue's order puts
+    /// it.
     pub(super) fn admit_or_queue(
         &mut self,
         time_us: u64,
@@ -53,14 +61,18 @@ impl Plane {
         submit: &SubmitSpec,
         carried: Option<(PhaseTimes, Measured)>,
     ) -> Result<(), PlaneError> {
+        if self.share.is_some() {
+            self.may_queue(submit, time_us)?;
+            self.enqueue(time_us, tenant, submit, carried, "waiting for its turn".into());
+            self.admit_queued(time_us);
+            return Ok(());
+        }
         if self.queue.is_empty() {
             match self.submit(time_us, tenant, submit, carried.clone(), None) {
                 Ok(()) => return Ok(()),
                 Err(e) if self.may_queue(submit, time_us).is_ok() => {
-                    return {
-                        self.enqueue(time_us, tenant, submit, carried, e.to_string());
-                        Ok(())
-                    }
+                    self.enqueue(time_us, tenant, submit, carried, e.to_string());
+                    return Ok(());
                 }
                 Err(e) => return Err(e),
             }
@@ -79,24 +91,62 @@ impl Plane {
         reason: String,
     ) {
         let meta = serde_json::json!({ "position": self.queue.len(), "reason": reason });
+        let arrival = self.queued_total;
+        self.queued_total += 1;
         self.queue.push(Queued {
             tenant: tenant.into(),
             submit: submit.clone(),
             submitted_us: time_us,
             reason,
             carried,
+            arrival,
         });
         self.event(PlaneEvent { meta: Some(meta), ..ev(time_us, &submit.id, "queued", None, None, None) });
     }
 
-    /// Starts waiting jobs, in order, while the head fits.
+    /// Starts waiting jobs while one may: the head in arrival order, or with quotas the first
+    /// in the policy's order whose tenant's quota allows it (a job over quota waits without
+    /// holding up other tenants; one that finds no room holds up the rest).
     pub(super) fn admit_queued(&mut self, time_us: u64) {
-        while let Some(head) = self.queue.first().cloned() {
-            if self.submit(time_us, &head.tenant, &head.submit, head.carried.clone(), None).is_err() {
+        while let Some(k) = self.next_to_start() {
+            let q = self.queue[k].clone();
+            if self.submit(time_us, &q.tenant, &q.submit, q.carried.clone(), None).is_err() {
                 return;
             }
-            self.queue.remove(0);
+            self.queue.remove(k);
         }
+    }
+
+    /// Which waiting job to try next, if any may start.
+    fn next_to_start(&mut self) -> Option<usize> {
+        let Some(policy) = self.share.clone() else { return (!self.queue.is_empty()).then_some(0) };
+        let index = |name: &str| policy.tenants.iter().position(|t| t.name == name).unwrap_or(0);
+        let tenant_of = |id: weave_core::JobId| {
+            self.names.get(id.0 as usize).and_then(|n| self.jobs.get(n)).map_or(0, |j| index(&j.tenant))
+        };
+        let usage = policy.usage(&self.placer, tenant_of);
+        let demand = |q: &Queued| {
+            q.submit
+                .to_spec(weave_core::JobId(u32::MAX), Micros(q.submitted_us))
+                .map_or([1.0, 1.0], |s| [s.rollout_nodes as f64, s.train_nodes as f64])
+        };
+        let waiting: Vec<Waiting> = self
+            .queue
+            .iter()
+            .map(|q| Waiting {
+                tenant: index(&q.tenant),
+                priority: priority(&q.submit),
+                arrival: q.arrival,
+                demand: demand(q),
+            })
+            .collect();
+        for k in policy.order(&waiting, &usage) {
+            if policy.may_start(waiting[k].tenant, waiting[k].demand, &usage) {
+                return Some(k);
+            }
+            self.queue[k].reason = "its tenant's quota is in use".into();
+        }
+        None
     }
 
     /// Takes a waiting job out of the queue (cancelled); false if it was not waiting.

@@ -91,7 +91,12 @@ impl Engine<'_> {
         let waiting: Vec<Waiting> = self
             .waiting
             .iter()
-            .map(|&i| Waiting { tenant: share.tenant_of[i], priority: self.jobs[i].spec.priority, arrival: i as u64 })
+            .map(|&i| Waiting {
+                tenant: share.tenant_of[i],
+                priority: self.jobs[i].spec.priority,
+                arrival: i as u64,
+                demand: self.demand(i),
+            })
             .collect();
         let order = share.policy.order(&waiting, &usage);
         let backfill = share.policy.mode >= weave_place::share::ShareMode::Backfill;
