@@ -40,6 +40,8 @@ pub fn document() -> Value {
                         "rollout_s": { "type": "number" },
                         "train_s": { "type": "number" },
                         "resume_from": { "type": "integer", "minimum": 0 },
+                        "priority": { "type": "string", "enum": ["low", "normal", "high"],
+                                      "description": "Order among the tenant's own waiting jobs when the pools have quotas." },
                         "launch": {
                             "description": "What an execution backend (weave serve --backend ray) runs for the job.",
                             "type": "object", "required": ["entrypoint"], "additionalProperties": false,
