@@ -29,6 +29,16 @@ pub enum Phase {
     Train,
 }
 
+impl Phase {
+    /// The name clients use (as serialized): `rollout` or `train`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Rollout => "rollout",
+            Phase::Train => "train",
+        }
+    }
+}
+
 /// Switch times of one member, per pool, from the profile model.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct SwitchCosts {

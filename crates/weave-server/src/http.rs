@@ -124,13 +124,6 @@ pub struct JobView {
     pub queue_reason: Option<String>,
 }
 
-fn phase_name(p: Phase) -> &'static str {
-    match p {
-        Phase::Rollout => "rollout",
-        Phase::Train => "train",
-    }
-}
-
 pub fn view(j: &JobEntry) -> JobView {
     let d = j.decision.as_ref();
     JobView {
@@ -147,8 +140,8 @@ pub fn view(j: &JobEntry) -> JobView {
         rollout_nodes: d.map(|d| d.rollout_nodes.iter().map(|n| n.to_string()).collect()).unwrap_or_default(),
         training_nodes: d.map(|d| d.training_nodes.iter().map(|n| n.to_string()).collect()).unwrap_or_default(),
         predicted_slowdown: d.and_then(|d| d.slowdowns.iter().find(|(id, _)| *id == j.id).map(|(_, s)| *s)),
-        granted: j.granted.map(|(p, k)| format!("{} {k}", phase_name(p))),
-        next: format!("{} {}", phase_name(j.next.0), j.next.1),
+        granted: j.granted.map(|(p, k)| format!("{} {k}", p.name())),
+        next: format!("{} {}", j.next.0.name(), j.next.1),
         estimate_rollout_s: j.estimate.rollout.as_secs_f64(),
         estimate_train_s: j.estimate.train.as_secs_f64(),
         failure: j.failure.clone(),
@@ -186,18 +179,18 @@ pub fn queued_view(q: &crate::plane::Queued, position: usize) -> JobView {
 }
 
 /// The job `name` as the plane knows it now: waiting in the queue, else its entry.
-fn lookup(plane: &crate::plane::Plane, name: &str) -> Option<(String, JobView)> {
-    if let Some((k, q)) = plane.queued(name) {
-        return Some((q.tenant.clone(), queued_view(q, k)));
+fn lookup(plane: &crate::plane::Plane, name: &str) -> Option<JobView> {
+    match plane.queued(name) {
+        Some((k, q)) => Some(queued_view(q, k)),
+        None => plane.job(name).map(view),
     }
-    plane.job(name).map(|j| (j.tenant.clone(), view(j)))
 }
 
 /// A job visible to `c`, else 404 (another tenant's job is indistinguishable from none).
 fn visible(s: &Shared, c: &Caller, name: &str) -> ApiResult<JobView> {
     let g = s.lock();
     match lookup(&g.plane, name) {
-        Some((tenant, v)) if c.may_see(&tenant, name) => Ok(v),
+        Some(v) if c.may_see(&v.tenant, name) => Ok(v),
         _ => Err(ApiError::new(StatusCode::NOT_FOUND, format!("job `{name}` not found"))),
     }
 }
@@ -216,7 +209,7 @@ async fn submit(
     {
         // Another tenant's job of the same name: refuse without revealing whose it is.
         let g = s.lock();
-        if lookup(&g.plane, &spec.id).is_some_and(|(tenant, _)| !c.may_see(&tenant, &spec.id)) {
+        if g.plane.owner(&spec.id).is_some_and(|tenant| !c.may_see(tenant, &spec.id)) {
             return Err(ApiError::new(StatusCode::CONFLICT, format!("job id `{}` is taken", spec.id)));
         }
     }
@@ -351,8 +344,7 @@ async fn phase_start(
             (granted, admission)
         };
         if granted {
-            let mut body =
-                json!({ "status": "granted", "job": name, "phase": phase_name(phase), "iteration": iteration });
+            let mut body = json!({ "status": "granted", "job": name, "phase": phase.name(), "iteration": iteration });
             if let Some(a) = admission {
                 body["traceparent"] = json!(crate::telemetry::AdmissionIds::of(&name, a).traceparent(phase, iteration));
             }
@@ -363,7 +355,7 @@ async fn phase_start(
             Ok(Ok(())) if !closing() => continue,
             _ => {
                 let mut body =
-                    json!({ "status": "waiting", "job": name, "phase": phase_name(phase), "iteration": iteration });
+                    json!({ "status": "waiting", "job": name, "phase": phase.name(), "iteration": iteration });
                 if closing() {
                     body["reason"] = json!("the server is shutting down: ask again after it restarts");
                 }
@@ -425,7 +417,7 @@ async fn groups(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<J
             .filter_map(|m| g.plane.job_name(m.job.id).and_then(|n| g.plane.job(n)))
             .map(|j| {
                 if c.may_see(&j.tenant, &j.name) {
-                    json!({ "job": j.name, "granted": j.granted.map(|(p, k)| format!("{} {k}", phase_name(p))) })
+                    json!({ "job": j.name, "granted": j.granted.map(|(p, k)| format!("{} {k}", p.name())) })
                 } else {
                     json!({ "job": "(another tenant)" })
                 }

@@ -103,19 +103,15 @@ pub struct Inner {
 /// caller sees.
 fn owned_by(plane: &Plane, c: &crate::Caller, rec: &Record) -> Result<(), PlaneError> {
     // A queued job is its tenant's as much as a placed one.
-    let owner = |name: &str| match plane.queued(name) {
-        Some((_, q)) => Some(q.tenant.clone()),
-        None => plane.job(name).map(|j| j.tenant.clone()),
-    };
     match rec {
-        Record::Submit { job, .. } => match owner(&job.id) {
-            Some(t) if !c.may_see(&t, &job.id) => {
+        Record::Submit { job, .. } => match plane.owner(&job.id) {
+            Some(t) if !c.may_see(t, &job.id) => {
                 Err(PlaneError::Conflict { job: job.id.clone(), reason: "the job id is taken".into() })
             }
             _ => Ok(()),
         },
-        Record::Cancel { job, .. } | Record::Finish { job, .. } | Record::Fail { job, .. } => match owner(job) {
-            Some(t) if c.may_see(&t, job) => Ok(()),
+        Record::Cancel { job, .. } | Record::Finish { job, .. } | Record::Fail { job, .. } => match plane.owner(job) {
+            Some(t) if c.may_see(t, job) => Ok(()),
             _ => Err(PlaneError::NotFound(job.clone())),
         },
         _ => Ok(()),

@@ -36,6 +36,15 @@ impl Plane {
         self.queue.iter().enumerate().find(|(_, q)| q.submit.id == name)
     }
 
+    /// The tenant job `name` belongs to now: its queued submission's, else its entry's (a job
+    /// re-queued after a node failure still has its failed admission's entry).
+    pub fn owner(&self, name: &str) -> Option<&str> {
+        match self.queued(name) {
+            Some((_, q)) => Some(&q.tenant),
+            None => self.jobs.get(name).map(|j| j.tenant.as_str()),
+        }
+    }
+
     /// Whether a submission that does not fit now may wait: fixed pools it fits when empty.
     pub(super) fn may_queue(&self, submit: &SubmitSpec, time_us: u64) -> Result<(), PlaneError> {
         let Some((rollout, training)) = self.placer.config().capacity else {
