@@ -9,10 +9,6 @@ use weave_place::share::{Nodes, SharePolicy};
 /// fraction of its entitlement it uses in either pool) is at least this.
 pub const SERVED_SHARE: f64 = 0.95;
 
-fn dominant(usage: &Nodes, nominal: &Nodes) -> f64 {
-    (0..2).filter(|&p| nominal[p] > 0.0).map(|p| usage[p] / nominal[p]).fold(0.0, f64::max)
-}
-
 /// Per-tenant accumulators, advanced at every change of quota in use. A tenant is counted
 /// under-served while one of its waiting jobs would fit within its remaining entitlement and
 /// its dominant share is below [`SERVED_SHARE`] (a job too large for what is left of the
@@ -71,7 +67,7 @@ impl Ledgers {
                 let over = (0..2).map(|p| self.usage[t][p] - q.nominal()[p] - limit).fold(0.0, f64::max);
                 l.over_limit = l.over_limit.max(over);
             }
-            let under = dominant(&self.usage[t], &policy.tenants[t].nominal()) < SERVED_SHARE - 1e-9;
+            let under = policy.dominant_share(t, &self.usage) < SERVED_SHARE - 1e-9;
             match (self.entitled_waiting[t] && under, l.below_since) {
                 (true, None) => l.below_since = Some(now),
                 (false, Some(since)) => {

@@ -36,6 +36,20 @@ impl Engine<'_> {
         self.share.is_some()
     }
 
+    /// The queue as the policy core sees it (same order as `self.waiting`).
+    fn waiting_jobs(&self) -> Vec<Waiting> {
+        let share = self.share.as_ref().expect("sharing");
+        self.waiting
+            .iter()
+            .map(|&i| Waiting {
+                tenant: share.tenant_of[i],
+                priority: self.jobs[i].spec.priority,
+                arrival: i as u64,
+                demand: self.demand(i),
+            })
+            .collect()
+    }
+
     fn demand(&self, i: usize) -> Nodes {
         let s = &self.jobs[i].spec;
         [s.rollout_nodes as f64, s.train_nodes as f64]
@@ -54,11 +68,8 @@ impl Engine<'_> {
         let usage = self.usage();
         let share = self.share.as_ref().expect("sharing");
         let mut entitled = vec![false; share.policy.tenants.len()];
-        for &i in &self.waiting {
-            let t = share.tenant_of[i];
-            let nominal = share.policy.tenants[t].nominal();
-            let d = self.demand(i);
-            entitled[t] |= (0..2).all(|p| usage[t][p] + d[p] <= nominal[p] + 1e-9);
+        for w in self.waiting_jobs() {
+            entitled[w.tenant] |= share.policy.entitled(&w, &usage);
         }
         let share = self.share.as_mut().expect("sharing");
         share.ledgers.advance(self.now, usage, entitled, &share.policy);
@@ -88,16 +99,7 @@ impl Engine<'_> {
     fn schedule_one(&mut self) -> bool {
         let usage = self.usage();
         let share = self.share.as_ref().expect("sharing");
-        let waiting: Vec<Waiting> = self
-            .waiting
-            .iter()
-            .map(|&i| Waiting {
-                tenant: share.tenant_of[i],
-                priority: self.jobs[i].spec.priority,
-                arrival: i as u64,
-                demand: self.demand(i),
-            })
-            .collect();
+        let waiting = self.waiting_jobs();
         let order = share.policy.order(&waiting, &usage);
         let backfill = share.policy.mode >= weave_place::share::ShareMode::Backfill;
         let preempt = share.policy.mode >= weave_place::share::ShareMode::Preemption;
@@ -156,29 +158,31 @@ impl Engine<'_> {
     /// When a job needing `demand` could start at the latest, if running jobs end at their
     /// conservative ends and free the nodes they hold alone.
     fn shadow_time(&self, demand: Nodes) -> Micros {
-        let (cap_r, cap_t) = self.placer.config().capacity.unwrap_or((u32::MAX, u32::MAX));
-        let (used_r, used_t) = self.placer.nodes_in_use();
-        let mut free = [cap_r.saturating_sub(used_r) as f64, cap_t.saturating_sub(used_t) as f64];
+        let covers = |free: &Nodes| free[0] >= demand[0] && free[1] >= demand[1];
+        let mut free = self.free_nodes();
+        if covers(&free) {
+            return self.now;
+        }
         let mut ends: Vec<(Micros, Nodes)> = (0..self.jobs.len())
             .filter(|&i| self.states[i].as_ref().is_some_and(|s| s.placed.is_some()))
             .map(|i| (self.now + self.conservative_duration(i), self.exclusive_nodes(JobId(i as u32))))
             .collect();
         ends.sort_by_key(|e| e.0);
         for (end, nodes) in ends {
-            if free[0] >= demand[0] && free[1] >= demand[1] {
-                break;
-            }
             free[0] += nodes[0];
             free[1] += nodes[1];
-            if free[0] >= demand[0] && free[1] >= demand[1] {
+            if covers(&free) {
                 return end;
             }
         }
-        if free[0] >= demand[0] && free[1] >= demand[1] {
-            self.now
-        } else {
-            Micros(u64::MAX)
-        }
+        Micros(u64::MAX)
+    }
+
+    /// Nodes of each fixed pool no group holds now.
+    fn free_nodes(&self) -> Nodes {
+        let (cap_r, cap_t) = self.placer.config().capacity.unwrap_or((u32::MAX, u32::MAX));
+        let (used_r, used_t) = self.placer.nodes_in_use();
+        [cap_r.saturating_sub(used_r) as f64, cap_t.saturating_sub(used_t) as f64]
     }
 
     /// Nodes that leave with `job`: its rollout block if it is alone on it, and the group's
@@ -214,9 +218,7 @@ impl Engine<'_> {
         let candidates = share.policy.victims(w, demand, &running, usage);
         let charges: std::collections::BTreeMap<JobId, Nodes> =
             weave_place::share::charges(&self.placer).into_iter().collect();
-        let (cap_r, cap_t) = self.placer.config().capacity.unwrap_or((u32::MAX, u32::MAX));
-        let (used_r, used_t) = self.placer.nodes_in_use();
-        let mut free = [cap_r.saturating_sub(used_r) as f64, cap_t.saturating_sub(used_t) as f64];
+        let mut free = self.free_nodes();
         let mut usage_after = usage.to_vec();
         let fits = |free: &Nodes, usage_after: &[Nodes]| {
             free[0] >= demand[0] && free[1] >= demand[1] && share.policy.may_start(w.tenant, demand, usage_after)
