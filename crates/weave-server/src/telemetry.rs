@@ -111,13 +111,6 @@ impl IdGenerator for DerivedIds {
     }
 }
 
-fn phase_name(p: Phase) -> &'static str {
-    match p {
-        Phase::Rollout => "rollout",
-        Phase::Train => "train",
-    }
-}
-
 impl Telemetry {
     /// Exports OTLP/HTTP (protobuf) to `endpoint` (e.g. `http://collector:4318/v1/traces`)
     /// in batches from a background thread. `now_us` is the plane's clock now.
@@ -246,7 +239,7 @@ impl Telemetry {
         let id = a.ids.span(phase, iteration, "phase");
         let mut s = self.span("weave.phase", (a.ids.trace, id), Some(a.ids.root), granted_us);
         s.set_attributes(a.attributes.iter().cloned());
-        s.set_attribute(KeyValue::new("weave.phase", phase_name(phase)));
+        s.set_attribute(KeyValue::new("weave.phase", phase.name()));
         s.set_attribute(KeyValue::new("weave.iteration", iteration as i64));
         s.set_attribute(KeyValue::new("weave.duration_s", finished_us.saturating_sub(granted_us) as f64 / 1e6));
         let wait = meta.and_then(|m| m.get("wait_s")).and_then(|v| v.as_f64()).unwrap_or(0.0);
@@ -259,7 +252,7 @@ impl Telemetry {
             let mut sw = self.span("weave.switch", ids, Some(id), granted_us);
             sw.set_attributes([
                 KeyValue::new("weave.switch", kind.to_string()),
-                KeyValue::new("weave.phase", phase_name(phase)),
+                KeyValue::new("weave.phase", phase.name()),
                 KeyValue::new("weave.planned", true),
             ]);
             sw.end_with_timestamp(self.at((granted_us + d).min(finished_us)));
@@ -272,9 +265,9 @@ impl Telemetry {
         }
     }
 
-    /// Exports what is still buffered (at shutdown).
+    /// Exports what is still buffered and stops (the batch processor's shutdown exports
+    /// its remaining spans first).
     pub fn shutdown(&self) {
-        let _ = self.provider.force_flush();
         let _ = self.provider.shutdown();
     }
 }
