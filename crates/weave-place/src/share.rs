@@ -116,6 +116,24 @@ pub fn charges(placer: &Placer) -> Vec<(JobId, Nodes)> {
     out
 }
 
+/// Nodes of each fixed pool no group holds now (elastic pools: unbounded).
+pub fn free_nodes(placer: &Placer) -> Nodes {
+    let (cap_r, cap_t) = placer.config().capacity.unwrap_or((u32::MAX, u32::MAX));
+    let (used_r, used_t) = placer.nodes_in_use();
+    [cap_r.saturating_sub(used_r) as f64, cap_t.saturating_sub(used_t) as f64]
+}
+
+/// Nodes that leave with `job`: its rollout block if it is alone on it, and its group's
+/// training nodes if it is the group's only member.
+pub fn exclusive_nodes(placer: &Placer, job: JobId) -> Nodes {
+    let Some(g) = placer.group_of(job).and_then(|g| placer.group(g)) else { return [0.0; 2] };
+    let Some(m) = g.members.iter().find(|m| m.job.id == job) else { return [0.0; 2] };
+    let alone_on_block = g.members.iter().filter(|o| o.block == m.block).count() == 1;
+    let block = if alone_on_block && !g.colocated { g.block(m.block).map_or(0, |b| b.nodes.len()) } else { 0 };
+    let train = if g.members.len() == 1 { g.training_nodes.len() } else { 0 };
+    [block as f64, train as f64]
+}
+
 impl SharePolicy {
     /// Quota in use per tenant: every job's share of the nodes its placement holds.
     /// `tenant_of` maps a placed job to its tenant's index.
@@ -224,6 +242,45 @@ impl SharePolicy {
             .collect();
         v.sort_by(|a, b| a.unsaved.cmp(&b.unsaved).then(a.held.total_cmp(&b.held)).then(a.job.cmp(&b.job)));
         v.into_iter().map(|r| r.job).collect()
+    }
+
+    /// The jobs to preempt so that `for_job` can start now: victims in [`SharePolicy::victims`]'
+    /// order, each taken only if it frees nodes or quota the job needs, until together they
+    /// free enough of both; `None` when no such set exists (then nobody is preempted).
+    pub fn preemption(
+        &self,
+        placer: &Placer,
+        for_job: Waiting,
+        running: &[Running],
+        usage: &[Nodes],
+    ) -> Option<Vec<JobId>> {
+        let demand = for_job.demand;
+        let charges: std::collections::BTreeMap<JobId, Nodes> = charges(placer).into_iter().collect();
+        let tenant_of: std::collections::BTreeMap<JobId, usize> = running.iter().map(|r| (r.job, r.tenant)).collect();
+        let mut free = free_nodes(placer);
+        let mut usage_after = usage.to_vec();
+        let fits = |free: &Nodes, usage_after: &[Nodes]| {
+            free[0] >= demand[0] && free[1] >= demand[1] && self.may_start(for_job.tenant, demand, usage_after)
+        };
+        let mut chosen = Vec::new();
+        for v in self.victims(for_job, demand, running, usage) {
+            if fits(&free, &usage_after) {
+                break;
+            }
+            let n = exclusive_nodes(placer, v);
+            let vt = tenant_of[&v];
+            let c = charges.get(&v).copied().unwrap_or([0.0; 2]);
+            // Worth it only if it frees nodes or quota the job needs.
+            if n[0] + n[1] == 0.0 && (vt != for_job.tenant || c[0] + c[1] == 0.0) {
+                continue;
+            }
+            free[0] += n[0];
+            free[1] += n[1];
+            usage_after[vt][0] -= c[0];
+            usage_after[vt][1] -= c[1];
+            chosen.push(v);
+        }
+        (!chosen.is_empty() && fits(&free, &usage_after)).then_some(chosen)
     }
 }
 

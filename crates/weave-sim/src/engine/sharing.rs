@@ -110,7 +110,7 @@ impl Engine<'_> {
             if !self.share.as_ref().expect("sharing").policy.may_start(t, demand, &usage) {
                 // Over quota: it may displace its own tenant's lower-priority jobs, else it
                 // waits without blocking others.
-                if preempt && shadow.is_none() && self.preempt_for(waiting[k], demand, &usage) && self.try_start(k) {
+                if preempt && shadow.is_none() && self.preempt_for(waiting[k], &usage) && self.try_start(k) {
                     return true;
                 }
                 continue;
@@ -126,7 +126,7 @@ impl Engine<'_> {
             if shadow.is_some() {
                 continue;
             }
-            if preempt && self.preempt_for(waiting[k], demand, &usage) && self.try_start(k) {
+            if preempt && self.preempt_for(waiting[k], &usage) && self.try_start(k) {
                 return true;
             }
             if !backfill {
@@ -159,13 +159,18 @@ impl Engine<'_> {
     /// conservative ends and free the nodes they hold alone.
     fn shadow_time(&self, demand: Nodes) -> Micros {
         let covers = |free: &Nodes| free[0] >= demand[0] && free[1] >= demand[1];
-        let mut free = self.free_nodes();
+        let mut free = weave_place::share::free_nodes(&self.placer);
         if covers(&free) {
             return self.now;
         }
         let mut ends: Vec<(Micros, Nodes)> = (0..self.jobs.len())
             .filter(|&i| self.states[i].as_ref().is_some_and(|s| s.placed.is_some()))
-            .map(|i| (self.now + self.conservative_duration(i), self.exclusive_nodes(JobId(i as u32))))
+            .map(|i| {
+                (
+                    self.now + self.conservative_duration(i),
+                    weave_place::share::exclusive_nodes(&self.placer, JobId(i as u32)),
+                )
+            })
             .collect();
         ends.sort_by_key(|e| e.0);
         for (end, nodes) in ends {
@@ -178,33 +183,15 @@ impl Engine<'_> {
         Micros(u64::MAX)
     }
 
-    /// Nodes of each fixed pool no group holds now.
-    fn free_nodes(&self) -> Nodes {
-        let (cap_r, cap_t) = self.placer.config().capacity.unwrap_or((u32::MAX, u32::MAX));
-        let (used_r, used_t) = self.placer.nodes_in_use();
-        [cap_r.saturating_sub(used_r) as f64, cap_t.saturating_sub(used_t) as f64]
-    }
-
-    /// Nodes that leave with `job`: its rollout block if it is alone on it, and the group's
-    /// training nodes if it is the group's only member.
-    fn exclusive_nodes(&self, job: JobId) -> Nodes {
-        let Some(g) = self.placer.group_of(job).and_then(|g| self.placer.group(g)) else { return [0.0; 2] };
-        let Some(m) = g.members.iter().find(|m| m.job.id == job) else { return [0.0; 2] };
-        let alone_on_block = g.members.iter().filter(|o| o.block == m.block).count() == 1;
-        let block = if alone_on_block && !g.colocated { g.block(m.block).map_or(0, |b| b.nodes.len()) } else { 0 };
-        let train = if g.members.len() == 1 { g.training_nodes.len() } else { 0 };
-        [block as f64, train as f64]
-    }
-
-    /// Preempts victims for waiting job `i` if together they free enough nodes for it.
-    fn preempt_for(&mut self, w: Waiting, demand: Nodes, usage: &[Nodes]) -> bool {
+    /// Preempts victims for waiting job `w` if together they free enough nodes for it.
+    fn preempt_for(&mut self, w: Waiting, usage: &[Nodes]) -> bool {
         let share = self.share.as_ref().expect("sharing");
         let running: Vec<Running> = (0..self.jobs.len())
             .filter_map(|v| {
                 let s = self.states[v].as_ref()?;
                 s.placed?;
                 let job = JobId(v as u32);
-                let held = self.exclusive_nodes(job);
+                let held = weave_place::share::exclusive_nodes(&self.placer, job);
                 Some(Running {
                     job,
                     tenant: share.tenant_of[v],
@@ -215,35 +202,7 @@ impl Engine<'_> {
                 })
             })
             .collect();
-        let candidates = share.policy.victims(w, demand, &running, usage);
-        let charges: std::collections::BTreeMap<JobId, Nodes> =
-            weave_place::share::charges(&self.placer).into_iter().collect();
-        let mut free = self.free_nodes();
-        let mut usage_after = usage.to_vec();
-        let fits = |free: &Nodes, usage_after: &[Nodes]| {
-            free[0] >= demand[0] && free[1] >= demand[1] && share.policy.may_start(w.tenant, demand, usage_after)
-        };
-        let mut chosen = Vec::new();
-        for v in candidates {
-            if fits(&free, &usage_after) {
-                break;
-            }
-            let n = self.exclusive_nodes(v);
-            let vt = share.tenant_of[v.0 as usize];
-            let c = charges.get(&v).copied().unwrap_or([0.0; 2]);
-            // Worth it only if it frees nodes or quota the job needs.
-            if n[0] + n[1] == 0.0 && (vt != w.tenant || c[0] + c[1] == 0.0) {
-                continue;
-            }
-            free[0] += n[0];
-            free[1] += n[1];
-            usage_after[vt][0] -= c[0];
-            usage_after[vt][1] -= c[1];
-            chosen.push(v);
-        }
-        if chosen.is_empty() || !fits(&free, &usage_after) {
-            return false;
-        }
+        let Some(chosen) = share.policy.preemption(&self.placer, w, &running, usage) else { return false };
         for v in chosen {
             self.preempt(v.0 as usize);
         }
