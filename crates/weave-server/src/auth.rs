@@ -128,6 +128,8 @@ pub enum TenantsError {
 #[derive(Clone, Debug, Default)]
 pub struct Tenants {
     entries: Vec<Tenant>,
+    /// The `[sharing]` table: whether a waiting job may preempt, and the minimum run.
+    sharing: Sharing,
     /// No authentication (a single implicit admin): only for local experiments.
     open: bool,
 }
@@ -136,6 +138,31 @@ pub struct Tenants {
 #[serde(deny_unknown_fields)]
 struct File {
     tenant: Vec<Entry>,
+    #[serde(default)]
+    sharing: Option<Sharing>,
+}
+
+/// How tenants share fixed pools beyond quotas.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Sharing {
+    /// A waiting job may preempt capacity another tenant borrowed from its tenant's quota,
+    /// and lower-priority jobs of its own tenant.
+    #[serde(default)]
+    pub preemption: bool,
+    /// A job is never preempted before it has run this long since its admission.
+    #[serde(default = "default_min_run_s")]
+    pub min_run_s: f64,
+}
+
+fn default_min_run_s() -> f64 {
+    600.0
+}
+
+impl Default for Sharing {
+    fn default() -> Self {
+        Sharing { preemption: false, min_run_s: default_min_run_s() }
+    }
 }
 
 #[derive(Deserialize)]
@@ -211,7 +238,16 @@ impl Tenants {
         if entries.is_empty() {
             return Err(TenantsError::Parse("no [[tenant]] entries".into()));
         }
-        Ok(Tenants { entries, open: false })
+        let sharing = file.sharing.unwrap_or_default();
+        if !(sharing.min_run_s.is_finite() && (0.0..=1e9).contains(&sharing.min_run_s)) {
+            return Err(TenantsError::Parse("[sharing] `min_run_s` must be seconds in [0, 1e9]".into()));
+        }
+        if sharing.preemption && entries.iter().all(|t| t.quota.is_none()) {
+            return Err(TenantsError::Parse(
+                "[sharing] `preemption` needs quotas: give tenants `rollout_nodes` and `training_nodes`".into(),
+            ));
+        }
+        Ok(Tenants { entries, sharing, open: false })
     }
 
     /// Quotas, when some tenant has one: every tenant takes part (one without a quota may
@@ -219,7 +255,7 @@ impl Tenants {
     pub fn share_policy(&self) -> Option<weave_place::share::SharePolicy> {
         use weave_place::share::{ShareMode, SharePolicy, TenantQuota};
         self.entries.iter().any(|t| t.quota.is_some()).then(|| SharePolicy {
-            mode: ShareMode::Quotas,
+            mode: if self.sharing.preemption { ShareMode::Preemption } else { ShareMode::Quotas },
             tenants: self
                 .entries
                 .iter()
@@ -230,13 +266,14 @@ impl Tenants {
                     borrow_limit: t.borrow_limit,
                 })
                 .collect(),
-            min_run: weave_core::Micros::ZERO,
+            min_run: weave_core::Micros::from_secs_f64(self.sharing.min_run_s),
+            // The server's checkpoint is the last completed iteration (drivers resume there).
             checkpoint_every: 1,
         })
     }
 
     pub fn open_access() -> Tenants {
-        Tenants { entries: Vec::new(), open: true }
+        Tenants { entries: Vec::new(), sharing: Sharing::default(), open: true }
     }
 
     /// The caller for an `Authorization` header value, if the token is known.
@@ -298,6 +335,22 @@ mod tests {
         assert_eq!(JobTokens::new([8; 32]).authenticate(Some(&bearer(&t)), current), None);
         assert_eq!(tokens.authenticate(Some("Bearer wj1.a.1.3.zz"), current), None);
         assert_eq!(tokens.authenticate(Some(&bearer(&tokens.token("alice", "gone", 0))), current), None);
+    }
+
+    #[test]
+    fn the_sharing_table_turns_preemption_on() {
+        use weave_place::share::ShareMode;
+        let tenant = |name: &str| format!("[[tenant]]\nname = \"{name}\"\ntoken_sha256 = \"{}\"\n", hex(&sha256(name)));
+        let quotas = format!("{}rollout_nodes = 1\ntraining_nodes = 1\n", tenant("a"));
+        let policy = Tenants::from_toml(&quotas).unwrap().share_policy().unwrap();
+        assert_eq!((policy.mode, policy.min_run), (ShareMode::Quotas, weave_core::Micros::from_secs(600)));
+        let on = format!("{quotas}[sharing]\npreemption = true\nmin_run_s = 30\n");
+        let policy = Tenants::from_toml(&on).unwrap().share_policy().unwrap();
+        assert_eq!((policy.mode, policy.min_run), (ShareMode::Preemption, weave_core::Micros::from_secs(30)));
+        let no_quotas = format!("{}[sharing]\npreemption = true\n", tenant("a"));
+        assert!(Tenants::from_toml(&no_quotas).unwrap_err().to_string().contains("needs quotas"));
+        let negative = format!("{quotas}[sharing]\nmin_run_s = -1\n");
+        assert!(Tenants::from_toml(&negative).unwrap_err().to_string().contains("min_run_s"));
     }
 
     #[test]

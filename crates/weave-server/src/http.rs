@@ -79,7 +79,11 @@ fn caller(s: &Shared, headers: &HeaderMap) -> ApiResult<Caller> {
         .authenticate(h)
         .or_else(|| {
             let g = s.lock();
-            s.job_tokens.authenticate(h, |job| g.plane.job(job).map(|j| (j.tenant.clone(), j.id.0)))
+            // A job waiting again (preempted, or after a node loss) has no admission: no job
+            // token works until it is re-admitted (with a new one).
+            s.job_tokens.authenticate(h, |job| {
+                g.plane.job(job).filter(|_| g.plane.queued(job).is_none()).map(|j| (j.tenant.clone(), j.id.0))
+            })
         })
         .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "missing or unknown bearer token"))
 }

@@ -271,6 +271,9 @@ pub enum JobState {
     Completed,
     Cancelled,
     Failed,
+    /// This admission was preempted for another job; the job waits in the queue again and
+    /// resumes from its last completed iteration.
+    Preempted,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -361,8 +364,10 @@ pub struct Plane {
     grant_detail: bool,
     /// Submissions waiting for room in fixed pools, first to start first.
     queue: Vec<Queued>,
-    /// Submissions queued so far (a waiting job's place by arrival).
-    queued_total: u64,
+    /// Each job's place by arrival (its first submission): a job re-queued after a node loss
+    /// or a preemption keeps it.
+    arrivals: BTreeMap<String, u64>,
+    next_arrival: u64,
     /// Tenants' quotas with fixed pools (`None`: first come, first served).
     share: Option<weave_place::share::SharePolicy>,
     pub stats: PlaneStats,
@@ -398,7 +403,8 @@ impl Plane {
             stats: PlaneStats::default(),
             grant_detail: false,
             queue: Vec::new(),
-            queued_total: 0,
+            arrivals: BTreeMap::new(),
+            next_arrival: 0,
             share: None,
         }
     }
@@ -571,7 +577,11 @@ impl Plane {
 
     fn apply_record(&mut self, rec: &Record) -> Result<(), PlaneError> {
         match rec {
-            Record::Submit { time_us, tenant, job } => self.admit_or_queue(*time_us, tenant, job, None),
+            Record::Submit { time_us, tenant, job } => {
+                self.arrivals.insert(job.id.clone(), self.next_arrival);
+                self.next_arrival += 1;
+                self.admit_or_queue(*time_us, tenant, job, None)
+            }
             Record::Cancel { time_us, job } => {
                 if !self.dequeue(*time_us, job) {
                     self.end(*time_us, job, JobState::Cancelled, None);

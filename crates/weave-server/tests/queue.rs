@@ -114,3 +114,83 @@ fn quotas_order_the_queue_per_tenant() {
     assert_eq!(st, 400, "{v}");
     assert!(v["error"].as_str().unwrap().contains("priority"), "{v}");
 }
+
+/// Run `job` from iteration `from` to `to` through the gate.
+fn run_from(s: &TestServer, token: &str, job: &str, from: u64, to: u64) {
+    for k in from..to {
+        for phase in ["rollout", "train"] {
+            while start_phase(s, token, job, phase, k, 2.0).0 == 202 {}
+            let (st, v) = finish_phase(s, token, job, phase, k, 0.01);
+            assert_eq!(st, 200, "{job} {phase} {k}: {v}");
+        }
+    }
+}
+
+/// With `[sharing] preemption = true`, Bob's job takes back the node Alice borrowed: one of
+/// Alice's jobs is preempted (its job token stops working, its phases are refused), waits in
+/// the queue across a restart and resumes from its last completed iteration when room frees.
+#[test]
+fn preemption_ends_the_victims_admission_and_it_resumes_after_a_restart() {
+    use weave_server::auth::{hex, sha256, JobTokens};
+    let toml = format!(
+        "[sharing]\npreemption = true\nmin_run_s = 0\n\
+         [[tenant]]\nname = \"alice\"\ntoken_sha256 = \"{}\"\nrollout_nodes = 1\ntraining_nodes = 1\n\
+         [[tenant]]\nname = \"bob\"\ntoken_sha256 = \"{}\"\nrollout_nodes = 1\ntraining_nodes = 1\n\
+         [[tenant]]\nname = \"ops\"\ntoken_sha256 = \"{}\"\nadmin = true\n",
+        hex(&sha256(ALICE)),
+        hex(&sha256(BOB)),
+        hex(&sha256(OPS))
+    );
+    let dir = temp_dir("preemption");
+    let start = |dir: std::path::PathBuf| {
+        let toml = toml.clone();
+        TestServer::start_with(dir, Duration::from_secs(600), move |cfg| {
+            cfg.capacity = weave_server::Capacity::Fixed;
+            cfg.cluster.rollout.nodes = 2;
+            cfg.cluster.training.nodes = 2;
+            cfg.tenants = weave_server::Tenants::from_toml(&toml).unwrap();
+        })
+    };
+    let s = start(dir.clone());
+    assert_eq!(submit(&s, ALICE, spec("a1")).0, 201);
+    run_from(&s, ALICE, "a1", 0, 1);
+    assert_eq!(submit(&s, ALICE, spec("a2")).0, 201, "alice borrows bob's unused nodes");
+    let job = |token: &str, name: &str| {
+        body(client().get(s.url(&format!("/v1/jobs/{name}"))).bearer_auth(token).send().unwrap())
+    };
+    let uid = job(ALICE, "a1").1["job"]["uid"].as_u64().unwrap() as u32;
+    let a1_token = JobTokens::load_or_create(&dir.join("job-token.key")).unwrap().token("alice", "a1", uid);
+    assert_eq!(job(&a1_token, "a1").0, 200);
+    // a1 is granted rollout 1 when bob arrives: both of alice's jobs have work in progress and
+    // the earlier admission is the victim.
+    assert_eq!(start_phase(&s, ALICE, "a1", "rollout", 1, 0.0).0, 200);
+    let (st, v) = submit(&s, BOB, spec("b1"));
+    assert_eq!((st, &v["job"]["state"]), (201, &json!("running")), "{v}");
+    let (st, v) = job(ALICE, "a1");
+    assert_eq!((st, &v["job"]["state"], &v["job"]["next"]), (200, &json!("queued"), &json!("rollout 1")), "{v}");
+    assert_eq!(v["job"]["queue_reason"], "its tenant's quota is in use", "{v}");
+    let preempted = v["history"].as_array().unwrap().iter().find(|e| e["kind"] == "preempted").unwrap();
+    assert!(preempted["meta"]["reason"].as_str().unwrap().contains("reclaimed"), "{v}");
+    assert_eq!(job(&a1_token, "a1").0, 401, "the preempted admission's token stops working");
+    assert_eq!(finish_phase(&s, ALICE, "a1", "rollout", 1, 1.0).0, 409, "its phase in progress is refused");
+    assert_eq!(start_phase(&s, ALICE, "a1", "rollout", 1, 0.0).0, 202, "it waits to resume");
+    let (_, events) = body(client().get(s.url("/v1/events")).bearer_auth(ALICE).send().unwrap());
+    assert!(events.as_array().unwrap().iter().any(|e| e["job"] == "a1" && e["kind"] == "preempted"), "{events}");
+
+    // A restart keeps the queue, the victim's checkpoint and who holds the quota.
+    s.stop();
+    let s = start(dir);
+    assert_eq!(queue(&s, OPS), ["a1"]);
+    let job = |token: &str, name: &str| {
+        body(client().get(s.url(&format!("/v1/jobs/{name}"))).bearer_auth(token).send().unwrap())
+    };
+    assert_eq!(job(BOB, "b1").1["job"]["state"], "running");
+    assert_eq!(job(ALICE, "a2").1["job"]["state"], "running");
+    // Bob's job ends: alice borrows again and a1 resumes from iteration 1.
+    run_from(&s, BOB, "b1", 0, 2);
+    let (_, v) = job(ALICE, "a1");
+    assert_eq!((&v["job"]["state"], &v["job"]["next"]), (&json!("running"), &json!("rollout 1")), "{v}");
+    run_from(&s, ALICE, "a1", 1, 2);
+    assert_eq!(job(ALICE, "a1").1["job"]["state"], "completed");
+    run_from(&s, ALICE, "a2", 0, 2);
+}

@@ -2,10 +2,10 @@
 //! (409 stays for a job that can never fit the pools). The queue is a function of the records
 //! like everything else in the plane: replay rebuilds it, in the same order.
 
-use super::{ev, Measured, Plane, PlaneError, PlaneEvent, SubmitSpec};
+use super::{ev, JobState, Measured, Plane, PlaneError, PlaneEvent, SubmitSpec};
 use weave_core::{Micros, PhaseTimes, Priority};
 use weave_dispatch::Phase;
-use weave_place::share::Waiting;
+use weave_place::share::{self, Nodes, Running, ShareMode, SharePolicy, Waiting};
 
 fn priority(s: &SubmitSpec) -> Priority {
     s.priority.as_deref().and_then(|p| p.parse().ok()).unwrap_or_default()
@@ -100,8 +100,7 @@ impl Plane {
         reason: String,
     ) {
         let meta = serde_json::json!({ "position": self.queue.len(), "reason": reason });
-        let arrival = self.queued_total;
-        self.queued_total += 1;
+        let arrival = self.arrivals.get(&submit.id).copied().unwrap_or(self.next_arrival);
         self.queue.push(Queued {
             tenant: tenant.into(),
             submit: submit.clone(),
@@ -113,49 +112,137 @@ impl Plane {
         self.event(PlaneEvent { meta: Some(meta), ..ev(time_us, &submit.id, "queued", None, None, None) });
     }
 
-    /// Starts waiting jobs while one may: the head in arrival order, or with quotas the first
-    /// in the policy's order whose tenant's quota allows it (a job over quota waits without
-    /// holding up other tenants; one that finds no room holds up the rest).
+    /// Starts waiting jobs while one may: the head in arrival order, or with quotas in the
+    /// policy's order the first whose tenant's quota allows it (a job over quota waits without
+    /// holding up other tenants; one that finds no room holds up the rest). With preemption, a
+    /// job that may not start takes the capacity the policy lets it reclaim.
     pub(super) fn admit_queued(&mut self, time_us: u64) {
-        while let Some(k) = self.next_to_start() {
-            let q = self.queue[k].clone();
-            if self.submit(time_us, &q.tenant, &q.submit, q.carried.clone(), None).is_err() {
-                return;
-            }
-            self.queue.remove(k);
+        // Every round starts a job; victims are never preempted again inside their minimum
+        // run, so the bound is never reached in practice: it only guards against a policy bug.
+        let mut rounds = 2 * (self.queue.len() + self.placer.groups().map(|g| g.members.len()).sum::<usize>()) + 1;
+        while rounds > 0 && self.start_one(time_us) {
+            rounds -= 1;
         }
     }
 
-    /// Which waiting job to try next, if any may start.
-    fn next_to_start(&mut self) -> Option<usize> {
-        let Some(policy) = self.share.clone() else { return (!self.queue.is_empty()).then_some(0) };
-        let index = |name: &str| policy.tenants.iter().position(|t| t.name == name).unwrap_or(0);
-        let tenant_of = |id: weave_core::JobId| {
-            self.names.get(id.0 as usize).and_then(|n| self.jobs.get(n)).map_or(0, |j| index(&j.tenant))
+    /// Starts one waiting job if any may start (preempting for it where allowed); false when
+    /// nothing more can start now.
+    fn start_one(&mut self, time_us: u64) -> bool {
+        let Some(policy) = self.share.clone() else {
+            return !self.queue.is_empty() && self.try_start(time_us, 0);
         };
-        let usage = policy.usage(&self.placer, tenant_of);
-        let demand = |q: &Queued| {
-            q.submit
-                .to_spec(weave_core::JobId(u32::MAX), Micros(q.submitted_us))
-                .map_or([1.0, 1.0], |s| [s.rollout_nodes as f64, s.train_nodes as f64])
-        };
-        let waiting: Vec<Waiting> = self
-            .queue
+        let usage = self.share_usage(&policy);
+        let waiting = self.waiting(&policy);
+        let preempt = policy.mode >= ShareMode::Preemption;
+        for k in policy.order(&waiting, &usage) {
+            let w = waiting[k];
+            if !policy.may_start(w.tenant, w.demand, &usage) {
+                // Over quota: it may displace its own tenant's lower-priority jobs, else it
+                // waits without holding up others.
+                if preempt && self.preempt_for(time_us, &policy, w, &usage) && self.try_start(time_us, k) {
+                    return true;
+                }
+                self.queue[k].reason = "its tenant's quota is in use".into();
+                continue;
+            }
+            if self.try_start(time_us, k) {
+                return true;
+            }
+            if preempt && self.preempt_for(time_us, &policy, w, &usage) && self.try_start(time_us, k) {
+                return true;
+            }
+            self.queue[k].reason = "waiting for free nodes".into();
+            return false; // the first that finds no room holds up the rest
+        }
+        false
+    }
+
+    /// Admits the waiting job at `k`; false (it stays) if admission finds no room.
+    fn try_start(&mut self, time_us: u64, k: usize) -> bool {
+        let q = self.queue[k].clone();
+        if self.submit(time_us, &q.tenant, &q.submit, q.carried, None).is_err() {
+            return false;
+        }
+        self.queue.remove(k);
+        true
+    }
+
+    fn tenant_index(policy: &SharePolicy, tenant: &str) -> usize {
+        policy.tenants.iter().position(|t| t.name == tenant).unwrap_or(0)
+    }
+
+    /// Quota in use per tenant.
+    fn share_usage(&self, policy: &SharePolicy) -> Vec<Nodes> {
+        policy.usage(&self.placer, |id| {
+            let entry = self.names.get(id.0 as usize).and_then(|n| self.jobs.get(n));
+            entry.map_or(0, |j| Self::tenant_index(policy, &j.tenant))
+        })
+    }
+
+    /// The queue as the policy core sees it (same order as `self.queue`).
+    fn waiting(&self, policy: &SharePolicy) -> Vec<Waiting> {
+        self.queue
             .iter()
             .map(|q| Waiting {
-                tenant: index(&q.tenant),
+                tenant: Self::tenant_index(policy, &q.tenant),
                 priority: priority(&q.submit),
                 arrival: q.arrival,
-                demand: demand(q),
+                demand: q
+                    .submit
+                    .to_spec(weave_core::JobId(u32::MAX), Micros(q.submitted_us))
+                    .map_or([1.0, 1.0], |s| [s.rollout_nodes as f64, s.train_nodes as f64]),
             })
-            .collect();
-        for k in policy.order(&waiting, &usage) {
-            if policy.may_start(waiting[k].tenant, waiting[k].demand, &usage) {
-                return Some(k);
-            }
-            self.queue[k].reason = "its tenant's quota is in use".into();
+            .collect()
+    }
+
+    /// Running jobs as preemption sees them. A preempted job resumes from its last completed
+    /// iteration (the server's checkpoint, as after a node loss): what it loses is the
+    /// iteration in progress, if it has started one.
+    fn running_for_share(&self, time_us: u64, policy: &SharePolicy) -> Vec<Running> {
+        self.jobs
+            .values()
+            .filter(|j| j.state == JobState::Running && j.decision.is_some())
+            .map(|j| {
+                let held = share::exclusive_nodes(&self.placer, j.id);
+                let started = j.granted.is_some() || j.next.0 == Phase::Train;
+                Running {
+                    job: j.id,
+                    tenant: Self::tenant_index(policy, &j.tenant),
+                    priority: priority(&j.submit),
+                    ran: Micros(time_us.saturating_sub(j.submitted_us)),
+                    unsaved: started as u64,
+                    held: held[0] + held[1],
+                }
+            })
+            .collect()
+    }
+
+    /// Preempts what the policy picks for `w`, if together it frees enough; false otherwise.
+    fn preempt_for(&mut self, time_us: u64, policy: &SharePolicy, w: Waiting, usage: &[Nodes]) -> bool {
+        let running = self.running_for_share(time_us, policy);
+        let Some(victims) = policy.preemption(&self.placer, w, &running, usage) else { return false };
+        for v in victims {
+            let name = self.names[v.0 as usize].clone();
+            let own = self.jobs[&name].tenant == policy.tenants[w.tenant].name;
+            let reason = if own {
+                "preempted by a higher-priority job of its tenant"
+            } else {
+                "preempted: another tenant reclaimed the capacity it borrowed"
+            };
+            self.preempt(time_us, &name, reason);
         }
-        None
+        true
+    }
+
+    /// Ends job `name`'s admission and queues it again, to resume from its last completed
+    /// iteration with what it measured of itself (its place by arrival is kept).
+    fn preempt(&mut self, time_us: u64, name: &str, reason: &str) {
+        let j = &self.jobs[name];
+        let (resubmit, carried) = j.resubmission();
+        let tenant = j.tenant.clone();
+        self.end(time_us, name, JobState::Preempted, Some(reason.into()));
+        let resume = resubmit.resume_from.unwrap_or(0);
+        self.enqueue(time_us, &tenant, &resubmit, carried, format!("{reason}; resumes from iteration {resume}"));
     }
 
     /// Takes a waiting job out of the queue (cancelled); false if it was not waiting.
