@@ -5,6 +5,10 @@ trajectories carry that version); the training step consumes exactly those traje
 (it refuses any other version) and produces weights version k + 1. Both phases run inside
 Weave's gate, and report the versions they used as phase metadata, so the server's event log
 shows which weights every step consumed.
+
+The job checkpoints after every iteration (in memory: the weights and the random stream). If
+Weave re-queues it (preempted for another job, or its node lost), the gate raises
+``Requeued`` and the job restores the checkpoint of the iteration it resumes from.
 """
 
 import argparse
@@ -15,7 +19,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from weave_client import WeaveClient  # noqa: E402
+from weave_client import Requeued, WeaveClient  # noqa: E402
 
 ARMS = [0.2, 0.5, 0.8, 0.35]
 
@@ -71,18 +75,29 @@ def main():
                        "rollout_s": args.rollout_s, "train_s": args.train_s})
     rng = random.Random(args.seed)
     policy = Policy()
+    checkpoints = {0: (list(policy.theta), rng.getstate())}
+    k = 0
     with client.keepalive(args.job, interval_s=1.0):
-        for k in range(args.iterations):
-            with client.phase(args.job, "rollout", k) as meta:
-                traj = rollout(policy, rng, args.samples)
-                time.sleep(0.15)  # generation takes a while: makes the interleaving visible
-                meta["weights_version"] = policy.version
-                meta["mean_reward"] = sum(traj["rewards"]) / len(traj["rewards"])
-            with client.phase(args.job, "train", k) as meta:
-                meta["trajectory_version"] = traj["version"]
-                train(policy, traj, lr=2.0)
-                time.sleep(0.05)
-                meta["new_weights_version"] = policy.version
+        while k < args.iterations:
+            try:
+                with client.phase(args.job, "rollout", k) as meta:
+                    traj = rollout(policy, rng, args.samples)
+                    time.sleep(0.15)  # generation takes a while: makes the interleaving visible
+                    meta["weights_version"] = policy.version
+                    meta["mean_reward"] = sum(traj["rewards"]) / len(traj["rewards"])
+                with client.phase(args.job, "train", k) as meta:
+                    meta["trajectory_version"] = traj["version"]
+                    train(policy, traj, lr=2.0)
+                    time.sleep(0.05)
+                    meta["new_weights_version"] = policy.version
+                k += 1
+                checkpoints[k] = (list(policy.theta), rng.getstate())
+            except Requeued as r:
+                print(f"{args.job}: {r}", flush=True)
+                k = r.resume_from
+                theta, state = checkpoints[k]
+                policy.theta, policy.version = list(theta), k
+                rng.setstate(state)
     best = max(range(len(ARMS)), key=lambda i: policy.theta[i])
     print(f"{args.job}: done, weights version {policy.version}, preferred arm {best}, probs {[round(p, 3) for p in policy.probs()]}")
 

@@ -16,6 +16,20 @@ A training loop wraps each phase in the gate::
 finished with its duration (and any metadata the body put in ``meta``). A request that would
 break the on-policy barrier raises ``WeaveError`` with status 409.
 
+On an owned cluster a job may lose its admission while it runs (preempted for another job,
+or its node was lost) and wait in the queue again. The gate then raises ``Requeued`` with
+``resume_from``, the job's last completed iteration: restore the checkpoint of that iteration
+and go on from there; the next ``phase`` waits until the job is admitted again::
+
+    k = 0
+    while k < 100:
+        try:
+            ...  # rollout and training of iteration k, as above
+            save_checkpoint(k + 1, weights)
+            k += 1
+        except Requeued as r:
+            k, weights = r.resume_from, load_checkpoint(r.resume_from)
+
 When the server exports traces (``weave serve --otlp-endpoint``), each grant carries the W3C
 ``traceparent`` of Weave's span for the phase: inside the ``with`` block
 ``current_traceparent()`` returns it, and if the OpenTelemetry API is installed
@@ -37,7 +51,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 JSON = Any
 
-__all__ = ["WeaveClient", "WeaveError", "current_traceparent"]
+__all__ = ["Requeued", "WeaveClient", "WeaveError", "current_traceparent"]
 
 _TRACEPARENT: "contextvars.ContextVar[Optional[str]]" = contextvars.ContextVar("weave_traceparent", default=None)
 
@@ -75,6 +89,17 @@ class WeaveError(Exception):
         super().__init__(f"{status}: {message}")
         self.status = status
         self.message = message
+
+
+class Requeued(WeaveError):
+    """The job's admission ended while it ran (preempted, or its node was lost) and it waits
+    in the queue again; it resumes from iteration ``resume_from`` (its last completed one)."""
+
+    def __init__(self, job_id: str, resume_from: int, reason: str) -> None:
+        super().__init__(409, f"job {job_id} was re-queued ({reason}); it resumes from iteration {resume_from}")
+        self.job_id = job_id
+        self.resume_from = resume_from
+        self.reason = reason
 
 
 class WeaveClient:
@@ -143,12 +168,28 @@ class WeaveClient:
     def heartbeat(self, job_id: str) -> JSON:
         return self._request("POST", f"/v1/jobs/{job_id}/heartbeat", retry=True)[1]
 
+    def _requeued(self, job_id: str, e: WeaveError) -> WeaveError:
+        """``Requeued`` if a 409 came because the job waits in the queue again, else ``e``."""
+        if e.status != 409:
+            return e
+        answer = self._request("GET", f"/v1/jobs/{job_id}", retry=True)[1]
+        view = answer["job"]
+        if view["state"] != "queued":
+            return e
+        ended = [h for h in answer.get("history", []) if h["kind"] in ("preempted", "failed")]
+        reason = (ended[-1].get("meta") or {}).get("reason", "") if ended else view.get("queue_reason", "")
+        return Requeued(job_id, int(view["next"].split()[1]), reason)
+
     def start(self, job_id: str, phase: str, iteration: int, wait_s: float = 25.0) -> JSON:
-        """Blocks until ``phase`` of ``iteration`` is granted."""
+        """Blocks until ``phase`` of ``iteration`` is granted; raises ``Requeued`` if the job
+        waits in the queue again and must resume from an earlier iteration."""
         while True:
-            status, body = self._request(
-                "POST", f"/v1/jobs/{job_id}/phases/{phase}/{iteration}/start?wait_s={wait_s}", retry=True
-            )
+            try:
+                status, body = self._request(
+                    "POST", f"/v1/jobs/{job_id}/phases/{phase}/{iteration}/start?wait_s={wait_s}", retry=True
+                )
+            except WeaveError as e:
+                raise self._requeued(job_id, e) from None
             if status == 200:
                 return body
 
@@ -161,6 +202,8 @@ class WeaveClient:
         path = f"/v1/jobs/{job_id}/phases/{phase}/{iteration}/finish"
         try:
             return self._request("POST", path, body)[1]
+        except WeaveError as e:
+            raise self._requeued(job_id, e) from None
         except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
             if isinstance(e, urllib.error.HTTPError):
                 raise
@@ -173,7 +216,7 @@ class WeaveClient:
             done = {"rollout": f"train {iteration}", "train": f"rollout {iteration + 1}"}[phase]
             if e.status == 409 and (view["next"] == done or view["completed_iterations"] > iteration):
                 return view
-            raise
+            raise self._requeued(job_id, e) from None
 
     @contextlib.contextmanager
     def phase(self, job_id: str, phase: str, iteration: int) -> Iterator[Dict[str, Any]]:
