@@ -20,12 +20,59 @@ fn jobs_by_state<'a>(out: &mut String, jobs: impl Iterator<Item = &'a crate::pla
     }
 }
 
-/// What a tenant's token sees: its own jobs by state (a job token: that job's).
+/// Per tenant with quotas: nominal quota and quota in use per pool, waiting jobs and
+/// preemptions suffered (`only`: just that tenant's lines).
+fn tenants(out: &mut String, plane: &Plane, only: Option<&str>) {
+    let quotas = plane.quota_use();
+    if quotas.is_empty() {
+        return;
+    }
+    let shown = |t: &str| only.is_none_or(|o| o == t);
+    let owner = |job: &str| plane.job(job).map(|j| j.tenant.as_str());
+    family(out, "weave_tenant_quota_nodes", "gauge", "A tenant's nominal quota per pool (nodes).");
+    for (t, nominal, _) in quotas.iter().filter(|q| shown(&q.0)) {
+        for (p, pool) in ["rollout", "training"].iter().enumerate() {
+            let _ = writeln!(out, "weave_tenant_quota_nodes{{tenant=\"{t}\",pool=\"{pool}\"}} {}", nominal[p]);
+        }
+    }
+    family(
+        out,
+        "weave_tenant_nodes_in_use",
+        "gauge",
+        "Quota a tenant uses per pool (shared nodes split among members).",
+    );
+    for (t, _, used) in quotas.iter().filter(|q| shown(&q.0)) {
+        for (p, pool) in ["rollout", "training"].iter().enumerate() {
+            let _ = writeln!(out, "weave_tenant_nodes_in_use{{tenant=\"{t}\",pool=\"{pool}\"}} {:.6}", used[p]);
+        }
+    }
+    family(out, "weave_tenant_queued_jobs", "gauge", "Jobs of a tenant waiting in the queue.");
+    for (t, _, _) in quotas.iter().filter(|q| shown(&q.0)) {
+        let n = plane.queue().iter().filter(|q| &q.tenant == t).count();
+        let _ = writeln!(out, "weave_tenant_queued_jobs{{tenant=\"{t}\"}} {n}");
+    }
+    family(out, "weave_tenant_preemptions_total", "counter", "Admissions of a tenant's jobs ended by preemption.");
+    let mut preempted: std::collections::BTreeMap<&str, u64> = quotas.iter().map(|q| (q.0.as_str(), 0)).collect();
+    for e in plane.events().iter().filter(|e| e.kind == "preempted") {
+        if let Some(n) = owner(&e.job).and_then(|t| preempted.get_mut(t)) {
+            *n += 1;
+        }
+    }
+    for (t, n) in preempted.into_iter().filter(|(t, _)| shown(t)) {
+        let _ = writeln!(out, "weave_tenant_preemptions_total{{tenant=\"{t}\"}} {n}");
+    }
+}
+
+/// What a tenant's token sees: its own jobs by state (a job token: that job's) and, with
+/// quotas, its own quota lines.
 pub fn render_tenant(plane: &Plane, tenant: &str, job: Option<&str>) -> String {
     let mut out = String::new();
     let mine = |owner: &str, name: &str| owner == tenant && job.is_none_or(|n| n == name);
     let queued = plane.queue().iter().filter(|q| mine(&q.tenant, &q.submit.id)).count() as u64;
     jobs_by_state(&mut out, plane.jobs().filter(|j| mine(&j.tenant, &j.name)), queued);
+    if job.is_none() {
+        tenants(&mut out, plane, Some(tenant));
+    }
     out
 }
 
@@ -69,5 +116,6 @@ pub fn render(plane: &Plane) -> String {
         "Completed iterations whose wall-clock period stayed within the job's SLO times its own measured phases.",
     );
     let _ = writeln!(out, "weave_iterations_within_slo_total {}", st.iterations_within_slo);
+    tenants(&mut out, plane, None);
     out
 }

@@ -186,6 +186,21 @@ fn preemption_ends_the_victims_admission_and_it_resumes_after_a_restart() {
     };
     assert_eq!(job(BOB, "b1").1["job"]["state"], "running");
     assert_eq!(job(ALICE, "a2").1["job"]["state"], "running");
+    let metrics = |token: &str| client().get(s.url("/metrics")).bearer_auth(token).send().unwrap().text().unwrap();
+    let all = metrics(OPS);
+    for line in [
+        "weave_tenant_preemptions_total{tenant=\"alice\"} 1",
+        "weave_tenant_preemptions_total{tenant=\"bob\"} 0",
+        "weave_tenant_queued_jobs{tenant=\"alice\"} 1",
+        "weave_tenant_nodes_in_use{tenant=\"alice\",pool=\"training\"} 1.000000",
+        "weave_tenant_nodes_in_use{tenant=\"bob\",pool=\"rollout\"} 1.000000",
+        "weave_tenant_quota_nodes{tenant=\"bob\",pool=\"training\"} 1",
+    ] {
+        assert!(all.contains(line), "missing {line}:\n{all}");
+    }
+    let own = metrics(ALICE);
+    assert!(own.contains("weave_tenant_preemptions_total{tenant=\"alice\"} 1"), "{own}");
+    assert!(!own.contains("bob"), "alice sees bob's lines:\n{own}");
     // Bob's job ends: alice borrows again and a1 resumes from iteration 1.
     run_from(&s, BOB, "b1", 0, 2);
     let (_, v) = job(ALICE, "a1");

@@ -31,6 +31,14 @@ impl Plane {
         &self.queue
     }
 
+    /// With quotas: each tenant's name, nominal quota and quota in use (nodes per pool:
+    /// rollout, training; shared nodes split among their members).
+    pub fn quota_use(&self) -> Vec<(String, Nodes, Nodes)> {
+        let Some(policy) = self.share.as_ref() else { return Vec::new() };
+        let usage = self.share_usage(policy);
+        policy.tenants.iter().zip(usage).map(|(t, u)| (t.name.clone(), t.nominal(), u)).collect()
+    }
+
     /// A waiting submission and its position (0: next).
     pub fn queued(&self, name: &str) -> Option<(usize, &Queued)> {
         self.queue.iter().enumerate().find(|(_, q)| q.submit.id == name)
