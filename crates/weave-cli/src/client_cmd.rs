@@ -126,12 +126,19 @@ pub fn job(cmd: JobCommand) -> Result<()> {
             };
             let out = send(&conn, c.post(url(&conn, "/v1/jobs")).json(&body))?;
             print(&conn, &out, |v| {
-                format!(
-                    "admitted {} into group g{} ({})\n",
-                    v["job"]["id"],
-                    v["job"]["group"],
-                    v["job"]["placement"].as_str().unwrap_or("")
-                )
+                let j = &v["job"];
+                if j["state"] == "queued" {
+                    let start = j["estimated_start_s"]
+                        .as_f64()
+                        .map_or("no start in view".to_string(), |s| format!("estimated start in {:.0} s", s));
+                    return format!(
+                        "queued {} at position {} ({}; {start})\n",
+                        j["id"],
+                        j["queue_position"],
+                        j["queue_reason"].as_str().unwrap_or("")
+                    );
+                }
+                format!("admitted {} into group g{} ({})\n", j["id"], j["group"], j["placement"].as_str().unwrap_or(""))
             })
         }
         JobCommand::List { conn } => {

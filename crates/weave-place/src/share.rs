@@ -134,6 +134,58 @@ pub fn exclusive_nodes(placer: &Placer, job: JobId) -> Nodes {
     [block as f64, train as f64]
 }
 
+/// Projected start of each waiting job, taken in the order given (the queue's): a job starts at
+/// the first moment the free nodes cover its demand, never before the job ahead of it; running
+/// job `j` frees its exclusive nodes at `running_end(j)` (`None`: not in view), and a projected
+/// job holds its demand for its duration (`None`: for good). Conservative: no co-execution
+/// (nodes shared with jobs that stay are not counted), quotas not modelled. `None`: no start
+/// in view.
+pub fn projected_starts(
+    placer: &Placer,
+    now: Micros,
+    running_end: impl Fn(JobId) -> Option<Micros>,
+    waiting: &[(Nodes, Option<Micros>)],
+) -> Vec<Option<Micros>> {
+    let free = free_nodes(placer);
+    // Changes to the free nodes over time.
+    let mut changes: Vec<(Micros, Nodes)> = Vec::new();
+    for g in placer.groups() {
+        for m in &g.members {
+            if let Some(end) = running_end(m.job.id) {
+                changes.push((end.max(now), exclusive_nodes(placer, m.job.id)));
+            }
+        }
+    }
+    let mut earliest = Some(now);
+    let mut out = Vec::with_capacity(waiting.len());
+    for &(demand, duration) in waiting {
+        let start = earliest.and_then(|from| {
+            let mut times: Vec<Micros> = changes.iter().map(|c| c.0).filter(|&t| t > from).collect();
+            times.push(from);
+            times.sort_unstable();
+            times.into_iter().find(|&t| {
+                let mut avail = free;
+                for (at, d) in &changes {
+                    if *at <= t {
+                        avail[0] += d[0];
+                        avail[1] += d[1];
+                    }
+                }
+                avail[0] + EPS >= demand[0] && avail[1] + EPS >= demand[1]
+            })
+        });
+        if let Some(s) = start {
+            changes.push((s, [-demand[0], -demand[1]]));
+            if let Some(d) = duration {
+                changes.push((s + d, demand));
+            }
+        }
+        earliest = start;
+        out.push(start);
+    }
+    out
+}
+
 impl SharePolicy {
     /// Quota in use per tenant: every job's share of the nodes its placement holds.
     /// `tenant_of` maps a placed job to its tenant's index.

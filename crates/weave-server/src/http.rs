@@ -126,6 +126,10 @@ pub struct JobView {
     pub queue_position: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_reason: Option<String>,
+    /// A queued job's projected start, seconds from now (absent: none in view). An estimate:
+    /// running jobs are assumed to take their remaining iterations at their SLO.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_start_s: Option<f64>,
 }
 
 pub fn view(j: &JobEntry) -> JobView {
@@ -151,11 +155,26 @@ pub fn view(j: &JobEntry) -> JobView {
         failure: j.failure.clone(),
         queue_position: None,
         queue_reason: None,
+        estimated_start_s: None,
     }
 }
 
-/// A submission waiting in the queue, as clients see it.
-pub fn queued_view(q: &crate::plane::Queued, position: usize) -> JobView {
+/// Waiting jobs `c` may see, in the order they will start, as clients see them.
+fn queued_views(plane: &crate::plane::Plane, now_us: u64, c: &Caller) -> Vec<JobView> {
+    let outlook = plane.queue_outlook(now_us);
+    let mut views: Vec<JobView> = plane
+        .queue()
+        .iter()
+        .zip(outlook)
+        .filter(|(q, _)| c.may_see(&q.tenant, &q.submit.id))
+        .map(|(q, (position, start))| queued_view(q, position, start.map(|t| t.saturating_sub(now_us))))
+        .collect();
+    views.sort_by_key(|v| v.queue_position);
+    views
+}
+
+/// A submission waiting in the queue, as clients see it; `start_in_us`: its projected start.
+pub fn queued_view(q: &crate::plane::Queued, position: usize, start_in_us: Option<u64>) -> JobView {
     let spec = q.submit.to_spec(weave_core::JobId(0), weave_core::Micros(q.submitted_us)).ok();
     let first = q.submit.resume_from.unwrap_or(0);
     JobView {
@@ -179,21 +198,26 @@ pub fn queued_view(q: &crate::plane::Queued, position: usize) -> JobView {
         failure: None,
         queue_position: Some(position),
         queue_reason: Some(q.reason.clone()),
+        estimated_start_s: start_in_us.map(|us| us as f64 / 1e6),
     }
 }
 
 /// The job `name` as the plane knows it now: waiting in the queue, else its entry.
-fn lookup(plane: &crate::plane::Plane, name: &str) -> Option<JobView> {
+fn lookup(plane: &crate::plane::Plane, name: &str, now_us: u64) -> Option<JobView> {
     match plane.queued(name) {
-        Some((k, q)) => Some(queued_view(q, k)),
+        Some((k, q)) => {
+            let (position, start) = plane.queue_outlook(now_us)[k];
+            Some(queued_view(q, position, start.map(|t| t.saturating_sub(now_us))))
+        }
         None => plane.job(name).map(view),
     }
 }
 
 /// A job visible to `c`, else 404 (another tenant's job is indistinguishable from none).
 fn visible(s: &Shared, c: &Caller, name: &str) -> ApiResult<JobView> {
+    let now_us = s.now_us();
     let g = s.lock();
-    match lookup(&g.plane, name) {
+    match lookup(&g.plane, name, now_us) {
         Some(v) if c.may_see(&v.tenant, name) => Ok(v),
         _ => Err(ApiError::new(StatusCode::NOT_FOUND, format!("job `{name}` not found"))),
     }
@@ -220,10 +244,12 @@ async fn submit(
     let name = spec.id.clone();
     let tenant = c.tenant.clone();
     commit(&s, &c, move |time_us| Record::Submit { time_us, tenant, job: spec }).await?;
+    let now_us = s.now_us();
     let g = s.lock();
     // Fixed pools full: the job waits in the queue (202) and starts when there is room.
-    if let Some((k, q)) = g.plane.queued(&name) {
-        return Ok((StatusCode::ACCEPTED, Json(json!({ "job": queued_view(q, k), "decision": null }))));
+    if g.plane.queued(&name).is_some() {
+        let job = lookup(&g.plane, &name, now_us);
+        return Ok((StatusCode::ACCEPTED, Json(json!({ "job": job, "decision": null }))));
     }
     let j = g.plane.job(&name).expect("just admitted");
     // The decision names the group's other members and their predicted slowdowns: a tenant
@@ -239,17 +265,17 @@ async fn submit(
 /// it is an admin).
 async fn queue(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<Json<Vec<JobView>>> {
     let c = caller(&s, &headers)?;
+    let now_us = s.now_us();
     let g = s.lock();
-    let waiting = g.plane.queue().iter().enumerate().filter(|(_, q)| c.may_see(&q.tenant, &q.submit.id));
-    Ok(Json(waiting.map(|(k, q)| queued_view(q, k)).collect()))
+    Ok(Json(queued_views(&g.plane, now_us, &c)))
 }
 
 async fn list_jobs(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<Json<Vec<JobView>>> {
     let c = caller(&s, &headers)?;
     // Views are built under the lock; the response is serialized after it is released.
+    let now_us = s.now_us();
     let g = s.lock();
-    let queued = g.plane.queue().iter().enumerate().filter(|(_, q)| c.may_see(&q.tenant, &q.submit.id));
-    let mut jobs: Vec<JobView> = queued.map(|(k, q)| queued_view(q, k)).collect();
+    let mut jobs = queued_views(&g.plane, now_us, &c);
     let waiting: std::collections::BTreeSet<&str> = g.plane.queue().iter().map(|q| q.submit.id.as_str()).collect();
     jobs.extend(
         g.plane.jobs().filter(|j| c.may_see(&j.tenant, &j.name) && !waiting.contains(j.name.as_str())).map(view),

@@ -40,6 +40,11 @@ fn a_job_that_does_not_fit_waits_and_starts_when_room_is_freed() {
     // Each tenant sees its own waiting jobs; an admin sees all, in order.
     assert_eq!(queue(&s, ALICE), ["second"]);
     assert_eq!(queue(&s, OPS), ["second", "third"]);
+    // Projected starts: second when first has run its two iterations (at its SLO, on its
+    // declared phases: 2 x 110 s), third after second.
+    let (_, v) = body(client().get(s.url("/v1/queue")).bearer_auth(OPS).send().unwrap());
+    let starts: Vec<f64> = v.as_array().unwrap().iter().map(|j| j["estimated_start_s"].as_f64().unwrap()).collect();
+    assert!((200.0..=220.0).contains(&starts[0]) && (starts[1] - starts[0] - 220.0).abs() < 1.0, "{starts:?}");
     // A queued job asking for its first phase is told to wait, not refused.
     assert_eq!(start_phase(&s, ALICE, "second", "rollout", 0, 0.0).0, 202);
     assert_eq!(start_phase(&s, ALICE, "second", "train", 0, 0.0).0, 409);
@@ -93,12 +98,14 @@ fn quotas_order_the_queue_per_tenant() {
     assert_eq!(submit(&s, ALICE, high).0, 202);
     assert_eq!(submit(&s, BOB, spec("b1")).0, 202, "no room until alice's borrowed node is free");
     // Alice's high job is ahead of her normal one; Bob, least served, is ahead of both.
-    assert_eq!(queue(&s, OPS), ["a3", "a4", "b1"], "the listing is by arrival");
+    assert_eq!(queue(&s, OPS), ["b1", "a4", "a3"], "the listing is in the order they will start");
+    let (_, v) = body(client().get(s.url("/v1/jobs/a3")).bearer_auth(ALICE).send().unwrap());
+    assert_eq!(v["job"]["queue_position"], 2, "{v}");
     // a2 (the borrowed node) finishes: Bob's job starts, not Alice's earlier ones.
     run_job(&s, ALICE, "a2", 2);
     let (_, v) = body(client().get(s.url("/v1/jobs/b1")).bearer_auth(BOB).send().unwrap());
     assert_eq!(v["job"]["state"], "running", "{v}");
-    assert_eq!(queue(&s, OPS), ["a3", "a4"]);
+    assert_eq!(queue(&s, OPS), ["a4", "a3"]);
     // a1 finishes: within her quota again, Alice's high job goes first.
     run_job(&s, ALICE, "a1", 2);
     let (_, v) = body(client().get(s.url("/v1/jobs/a4")).bearer_auth(ALICE).send().unwrap());

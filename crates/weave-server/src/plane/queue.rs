@@ -39,6 +39,45 @@ impl Plane {
         policy.tenants.iter().zip(usage).map(|(t, u)| (t.name.clone(), t.nominal(), u)).collect()
     }
 
+    /// For each waiting job (as listed by [`Plane::queue`]): its place in the order jobs will
+    /// start (0: next; with quotas the policy's order, not arrival) and its projected start
+    /// time on the plane's clock, if one is in view. The projection assumes every job runs its
+    /// remaining iterations at its SLO on its current estimate and ignores co-execution and
+    /// quotas: an estimate, not a promise.
+    pub fn queue_outlook(&self, now_us: u64) -> Vec<(usize, Option<u64>)> {
+        let order: Vec<usize> = match self.share.as_ref() {
+            Some(policy) => policy.order(&self.waiting(policy), &self.share_usage(policy)),
+            None => (0..self.queue.len()).collect(),
+        };
+        let at_slo = |times: PhaseTimes, slo: f64, remaining: Option<u64>| {
+            remaining.map(|n| Micros(((times.rollout + times.train).0 as f64 * slo * n as f64) as u64))
+        };
+        let running_end = |id: weave_core::JobId| {
+            let j = self.jobs.get(self.names.get(id.0 as usize)?)?;
+            let remaining = j.iterations.map(|n| n.saturating_sub(j.completed_iterations));
+            at_slo(j.estimate, j.slo, remaining).map(|d| Micros(now_us) + d)
+        };
+        let waiting: Vec<(Nodes, Option<Micros>)> = order
+            .iter()
+            .map(|&k| {
+                let q = &self.queue[k];
+                let Ok(spec) = q.submit.to_spec(weave_core::JobId(u32::MAX), Micros(q.submitted_us)) else {
+                    return ([f64::INFINITY; 2], None);
+                };
+                let slo = spec.slo.map_or(super::DEFAULT_SLO, |s| s.get());
+                let times = q.carried.as_ref().map_or_else(|| self.place_job(&spec, slo).times, |c| c.0);
+                let remaining = q.submit.iterations.map(|n| n.saturating_sub(q.submit.resume_from.unwrap_or(0)));
+                ([spec.rollout_nodes as f64, spec.train_nodes as f64], at_slo(times, slo, remaining))
+            })
+            .collect();
+        let starts = share::projected_starts(&self.placer, Micros(now_us), running_end, &waiting);
+        let mut out = vec![(0, None); self.queue.len()];
+        for (position, (&k, start)) in order.iter().zip(starts).enumerate() {
+            out[k] = (position, start.map(|s| s.0));
+        }
+        out
+    }
+
     /// A waiting submission and its position (0: next).
     pub fn queued(&self, name: &str) -> Option<(usize, &Queued)> {
         self.queue.iter().enumerate().find(|(_, q)| q.submit.id == name)

@@ -156,31 +156,17 @@ impl Engine<'_> {
     }
 
     /// When a job needing `demand` could start at the latest, if running jobs end at their
-    /// conservative ends and free the nodes they hold alone.
+    /// conservative ends and free the nodes they hold alone (the share core's projection).
     fn shadow_time(&self, demand: Nodes) -> Micros {
-        let covers = |free: &Nodes| free[0] >= demand[0] && free[1] >= demand[1];
-        let mut free = weave_place::share::free_nodes(&self.placer);
-        if covers(&free) {
-            return self.now;
-        }
-        let mut ends: Vec<(Micros, Nodes)> = (0..self.jobs.len())
-            .filter(|&i| self.states[i].as_ref().is_some_and(|s| s.placed.is_some()))
-            .map(|i| {
-                (
-                    self.now + self.conservative_duration(i),
-                    weave_place::share::exclusive_nodes(&self.placer, JobId(i as u32)),
-                )
-            })
-            .collect();
-        ends.sort_by_key(|e| e.0);
-        for (end, nodes) in ends {
-            free[0] += nodes[0];
-            free[1] += nodes[1];
-            if covers(&free) {
-                return end;
-            }
-        }
-        Micros(u64::MAX)
+        let end = |j: JobId| {
+            let i = j.0 as usize;
+            self.states[i]
+                .as_ref()
+                .is_some_and(|s| s.placed.is_some())
+                .then(|| self.now + self.conservative_duration(i))
+        };
+        weave_place::share::projected_starts(&self.placer, self.now, end, &[(demand, None)])[0]
+            .unwrap_or(Micros(u64::MAX))
     }
 
     /// Preempts victims for waiting job `w` if together they free enough nodes for it.

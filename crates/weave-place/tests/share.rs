@@ -1,0 +1,34 @@
+//! The share core's projections over a real placer.
+
+mod common;
+use common::{config, job};
+use weave_core::{JobId, Micros};
+use weave_place::share::{free_nodes, projected_starts};
+use weave_place::{PlacePolicy, Placer};
+
+#[test]
+fn projected_starts_follow_releases_in_queue_order() {
+    let mut cfg = config(PlacePolicy::Weave);
+    cfg.capacity = Some((2, 2));
+    let mut placer = Placer::new(cfg);
+    // SLO 1.0: the two jobs cannot share, each holds one node of each pool.
+    for id in 0..2 {
+        placer.admit(job(id, 100, 100, 1.0)).unwrap();
+    }
+    assert_eq!(free_nodes(&placer), [0.0, 0.0]);
+    let h = Micros::from_secs(3600);
+    // Job 0 ends in 1 h, job 1 never (it runs until cancelled).
+    let end = |j: JobId| (j == JobId(0)).then_some(h);
+    let one = [1.0, 1.0];
+    let starts = projected_starts(&placer, Micros::ZERO, end, &[(one, Some(h)), (one, None), (one, Some(h))]);
+    // The first takes job 0's nodes at 1 h and holds them 1 h; the second takes them at 2 h
+    // for good; the third has no start in view.
+    assert_eq!(starts, [Some(h), Some(Micros(2 * h.0)), None]);
+    // Wider than anything ever freed; and a job behind one with no start has none either.
+    assert_eq!(projected_starts(&placer, Micros::ZERO, end, &[([2.0, 2.0], Some(h)), (one, Some(h))]), [None, None]);
+    // Nothing waits on a free pool.
+    let mut cfg = config(PlacePolicy::Weave);
+    cfg.capacity = Some((2, 2));
+    let empty = Placer::new(cfg);
+    assert_eq!(projected_starts(&empty, h, end, &[(one, Some(h)), (one, Some(h))]), [Some(h), Some(h)]);
+}
