@@ -40,7 +40,7 @@ impl Phase {
 }
 
 /// Switch times of one member, per pool, from the profile model.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SwitchCosts {
     pub rollout_warm: Micros,
     pub rollout_cold: Micros,
@@ -60,7 +60,7 @@ impl SwitchCosts {
 }
 
 /// A job joining the group.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MemberSpec {
     pub job: JobId,
     /// Group-local rollout node indices (sorted, non-empty); the rollout needs all at once.
@@ -163,7 +163,7 @@ pub struct LogEntry {
 }
 
 /// How a resource chooses among ready members.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Fairness {
     /// Weave: no member gets ahead of another on a shared resource (one phase each per
@@ -174,7 +174,7 @@ pub enum Fairness {
     Fifo,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 enum Stage {
     Ready(Phase),
     Switching(Phase),
@@ -182,7 +182,7 @@ enum Stage {
     Syncing,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct Member {
     spec: MemberSpec,
     iteration: u64,
@@ -192,7 +192,7 @@ struct Member {
 }
 
 /// A training pool or one rollout node.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct Resource {
     holder: Option<JobId>,
     last: Option<JobId>,
@@ -251,7 +251,7 @@ impl Resource {
 }
 
 /// The intra-group dispatcher. Deterministic: the same inputs give the same actions.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Dispatcher {
     members: BTreeMap<JobId, Member>,
     train: Resource,

@@ -1,11 +1,11 @@
 //! Host-DRAM residency: on every node, the cached states of the jobs pinned to it must fit.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use weave_core::{Bytes, JobId};
 
 /// Host DRAM per node of each pool.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GroupLimits {
     pub rollout_dram: Bytes,
     pub train_dram: Bytes,
@@ -25,7 +25,7 @@ pub struct MemoryUse {
     pub capacity: Bytes,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct Resident {
     nodes: Vec<u32>,
     rollout_state: Bytes,
@@ -33,7 +33,7 @@ struct Resident {
 }
 
 /// What is cached where inside one group.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MemoryLedger {
     limits: GroupLimits,
     rollout_used: BTreeMap<u32, u64>,

@@ -81,7 +81,7 @@ impl Default for ChurnLimits {
 }
 
 /// The moves made so far, against [`ChurnLimits`].
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Churn {
     pub limits: ChurnLimits,
     recent: VecDeque<Micros>,

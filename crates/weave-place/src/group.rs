@@ -2,14 +2,14 @@
 //! whose members share all of them), members, and what they cost.
 
 use crate::job::PlaceJob;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use weave_core::{Bytes, GroupId, JobId, Micros, NodeId};
 use weave_dispatch::timing::{self, bounds, closed_form_applies};
 use weave_dispatch::TimingMember;
 
 /// Rollout nodes used together: every member of a block runs its rollout on all of them.
 /// Blocks never partially overlap, which keeps the closed-form timing exact.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Block {
     /// Group-local id, never reused within the group (the dispatcher's rollout node index).
     pub id: u32,
@@ -18,7 +18,7 @@ pub struct Block {
     pub used: Bytes,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Member {
     pub job: PlaceJob,
     /// Id of the block the member's rollout runs on.
@@ -26,7 +26,7 @@ pub struct Member {
 }
 
 /// The predicted steady state of a group.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Prediction {
     pub meta_iteration: Micros,
     /// Co-executed iteration time per member, in member order.
@@ -55,7 +55,7 @@ impl Prediction {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Group {
     pub id: GroupId,
     pub training_nodes: Vec<NodeId>,
@@ -71,7 +71,7 @@ pub struct Group {
 }
 
 /// Host DRAM per node and whether states stay resident (warm switching).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Residency {
     pub rollout_dram: Bytes,
     pub train_dram: Bytes,

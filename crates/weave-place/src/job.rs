@@ -1,12 +1,12 @@
 //! The placement view of a job: its conservative estimate and what it costs to host.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use weave_core::{Bytes, ClusterConfig, JobId, JobSpec, Micros, PhaseTimes};
 use weave_dispatch::from_model::{job_sync, switch_costs};
 use weave_dispatch::{SwitchCosts, TimingMember};
 use weave_model::{job_rollout_state, job_training_state, Deployment, ProfileModel};
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PlaceJob {
     pub id: JobId,
     /// Conservative (max-length) per-iteration durations at the job's own widths.
@@ -31,16 +31,32 @@ pub struct PlaceJob {
 /// What admission knows about a job's run-time variation: sampled iterations relative to the
 /// estimate (from the runtime model in the simulator, from measured phases in the server),
 /// how many iterations its life average runs over, and how sure the promise must be.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Variation {
-    /// (rollout, training) factors of sampled iterations; empty: deterministic.
-    #[serde(skip)]
+    /// (rollout, training) factors of sampled iterations; empty: deterministic. (Shared: a
+    /// job's samples are cloned into every candidate group admission evaluates.)
+    #[serde(with = "shared_samples")]
     pub samples: std::sync::Arc<[(f64, f64)]>,
     /// Iterations the job's slowdown is averaged over (its life).
     pub iterations: u64,
     /// Standard-normal quantile of the allowed risk: `P(life slowdown > SLO) <= epsilon`
     /// gives `z = Phi^-1(1 - epsilon)` (2.33 for 1%).
     pub z: f64,
+}
+
+/// Serde for the shared sample slice (as a plain sequence; serde's `rc` feature would pull
+/// in identity-losing `Arc` handling for every type).
+mod shared_samples {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::sync::Arc;
+
+    pub fn serialize<S: Serializer>(v: &Arc<[(f64, f64)]>, s: S) -> Result<S::Ok, S::Error> {
+        v.as_ref().serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<[(f64, f64)]>, D::Error> {
+        Vec::<(f64, f64)>::deserialize(d).map(Arc::from)
+    }
 }
 
 impl Variation {

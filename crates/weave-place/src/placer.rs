@@ -11,13 +11,13 @@
 use crate::group::{Block, Group, Member, Prediction, Residency};
 use crate::job::PlaceJob;
 use rand::Rng;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use thiserror::Error;
 use weave_core::{Bytes, ClusterConfig, GroupId, JobId, Micros, Money, NodeId, Pool};
 use weave_model::named_stream;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DecisionKind {
     Direct,
@@ -28,7 +28,7 @@ pub enum DecisionKind {
 }
 
 /// Where [`Placer::admit_to`] puts a job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase", tag = "kind")]
 pub enum Target {
     /// An existing group: on block `block`, or on a new block of the job's width.
@@ -40,7 +40,7 @@ pub enum Target {
     Colocated,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PlacePolicy {
     /// Cheapest feasible option.
@@ -53,7 +53,7 @@ pub enum PlacePolicy {
     Isolate,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PlacerConfig {
     pub policy: PlacePolicy,
     /// Whether rollout scaling is allowed (off for the `weave-no-scaling` ablation).
@@ -98,7 +98,7 @@ impl PlacerConfig {
 }
 
 /// Why a job was placed where it was.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
     pub job: JobId,
     pub kind: DecisionKind,
@@ -179,6 +179,7 @@ impl OptionCost {
     }
 }
 
+#[derive(Serialize, Deserialize)]
 pub struct Placer {
     cfg: PlacerConfig,
     groups: BTreeMap<GroupId, Group>,
@@ -247,6 +248,12 @@ impl Placer {
 
     /// Grows fixed pools to at least `sizes` (never shrinks them: node indices name machines,
     /// and a machine that went away is a node out of service, not a smaller pool).
+    /// Replaces the settings (a placer restored from a snapshot takes the server's current
+    /// ones); what is placed stays as it is.
+    pub fn set_config(&mut self, cfg: PlacerConfig) {
+        self.cfg = cfg;
+    }
+
     pub fn grow_capacity(&mut self, sizes: (u32, u32)) {
         let (r, t) = self.cfg.capacity.unwrap_or((0, 0));
         self.cfg.capacity = Some((r.max(sizes.0), t.max(sizes.1)));

@@ -18,6 +18,7 @@ use weave_place::{Decision, DecisionKind, PlaceError, PlaceJob, Placer, PlacerCo
 use weave_trace::JsonlJob;
 
 mod queue;
+mod snapshot;
 pub use queue::Queued;
 
 /// Allowed slowdown of a job that does not give one.
@@ -276,7 +277,7 @@ pub enum JobState {
     Preempted,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct JobEntry {
     pub name: String,
     pub tenant: String,
@@ -374,7 +375,7 @@ pub struct Plane {
 }
 
 /// Counters for `/metrics`, derived from records (so a restart rebuilds them).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PlaneStats {
     /// Per phase (rollout, training): grants, and the summed wait from the job becoming ready
     /// for the phase to its grant (what sharing the group costs it).

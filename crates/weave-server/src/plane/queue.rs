@@ -12,7 +12,7 @@ fn priority(s: &SubmitSpec) -> Priority {
 }
 
 /// A submission waiting for room.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Queued {
     pub tenant: String,
     pub submit: SubmitSpec,

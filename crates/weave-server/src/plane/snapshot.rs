@@ -1,0 +1,152 @@
+//! Snapshots: the plane's whole state as bytes, so that a restart loads the state and replays
+//! only the records after it instead of all of history. A plane restored from a snapshot taken
+//! after record N, then fed records N+1.., is the same plane, field for field, as one that
+//! replayed every record (tests compare the two snapshots' bytes).
+//!
+//! What is configuration (the cluster, the profile table, admission's risk, quotas, churn
+//! limits, tracing detail) is not in a snapshot: it comes from the server's flags, as for a
+//! fresh plane. Placement settings likewise, except the pools' sizes, which records grow
+//! (inventory) and which the snapshot therefore keeps.
+//!
+//! Encoding: CBOR (binary, self-describing, exact for every `f64` including infinities).
+
+use super::{JobEntry, Measured, Plane, PlaneEvent, PlaneStats, Queued};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use weave_core::GroupId;
+use weave_dispatch::Dispatcher;
+use weave_place::consolidate::Churn;
+use weave_place::Placer;
+
+/// Format version: a snapshot of another version is refused (the log is replayed instead).
+const VERSION: u32 = 1;
+
+#[derive(Serialize, Deserialize)]
+struct Snapshot {
+    version: u32,
+    plane_version: u64,
+    placer: Placer,
+    dispatchers: BTreeMap<GroupId, Dispatcher>,
+    jobs: Vec<JobSnapshot>,
+    names: Vec<String>,
+    events: Vec<PlaneEvent>,
+    churn: Option<Churn>,
+    queue: Vec<Queued>,
+    arrivals: BTreeMap<String, u64>,
+    next_arrival: u64,
+    stats: PlaneStats,
+}
+
+/// [`Snapshot`] borrowed from a plane (written without copying the state first).
+#[derive(Serialize)]
+struct SnapshotRef<'a> {
+    version: u32,
+    plane_version: u64,
+    placer: &'a Placer,
+    dispatchers: &'a BTreeMap<GroupId, Dispatcher>,
+    jobs: Vec<JobSnapshotRef<'a>>,
+    names: &'a [String],
+    events: &'a [PlaneEvent],
+    churn: &'a Option<Churn>,
+    queue: &'a [Queued],
+    arrivals: &'a BTreeMap<String, u64>,
+    next_arrival: u64,
+    stats: PlaneStats,
+}
+
+#[derive(Serialize)]
+struct JobSnapshotRef<'a> {
+    entry: &'a JobEntry,
+    measured: &'a Measured,
+    ready_us: u64,
+    iteration_started_us: u64,
+}
+
+/// A job entry with the fields its API form leaves out.
+#[derive(Serialize, Deserialize)]
+struct JobSnapshot {
+    entry: JobEntry,
+    measured: Measured,
+    ready_us: u64,
+    iteration_started_us: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("snapshot: {0}")]
+pub struct SnapshotError(String);
+
+impl Plane {
+    /// The plane's state as bytes.
+    pub fn snapshot(&self) -> Vec<u8> {
+        let jobs = self
+            .jobs
+            .values()
+            .map(|j| JobSnapshotRef {
+                entry: j,
+                measured: &j.measured,
+                ready_us: j.ready_us,
+                iteration_started_us: j.iteration_started_us,
+            })
+            .collect();
+        let snap = SnapshotRef {
+            version: VERSION,
+            plane_version: self.version,
+            placer: &self.placer,
+            dispatchers: &self.dispatchers,
+            jobs,
+            names: &self.names,
+            events: &self.events,
+            churn: &self.churn,
+            queue: &self.queue,
+            arrivals: &self.arrivals,
+            next_arrival: self.next_arrival,
+            stats: self.stats,
+        };
+        let mut out = Vec::new();
+        ciborium::into_writer(&snap, &mut out).expect("writing to a Vec cannot fail");
+        out
+    }
+
+    /// This (freshly configured) plane with the state in `bytes`.
+    pub fn restore(mut self, bytes: &[u8]) -> Result<Plane, SnapshotError> {
+        let snap: Snapshot = ciborium::from_reader(bytes).map_err(|e| SnapshotError(e.to_string()))?;
+        if snap.version != VERSION {
+            return Err(SnapshotError(format!("format version {} (this build reads {VERSION})", snap.version)));
+        }
+        // Placement settings come from the configuration; the pools' sizes from the state.
+        let mut placer = snap.placer;
+        let configured = self.placer.config().clone();
+        let grown = placer.config().capacity;
+        placer.set_config(configured);
+        if let (Some(sizes), Some(_)) = (grown, self.placer.config().capacity) {
+            placer.grow_capacity(sizes);
+        }
+        self.placer = placer;
+        self.dispatchers = snap.dispatchers;
+        self.jobs = snap
+            .jobs
+            .into_iter()
+            .map(|j| {
+                let mut entry = j.entry;
+                entry.measured = j.measured;
+                entry.ready_us = j.ready_us;
+                entry.iteration_started_us = j.iteration_started_us;
+                (entry.name.clone(), entry)
+            })
+            .collect();
+        self.names = snap.names;
+        self.events = snap.events;
+        // Consolidation on or off is configuration; what it did so far is state.
+        if let (Some(mine), Some(theirs)) = (self.churn.as_mut(), snap.churn) {
+            let limits = mine.limits;
+            *mine = theirs;
+            mine.limits = limits;
+        }
+        self.queue = snap.queue;
+        self.arrivals = snap.arrivals;
+        self.next_arrival = snap.next_arrival;
+        self.stats = snap.stats;
+        self.version = snap.plane_version;
+        Ok(self)
+    }
+}
