@@ -60,6 +60,7 @@ pub fn bench_config(data: std::path::PathBuf) -> ServerConfig {
         max_wait: Duration::from_secs(5),
         placement: Default::default(),
         limits: Default::default(),
+        snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,
     }
 }
 

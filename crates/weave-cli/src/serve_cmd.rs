@@ -86,6 +86,10 @@ pub struct ServeArgs {
     /// Requests a token may send at once before the per-second rate applies.
     #[arg(long, default_value_t = 400)]
     rate_limit_burst: u32,
+    /// Snapshot the plane and drop the records it covers once this many records follow the
+    /// last snapshot (restart then replays at most this many); 0: never.
+    #[arg(long, default_value_t = weave_server::DEFAULT_SNAPSHOT_EVERY)]
+    snapshot_every: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -217,6 +221,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         max_wait: Duration::from_secs(30),
         placement: weave_server::state::PlacementConfig { consolidate: args.consolidate, slo_risk: args.slo_risk },
         limits: connection_limits(&args)?,
+        snapshot_every: args.snapshot_every,
     };
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;

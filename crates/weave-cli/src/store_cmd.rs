@@ -51,18 +51,24 @@ fn verify(data: &Path) -> Result<()> {
     } else {
         String::new()
     };
+    let snapshot = v.snapshot_at.map_or(String::new(), |at| format!("a snapshot of records 0..{at} and "));
     match v.first_bad {
         None => {
-            println!("{}: {} records, all good{unchecked}", path.display(), v.records);
+            println!("{}: {snapshot}{} records, all good{unchecked}", path.display(), v.records);
             Ok(())
         }
+        Some((seq, why)) if v.snapshot_at.is_none_or(|at| seq < at) && why.contains("snapshot") => bail!(
+            "{}: {why}\nthe snapshot holds the state of every record before it and cannot be rebuilt without them; \
+             restore the data directory from a backup",
+            path.display()
+        ),
         Some((seq, why)) => {
-            let keep = match seq.checked_sub(1) {
+            let keep = match seq.checked_sub(1).filter(|last| v.snapshot_at.is_none_or(|at| *last + 1 >= at)) {
                 Some(last) => format!(
                     "records 0..={last} are good: `weave store recover --data {} --truncate-after {last}` keeps them",
                     data.display()
                 ),
-                None => "no record before it is good".to_string(),
+                None => "no record before it is good (after the snapshot, if any)".to_string(),
             };
             bail!("{}: {why}\n{keep} (the file is copied aside first)", path.display())
         }

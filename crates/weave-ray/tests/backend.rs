@@ -98,6 +98,7 @@ fn shared(dir: &std::path::Path) -> Arc<Shared> {
         max_wait: Duration::from_secs(1),
         placement: Default::default(),
         limits: Default::default(),
+        snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,
     };
     Arc::new(Shared::open(cfg).unwrap())
 }

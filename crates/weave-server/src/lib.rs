@@ -12,7 +12,7 @@ mod status;
 pub mod telemetry;
 
 pub use auth::{Caller, Tenants};
-pub use state::{Capacity, ConnectionLimits, ServeError, ServerConfig, Shared};
+pub use state::{Capacity, ConnectionLimits, ServeError, ServerConfig, Shared, DEFAULT_SNAPSHOT_EVERY};
 
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;

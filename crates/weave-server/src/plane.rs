@@ -371,6 +371,8 @@ pub struct Plane {
     next_arrival: u64,
     /// Tenants' quotas with fixed pools (`None`: first come, first served).
     share: Option<weave_place::share::SharePolicy>,
+    /// Time of the last applied record (the server's clock continues from it).
+    last_time_us: Option<u64>,
     pub stats: PlaneStats,
 }
 
@@ -404,6 +406,7 @@ impl Plane {
             stats: PlaneStats::default(),
             grant_detail: false,
             queue: Vec::new(),
+            last_time_us: None,
             arrivals: BTreeMap::new(),
             next_arrival: 0,
             share: None,
@@ -438,6 +441,11 @@ impl Plane {
     pub fn with_slo_risk(mut self, epsilon: f64) -> Plane {
         self.slo_z = Variation::z_for(epsilon);
         self
+    }
+
+    /// Time of the last record applied, if any.
+    pub fn last_time_us(&self) -> Option<u64> {
+        self.last_time_us
     }
 
     pub fn cluster(&self) -> &ClusterConfig {
@@ -569,6 +577,7 @@ impl Plane {
     /// the record durable; checking again would recompute the placement).
     pub fn apply_checked(&mut self, rec: &Record) -> Result<(), PlaneError> {
         self.version += 1;
+        self.last_time_us = Some(self.last_time_us.unwrap_or(0).max(rec.time_us()));
         let applied = self.apply_record(rec);
         self.consolidate_pending(rec.time_us());
         // Whatever the record freed goes to the jobs waiting for it.

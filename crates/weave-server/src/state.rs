@@ -26,7 +26,14 @@ pub struct ServerConfig {
     pub max_wait: Duration,
     pub placement: PlacementConfig,
     pub limits: ConnectionLimits,
+    /// Compact the store (snapshot the plane, drop the records it covers) once this many
+    /// records follow the last snapshot; 0: never. Restart time is then bounded by the
+    /// snapshot and at most this many records, not by history.
+    pub snapshot_every: u64,
 }
+
+/// Records between snapshots unless configured otherwise.
+pub const DEFAULT_SNAPSHOT_EVERY: u64 = 100_000;
 
 /// What one client may hold or ask of the server.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -89,6 +96,8 @@ pub enum ServeError {
     Store(#[from] StoreError),
     #[error("recovering from the store: record {index}: {error}")]
     Recovery { index: usize, error: PlaneError },
+    #[error("recovering from the store: the snapshot before record {at}: {message} (see `weave store verify`)")]
+    Snapshot { at: u64, message: String },
 }
 
 pub struct Inner {
@@ -164,12 +173,16 @@ impl Shared {
         if let (Some(policy), true) = (cfg.tenants.share_policy(), fixed) {
             plane = plane.with_share(policy);
         }
-        let records: Vec<Record> = store.records()?;
-        let mut offset_us = 0;
-        for (index, r) in records.iter().enumerate() {
-            plane.apply(r).map_err(|error| ServeError::Recovery { index, error })?;
-            offset_us = offset_us.max(r.time_us() + 1);
+        let (snapshot, records) = store.load::<Record>()?;
+        let base = snapshot.as_ref().map_or(0, |(at, _)| *at);
+        if let Some((at, bytes)) = snapshot {
+            plane = plane.restore(&bytes).map_err(|e| ServeError::Snapshot { at, message: e.to_string() })?;
         }
+        for (i, r) in records.iter().enumerate() {
+            let index = base as usize + i;
+            plane.apply(r).map_err(|error| ServeError::Recovery { index, error })?;
+        }
+        let offset_us = plane.last_time_us().map_or(0, |t| t + 1);
         let now = Instant::now();
         // Running jobs get a fresh heartbeat grace period after a restart.
         let heartbeats = plane.jobs().filter(|j| j.state == JobState::Running).map(|j| (j.name.clone(), now)).collect();
@@ -262,9 +275,23 @@ impl Shared {
             Record::NodeUp { .. } | Record::Inventory { .. } => {}
         }
         let version = g.plane.version;
+        self.compact_if_due(&mut g);
         drop(g);
         self.changed.send_replace(version);
         Ok(())
+    }
+
+    /// Snapshots the plane into the store once enough records follow the last snapshot. A
+    /// failed compaction loses nothing (the records stay; the store reports not ready until
+    /// a write works again) and is tried again after the next record.
+    fn compact_if_due(&self, g: &mut Inner) {
+        let every = self.cfg.snapshot_every;
+        if every == 0 || g.store.records_since_snapshot() < every {
+            return;
+        }
+        let bytes = g.plane.snapshot();
+        // A failure is kept by the store and reported by `/readyz` (see `Store::ready`).
+        let _ = g.store.compact(&bytes);
     }
 
     /// Marks jobs whose heartbeats stopped as failed (they leave their groups).

@@ -391,6 +391,7 @@ fn commits_check_ownership_under_the_write_lock() {
         max_wait: Duration::from_secs(5),
         placement: Default::default(),
         limits: Default::default(),
+        snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,
     };
     let s = Shared::open(cfg).unwrap();
     let who = |tenant: &str| Caller { tenant: tenant.into(), admin: false, job: None };

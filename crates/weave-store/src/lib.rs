@@ -8,8 +8,13 @@
 //! record's number; a panic inside the storage library on a damaged file is caught and
 //! reported the same way. Nothing is ever repaired silently: [`verify`] says what is wrong and
 //! [`truncate_after`] drops the damaged tail on request, keeping a copy of the file.
+//!
+//! Compaction: [`Store::compact`] stores a snapshot of the caller's state after the last record
+//! and deletes the records it covers, in one transaction; recovery then loads the snapshot and
+//! replays only the records after it ([`Store::load`]). Record numbers never restart: the log
+//! continues at the snapshot's position. The snapshot carries its own checksum.
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::{de::DeserializeOwned, Serialize};
 use sha2::{Digest, Sha256};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -17,6 +22,8 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
+/// At most one row: the snapshot of the state after every record before its key.
+const SNAPSHOT: TableDefinition<u64, &[u8]> = TableDefinition::new("snapshot");
 
 #[derive(Debug, Error)]
 pub enum StoreError {
@@ -46,6 +53,45 @@ fn frame(seq: u64, payload: &[u8]) -> Vec<u8> {
 fn checksum(seq: u64, payload: &[u8]) -> [u8; SUM_LEN] {
     let d = Sha256::new().chain_update(seq.to_be_bytes()).chain_update(payload).finalize();
     d[..SUM_LEN].try_into().expect("16 bytes")
+}
+
+/// A stored snapshot: its checksum (over a domain tag, its position and bytes) and bytes.
+fn frame_snapshot(at: u64, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(SUM_LEN + payload.len());
+    v.extend_from_slice(&snapshot_checksum(at, payload));
+    v.extend_from_slice(payload);
+    v
+}
+
+fn snapshot_checksum(at: u64, payload: &[u8]) -> [u8; SUM_LEN] {
+    let d =
+        Sha256::new().chain_update(b"weave-snapshot").chain_update(at.to_be_bytes()).chain_update(payload).finalize();
+    d[..SUM_LEN].try_into().expect("16 bytes")
+}
+
+fn unframe_snapshot(at: u64, stored: &[u8]) -> Result<&[u8], StoreError> {
+    let bad =
+        |message: &str| StoreError::Corrupt { seq: at, message: format!("snapshot before record {at}: {message}") };
+    if stored.len() < SUM_LEN {
+        return Err(bad("shorter than its checksum"));
+    }
+    let (sum, payload) = stored.split_at(SUM_LEN);
+    if sum != snapshot_checksum(at, payload) {
+        return Err(bad("checksum mismatch"));
+    }
+    Ok(payload)
+}
+
+/// The snapshot row, if any: its position (the first record it does not cover) and bytes.
+fn read_snapshot(rtx: &redb::ReadTransaction) -> Result<Option<(u64, Vec<u8>)>, StoreError> {
+    let t = match rtx.open_table(SNAPSHOT) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+        Err(e) => return Err(db_err(e)),
+    };
+    let Some((k, v)) = t.last().map_err(db_err)? else { return Ok(None) };
+    let at = k.value();
+    Ok(Some((at, unframe_snapshot(at, v.value())?.to_vec())))
 }
 
 /// The payload of stored record `seq` if its checksum holds. Records written before
@@ -80,6 +126,9 @@ fn guarded<T>(path: &Path, f: impl FnOnce() -> Result<T, StoreError>) -> Result<
 /// What [`verify`] found.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Verification {
+    /// A snapshot covers the records before this one (they were compacted away).
+    pub snapshot_at: Option<u64>,
+    /// Records after the snapshot (all of them without one).
     pub records: u64,
     /// Records without a checksum (written before checksums): readable, not verifiable.
     pub unchecked: u64,
@@ -93,18 +142,27 @@ pub fn verify<T: DeserializeOwned>(path: &Path) -> Result<Verification, StoreErr
     let db = open_existing(path)?;
     let found = guarded(path, || {
         let rtx = db.begin_read().map_err(db_err)?;
-        let t = rtx.open_table(LOG).map_err(db_err)?;
         let mut v = Verification::default();
-        for (expected, row) in t.iter().map_err(db_err)?.enumerate() {
+        let base = match read_snapshot(&rtx) {
+            Ok(snap) => snap.map_or(0, |(at, _)| at),
+            Err(e) => {
+                v.first_bad = Some((0, e.to_string()));
+                return Ok(v);
+            }
+        };
+        v.snapshot_at = (base > 0).then_some(base);
+        let t = rtx.open_table(LOG).map_err(db_err)?;
+        for (i, row) in t.iter().map_err(db_err)?.enumerate() {
+            let expected = base + i as u64;
             let (k, stored) = match row {
                 Ok(r) => r,
                 Err(e) => {
-                    v.first_bad = Some((expected as u64, e.to_string()));
+                    v.first_bad = Some((expected, e.to_string()));
                     break;
                 }
             };
             let seq = k.value();
-            let checked = match check::<T>(seq, expected as u64, stored.value()) {
+            let checked = match check::<T>(seq, expected, stored.value()) {
                 Ok(c) => c,
                 Err(e) => {
                     v.first_bad = Some((seq, e.to_string()));
@@ -142,8 +200,26 @@ pub fn truncate_after(path: &Path, last: u64) -> Result<(u64, PathBuf), StoreErr
         }
         n += 1;
     };
-    std::fs::copy(path, &backup).map_err(|e| open_err(&e))?;
     let db = open_existing(path)?;
+    let base = guarded(path, || {
+        let rtx = db.begin_read().map_err(db_err)?;
+        Ok(read_snapshot(&rtx)?.map_or(0, |(at, _)| at))
+    });
+    match base {
+        Ok(base) if last.saturating_add(1) < base => {
+            close(db);
+            return Err(StoreError::Db(format!(
+                "records before {base} are compacted into the snapshot: keep at least 0..={}",
+                base - 1
+            )));
+        }
+        Ok(_) => {}
+        Err(e) => {
+            close(db);
+            return Err(e);
+        }
+    }
+    std::fs::copy(path, &backup).map_err(|e| open_err(&e))?;
     let dropped = guarded(path, || {
         let tx = db.begin_write().map_err(db_err)?;
         let dropped = {
@@ -194,6 +270,8 @@ pub struct Store {
     /// `None` after a failed write until the store is opened again.
     db: Option<Database>,
     next: u64,
+    /// The first record the snapshot does not cover (0: no snapshot).
+    base: u64,
     /// Why the last write failed, while the store has not recovered.
     failed: Option<String>,
 }
@@ -201,11 +279,12 @@ pub struct Store {
 impl Store {
     /// Opens (or creates) the store at `path`.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        let (db, next) = Self::open_db(path)?;
-        Ok(Store { path: path.to_path_buf(), db: Some(db), next, failed: None })
+        let (db, next, base) = Self::open_db(path)?;
+        Ok(Store { path: path.to_path_buf(), db: Some(db), next, base, failed: None })
     }
 
-    fn open_db(path: &Path) -> Result<(Database, u64), StoreError> {
+    /// The database, the next record's number and the snapshot's position (0: none).
+    fn open_db(path: &Path) -> Result<(Database, u64, u64), StoreError> {
         let open_err =
             |e: &dyn std::fmt::Display| StoreError::Open { path: path.display().to_string(), message: e.to_string() };
         // The store holds submissions and launch environments: only its owner reads it. A new
@@ -224,9 +303,14 @@ impl Store {
                 let rtx = db.begin_read().map_err(db_err)?;
                 let t = rtx.open_table(LOG).map_err(db_err)?;
                 let last = t.last().map_err(db_err)?;
-                last.map(|(k, _)| k.value() + 1).unwrap_or(0)
+                let snapshot_at = match rtx.open_table(SNAPSHOT) {
+                    Ok(s) => s.last().map_err(db_err)?.map_or(0, |(k, _)| k.value()),
+                    Err(redb::TableError::TableDoesNotExist(_)) => 0,
+                    Err(e) => return Err(db_err(e)),
+                };
+                (last.map(|(k, _)| k.value() + 1).unwrap_or(0).max(snapshot_at), snapshot_at)
             };
-            Ok((db, next))
+            Ok((db, next.0, next.1))
         })
     }
 
@@ -249,7 +333,7 @@ impl Store {
         if let Some(old) = self.db.take() {
             close(old);
         }
-        let (db, next) = Self::open_db(&self.path)?;
+        let (db, next, _) = Self::open_db(&self.path)?;
         if next != self.next {
             return Err(StoreError::Db(format!(
                 "after a failed write the log ends at record {next}, not {}: restart to replay it",
@@ -284,18 +368,32 @@ impl Store {
         Ok(seq)
     }
 
-    /// Every record, in append order; a record whose checksum fails, that is out of
-    /// sequence or does not parse stops the read with its number.
+    /// Every record, in append order (only with no snapshot: see [`Store::load`]).
     pub fn records<T: DeserializeOwned>(&self) -> Result<Vec<T>, StoreError> {
+        let (snapshot, records) = self.load()?;
+        if let Some((at, _)) = snapshot {
+            return Err(StoreError::Db(format!("records before {at} are compacted into a snapshot: use load")));
+        }
+        Ok(records)
+    }
+
+    /// The snapshot (its position and bytes), if any, and every record after it in append
+    /// order; a record whose checksum fails, that is out of sequence or does not parse stops
+    /// the read with its number, as does a damaged snapshot.
+    #[allow(clippy::type_complexity)]
+    pub fn load<T: DeserializeOwned>(&self) -> Result<(Option<(u64, Vec<u8>)>, Vec<T>), StoreError> {
         let db = self.db.as_ref().ok_or_else(|| StoreError::Db("the store is not open".into()))?;
         guarded(&self.path, || {
             let rtx = db.begin_read().map_err(db_err)?;
+            let snapshot = read_snapshot(&rtx)?;
+            let base = snapshot.as_ref().map_or(0, |(at, _)| *at);
             let t = rtx.open_table(LOG).map_err(db_err)?;
             let mut out = Vec::new();
-            for (expected, row) in t.iter().map_err(db_err)?.enumerate() {
-                let (k, v) = row.map_err(|e| StoreError::Corrupt { seq: expected as u64, message: e.to_string() })?;
+            for (i, row) in t.iter().map_err(db_err)?.enumerate() {
+                let expected = base + i as u64;
+                let (k, v) = row.map_err(|e| StoreError::Corrupt { seq: expected, message: e.to_string() })?;
                 let seq = k.value();
-                if seq != expected as u64 {
+                if seq != expected {
                     return Err(StoreError::Corrupt {
                         seq,
                         message: format!("out of sequence: expected record {expected}"),
@@ -306,12 +404,48 @@ impl Store {
                     serde_json::from_slice(payload).map_err(|e| StoreError::Corrupt { seq, message: e.to_string() })?;
                 out.push(rec);
             }
-            Ok(out)
+            Ok((snapshot, out))
         })
+    }
+
+    /// Stores `snapshot` as the state after every record so far and deletes those records, in
+    /// one transaction (a crash leaves either the old log or the snapshot, never neither).
+    /// Returns how many records were deleted.
+    pub fn compact(&mut self, snapshot: &[u8]) -> Result<u64, StoreError> {
+        let at = self.next;
+        let bytes = frame_snapshot(at, snapshot);
+        let done = self.recover().and_then(|()| {
+            let db = self.db.as_ref().ok_or_else(|| StoreError::Db("the store is not open".into()))?;
+            let tx = db.begin_write().map_err(db_err)?;
+            let deleted = {
+                let mut snap = tx.open_table(SNAPSHOT).map_err(db_err)?;
+                snap.retain(|_, _| false).map_err(db_err)?;
+                snap.insert(at, bytes.as_slice()).map_err(db_err)?;
+                let mut log = tx.open_table(LOG).map_err(db_err)?;
+                let before = log.len().map_err(db_err)?;
+                log.retain_in(..at, |_, _| false).map_err(db_err)?;
+                before - log.len().map_err(db_err)?
+            };
+            tx.commit().map_err(db_err)?;
+            Ok(deleted)
+        });
+        if done.is_ok() {
+            self.base = at;
+        }
+        match &done {
+            Ok(_) => self.failed = None,
+            Err(e) => self.failed = Some(e.to_string()),
+        }
+        done
     }
 
     pub fn len(&self) -> u64 {
         self.next
+    }
+
+    /// Records appended after the snapshot (all of them without one).
+    pub fn records_since_snapshot(&self) -> u64 {
+        self.next - self.base
     }
 
     pub fn is_empty(&self) -> bool {

@@ -89,7 +89,7 @@ fn verify_counts_good_records_and_never_creates_a_store() {
     let d = dir("verify");
     let path = written(&d);
     let v = verify::<String>(&path).unwrap();
-    assert_eq!((v.records, v.unchecked, v.first_bad), (40, 0, None));
+    assert_eq!((v.snapshot_at, v.records, v.unchecked, v.first_bad), (None, 40, 0, None));
     // Records that do not parse as what the caller expects are named too.
     let v = verify::<u32>(&path).unwrap();
     assert_eq!(v.first_bad.map(|b| b.0), Some(0));

@@ -35,6 +35,7 @@ struct Snapshot {
     arrivals: BTreeMap<String, u64>,
     next_arrival: u64,
     stats: PlaneStats,
+    last_time_us: Option<u64>,
 }
 
 /// [`Snapshot`] borrowed from a plane (written without copying the state first).
@@ -52,6 +53,7 @@ struct SnapshotRef<'a> {
     arrivals: &'a BTreeMap<String, u64>,
     next_arrival: u64,
     stats: PlaneStats,
+    last_time_us: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -101,6 +103,7 @@ impl Plane {
             arrivals: &self.arrivals,
             next_arrival: self.next_arrival,
             stats: self.stats,
+            last_time_us: self.last_time_us,
         };
         let mut out = Vec::new();
         ciborium::into_writer(&snap, &mut out).expect("writing to a Vec cannot fail");
@@ -146,6 +149,7 @@ impl Plane {
         self.arrivals = snap.arrivals;
         self.next_arrival = snap.next_arrival;
         self.stats = snap.stats;
+        self.last_time_us = snap.last_time_us;
         self.version = snap.plane_version;
         Ok(self)
     }

@@ -54,6 +54,7 @@ impl TestServer {
             max_wait: Duration::from_secs(5),
             placement: Default::default(),
             limits: Default::default(),
+            snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,
         };
         change(&mut cfg);
         let (tx, rx) = std::sync::mpsc::channel();
