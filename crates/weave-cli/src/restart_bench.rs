@@ -25,6 +25,9 @@ pub struct RestartArgs {
     /// placement and departures in the log). 0: jobs run until the store is full.
     #[arg(long, default_value_t = 0)]
     iterations: u64,
+    /// The server's `--snapshot-every` (0: never snapshot: restart replays every record).
+    #[arg(long, default_value_t = weave_server::DEFAULT_SNAPSHOT_EVERY)]
+    snapshot_every: u64,
     #[arg(long)]
     json: bool,
 }
@@ -32,6 +35,12 @@ pub struct RestartArgs {
 #[derive(Serialize)]
 struct Report {
     records: u64,
+    snapshot_every: u64,
+    /// Records replayed after the snapshot at reopening.
+    records_replayed: u64,
+    /// The plane's snapshot at the end: its size and the time to encode it.
+    snapshot_bytes: usize,
+    snapshot_encode_s: f64,
     open_s_median: f64,
     open_s_all: Vec<f64>,
     per_record_us: f64,
@@ -43,35 +52,63 @@ pub fn run(args: RestartArgs) -> Result<()> {
     }
     let data = std::env::temp_dir().join(format!("weave-bench-restart-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
-    let records = build(&data, &args)?;
+    let config = || {
+        let mut cfg = crate::serve_bench::bench_config(data.clone());
+        cfg.snapshot_every = args.snapshot_every;
+        cfg
+    };
+    let records = build(config(), &args)?;
     let mut times = Vec::new();
+    let (mut snapshot_bytes, mut snapshot_encode_s) = (0, 0.0);
     for _ in 0..args.opens {
         let t = Instant::now();
-        let shared = Shared::open(crate::serve_bench::bench_config(data.clone())).context("cannot reopen the store")?;
+        let shared = Shared::open(config()).context("cannot reopen the store")?;
         times.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        snapshot_bytes = shared.lock().plane.snapshot().len();
+        snapshot_encode_s = t.elapsed().as_secs_f64();
         drop(shared);
     }
+    let records_replayed = {
+        let store = weave_store::Store::open(&data.join("weave.redb"))?;
+        store.records_since_snapshot()
+    };
     let _ = std::fs::remove_dir_all(&data);
     let mut sorted = times.clone();
     sorted.sort_by(f64::total_cmp);
     let median = sorted[sorted.len() / 2];
-    let r = Report { records, open_s_median: median, open_s_all: times, per_record_us: median * 1e6 / records as f64 };
+    let r = Report {
+        records,
+        snapshot_every: args.snapshot_every,
+        records_replayed,
+        snapshot_bytes,
+        snapshot_encode_s,
+        open_s_median: median,
+        open_s_all: times,
+        per_record_us: median * 1e6 / records as f64,
+    };
     if args.json {
         return write_output(None, &json(&r)?);
     }
     write_output(
         None,
         &format!(
-            "{} records: reopening (replay) takes {:.3} s median of {} ({:.1} us per record)\n",
-            r.records, r.open_s_median, args.opens, r.per_record_us
+            "{} records ({} after the last snapshot): reopening takes {:.3} s median of {} ({:.1} us per record); \
+             a snapshot is {} bytes, {:.3} s to encode\n",
+            r.records,
+            r.records_replayed,
+            r.open_s_median,
+            args.opens,
+            r.per_record_us,
+            r.snapshot_bytes,
+            r.snapshot_encode_s
         ),
     )
 }
 
 /// Submits the jobs and reports their phases until the store holds `records` records.
-fn build(data: &std::path::Path, args: &RestartArgs) -> Result<u64> {
-    let shared = Shared::open(crate::serve_bench::bench_config(data.to_path_buf()))
-        .context("cannot create the benchmark store")?;
+fn build(config: weave_server::ServerConfig, args: &RestartArgs) -> Result<u64> {
+    let shared = Shared::open(config).context("cannot create the benchmark store")?;
     let mut next_id = 0usize;
     let submit = |slot: usize, next_id: &mut usize| -> Result<String> {
         let ty = ["7B_8k", "14B_8k", "3B_4k", "8B_16k"][slot % 4];

@@ -61,6 +61,7 @@ pub fn bench_config(data: std::path::PathBuf) -> ServerConfig {
         placement: Default::default(),
         limits: Default::default(),
         snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,
+        retention: Default::default(),
     }
 }
 

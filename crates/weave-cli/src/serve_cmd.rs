@@ -90,6 +90,12 @@ pub struct ServeArgs {
     /// last snapshot (restart then replays at most this many); 0: never.
     #[arg(long, default_value_t = weave_server::DEFAULT_SNAPSHOT_EVERY)]
     snapshot_every: u64,
+    /// Events the server holds (the newest; `/v1/events` pages through them).
+    #[arg(long, default_value_t = weave_server::plane::Retention::default().events)]
+    keep_events: usize,
+    /// Ended jobs the server holds (the most recent; an older one's name is free again).
+    #[arg(long, default_value_t = weave_server::plane::Retention::default().jobs)]
+    keep_ended_jobs: usize,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -222,6 +228,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         placement: weave_server::state::PlacementConfig { consolidate: args.consolidate, slo_risk: args.slo_risk },
         limits: connection_limits(&args)?,
         snapshot_every: args.snapshot_every,
+        retention: weave_server::plane::Retention { events: args.keep_events, jobs: args.keep_ended_jobs },
     };
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;

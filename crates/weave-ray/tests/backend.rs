@@ -99,6 +99,7 @@ fn shared(dir: &std::path::Path) -> Arc<Shared> {
         placement: Default::default(),
         limits: Default::default(),
         snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,
+        retention: Default::default(),
     };
     Arc::new(Shared::open(cfg).unwrap())
 }

@@ -517,9 +517,12 @@ async fn events(
     // The page is copied under the lock and serialized after it is released.
     let g = s.lock();
     let since = c.job.as_deref().map_or(0, |name| admission_start(&g.plane, &c, name));
-    // Sequence numbers are positions in the event list: a cursor skips straight to it.
-    let from = q.after.map_or(0, |a| (a as usize).saturating_add(1)).min(g.plane.events().len());
-    let visible: Vec<_> = g.plane.events()[from..]
+    // Sequence numbers are positions in the event history: a cursor skips straight to it
+    // (events older than the plane holds are gone; the page starts at the oldest held).
+    let from = q.after.map_or(0, |a| a.saturating_add(1));
+    let visible: Vec<_> = g
+        .plane
+        .events_from(from)
         .iter()
         .filter(|e| e.seq >= since)
         .filter(|e| match g.plane.job(&e.job) {

@@ -28,7 +28,6 @@ fn tenants(out: &mut String, plane: &Plane, only: Option<&str>) {
         return;
     }
     let shown = |t: &str| only.is_none_or(|o| o == t);
-    let owner = |job: &str| plane.job(job).map(|j| j.tenant.as_str());
     family(out, "weave_tenant_quota_nodes", "gauge", "A tenant's nominal quota per pool (nodes).");
     for (t, nominal, _) in quotas.iter().filter(|q| shown(&q.0)) {
         for (p, pool) in ["rollout", "training"].iter().enumerate() {
@@ -52,14 +51,8 @@ fn tenants(out: &mut String, plane: &Plane, only: Option<&str>) {
         let _ = writeln!(out, "weave_tenant_queued_jobs{{tenant=\"{t}\"}} {n}");
     }
     family(out, "weave_tenant_preemptions_total", "counter", "Admissions of a tenant's jobs ended by preemption.");
-    let mut preempted: std::collections::BTreeMap<&str, u64> = quotas.iter().map(|q| (q.0.as_str(), 0)).collect();
-    for e in plane.events().iter().filter(|e| e.kind == "preempted") {
-        if let Some(n) = owner(&e.job).and_then(|t| preempted.get_mut(t)) {
-            *n += 1;
-        }
-    }
-    for (t, n) in preempted.into_iter().filter(|(t, _)| shown(t)) {
-        let _ = writeln!(out, "weave_tenant_preemptions_total{{tenant=\"{t}\"}} {n}");
+    for (t, _, _) in quotas.iter().filter(|q| shown(&q.0)) {
+        let _ = writeln!(out, "weave_tenant_preemptions_total{{tenant=\"{t}\"}} {}", plane.preemptions(t));
     }
 }
 
@@ -92,7 +85,7 @@ pub fn render(plane: &Plane) -> String {
     let _ = writeln!(out, "weave_groups {}", plane.placer().groups().count());
     family(&mut out, "weave_hourly_cost_dollars", "gauge", "Cost per hour of the nodes held.");
     let _ = writeln!(out, "weave_hourly_cost_dollars {:.6}", plane.placer().hourly_cost().as_dollars());
-    let grants = plane.events().iter().filter(|e| e.kind == "grant").count();
+    let grants = plane.stats.grants[0] + plane.stats.grants[1];
     family(&mut out, "weave_phase_grants_total", "counter", "Phases granted.");
     let _ = writeln!(out, "weave_phase_grants_total {grants}");
     let st = plane.stats;

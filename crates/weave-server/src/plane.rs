@@ -373,7 +373,30 @@ pub struct Plane {
     share: Option<weave_place::share::SharePolicy>,
     /// Time of the last applied record (the server's clock continues from it).
     last_time_us: Option<u64>,
+    /// Sequence number of the first event still held (older ones were let go).
+    events_base: u64,
+    /// Ended admissions, oldest first: let go (with their events' visibility) beyond
+    /// `retention.jobs`.
+    ended: VecDeque<(String, JobId)>,
+    retention: Retention,
+    /// Admissions ended by preemption, per tenant (a counter: events are let go).
+    preemptions: BTreeMap<String, u64>,
     pub stats: PlaneStats,
+}
+
+/// How much history the plane holds: the newest events, and ended jobs (their entries; a job
+/// name let go may be taken again). Bounded, so memory and snapshots follow the live state,
+/// not the age of the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    pub events: usize,
+    pub jobs: usize,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention { events: 200_000, jobs: 10_000 }
+    }
 }
 
 /// Counters for `/metrics`, derived from records (so a restart rebuilds them).
@@ -407,6 +430,10 @@ impl Plane {
             grant_detail: false,
             queue: Vec::new(),
             last_time_us: None,
+            events_base: 0,
+            ended: VecDeque::new(),
+            retention: Retention::default(),
+            preemptions: BTreeMap::new(),
             arrivals: BTreeMap::new(),
             next_arrival: 0,
             share: None,
@@ -416,6 +443,12 @@ impl Plane {
     /// Grant events carry their wait and planned switch from now on (tracing is on).
     pub fn set_grant_detail(&mut self, on: bool) {
         self.grant_detail = on;
+    }
+
+    /// Holds at most this much history (see [`Retention`]).
+    pub fn with_retention(mut self, retention: Retention) -> Plane {
+        self.retention = Retention { events: retention.events.max(1), jobs: retention.jobs };
+        self
     }
 
     /// Turns on co-located mode and consolidation: jobs that run alone are paired into groups
@@ -464,8 +497,25 @@ impl Plane {
         self.jobs.values()
     }
 
+    /// The events still held, oldest first (see [`Retention`]).
     pub fn events(&self) -> &[PlaneEvent] {
         &self.events
+    }
+
+    /// The sequence number the next event will get.
+    pub fn next_event_seq(&self) -> u64 {
+        self.events_base + self.events.len() as u64
+    }
+
+    /// The events held with a sequence number of `seq` or more.
+    pub fn events_from(&self, seq: u64) -> &[PlaneEvent] {
+        let k = seq.saturating_sub(self.events_base).min(self.events.len() as u64) as usize;
+        &self.events[k..]
+    }
+
+    /// Admissions of `tenant`'s jobs ended by preemption.
+    pub fn preemptions(&self, tenant: &str) -> u64 {
+        self.preemptions.get(tenant).copied().unwrap_or(0)
     }
 
     pub fn dispatcher(&self, g: GroupId) -> Option<&Dispatcher> {
@@ -655,8 +705,32 @@ impl Plane {
     }
 
     fn event(&mut self, mut e: PlaneEvent) {
-        e.seq = self.events.len() as u64;
+        e.seq = self.next_event_seq();
         self.events.push(e);
+        // Let go of the oldest quarter at once (amortised), keeping at least the retention.
+        let keep = self.retention.events;
+        if self.events.len() >= keep + keep.div_ceil(4) {
+            let drop = self.events.len() - keep;
+            self.events.drain(..drop);
+            self.events_base += drop as u64;
+        }
+    }
+
+    /// Remembers that this admission of `name` ended; lets go of the oldest ended ones beyond
+    /// the retention (unless the name came back: running, queued, or preempted to wait).
+    fn ended(&mut self, name: &str) {
+        let Some(j) = self.jobs.get(name) else { return };
+        self.ended.push_back((name.to_string(), j.id));
+        while self.ended.len() > self.retention.jobs {
+            let Some((old, id)) = self.ended.pop_front() else { break };
+            let gone = self.jobs.get(&old).is_some_and(|j| {
+                j.id == id && matches!(j.state, JobState::Completed | JobState::Cancelled | JobState::Failed)
+            });
+            if gone && self.queued(&old).is_none() {
+                self.jobs.remove(&old);
+                self.arrivals.remove(&old);
+            }
+        }
     }
 
     /// Admits a submission; `carried` is a re-admitted job's measured estimate and the
@@ -804,6 +878,7 @@ impl Plane {
                 meta: Some(serde_json::json!({ "reason": reason })),
                 ..ev(time_us, name, "failed", None, None, None)
             });
+            self.ended(name);
             return;
         }
         let new_id = self.jobs[name].id;
@@ -877,10 +952,16 @@ impl Plane {
         let id = j.id;
         let kind = format!("{state:?}").to_lowercase();
         let meta = j.failure.as_ref().map(|r| serde_json::json!({ "reason": r }));
+        if state == JobState::Preempted {
+            *self.preemptions.entry(j.tenant.clone()).or_default() += 1;
+        }
         self.event(PlaneEvent { meta, ..ev(time_us, name, &kind, None, None, group) });
         if let Some(g) = group {
             self.drive(time_us, g, Input::Leave { job: id });
             self.depart(g, id);
+        }
+        if state != JobState::Preempted {
+            self.ended(name);
         }
     }
 
@@ -929,6 +1010,7 @@ impl Plane {
                         }
                         self.event(ev(time_us, &name, "completed", None, None, Some(g)));
                         self.depart(g, job);
+                        self.ended(&name);
                     }
                 }
             }

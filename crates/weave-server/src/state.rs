@@ -30,6 +30,8 @@ pub struct ServerConfig {
     /// records follow the last snapshot; 0: never. Restart time is then bounded by the
     /// snapshot and at most this many records, not by history.
     pub snapshot_every: u64,
+    /// History the plane holds (newest events, ended jobs).
+    pub retention: crate::plane::Retention,
 }
 
 /// Records between snapshots unless configured otherwise.
@@ -165,7 +167,8 @@ impl Shared {
             Capacity::Recorded => Some((0, 0)),
         };
         let fixed = placer.capacity.is_some();
-        let mut plane = Plane::new(cfg.cluster.clone(), placer).with_slo_risk(cfg.placement.slo_risk);
+        let mut plane =
+            Plane::new(cfg.cluster.clone(), placer).with_slo_risk(cfg.placement.slo_risk).with_retention(cfg.retention);
         if cfg.placement.consolidate {
             plane = plane.with_consolidation(Default::default());
         }
@@ -244,7 +247,7 @@ impl Shared {
         }
         g.plane.check(&rec)?;
         g.store.append(&rec)?;
-        let seen = g.plane.events().len();
+        let seen = g.plane.next_event_seq();
         g.plane.apply_checked(&rec)?;
         if let Some(t) = &self.telemetry {
             t.observe(&g.plane);
@@ -252,7 +255,7 @@ impl Shared {
         // Every job this record started (a submission, or queued ones it made room for) is
         // watched from now; a queued job is not (it is not running yet).
         let Inner { plane, heartbeats, .. } = &mut *g;
-        for e in plane.events()[seen..].iter().filter(|e| e.kind == "admitted") {
+        for e in plane.events_from(seen).iter().filter(|e| e.kind == "admitted") {
             heartbeats.insert(e.job.clone(), Instant::now());
         }
         match &rec {

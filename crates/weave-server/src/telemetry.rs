@@ -44,7 +44,7 @@ pub struct Telemetry {
 #[derive(Default)]
 struct Open {
     /// Plane events already turned into spans.
-    next_event: usize,
+    next_event: u64,
     admissions: BTreeMap<String, Admission>,
 }
 
@@ -146,7 +146,7 @@ impl Telemetry {
 
     /// Events up to now were exported by an earlier process (or never): start after them.
     pub fn skip_to(&self, plane: &Plane) {
-        self.lock().next_event = plane.events().len();
+        self.lock().next_event = plane.next_event_seq();
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
@@ -160,11 +160,10 @@ impl Telemetry {
     /// Turns the plane's new events into spans.
     pub fn observe(&self, plane: &Plane) {
         let mut open = self.lock();
-        let events = plane.events();
-        for e in events.get(open.next_event..).unwrap_or_default() {
+        for e in plane.events_from(open.next_event) {
             self.event(&mut open, plane, e);
         }
-        open.next_event = events.len();
+        open.next_event = plane.next_event_seq();
     }
 
     fn event(&self, open: &mut Open, plane: &Plane, e: &PlaneEvent) {

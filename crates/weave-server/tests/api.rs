@@ -392,6 +392,7 @@ fn commits_check_ownership_under_the_write_lock() {
         placement: Default::default(),
         limits: Default::default(),
         snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,
+        retention: Default::default(),
     };
     let s = Shared::open(cfg).unwrap();
     let who = |tenant: &str| Caller { tenant: tenant.into(), admin: false, job: None };

@@ -7,7 +7,7 @@ use weave_core::{ClusterConfig, Micros, NodeId};
 use weave_dispatch::Phase;
 use weave_place::share::{ShareMode, SharePolicy, TenantQuota};
 use weave_place::{PlacePolicy, PlacerConfig};
-use weave_server::plane::{JobState, Plane, Record, SubmitSpec};
+use weave_server::plane::{JobState, Plane, Record, Retention, SubmitSpec};
 
 const S: u64 = 1_000_000;
 
@@ -18,7 +18,8 @@ fn plane(consolidate: bool) -> Plane {
     cfg.capacity = Some((3, 3));
     let quota =
         |name: &str, n: f64| TenantQuota { name: name.into(), rollout_nodes: n, training_nodes: n, borrow_limit: None };
-    let mut p = Plane::new(cluster, cfg);
+    // Little history held, so that letting go of it is part of every test.
+    let mut p = Plane::new(cluster, cfg).with_retention(Retention { events: 40, jobs: 4 });
     if consolidate {
         p = p.with_consolidation(Default::default());
     }
@@ -123,13 +124,24 @@ fn seeded_histories_cover_what_snapshots_must_carry() {
         let ops: Vec<(u8, u8, u8)> = (0..150).map(|_| (next(), next(), next())).collect();
         let consolidate = seed % 2 == 0;
         let records = history(&ops, consolidate);
-        let whole = replay(plane(consolidate), &records);
+        let mut whole = plane(consolidate);
+        for r in &records {
+            let from = whole.next_event_seq();
+            whole.apply(r).unwrap();
+            seen.extend(whole.events_from(from).iter().map(|e| e.kind.clone()));
+        }
         for k in [0, records.len() / 3, records.len() / 2, records.len()] {
             let head = replay(plane(consolidate), &records[..k]);
             let resumed = replay(plane(consolidate).restore(&head.snapshot()).unwrap(), &records[k..]);
             assert!(whole.snapshot() == resumed.snapshot(), "seed {seed}: differs after a cut at {k}");
         }
-        seen.extend(whole.events().iter().map(|e| e.kind.clone()));
+        // Bounded history: at most the retention (and a quarter) of events, numbered on.
+        assert!(whole.events().len() <= 50, "{} events held", whole.events().len());
+        let seqs: Vec<u64> = whole.events().iter().map(|e| e.seq).collect();
+        assert_eq!(seqs.last().map(|s| s + 1), Some(whole.next_event_seq()));
+        assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1));
+        let ended = whole.jobs().filter(|j| matches!(j.state, JobState::Completed | JobState::Cancelled)).count();
+        assert!(ended <= 4, "{ended} ended jobs held");
     }
     for kind in ["preempted", "completed", "node-down", "queued", "cancelled", "moved", "requeued"] {
         assert!(seen.contains(kind), "no {kind} event in any history: {seen:?}");

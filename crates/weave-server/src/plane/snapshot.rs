@@ -12,8 +12,8 @@
 
 use super::{JobEntry, Measured, Plane, PlaneEvent, PlaneStats, Queued};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-use weave_core::GroupId;
+use std::collections::{BTreeMap, VecDeque};
+use weave_core::{GroupId, JobId};
 use weave_dispatch::Dispatcher;
 use weave_place::consolidate::Churn;
 use weave_place::Placer;
@@ -36,6 +36,9 @@ struct Snapshot {
     next_arrival: u64,
     stats: PlaneStats,
     last_time_us: Option<u64>,
+    events_base: u64,
+    ended: VecDeque<(String, JobId)>,
+    preemptions: BTreeMap<String, u64>,
 }
 
 /// [`Snapshot`] borrowed from a plane (written without copying the state first).
@@ -54,6 +57,9 @@ struct SnapshotRef<'a> {
     next_arrival: u64,
     stats: PlaneStats,
     last_time_us: Option<u64>,
+    events_base: u64,
+    ended: &'a VecDeque<(String, JobId)>,
+    preemptions: &'a BTreeMap<String, u64>,
 }
 
 #[derive(Serialize)]
@@ -104,6 +110,9 @@ impl Plane {
             next_arrival: self.next_arrival,
             stats: self.stats,
             last_time_us: self.last_time_us,
+            events_base: self.events_base,
+            ended: &self.ended,
+            preemptions: &self.preemptions,
         };
         let mut out = Vec::new();
         ciborium::into_writer(&snap, &mut out).expect("writing to a Vec cannot fail");
@@ -150,6 +159,9 @@ impl Plane {
         self.next_arrival = snap.next_arrival;
         self.stats = snap.stats;
         self.last_time_us = snap.last_time_us;
+        self.events_base = snap.events_base;
+        self.ended = snap.ended;
+        self.preemptions = snap.preemptions;
         self.version = snap.plane_version;
         Ok(self)
     }

@@ -55,6 +55,7 @@ impl TestServer {
             placement: Default::default(),
             limits: Default::default(),
             snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,
+            retention: Default::default(),
         };
         change(&mut cfg);
         let (tx, rx) = std::sync::mpsc::channel();
