@@ -23,6 +23,8 @@ pub enum BenchCommand {
     Serve(crate::serve_bench::ServeBenchArgs),
     /// `weave serve` under SIGKILLs and generated hostile requests, every outcome checked.
     Chaos(crate::chaos_bench::ChaosArgs),
+    /// `weave serve` under steady load for a long time with `/v1/events` polled: its memory.
+    Soak(crate::soak_bench::SoakArgs),
     /// Restart time of `weave serve` (store replay) by records in its store.
     Restart(crate::restart_bench::RestartArgs),
     /// Holds connections to a server open like slow clients (half a request header each) until
@@ -102,6 +104,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Serve(args) => crate::serve_bench::run(args),
         BenchCommand::Restart(args) => crate::restart_bench::run(args),
         BenchCommand::Chaos(args) => crate::chaos_bench::run(args),
+        BenchCommand::Soak(args) => crate::soak_bench::run(args),
         BenchCommand::SlowClients(args) => crate::serve_bench::slow_clients(args),
     }
 }

@@ -35,6 +35,10 @@ pub struct ChaosArgs {
     fuzz_requests: usize,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// The server's `--snapshot-every`: small, so that kills land before, during and after
+    /// compactions.
+    #[arg(long, default_value_t = 500)]
+    snapshot_every: u64,
     #[arg(long)]
     json: bool,
 }
@@ -54,10 +58,12 @@ struct Report {
     fuzz_server_errors: usize,
     fuzz_dropped_connections: usize,
     alive_after_fuzz: bool,
+    /// Records the last snapshot covers (compactions happened under the kills).
+    records_compacted: u64,
 }
 
 /// A server process, killed when dropped.
-struct Server(Child, String);
+pub(crate) struct Server(pub(crate) Child, pub(crate) String);
 
 impl Drop for Server {
     fn drop(&mut self) {
@@ -66,12 +72,14 @@ impl Drop for Server {
     }
 }
 
-/// Starts `weave serve` on `data`; returns it once it answers, and how long that took.
-fn start(data: &Path) -> Result<(Server, f64)> {
+/// Starts `weave serve` on `data` with `extra` arguments; returns it once it answers, and how
+/// long that took.
+pub(crate) fn start_with(data: &Path, extra: &[&str]) -> Result<(Server, f64)> {
     let t = Instant::now();
     let mut child = Command::new(std::env::current_exe()?)
         .args(["serve", "--insecure-no-auth", "--addr", "127.0.0.1:0", "--rate-limit-per-s", "0"])
         .args(["--heartbeat-timeout-s", "3600"])
+        .args(extra)
         .arg("--data")
         .arg(data)
         .stdout(Stdio::piped())
@@ -88,15 +96,22 @@ fn start(data: &Path) -> Result<(Server, f64)> {
     Ok((Server(child, url), t.elapsed().as_secs_f64()))
 }
 
-fn client() -> Result<reqwest::blocking::Client> {
+/// The chaos run's server: it holds all history, so that every acknowledged operation can be
+/// checked at the end, and compacts often.
+fn start(data: &Path, snapshot_every: u64) -> Result<(Server, f64)> {
+    let every = snapshot_every.to_string();
+    start_with(data, &["--keep-events", "100000000", "--keep-ended-jobs", "100000000", "--snapshot-every", &every])
+}
+
+pub(crate) fn client() -> Result<reqwest::blocking::Client> {
     Ok(reqwest::blocking::Client::builder().timeout(Duration::from_secs(10)).build()?)
 }
 
-type Acked = Arc<Mutex<(Vec<String>, Vec<(String, String, u64)>)>>;
+pub(crate) type Acked = Arc<Mutex<(Vec<String>, Vec<(String, String, u64)>)>>;
 
 /// One worker: submits jobs and drives their phases until `stop`; records what the server
 /// acknowledged.
-fn worker(url: String, prefix: String, acked: Acked, stop: Arc<AtomicBool>) {
+pub(crate) fn worker(url: String, prefix: String, acked: Acked, stop: Arc<AtomicBool>) {
     let Ok(c) = client() else { return };
     for n in 0.. {
         if stop.load(Ordering::Relaxed) {
@@ -171,7 +186,7 @@ fn kill_loop(args: &ChaosArgs, data: &Path, r: &mut Report) -> Result<()> {
     let mut rng = named_stream(args.seed, "chaos-kills", 0);
     let mut restarts = Vec::new();
     for round in 0..args.kills {
-        let (mut server, took) = start(data)?;
+        let (mut server, took) = start(data, args.snapshot_every)?;
         if round > 0 {
             restarts.push(took);
         }
@@ -199,7 +214,7 @@ fn kill_loop(args: &ChaosArgs, data: &Path, r: &mut Report) -> Result<()> {
         r.kills += 1;
     }
     // The last kill's survivors, checked once more.
-    let (server, took) = start(data)?;
+    let (server, took) = start(data, args.snapshot_every)?;
     restarts.push(took);
     let (jobs, fins) = acked.lock().expect("acked").clone();
     let (lost, dup) = verify(&server.1, &jobs, &fins)?;
@@ -208,6 +223,9 @@ fn kill_loop(args: &ChaosArgs, data: &Path, r: &mut Report) -> Result<()> {
     r.acknowledged_jobs = jobs.len();
     r.acknowledged_completions = fins.len();
     r.events_at_end = all_events(&client()?, &server.1)?.len();
+    drop(server);
+    let store = weave_store::verify::<weave_server::plane::Record>(&data.join("weave.redb"))?;
+    r.records_compacted = store.snapshot_at.unwrap_or(0);
     restarts.sort_by(f64::total_cmp);
     r.restart_s_median = restarts.get(restarts.len() / 2).copied().unwrap_or(0.0);
     r.restart_s_max = restarts.last().copied().unwrap_or(0.0);
@@ -272,7 +290,7 @@ fn fuzz(args: &ChaosArgs, data: &Path, r: &mut Report) -> Result<()> {
     if args.fuzz_requests == 0 {
         return Ok(());
     }
-    let (mut server, _) = start(data)?;
+    let (mut server, _) = start(data, args.snapshot_every)?;
     let c = client()?;
     let ops = operations(&c, &server.1)?;
     for id in ["fz-0", "fz-1"] {
@@ -365,7 +383,8 @@ pub fn run(args: ChaosArgs) -> Result<()> {
         None,
         &format!(
             "{} SIGKILLs under load: {} acknowledged jobs and {} phase completions, {} lost, {} duplicated; \
-             restart to first answer {:.2} s median, {:.2} s max ({} plane events at the end)\n\
+             restart to first answer {:.2} s median, {:.2} s max ({} plane events at the end; the last \
+             snapshot covers {} records)\n\
              fuzz: {} generated requests, by status {:?}; {} 5xx, {} without an answer; server alive after: {}\n",
             r.kills,
             r.acknowledged_jobs,
@@ -375,6 +394,7 @@ pub fn run(args: ChaosArgs) -> Result<()> {
             r.restart_s_median,
             r.restart_s_max,
             r.events_at_end,
+            r.records_compacted,
             r.fuzz_requests,
             r.fuzz_by_status,
             r.fuzz_server_errors,

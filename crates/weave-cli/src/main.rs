@@ -15,6 +15,7 @@ mod restart_bench;
 mod serve_bench;
 mod serve_cmd;
 mod simulate_cmd;
+mod soak_bench;
 mod store_cmd;
 mod sweep_cmd;
 mod sync_bench;

@@ -19,7 +19,7 @@ fn spec(id: &str) -> serde_json::Value {
 #[test]
 fn sigkill_under_load_loses_nothing_acknowledged() {
     let o = Command::new(env!("CARGO_BIN_EXE_weave"))
-        .args(["bench", "chaos", "--kills", "3", "--fuzz-requests", "3000", "--json"])
+        .args(["bench", "chaos", "--kills", "3", "--fuzz-requests", "3000", "--snapshot-every", "20", "--json"])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -28,6 +28,7 @@ fn sigkill_under_load_loses_nothing_acknowledged() {
     assert!(r["acknowledged_jobs"].as_u64().unwrap() >= 8, "too little load: {r}");
     assert!(r["acknowledged_completions"].as_u64().unwrap() >= 8, "too little load: {r}");
     assert_eq!((r["lost"].as_u64(), r["duplicated"].as_u64()), (Some(0), Some(0)), "{r}");
+    assert!(r["records_compacted"].as_u64().unwrap() > 0, "kills never met a compacted store: {r}");
     assert_eq!(r["fuzz_server_errors"], 0, "{r}");
     assert_eq!(r["fuzz_dropped_connections"], 0, "{r}");
     assert_eq!(r["alive_after_fuzz"], true, "{r}");
