@@ -84,7 +84,8 @@ fn poller(url: String, stop: Arc<AtomicBool>, polls: Arc<AtomicU64>, full: Arc<A
 }
 
 pub fn run(args: SoakArgs) -> Result<()> {
-    if args.workers == 0 || !(args.minutes > 0.0) || !(args.sample_s > 0.0) || !(0.0..1.0).contains(&args.warmup) {
+    let positive = |v: f64| v.is_finite() && v > 0.0;
+    if args.workers == 0 || !positive(args.minutes) || !positive(args.sample_s) || !(0.0..1.0).contains(&args.warmup) {
         bail!("need --workers >= 1, --minutes > 0, --sample-s > 0 and --warmup in [0, 1)");
     }
     let data = std::env::temp_dir().join(format!("weave-bench-soak-{}", std::process::id()));
