@@ -150,6 +150,10 @@ pub struct Sharing {
     /// and lower-priority jobs of its own tenant.
     #[serde(default)]
     pub preemption: bool,
+    /// EASY backfill: behind a job that cannot start, a later one may if it ends (at its
+    /// SLO, on its estimate) before the first could start. Needs `preemption`.
+    #[serde(default)]
+    pub backfill: bool,
     /// A job is never preempted before it has run this long since its admission.
     #[serde(default = "default_min_run_s")]
     pub min_run_s: f64,
@@ -161,7 +165,7 @@ fn default_min_run_s() -> f64 {
 
 impl Default for Sharing {
     fn default() -> Self {
-        Sharing { preemption: false, min_run_s: default_min_run_s() }
+        Sharing { preemption: false, backfill: false, min_run_s: default_min_run_s() }
     }
 }
 
@@ -242,6 +246,11 @@ impl Tenants {
         if !(sharing.min_run_s.is_finite() && (0.0..=1e9).contains(&sharing.min_run_s)) {
             return Err(TenantsError::Parse("[sharing] `min_run_s` must be seconds in [0, 1e9]".into()));
         }
+        if sharing.backfill && !sharing.preemption {
+            return Err(TenantsError::Parse(
+                "[sharing] `backfill` comes with `preemption` (the modes build on each other): set both".into(),
+            ));
+        }
         if sharing.preemption && entries.iter().all(|t| t.quota.is_none()) {
             return Err(TenantsError::Parse(
                 "[sharing] `preemption` needs quotas: give tenants `rollout_nodes` and `training_nodes`".into(),
@@ -255,7 +264,11 @@ impl Tenants {
     pub fn share_policy(&self) -> Option<weave_place::share::SharePolicy> {
         use weave_place::share::{ShareMode, SharePolicy, TenantQuota};
         self.entries.iter().any(|t| t.quota.is_some()).then(|| SharePolicy {
-            mode: if self.sharing.preemption { ShareMode::Preemption } else { ShareMode::Quotas },
+            mode: match (self.sharing.preemption, self.sharing.backfill) {
+                (_, true) => ShareMode::Backfill,
+                (true, false) => ShareMode::Preemption,
+                (false, false) => ShareMode::Quotas,
+            },
             tenants: self
                 .entries
                 .iter()
@@ -347,6 +360,10 @@ mod tests {
         let on = format!("{quotas}[sharing]\npreemption = true\nmin_run_s = 30\n");
         let policy = Tenants::from_toml(&on).unwrap().share_policy().unwrap();
         assert_eq!((policy.mode, policy.min_run), (ShareMode::Preemption, weave_core::Micros::from_secs(30)));
+        let backfill = format!("{quotas}[sharing]\npreemption = true\nbackfill = true\n");
+        assert_eq!(Tenants::from_toml(&backfill).unwrap().share_policy().unwrap().mode, ShareMode::Backfill);
+        let alone = format!("{quotas}[sharing]\nbackfill = true\n");
+        assert!(Tenants::from_toml(&alone).unwrap_err().to_string().contains("set both"));
         let no_quotas = format!("{}[sharing]\npreemption = true\n", tenant("a"));
         assert!(Tenants::from_toml(&no_quotas).unwrap_err().to_string().contains("needs quotas"));
         let negative = format!("{quotas}[sharing]\nmin_run_s = -1\n");

@@ -222,3 +222,47 @@ mod properties {
         }
     }
 }
+
+/// EASY backfill: behind a job that cannot start, a later one starts only if it ends (at its
+/// SLO, on its estimate) before the first could; without backfill the first holds up the rest.
+#[test]
+fn backfill_lets_short_jobs_past_a_blocked_head_never_long_ones() {
+    let make = |mode: ShareMode| {
+        let cluster = ClusterConfig::default();
+        let mut cfg = PlacerConfig::for_cluster(&cluster, PlacePolicy::Weave, true, true, 0);
+        cfg.capacity = Some((2, 2));
+        // Quota beyond the pools: only free nodes hold jobs back.
+        let quota = TenantQuota { name: "alice".into(), rollout_nodes: 4.0, training_nodes: 4.0, borrow_limit: None };
+        Plane::new(cluster, cfg).with_share(SharePolicy {
+            mode,
+            tenants: vec![quota],
+            min_run: Micros::from_secs(1_000_000),
+            checkpoint_every: 1,
+        })
+    };
+    let job = |time_s: u64, id: &str, nodes: u32, iterations: u64| {
+        let job: SubmitSpec = serde_json::from_value(serde_json::json!({
+            "id": id, "type": "3B_4k", "iterations": iterations, "slo": 1.0, "rollout_s": 50.0, "train_s": 60.0,
+            "rollout_nodes": nodes, "train_nodes": nodes,
+        }))
+        .unwrap();
+        Record::Submit { time_us: time_s * S, tenant: "alice".into(), job }
+    };
+    for (mode, short_starts) in [(ShareMode::Backfill, true), (ShareMode::Preemption, false)] {
+        let mut p = make(mode);
+        // `long` holds one node of each pool for 20 iterations; `wide` needs both.
+        p.apply(&job(0, "long", 1, 20)).unwrap();
+        p.apply(&job(1, "wide", 2, 2)).unwrap();
+        assert_eq!(queue(&p), ["wide"]);
+        // Longer than `long` has left: it would delay `wide`, so it waits either way.
+        p.apply(&job(2, "too-long", 1, 40)).unwrap();
+        assert_eq!(state(&p, "too-long"), JobState::Queued);
+        // Two iterations end well before `long`: backfilled, or held up without backfill.
+        p.apply(&job(3, "short", 1, 2)).unwrap();
+        let expected = if short_starts { JobState::Running } else { JobState::Queued };
+        assert_eq!(state(&p, "short"), expected, "{mode:?}");
+        let (pos, start) = p.queue_outlook(3 * S)[0];
+        assert_eq!(pos, 0, "wide stays first");
+        assert!(start.is_some(), "wide has a projected start");
+    }
+}

@@ -7,6 +7,11 @@ use weave_core::{Micros, PhaseTimes, Priority};
 use weave_dispatch::Phase;
 use weave_place::share::{self, Nodes, Running, ShareMode, SharePolicy, Waiting};
 
+/// `remaining` iterations of `times` at slowdown `slo` (`None`: no end).
+fn at_slo(times: PhaseTimes, slo: f64, remaining: Option<u64>) -> Option<Micros> {
+    remaining.map(|n| Micros(((times.rollout + times.train).0 as f64 * slo * n as f64) as u64))
+}
+
 fn priority(s: &SubmitSpec) -> Priority {
     s.priority.as_deref().and_then(|p| p.parse().ok()).unwrap_or_default()
 }
@@ -49,25 +54,16 @@ impl Plane {
             Some(policy) => policy.order(&self.waiting(policy), &self.share_usage(policy)),
             None => (0..self.queue.len()).collect(),
         };
-        let at_slo = |times: PhaseTimes, slo: f64, remaining: Option<u64>| {
-            remaining.map(|n| Micros(((times.rollout + times.train).0 as f64 * slo * n as f64) as u64))
-        };
-        let running_end = |id: weave_core::JobId| {
-            let j = self.jobs.get(self.names.get(id.0 as usize)?)?;
-            let remaining = j.iterations.map(|n| n.saturating_sub(j.completed_iterations));
-            at_slo(j.estimate, j.slo, remaining).map(|d| Micros(now_us) + d)
-        };
+        let running_end = |id| self.running_end(now_us, id);
         let waiting: Vec<(Nodes, Option<Micros>)> = order
             .iter()
             .map(|&k| {
                 let q = &self.queue[k];
-                let Ok(spec) = q.submit.to_spec(weave_core::JobId(u32::MAX), Micros(q.submitted_us)) else {
-                    return ([f64::INFINITY; 2], None);
-                };
-                let slo = spec.slo.map_or(super::DEFAULT_SLO, |s| s.get());
-                let times = q.carried.as_ref().map_or_else(|| self.place_job(&spec, slo).times, |c| c.0);
-                let remaining = q.submit.iterations.map(|n| n.saturating_sub(q.submit.resume_from.unwrap_or(0)));
-                ([spec.rollout_nodes as f64, spec.train_nodes as f64], at_slo(times, slo, remaining))
+                let demand = q
+                    .submit
+                    .to_spec(weave_core::JobId(u32::MAX), Micros(q.submitted_us))
+                    .map_or([f64::INFINITY; 2], |s| [s.rollout_nodes as f64, s.train_nodes as f64]);
+                (demand, self.waiting_duration(k))
             })
             .collect();
         let starts = share::projected_starts(&self.placer, Micros(now_us), running_end, &waiting);
@@ -181,27 +177,68 @@ impl Plane {
         let usage = self.share_usage(&policy);
         let waiting = self.waiting(&policy);
         let preempt = policy.mode >= ShareMode::Preemption;
+        let backfill = policy.mode >= ShareMode::Backfill;
+        // With backfill: when the blocked head could start at the latest.
+        let mut shadow: Option<Micros> = None;
         for k in policy.order(&waiting, &usage) {
             let w = waiting[k];
             if !policy.may_start(w.tenant, w.demand, &usage) {
                 // Over quota: it may displace its own tenant's lower-priority jobs, else it
                 // waits without holding up others.
-                if preempt && self.preempt_for(time_us, &policy, w, &usage) && self.try_start(time_us, k) {
+                if preempt
+                    && shadow.is_none()
+                    && self.preempt_for(time_us, &policy, w, &usage)
+                    && self.try_start(time_us, k)
+                {
                     return true;
                 }
                 self.queue[k].reason = "its tenant's quota is in use".into();
                 continue;
             }
+            if let Some(s) = shadow {
+                // Behind a blocked head a job starts only if it ends before the head could.
+                let ends = self.waiting_duration(k).map(|d| Micros(time_us) + d);
+                if ends.is_none_or(|e| e > s) {
+                    self.queue[k].reason = "waiting for free nodes (it would delay the jobs ahead)".into();
+                    continue;
+                }
+            }
             if self.try_start(time_us, k) {
                 return true;
+            }
+            if shadow.is_some() {
+                continue;
             }
             if preempt && self.preempt_for(time_us, &policy, w, &usage) && self.try_start(time_us, k) {
                 return true;
             }
             self.queue[k].reason = "waiting for free nodes".into();
-            return false; // the first that finds no room holds up the rest
+            if !backfill {
+                return false; // the first that finds no room holds up the rest
+            }
+            let end = |id| self.running_end(time_us, id);
+            let head = share::projected_starts(&self.placer, Micros(time_us), end, &[(w.demand, None)])[0];
+            shadow = Some(head.unwrap_or(Micros(u64::MAX)));
         }
         false
+    }
+
+    /// When running job `id` ends at the latest: its remaining iterations at its SLO on its
+    /// current estimate (`None`: it runs until cancelled).
+    fn running_end(&self, now_us: u64, id: weave_core::JobId) -> Option<Micros> {
+        let j = self.jobs.get(self.names.get(id.0 as usize)?)?;
+        let remaining = j.iterations.map(|n| n.saturating_sub(j.completed_iterations));
+        at_slo(j.estimate, j.slo, remaining).map(|d| Micros(now_us) + d)
+    }
+
+    /// How long waiting job `k` runs at most once started (`None`: until cancelled).
+    fn waiting_duration(&self, k: usize) -> Option<Micros> {
+        let q = &self.queue[k];
+        let spec = q.submit.to_spec(weave_core::JobId(u32::MAX), Micros(q.submitted_us)).ok()?;
+        let slo = spec.slo.map_or(super::DEFAULT_SLO, |s| s.get());
+        let times = q.carried.as_ref().map_or_else(|| self.place_job(&spec, slo).times, |c| c.0);
+        let remaining = q.submit.iterations.map(|n| n.saturating_sub(q.submit.resume_from.unwrap_or(0)));
+        at_slo(times, slo, remaining)
     }
 
     /// Admits the waiting job at `k`; false (it stays) if admission finds no room.
