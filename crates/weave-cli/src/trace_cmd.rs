@@ -76,6 +76,11 @@ pub struct GenerateArgs {
     lifetime_median_h: f64,
     #[arg(long, default_value_t = 2026)]
     seed: u64,
+    /// A tenant of a multi-tenant workload, `NAME:WEIGHT[:high=P][:low=P][:burst=N]` (repeat
+    /// the flag per tenant): jobs go to tenants by weight, priorities by each tenant's shares,
+    /// a bursty tenant's jobs arrive N at a time.
+    #[arg(long = "tenant", value_name = "SPEC")]
+    tenants: Vec<String>,
     /// Output file (stdout when omitted).
     #[arg(short, long)]
     output: Option<PathBuf>,
@@ -137,7 +142,17 @@ pub fn run(cmd: TraceCommand) -> Result<()> {
     let profile = ProfileModel::builtin();
     match cmd {
         TraceCommand::Generate(args) => {
-            let trace = generate::generate(&args.config()?, &profile);
+            let tenants = args
+                .tenants
+                .iter()
+                .map(|t| weave_trace::TenantMix::parse(t).map_err(|e| anyhow::anyhow!("--tenant {e}")))
+                .collect::<Result<Vec<_>>>()?;
+            let mut names: Vec<&str> = tenants.iter().map(|t| t.name.as_str()).collect();
+            names.sort_unstable();
+            if names.windows(2).any(|w| w[0] == w[1]) {
+                bail!("--tenant: each tenant once");
+            }
+            let trace = generate::generate_tenants(&args.config()?, &tenants, &profile);
             write_output(args.output.as_deref(), &write_jsonl(&trace))
         }
         TraceCommand::Show { file, format, philly_type, jobs, json: as_json } => {

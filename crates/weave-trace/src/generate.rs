@@ -188,3 +188,158 @@ fn make_job(cfg: &GenConfig, profile: &ProfileModel, index: usize, arrival: Micr
     job.lifetime = Lifetime::Iterations(iterations);
     job
 }
+
+/// One team in a generated multi-tenant workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TenantMix {
+    pub name: String,
+    /// Relative share of the jobs.
+    pub weight: f64,
+    /// Shares of its jobs that are `high` and `low` priority (the rest `normal`).
+    pub high: f64,
+    pub low: f64,
+    /// Its jobs arrive in bursts of this many at once (1: one by one).
+    pub burst: usize,
+}
+
+impl TenantMix {
+    /// Parses `NAME:WEIGHT[:high=P][:low=P][:burst=N]` (e.g. `team-a:50:high=0.1:burst=5`).
+    pub fn parse(text: &str) -> Result<TenantMix, String> {
+        let mut parts = text.split(':');
+        let name = parts.next().unwrap_or_default().to_string();
+        let ok_name = !name.is_empty()
+            && name.len() <= 64
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !ok_name {
+            return Err(format!("`{text}`: the name must be 1-64 letters, digits, `-`, `_` or `.`"));
+        }
+        let weight: f64 = parts
+            .next()
+            .and_then(|w| w.parse().ok())
+            .filter(|w: &f64| w.is_finite() && *w > 0.0)
+            .ok_or_else(|| format!("`{text}`: NAME:WEIGHT needs a positive weight"))?;
+        let mut mix = TenantMix { name, weight, high: 0.0, low: 0.0, burst: 1 };
+        for p in parts {
+            let (key, value) = p.split_once('=').ok_or_else(|| format!("`{text}`: `{p}` is not KEY=VALUE"))?;
+            let share = || value.parse::<f64>().ok().filter(|v| (0.0..=1.0).contains(v));
+            match key {
+                "high" => mix.high = share().ok_or_else(|| format!("`{text}`: high must be in [0, 1]"))?,
+                "low" => mix.low = share().ok_or_else(|| format!("`{text}`: low must be in [0, 1]"))?,
+                "burst" => {
+                    mix.burst = value
+                        .parse()
+                        .ok()
+                        .filter(|b| (1..=10_000).contains(b))
+                        .ok_or_else(|| format!("`{text}`: burst must be 1..=10000 jobs"))?
+                }
+                _ => return Err(format!("`{text}`: unknown key `{key}` (high, low, burst)")),
+            }
+        }
+        if mix.high + mix.low > 1.0 + 1e-9 {
+            return Err(format!("`{text}`: high + low exceed 1"));
+        }
+        Ok(mix)
+    }
+}
+
+/// A multi-tenant workload: the jobs of [`generate`], each given to a tenant by weight and a
+/// priority by its tenant's mix (one seeded draw per job), then a bursty tenant's jobs re-timed
+/// to arrive in groups of `burst` at the first one's time (its rate stays the same, its
+/// arrivals clump). Deterministic for a given config and mix.
+pub fn generate_tenants(cfg: &GenConfig, tenants: &[TenantMix], profile: &ProfileModel) -> Trace {
+    let base = generate(cfg, profile);
+    if tenants.is_empty() {
+        return base;
+    }
+    let total: f64 = tenants.iter().map(|t| t.weight).sum();
+    let mut jobs = base.jobs;
+    let mut of_tenant: Vec<Vec<usize>> = vec![Vec::new(); tenants.len()];
+    for (i, job) in jobs.iter_mut().enumerate() {
+        let mut rng = named_stream(cfg.seed, "trace-tenant", i as u64);
+        let mut x = rng.random_range(0.0..total);
+        let t = tenants
+            .iter()
+            .position(|t| {
+                x -= t.weight;
+                x < 0.0
+            })
+            .unwrap_or(tenants.len() - 1);
+        let p: f64 = rng.random_range(0.0..1.0);
+        job.priority = if p < tenants[t].high {
+            weave_core::Priority::High
+        } else if p < tenants[t].high + tenants[t].low {
+            weave_core::Priority::Low
+        } else {
+            weave_core::Priority::Normal
+        };
+        job.tenant = Some(tenants[t].name.clone());
+        of_tenant[t].push(i);
+    }
+    for (t, members) in of_tenant.iter().enumerate() {
+        for burst in members.chunks(tenants[t].burst) {
+            let first = jobs[burst[0]].arrival;
+            for &i in burst {
+                jobs[i].arrival = first;
+            }
+        }
+    }
+    for (i, job) in jobs.iter_mut().enumerate() {
+        job.name = format!("job{i}");
+    }
+    let names: Vec<String> = tenants.iter().map(|t| t.name.clone()).collect();
+    Trace::from_jobs(format!("{} for tenants {}", describe(cfg), names.join(", ")), jobs, None)
+}
+
+#[cfg(test)]
+mod tenant_tests {
+    use super::*;
+
+    fn mix(text: &str) -> TenantMix {
+        TenantMix::parse(text).unwrap()
+    }
+
+    #[test]
+    fn tenant_mixes_parse_or_say_what_is_wrong() {
+        assert_eq!(mix("a:50"), TenantMix { name: "a".into(), weight: 50.0, high: 0.0, low: 0.0, burst: 1 });
+        assert_eq!(mix("team-b:30:high=0.2:low=0.1:burst=5").burst, 5);
+        for (bad, says) in [
+            ("", "name"),
+            ("a", "weight"),
+            ("a:-1", "weight"),
+            ("a:1:high=2", "high"),
+            ("a:1:burst=0", "burst"),
+            ("a:1:colour=red", "unknown key"),
+            ("a:1:high=0.6:low=0.6", "exceed"),
+        ] {
+            assert!(TenantMix::parse(bad).unwrap_err().contains(says), "{bad}");
+        }
+    }
+
+    #[test]
+    fn jobs_split_by_weight_with_priorities_and_bursts() {
+        let profile = ProfileModel::builtin();
+        let cfg = GenConfig { jobs: 2000, ..GenConfig::default_workload() };
+        let tenants = [mix("big:70:burst=10"), mix("small:30:high=0.5:low=0.25")];
+        let trace = generate_tenants(&cfg, &tenants, &profile);
+        assert_eq!(trace, generate_tenants(&cfg, &tenants, &profile), "deterministic");
+        assert_eq!(trace.jobs.len(), 2000);
+        let of = |name: &str| trace.jobs.iter().filter(|j| j.tenant.as_deref() == Some(name)).collect::<Vec<_>>();
+        let (big, small) = (of("big"), of("small"));
+        assert!((1300..1500).contains(&big.len()), "{}", big.len());
+        assert!(big.iter().all(|j| j.priority == weave_core::Priority::Normal));
+        let high = small.iter().filter(|j| j.priority == weave_core::Priority::High).count() as f64;
+        assert!((high / small.len() as f64 - 0.5).abs() < 0.06, "{high} of {}", small.len());
+        // The big tenant's jobs arrive ten at a time; the small one's one by one.
+        let distinct = |v: &[&JobSpec]| v.iter().map(|j| j.arrival).collect::<std::collections::BTreeSet<_>>().len();
+        assert_eq!(distinct(&big), big.len().div_ceil(10));
+        assert_eq!(distinct(&small), small.len());
+        // Same jobs as the single-tenant workload, only owned and re-timed.
+        let base = generate(&cfg, &profile);
+        let types = |t: &Trace| {
+            let mut v: Vec<_> = t.jobs.iter().map(|j| (j.job_type, j.lifetime.clone())).collect();
+            v.sort_by_key(|x| format!("{x:?}"));
+            v
+        };
+        assert_eq!(types(&trace), types(&base));
+    }
+}

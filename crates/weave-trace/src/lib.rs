@@ -10,7 +10,7 @@ pub mod generate;
 mod jsonl;
 mod summary;
 
-pub use generate::{Arrivals, GenConfig, GenMode, ProfileClass, SizeClass};
+pub use generate::{Arrivals, GenConfig, GenMode, ProfileClass, SizeClass, TenantMix};
 pub use jsonl::{write_jsonl, JsonlJob};
 pub use summary::{Summary, TypeCount};
 
