@@ -336,7 +336,7 @@ mod tenant_tests {
         // Same jobs as the single-tenant workload, only owned and re-timed.
         let base = generate(&cfg, &profile);
         let types = |t: &Trace| {
-            let mut v: Vec<_> = t.jobs.iter().map(|j| (j.job_type, j.lifetime.clone())).collect();
+            let mut v: Vec<_> = t.jobs.iter().map(|j| (j.job_type, j.lifetime)).collect();
             v.sort_by_key(|x| format!("{x:?}"));
             v
         };
