@@ -473,3 +473,19 @@ fn traces_that_are_not_utf8_or_absurd_are_refused_with_where() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("`iterations` 1000000000 is more than a replay runs"), "{}", stderr(&o));
 }
+
+#[test]
+fn trace_generate_makes_multi_tenant_workloads_and_names_a_bad_tenant() {
+    let o = weave(&["trace", "generate", "--jobs", "50", "--tenant", "a:3:high=0.5", "--tenant", "b:1:burst=4"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 50);
+    assert!(lines.iter().all(|j| j["tenant"] == "a" || j["tenant"] == "b"), "{text}");
+    assert!(lines.iter().any(|j| j["priority"] == "high"));
+    let o = weave(&["trace", "generate", "--tenant", "a:1:burst=0"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--tenant `a:1:burst=0`: burst"));
+    let o = weave(&["trace", "generate", "--tenant", "a:1", "--tenant", "a:2"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("each tenant once"));
+}
