@@ -43,6 +43,10 @@ pub struct TenantsArgs {
     seed: u64,
     #[arg(long)]
     json: bool,
+    /// Also write an HTML report: per mode, each tenant's nodes in use hour by hour against
+    /// its entitlement.
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
 }
 
 #[derive(Serialize)]
@@ -177,6 +181,19 @@ pub fn run(args: TenantsArgs) -> Result<()> {
             max_start_after_fifo_h: later.iter().copied().fold(0.0, f64::max),
             tenants: r.tenants,
         });
+    }
+    if let Some(path) = &args.report {
+        let title =
+            format!("Tenants sharing {} + {} nodes: {}", cluster.rollout.nodes, cluster.training.nodes, trace.source);
+        let notes = vec![format!(
+            "{} jobs, seed {}, minimum run {} h, checkpoint every {} iterations; dashed: entitlement",
+            jobs.len(),
+            args.seed,
+            args.min_run_h,
+            args.checkpoint_every
+        )];
+        let modes: Vec<(&str, &[TenantReport])> = rows.iter().map(|r| (r.mode, r.tenants.as_slice())).collect();
+        write_output(Some(path), &weave_report::render_tenants(&title, &notes, &modes))?;
     }
     if args.json {
         return write_output(None, &json(&rows)?);

@@ -435,6 +435,7 @@ fn waterfall_experiment_runs_with_json_and_report() {
 fn tenants_experiment_compares_the_four_modes_per_tenant() {
     let o = weave(&["trace", "generate", "--jobs", "12", "--lifetime-median-h", "2", "--seed", "3"]);
     let p = temp_file("tenants.jsonl", &stdout(&o));
+    let html = std::env::temp_dir().join(format!("weave-tenants-{}.html", std::process::id()));
     let o = weave(&[
         "experiment",
         "tenants",
@@ -445,14 +446,25 @@ fn tenants_experiment_compares_the_four_modes_per_tenant() {
         "--training-nodes",
         "4",
         "--json",
+        "--report",
+        html.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
+    let page = std::fs::read_to_string(&html).unwrap();
+    // Per mode, two charts (one per pool) with one line per tenant and its entitlement.
+    assert_eq!(page.matches("<svg").count(), 8);
+    assert!(page.contains("quotas+preemption+backfill") && page.contains("team-c"));
+    assert!(page.matches("<polyline").count() >= 24, "a line per tenant per chart");
     let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let modes: Vec<&str> = rows.as_array().unwrap().iter().map(|r| r["mode"].as_str().unwrap()).collect();
     assert_eq!(modes, ["fifo", "quotas", "quotas+preemption", "quotas+preemption+backfill"]);
     for r in rows.as_array().unwrap() {
         assert_eq!(r["tenants"].as_array().unwrap().len(), 3, "{r}");
         assert_eq!(r["never_ran"], 0);
+        // Each tenant's use hour by hour is reported (the chart's data).
+        for t in r["tenants"].as_array().unwrap() {
+            assert!(!t["hourly_use"].as_array().unwrap().is_empty(), "{t}");
+        }
     }
     let bad = temp_file("bad-tenants.toml", "[[tenant]]\nname = \"x\"\nrollout_nodes = -1\ntraining_nodes = 2\n");
     let o = weave(&["experiment", "tenants", "--tenants", bad.to_str().unwrap()]);

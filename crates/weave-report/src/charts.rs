@@ -175,3 +175,25 @@ pub fn ratio_bars(rows: &[(&str, Option<f64>, Option<f64>)], axis: &str) -> Stri
     s.text(left + width / 2.0, axis_y + 18.0, "middle", &format!("{axis}; dashed: 1x"));
     s.finish(axis)
 }
+
+/// Nodes of pool `pool` (0 rollout, 1 training) each tenant used, hour by hour, with its
+/// entitlement as a dashed line of the same colour.
+pub fn share_over_time(tenants: &[weave_sim::tenancy::TenantReport], pool: usize, title: &str) -> String {
+    let hours = tenants.iter().map(|t| t.hourly_use.len()).max().unwrap_or(0).max(1) as f64;
+    let ymax = tenants
+        .iter()
+        .flat_map(|t| t.hourly_use.iter().map(|u| u[pool]).chain([t.entitlement[pool]]))
+        .fold(0.0, f64::max)
+        .max(1.0)
+        * 1.05;
+    let mut p = Plot::new(W, H, (0.0, hours), (0.0, ymax), "time (hours)", "nodes in use");
+    for (i, t) in tenants.iter().enumerate() {
+        let pts: Vec<(f64, f64)> = t.hourly_use.iter().enumerate().map(|(k, u)| (k as f64, u[pool])).collect();
+        let line = steps(&p, &pts, hours);
+        p.svg.polyline(&line, color(i));
+        let y = p.py(t.entitlement[pool]);
+        let (x0, x1) = (p.px(0.0), p.px(hours));
+        p.svg.line(x0, y, x1, y, color(i), true);
+    }
+    p.svg.finish(title)
+}

@@ -152,3 +152,54 @@ pub fn render_waterfall(title: &str, notes: &[String], rows: &[weave_sim::waterf
     h.push_str("</table></body></html>\n");
     h
 }
+
+/// The tenants page (`weave experiment tenants --report`): per sharing mode, each tenant's
+/// nodes in use hour by hour against its entitlement (dashed), per pool, then a table.
+pub fn render_tenants(title: &str, notes: &[String], modes: &[(&str, &[weave_sim::tenancy::TenantReport])]) -> String {
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"/><title>{}</title><style>{STYLE}</style></head><body>",
+        escape(title)
+    );
+    let _ = write!(h, "<h1>{}</h1>", escape(title));
+    for n in notes {
+        let _ = write!(h, "<p class=\"muted\">{}</p>", escape(n));
+    }
+    for (mode, tenants) in modes {
+        let _ = write!(h, "<h2>{}</h2>", escape(mode));
+        let items: Vec<(String, &str)> =
+            tenants.iter().enumerate().map(|(i, t)| (t.name.clone(), svg::color(i))).collect();
+        h.push_str(&svg::legend(&items));
+        h.push_str("<div class=\"charts\">");
+        for (p, pool) in ["rollout pool (H20)", "training pool (H800)"].iter().enumerate() {
+            let _ = write!(
+                h,
+                "<div><p class=\"muted\">{pool}</p>{}</div>",
+                charts::share_over_time(tenants, p, &format!("{mode}: {pool} nodes in use per tenant"))
+            );
+        }
+        h.push_str("</div>");
+        h.push_str("<table><tr><th>tenant</th><th>jobs</th><th>delay mean / p99 / max h</th><th>training use / entitlement</th><th>longest below entitlement h</th><th>preemptions (lost iterations)</th></tr>");
+        for t in tenants.iter() {
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td>{:.2} / {:.2} / {:.2}</td><td>{:.1} / {:.1} ({:.0}%)</td><td>{:.2}</td><td>{} ({})</td></tr>",
+                escape(&t.name),
+                t.jobs,
+                t.delay_mean_h,
+                t.delay_p99_h,
+                t.delay_max_h,
+                t.mean_use[1],
+                t.entitlement[1],
+                t.use_of_entitlement[1] * 100.0,
+                t.longest_below_entitlement_h,
+                t.preemptions,
+                t.lost_iterations
+            );
+        }
+        h.push_str("</table>");
+    }
+    h.push_str("</body></html>\n");
+    h
+}

@@ -29,6 +29,8 @@ pub struct TenantLedger {
     pub shortest_preempted_run: Option<Micros>,
     /// The most nodes (either pool) it ever held beyond nominal plus its borrowing limit.
     over_limit: f64,
+    /// Mean nodes in use per pool, hour by hour of the replay.
+    hourly: Vec<[f64; 2]>,
 }
 
 /// All tenants' ledgers and the last time they were advanced.
@@ -53,6 +55,7 @@ impl Ledgers {
 
     /// Accounts the time since the last change at the old usage, then takes the new state.
     pub fn advance(&mut self, now: Micros, usage: Vec<Nodes>, entitled_waiting: Vec<bool>, policy: &SharePolicy) {
+        self.accrue_hourly(now);
         let dt = now.saturating_sub(self.last).as_secs_f64();
         for (t, l) in self.tenants.iter_mut().enumerate() {
             l.used[0] += self.usage[t][0] * dt;
@@ -78,6 +81,26 @@ impl Ledgers {
                 }
                 _ => {}
             }
+        }
+    }
+
+    /// Adds the usage since the last change to each hour it spans.
+    fn accrue_hourly(&mut self, now: Micros) {
+        let hour_us = Micros::PER_HOUR;
+        let mut t = self.last.0;
+        while t < now.0 {
+            let hour = t / hour_us;
+            let seg_end = ((hour + 1) * hour_us).min(now.0);
+            let share_of_hour = (seg_end - t) as f64 / hour_us as f64;
+            for (k, l) in self.tenants.iter_mut().enumerate() {
+                if l.hourly.len() <= hour as usize {
+                    l.hourly.resize(hour as usize + 1, [0.0; 2]);
+                }
+                for p in 0..2 {
+                    l.hourly[hour as usize][p] += self.usage[k][p] * share_of_hour;
+                }
+            }
+            t = seg_end;
         }
     }
 
@@ -110,6 +133,7 @@ impl Ledgers {
                     shortest_preempted_run_h: l.shortest_preempted_run.map(|r| r.as_secs_f64() / 3600.0),
                     max_over_borrow_limit: l.over_limit,
                     time_below_entitlement_h: (l.total_below + open).as_secs_f64() / 3600.0,
+                    hourly_use: l.hourly.clone(),
                 }
             })
             .collect()
@@ -141,6 +165,9 @@ pub struct TenantReport {
     /// The most nodes it held beyond nominal plus its borrowing limit, if it has one (shared
     /// nodes are charged as shares, so a partner's departure can raise what a job is charged).
     pub max_over_borrow_limit: f64,
+    /// Mean nodes in use per pool (rollout, training), hour by hour.
+    #[serde(default)]
+    pub hourly_use: Vec<[f64; 2]>,
 }
 
 /// Jain's fairness index over the tenants' training use as a share of entitlement (1: equal).
@@ -149,4 +176,29 @@ pub fn jain_index(tenants: &[TenantReport]) -> Option<f64> {
     let sum: f64 = x.iter().sum();
     let sq: f64 = x.iter().map(|v| v * v).sum();
     (sq > 0.0).then(|| sum * sum / (x.len() as f64 * sq))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weave_place::share::{ShareMode, TenantQuota};
+
+    #[test]
+    fn hourly_use_splits_usage_at_hour_boundaries() {
+        let quota = TenantQuota { name: "a".into(), rollout_nodes: 4.0, training_nodes: 4.0, borrow_limit: None };
+        let policy =
+            SharePolicy { mode: ShareMode::Quotas, tenants: vec![quota], min_run: Micros::ZERO, checkpoint_every: 1 };
+        let mut l = Ledgers::new(1);
+        let h = |x: f64| Micros::from_secs_f64(x * 3600.0);
+        // 2 training nodes from 0.5 h, 4 from 1.75 h, none from 2.5 h.
+        l.advance(h(0.5), vec![[0.0, 2.0]], vec![false], &policy);
+        l.advance(h(1.75), vec![[1.0, 4.0]], vec![false], &policy);
+        l.advance(h(2.5), vec![[0.0, 0.0]], vec![false], &policy);
+        let r = &l.report(&policy, h(2.5))[0];
+        let training: Vec<f64> = r.hourly_use.iter().map(|u| u[1]).collect();
+        assert_eq!(training, [1.0, 0.75 * 2.0 + 0.25 * 4.0, 0.5 * 4.0]);
+        // The hours add up to the node-hours behind the mean.
+        let node_hours: f64 = training.iter().sum();
+        assert!((node_hours - r.mean_use[1] * 2.5).abs() < 1e-9);
+    }
 }
