@@ -39,6 +39,10 @@ pub struct TenantsArgs {
     /// Iterations between checkpoints (a preempted job resumes from its last one).
     #[arg(long, default_value_t = 10)]
     checkpoint_every: u64,
+    /// Fair share with decay: order tenants by their use over recent hours (this half-life)
+    /// instead of their use right now.
+    #[arg(long)]
+    half_life_h: Option<f64>,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     #[arg(long)]
@@ -131,6 +135,9 @@ pub fn run(args: TenantsArgs) -> Result<()> {
     if !(args.min_run_h.is_finite() && args.min_run_h >= 0.0) {
         bail!("--min-run-h must be a non-negative number of hours");
     }
+    if args.half_life_h.is_some_and(|h| !(h.is_finite() && h >= 0.01)) {
+        bail!("--half-life-h must be at least 0.01 hours");
+    }
     if !(0.0..=1.0).contains(&args.high_share)
         || !(0.0..=1.0).contains(&args.low_share)
         || args.high_share + args.low_share > 1.0
@@ -153,6 +160,7 @@ pub fn run(args: TenantsArgs) -> Result<()> {
             tenants: tenants.clone(),
             min_run: Micros::from_secs_f64(args.min_run_h * 3600.0),
             checkpoint_every: args.checkpoint_every.max(1),
+            half_life: args.half_life_h.map(|h| Micros::from_secs_f64(h * 3600.0)),
         };
         let cfg =
             SimConfig { seed: args.seed, capacity: CapacityMode::Fixed, share: Some(policy), ..SimConfig::default() };

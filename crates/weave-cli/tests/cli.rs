@@ -501,3 +501,20 @@ fn trace_generate_makes_multi_tenant_workloads_and_names_a_bad_tenant() {
     let o = weave(&["trace", "generate", "--tenant", "a:1", "--tenant", "a:2"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("each tenant once"));
 }
+
+/// Regression: with fair share decayed over 8 hours, a preemption inside a batch of dispatcher
+/// actions left a stale action for the victim and the replay panicked ("running job").
+#[test]
+fn tenants_experiment_with_fair_share_decay_on_the_wild_trace() {
+    if !std::path::Path::new(WILD).exists() {
+        eprintln!("skipped: {WILD} not present");
+        return;
+    }
+    let o = weave(&["experiment", "tenants", "--trace", WILD, "--half-life-h", "8", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for r in rows.as_array().unwrap() {
+        assert_eq!(r["never_ran"], 0, "{}", r["mode"]);
+    }
+    assert!(rows[2]["preemptions"].as_u64().unwrap() > 0);
+}

@@ -73,6 +73,59 @@ pub struct SharePolicy {
     pub min_run: Micros,
     /// Iterations between checkpoints: a preempted job resumes from its last one.
     pub checkpoint_every: u64,
+    /// Fair share with decay: tenants are ordered by their recent use (node-time decayed
+    /// with this half-life) over their entitlement instead of by what they use right now.
+    /// `None`: by use right now.
+    pub half_life: Option<Micros>,
+}
+
+/// Tenants' recent use for fair share with decay: node-seconds per pool, each second's weight
+/// halving every half-life. Advanced to a time, then told the use from then on.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct UsageHistory {
+    decayed: Vec<Nodes>,
+    usage: Vec<Nodes>,
+    last: Micros,
+}
+
+impl UsageHistory {
+    /// Accounts the use since the last call up to `now` (the use told last held meanwhile).
+    pub fn advance_to(&mut self, now: Micros, half_life: Micros) {
+        let dt = now.saturating_sub(self.last).as_secs_f64();
+        self.last = self.last.max(now);
+        if dt <= 0.0 {
+            return;
+        }
+        let h = half_life.as_secs_f64().max(1.0);
+        let keep = (-dt / h).exp2();
+        // The integral of 2^(-s/h) over the elapsed time: what the constant use adds.
+        let added = h / std::f64::consts::LN_2 * (1.0 - keep);
+        self.decayed.resize(self.usage.len().max(self.decayed.len()), [0.0; 2]);
+        for (t, d) in self.decayed.iter_mut().enumerate() {
+            let u = self.usage.get(t).copied().unwrap_or([0.0; 2]);
+            for p in 0..2 {
+                d[p] = d[p] * keep + u[p] * added;
+            }
+        }
+    }
+
+    /// The use from now on.
+    pub fn set_usage(&mut self, usage: Vec<Nodes>) {
+        self.usage = usage;
+    }
+
+    /// Each tenant's decayed dominant share: recent node-time over what its entitlement would
+    /// have accrued at the same decay (a tenant that always used exactly its quota scores 1).
+    pub fn shares(&self, policy: &SharePolicy, half_life: Micros) -> Vec<f64> {
+        let mean_life = half_life.as_secs_f64().max(1.0) / std::f64::consts::LN_2;
+        let recent: Vec<Nodes> = (0..policy.tenants.len())
+            .map(|t| {
+                let d = self.decayed.get(t).copied().unwrap_or([0.0; 2]);
+                [d[0] / mean_life, d[1] / mean_life]
+            })
+            .collect();
+        (0..policy.tenants.len()).map(|t| policy.dominant_share(t, &recent)).collect()
+    }
 }
 
 /// A job waiting in the queue.
@@ -255,12 +308,18 @@ impl SharePolicy {
     /// high priority orders a tenant's own jobs; it never lets one tenant borrow ahead of
     /// another tenant's entitled job.
     pub fn order(&self, waiting: &[Waiting], usage: &[Nodes]) -> Vec<usize> {
+        let share: Vec<f64> = (0..self.tenants.len()).map(|t| self.dominant_share(t, usage)).collect();
+        self.order_by(waiting, usage, &share)
+    }
+
+    /// [`SharePolicy::order`] with each tenant's share given (fair share with decay: see
+    /// [`UsageHistory::shares`]); entitlement is still judged on `usage`, the use right now.
+    pub fn order_by(&self, waiting: &[Waiting], usage: &[Nodes], share: &[f64]) -> Vec<usize> {
         let mut idx: Vec<usize> = (0..waiting.len()).collect();
         if self.mode == ShareMode::Fifo {
             idx.sort_by_key(|&k| waiting[k].arrival);
             return idx;
         }
-        let share: Vec<f64> = (0..self.tenants.len()).map(|t| self.dominant_share(t, usage)).collect();
         let entitled: Vec<bool> = waiting.iter().map(|w| self.entitled(w, usage)).collect();
         idx.sort_by(|&a, &b| {
             let (x, y) = (&waiting[a], &waiting[b]);
@@ -352,7 +411,31 @@ mod tests {
             tenants: vec![t("a", 4.0, None), t("b", 4.0, Some(1.0))],
             min_run: Micros::from_secs(600),
             checkpoint_every: 10,
+            half_life: None,
         }
+    }
+
+    #[test]
+    fn decayed_shares_remember_recent_use_and_forget_old_use() {
+        let p = policy(ShareMode::Quotas);
+        let h = Micros::from_secs(3600);
+        let mut u = UsageHistory::default();
+        // a uses its whole quota (4) for ten half-lives: its decayed share approaches 1.
+        u.set_usage(vec![[4.0, 4.0], [0.0, 0.0]]);
+        u.advance_to(Micros::from_secs(36_000), h);
+        let s = u.shares(&p, h);
+        assert!((s[0] - 1.0).abs() < 1e-3 && s[1] == 0.0, "{s:?}");
+        // Then nothing for one half-life: half of it is left; b's two hours at quota count more.
+        u.set_usage(vec![[0.0, 0.0], [4.0, 4.0]]);
+        u.advance_to(Micros::from_secs(36_000 + 3600), h);
+        let s = u.shares(&p, h);
+        assert!((s[0] - 0.5).abs() < 1e-3 && (s[1] - 0.5).abs() < 1e-9, "{s:?}");
+        // Both idle now and both entitled: right now they tie and arrival decides (a first);
+        // by recent use, the less served one goes first (b).
+        let w = |tenant, arrival| Waiting { tenant, priority: Priority::Normal, arrival, demand: [1.0, 1.0] };
+        let (waiting, idle) = ([w(0, 0), w(1, 1)], vec![[0.0, 0.0], [0.0, 0.0]]);
+        assert_eq!(p.order(&waiting, &idle), [0, 1]);
+        assert_eq!(p.order_by(&waiting, &idle, &[0.9, 0.1]), [1, 0]);
     }
 
     #[test]

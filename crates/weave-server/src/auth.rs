@@ -157,6 +157,10 @@ pub struct Sharing {
     /// A job is never preempted before it has run this long since its admission.
     #[serde(default = "default_min_run_s")]
     pub min_run_s: f64,
+    /// Fair share with decay: order tenants by their use over the last hours (this half-life)
+    /// instead of their use right now.
+    #[serde(default)]
+    pub half_life_h: Option<f64>,
 }
 
 fn default_min_run_s() -> f64 {
@@ -165,7 +169,7 @@ fn default_min_run_s() -> f64 {
 
 impl Default for Sharing {
     fn default() -> Self {
-        Sharing { preemption: false, backfill: false, min_run_s: default_min_run_s() }
+        Sharing { preemption: false, backfill: false, min_run_s: default_min_run_s(), half_life_h: None }
     }
 }
 
@@ -246,6 +250,9 @@ impl Tenants {
         if !(sharing.min_run_s.is_finite() && (0.0..=1e9).contains(&sharing.min_run_s)) {
             return Err(TenantsError::Parse("[sharing] `min_run_s` must be seconds in [0, 1e9]".into()));
         }
+        if sharing.half_life_h.is_some_and(|h| !(h.is_finite() && (0.01..=1e6).contains(&h))) {
+            return Err(TenantsError::Parse("[sharing] `half_life_h` must be hours in [0.01, 1e6]".into()));
+        }
         if sharing.backfill && !sharing.preemption {
             return Err(TenantsError::Parse(
                 "[sharing] `backfill` comes with `preemption` (the modes build on each other): set both".into(),
@@ -280,6 +287,7 @@ impl Tenants {
                 })
                 .collect(),
             min_run: weave_core::Micros::from_secs_f64(self.sharing.min_run_s),
+            half_life: self.sharing.half_life_h.map(|h| weave_core::Micros::from_secs_f64(h * 3600.0)),
             // The server's checkpoint is the last completed iteration (drivers resume there).
             checkpoint_every: 1,
         })

@@ -381,6 +381,8 @@ pub struct Plane {
     retention: Retention,
     /// Admissions ended by preemption, per tenant (a counter: events are let go).
     preemptions: BTreeMap<String, u64>,
+    /// Tenants' recent use, for fair share with decay (advanced at every record).
+    usage_history: weave_place::share::UsageHistory,
     pub stats: PlaneStats,
 }
 
@@ -434,6 +436,7 @@ impl Plane {
             ended: VecDeque::new(),
             retention: Retention::default(),
             preemptions: BTreeMap::new(),
+            usage_history: Default::default(),
             arrivals: BTreeMap::new(),
             next_arrival: 0,
             share: None,
@@ -628,10 +631,12 @@ impl Plane {
     pub fn apply_checked(&mut self, rec: &Record) -> Result<(), PlaneError> {
         self.version += 1;
         self.last_time_us = Some(self.last_time_us.unwrap_or(0).max(rec.time_us()));
+        self.advance_usage_history(rec.time_us());
         let applied = self.apply_record(rec);
         self.consolidate_pending(rec.time_us());
         // Whatever the record freed goes to the jobs waiting for it.
         self.admit_queued(rec.time_us());
+        self.record_usage();
         applied
     }
 

@@ -23,6 +23,7 @@ fn plane() -> Plane {
         tenants: vec![quota("alice"), quota("bob")],
         min_run: Micros::from_secs(600),
         checkpoint_every: 1,
+        half_life: None,
     })
 }
 
@@ -152,6 +153,7 @@ mod properties {
             tenants: vec![quota("alice", 2.0, None), quota("bob", 1.0, Some(1.0))],
             min_run: Micros::from_secs(300),
             checkpoint_every: 1,
+            half_life: None,
         })
     }
 
@@ -238,6 +240,7 @@ fn backfill_lets_short_jobs_past_a_blocked_head_never_long_ones() {
             tenants: vec![quota],
             min_run: Micros::from_secs(1_000_000),
             checkpoint_every: 1,
+            half_life: None,
         })
     };
     let job = |time_s: u64, id: &str, nodes: u32, iterations: u64| {

@@ -28,6 +28,8 @@ fn plane(consolidate: bool) -> Plane {
         tenants: vec![quota("alice", 2.0), quota("bob", 1.0)],
         min_run: Micros::from_secs(120),
         checkpoint_every: 1,
+        // Fair share with decay: its history is state a snapshot must carry.
+        half_life: Some(Micros::from_secs(600)),
     })
 }
 

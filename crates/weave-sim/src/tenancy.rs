@@ -186,8 +186,13 @@ mod tests {
     #[test]
     fn hourly_use_splits_usage_at_hour_boundaries() {
         let quota = TenantQuota { name: "a".into(), rollout_nodes: 4.0, training_nodes: 4.0, borrow_limit: None };
-        let policy =
-            SharePolicy { mode: ShareMode::Quotas, tenants: vec![quota], min_run: Micros::ZERO, checkpoint_every: 1 };
+        let policy = SharePolicy {
+            mode: ShareMode::Quotas,
+            tenants: vec![quota],
+            min_run: Micros::ZERO,
+            checkpoint_every: 1,
+            half_life: None,
+        };
         let mut l = Ledgers::new(1);
         let h = |x: f64| Micros::from_secs_f64(x * 3600.0);
         // 2 training nodes from 0.5 h, 4 from 1.75 h, none from 2.5 h.

@@ -15,15 +15,27 @@ fn tenant(name: &str, nodes: f64, borrow: Option<f64>) -> TenantQuota {
 }
 
 fn run(jsonl: &str, nodes: u32, mode: ShareMode, tenants: Vec<TenantQuota>, min_run_s: u64) -> PolicyReport {
+    run_with(jsonl, nodes, mode, tenants, min_run_s, None, Policy::WeaveDisaggOnly)
+}
+
+fn run_with(
+    jsonl: &str,
+    nodes: u32,
+    mode: ShareMode,
+    tenants: Vec<TenantQuota>,
+    min_run_s: u64,
+    half_life: Option<Micros>,
+    policy: Policy,
+) -> PolicyReport {
     let trace = parse(jsonl, Format::Jsonl, "sharing", &ReadOptions::default()).unwrap();
     let profile = ProfileModel::builtin();
     let mut cluster = ClusterConfig::default();
     cluster.rollout.nodes = nodes;
     cluster.training.nodes = nodes;
     let jobs = prepare(&trace, &cluster, &profile, Default::default(), 1);
-    let policy = SharePolicy { mode, tenants, min_run: Micros::from_secs(min_run_s), checkpoint_every: 2 };
-    let cfg = SimConfig { capacity: CapacityMode::Fixed, share: Some(policy), ..SimConfig::default() };
-    replay(&jobs, &cluster, Policy::WeaveDisaggOnly, &cfg, &mut |_, _| {}).report
+    let share = SharePolicy { mode, tenants, min_run: Micros::from_secs(min_run_s), checkpoint_every: 2, half_life };
+    let cfg = SimConfig { capacity: CapacityMode::Fixed, share: Some(share), ..SimConfig::default() };
+    replay(&jobs, &cluster, policy, &cfg, &mut |_, _| {}).report
 }
 
 fn delay_h(r: &PolicyReport, name: &str) -> f64 {
@@ -119,6 +131,31 @@ proptest! {
         }
         // The same inputs give the same bytes.
         let again = run(&text, 3, mode, quotas, 1200);
+        prop_assert_eq!(serde_json::to_string(&r).unwrap(), serde_json::to_string(&again).unwrap());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// With co-located mode and consolidation, and with fair share decayed over a random
+    /// half-life: every job still runs all its iterations (no preemption leaves a stale
+    /// action behind), deterministically.
+    #[test]
+    fn full_weave_with_fair_share_decay_runs_every_job(
+        jobs in proptest::collection::vec((0u32..600, 0u8..2, 0u8..3, 2u64..30), 2..10),
+        mode in 1usize..4,
+        half_life_s in proptest::option::of(600u64..36_000),
+    ) {
+        let mode = ShareMode::ALL[mode];
+        let text = random_trace(&jobs);
+        let quotas = vec![tenant("t0", 2.0, Some(1.0)), tenant("t1", 1.0, Some(1.0))];
+        let half_life = half_life_s.map(Micros::from_secs);
+        let r = run_with(&text, 3, mode, quotas.clone(), 600, half_life, Policy::Weave);
+        prop_assert_eq!(r.rejected, 0);
+        let total: u64 = jobs.iter().map(|j| j.3).sum();
+        prop_assert_eq!(r.iterations, total);
+        let again = run_with(&text, 3, mode, quotas, 600, half_life, Policy::Weave);
         prop_assert_eq!(serde_json::to_string(&r).unwrap(), serde_json::to_string(&again).unwrap());
     }
 }

@@ -51,7 +51,7 @@ impl Plane {
     /// quotas: an estimate, not a promise.
     pub fn queue_outlook(&self, now_us: u64) -> Vec<(usize, Option<u64>)> {
         let order: Vec<usize> = match self.share.as_ref() {
-            Some(policy) => policy.order(&self.waiting(policy), &self.share_usage(policy)),
+            Some(policy) => self.share_order(policy, &self.waiting(policy), &self.share_usage(policy)),
             None => (0..self.queue.len()).collect(),
         };
         let running_end = |id| self.running_end(now_us, id);
@@ -180,7 +180,7 @@ impl Plane {
         let backfill = policy.mode >= ShareMode::Backfill;
         // With backfill: when the blocked head could start at the latest.
         let mut shadow: Option<Micros> = None;
-        for k in policy.order(&waiting, &usage) {
+        for k in self.share_order(&policy, &waiting, &usage) {
             let w = waiting[k];
             if !policy.may_start(w.tenant, w.demand, &usage) {
                 // Over quota: it may displace its own tenant's lower-priority jobs, else it
@@ -239,6 +239,29 @@ impl Plane {
         let times = q.carried.as_ref().map_or_else(|| self.place_job(&spec, slo).times, |c| c.0);
         let remaining = q.submit.iterations.map(|n| n.saturating_sub(q.submit.resume_from.unwrap_or(0)));
         at_slo(times, slo, remaining)
+    }
+
+    /// Accounts tenants' use up to `time_us` (fair share with decay).
+    pub(super) fn advance_usage_history(&mut self, time_us: u64) {
+        if let Some(h) = self.share.as_ref().and_then(|p| p.half_life) {
+            self.usage_history.advance_to(Micros(time_us), h);
+        }
+    }
+
+    /// Tells the history the use from now on.
+    pub(super) fn record_usage(&mut self) {
+        if let Some(policy) = self.share.as_ref().filter(|p| p.half_life.is_some()) {
+            let usage = self.share_usage(policy);
+            self.usage_history.set_usage(usage);
+        }
+    }
+
+    /// The queue's order: by tenants' use right now, or by their recent use with decay.
+    fn share_order(&self, policy: &SharePolicy, waiting: &[Waiting], usage: &[Nodes]) -> Vec<usize> {
+        match policy.half_life {
+            Some(h) => policy.order_by(waiting, usage, &self.usage_history.shares(policy, h)),
+            None => policy.order(waiting, usage),
+        }
     }
 
     /// Admits the waiting job at `k`; false (it stays) if admission finds no room.

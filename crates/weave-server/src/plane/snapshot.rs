@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, VecDeque};
 use weave_core::{GroupId, JobId};
 use weave_dispatch::Dispatcher;
 use weave_place::consolidate::Churn;
+use weave_place::share::UsageHistory;
 use weave_place::Placer;
 
 /// Format version: a snapshot of another version is refused (the log is replayed instead).
@@ -39,6 +40,7 @@ struct Snapshot {
     events_base: u64,
     ended: VecDeque<(String, JobId)>,
     preemptions: BTreeMap<String, u64>,
+    usage_history: UsageHistory,
 }
 
 /// [`Snapshot`] borrowed from a plane (written without copying the state first).
@@ -60,6 +62,7 @@ struct SnapshotRef<'a> {
     events_base: u64,
     ended: &'a VecDeque<(String, JobId)>,
     preemptions: &'a BTreeMap<String, u64>,
+    usage_history: &'a UsageHistory,
 }
 
 #[derive(Serialize)]
@@ -113,6 +116,7 @@ impl Plane {
             events_base: self.events_base,
             ended: &self.ended,
             preemptions: &self.preemptions,
+            usage_history: &self.usage_history,
         };
         let mut out = Vec::new();
         ciborium::into_writer(&snap, &mut out).expect("writing to a Vec cannot fail");
@@ -162,6 +166,7 @@ impl Plane {
         self.events_base = snap.events_base;
         self.ended = snap.ended;
         self.preemptions = snap.preemptions;
+        self.usage_history = snap.usage_history;
         self.version = snap.plane_version;
         Ok(self)
     }

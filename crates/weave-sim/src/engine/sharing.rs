@@ -14,6 +14,8 @@ pub(super) struct Sharing {
     pub ledgers: Ledgers,
     /// Inside `schedule`: departures it causes do not start another round.
     pub busy: bool,
+    /// Recent use, for fair share with decay.
+    pub history: weave_place::share::UsageHistory,
 }
 
 impl Sharing {
@@ -27,7 +29,7 @@ impl Sharing {
             })
             .collect();
         let ledgers = Ledgers::new(policy.tenants.len());
-        Sharing { policy, tenant_of, ledgers, busy: false }
+        Sharing { policy, tenant_of, ledgers, busy: false, history: Default::default() }
     }
 }
 
@@ -72,6 +74,10 @@ impl Engine<'_> {
             entitled[w.tenant] |= share.policy.entitled(&w, &usage);
         }
         let share = self.share.as_mut().expect("sharing");
+        if let Some(h) = share.policy.half_life {
+            share.history.advance_to(self.now, h);
+            share.history.set_usage(usage.clone());
+        }
         share.ledgers.advance(self.now, usage, entitled, &share.policy);
     }
 
@@ -100,7 +106,14 @@ impl Engine<'_> {
         let usage = self.usage();
         let share = self.share.as_ref().expect("sharing");
         let waiting = self.waiting_jobs();
-        let order = share.policy.order(&waiting, &usage);
+        let order = match share.policy.half_life {
+            Some(h) => {
+                let mut history = share.history.clone();
+                history.advance_to(self.now, h);
+                share.policy.order_by(&waiting, &usage, &history.shares(&share.policy, h))
+            }
+            None => share.policy.order(&waiting, &usage),
+        };
         let backfill = share.policy.mode >= weave_place::share::ShareMode::Backfill;
         let preempt = share.policy.mode >= weave_place::share::ShareMode::Preemption;
         let mut shadow: Option<Micros> = None;
