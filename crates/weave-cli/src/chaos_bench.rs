@@ -35,6 +35,10 @@ pub struct ChaosArgs {
     fuzz_requests: usize,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Slow clients (half a request header each, from another process) held open during the
+    /// flood phase, while ordinary requests are timed.
+    #[arg(long, default_value_t = 2000)]
+    flood_connections: usize,
     /// The server's `--snapshot-every`: small, so that kills land before, during and after
     /// compactions.
     #[arg(long, default_value_t = 500)]
@@ -60,6 +64,12 @@ struct Report {
     alive_after_fuzz: bool,
     /// Records the last snapshot covers (compactions happened under the kills).
     records_compacted: u64,
+    flood_connections: usize,
+    /// Ordinary requests answered while the slow clients were held, and their latency.
+    flood_requests_answered: usize,
+    flood_requests_failed: usize,
+    flood_p50_ms: f64,
+    flood_p99_ms: f64,
 }
 
 /// A server process, killed when dropped.
@@ -366,6 +376,38 @@ fn fuzz_thread(
     (by, dropped)
 }
 
+/// Holds `--flood-connections` slow clients open against a fresh server and times 500
+/// ordinary requests meanwhile.
+fn flood(args: &ChaosArgs, data: &Path, r: &mut Report) -> Result<()> {
+    if args.flood_connections == 0 {
+        return Ok(());
+    }
+    // Slow clients are held, not cut, for the whole measurement.
+    let (server, _) = start_with(data, &["--header-timeout-s", "3600"])?;
+    let addr: std::net::SocketAddr = server.1.trim_start_matches("http://").parse().context("server address")?;
+    let mut slow = crate::serve_bench::slow_client_process(addr, args.flood_connections)?;
+    let c = client()?;
+    let mut ms = Vec::new();
+    for i in 0..500 {
+        let path = if i % 2 == 0 { "/v1/jobs" } else { "/v1/events?limit=100" };
+        let t = Instant::now();
+        match c.get(format!("{}{path}", server.1)).send() {
+            Ok(resp) if resp.status().is_success() => ms.push(t.elapsed().as_secs_f64() * 1e3),
+            _ => r.flood_requests_failed += 1,
+        }
+    }
+    if let Some(child) = slow.as_mut() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    ms.sort_by(f64::total_cmp);
+    let q = |x: f64| ms.get(((ms.len().max(1) - 1) as f64 * x).round() as usize).copied().unwrap_or(0.0);
+    r.flood_connections = args.flood_connections;
+    r.flood_requests_answered = ms.len();
+    (r.flood_p50_ms, r.flood_p99_ms) = (q(0.5), q(0.99));
+    Ok(())
+}
+
 pub fn run(args: ChaosArgs) -> Result<()> {
     if args.workers == 0 {
         bail!("--workers must be at least 1");
@@ -375,6 +417,7 @@ pub fn run(args: ChaosArgs) -> Result<()> {
     let mut r = Report::default();
     kill_loop(&args, &data, &mut r)?;
     fuzz(&args, &data, &mut r)?;
+    flood(&args, &data, &mut r)?;
     let _ = std::fs::remove_dir_all(&data);
     if args.json {
         return write_output(None, &json(&r)?);
@@ -385,7 +428,8 @@ pub fn run(args: ChaosArgs) -> Result<()> {
             "{} SIGKILLs under load: {} acknowledged jobs and {} phase completions, {} lost, {} duplicated; \
              restart to first answer {:.2} s median, {:.2} s max ({} plane events at the end; the last \
              snapshot covers {} records)\n\
-             fuzz: {} generated requests, by status {:?}; {} 5xx, {} without an answer; server alive after: {}\n",
+             fuzz: {} generated requests, by status {:?}; {} 5xx, {} without an answer; server alive after: {}\n\
+             flood: {} slow connections held; {} requests answered meanwhile ({} failed), p50 {:.2} ms, p99 {:.2} ms\n",
             r.kills,
             r.acknowledged_jobs,
             r.acknowledged_completions,
@@ -399,7 +443,12 @@ pub fn run(args: ChaosArgs) -> Result<()> {
             r.fuzz_by_status,
             r.fuzz_server_errors,
             r.fuzz_dropped_connections,
-            r.alive_after_fuzz
+            r.alive_after_fuzz,
+            r.flood_connections,
+            r.flood_requests_answered,
+            r.flood_requests_failed,
+            r.flood_p50_ms,
+            r.flood_p99_ms
         ),
     )
 }

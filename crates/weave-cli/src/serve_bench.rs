@@ -93,7 +93,7 @@ pub fn slow_clients(args: SlowClientsArgs) -> Result<()> {
 }
 
 /// The slow clients, in a process of their own (the server here needs its descriptors).
-fn slow_client_process(addr: std::net::SocketAddr, count: usize) -> Result<Option<std::process::Child>> {
+pub(crate) fn slow_client_process(addr: std::net::SocketAddr, count: usize) -> Result<Option<std::process::Child>> {
     use std::io::BufRead;
     if count == 0 {
         return Ok(None);

@@ -15,11 +15,13 @@ fn spec(id: &str) -> serde_json::Value {
 
 /// The chaos harness, short: SIGKILLs under load (every acknowledged submission and phase
 /// completion survives, none twice) and generated hostile requests (no 5xx, no dropped
-/// connection, the server alive). `weave bench chaos` runs the long version.
+/// connection, the server alive), then slow clients held open while ordinary requests are
+/// answered. `weave bench chaos` runs the long version.
 #[test]
 fn sigkill_under_load_loses_nothing_acknowledged() {
     let o = Command::new(env!("CARGO_BIN_EXE_weave"))
-        .args(["bench", "chaos", "--kills", "3", "--fuzz-requests", "3000", "--snapshot-every", "20", "--json"])
+        .args(["bench", "chaos", "--kills", "3", "--fuzz-requests", "3000", "--snapshot-every", "20"])
+        .args(["--flood-connections", "300", "--json"])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -29,6 +31,11 @@ fn sigkill_under_load_loses_nothing_acknowledged() {
     assert!(r["acknowledged_completions"].as_u64().unwrap() >= 8, "too little load: {r}");
     assert_eq!((r["lost"].as_u64(), r["duplicated"].as_u64()), (Some(0), Some(0)), "{r}");
     assert!(r["records_compacted"].as_u64().unwrap() > 0, "kills never met a compacted store: {r}");
+    assert_eq!(
+        (r["flood_requests_answered"].as_u64(), r["flood_requests_failed"].as_u64()),
+        (Some(500), Some(0)),
+        "{r}"
+    );
     assert_eq!(r["fuzz_server_errors"], 0, "{r}");
     assert_eq!(r["fuzz_dropped_connections"], 0, "{r}");
     assert_eq!(r["alive_after_fuzz"], true, "{r}");
