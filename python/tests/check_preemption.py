@@ -13,14 +13,14 @@ Run by `crates/weave-cli/tests/serve_process.rs`; exit code 0 on success.
 
 import argparse
 import os
-import shlex
-import signal
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from weave_client import WeaveClient  # noqa: E402
+from server_process import Server, wait_for  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BANDIT = os.path.join(HERE, "..", "examples", "bandit.py")
@@ -28,36 +28,6 @@ BANDIT = os.path.join(HERE, "..", "examples", "bandit.py")
 
 def say(msg):
     print(msg, flush=True)
-
-
-def wait_for(what, fn, timeout_s):
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if fn():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-class Server:
-    def __init__(self, cmd):
-        self.cmd = shlex.split(cmd)
-        self.proc = None
-
-    def start(self):
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        assert line.startswith("listening "), f"server said {line!r}"
-        return "http://" + line.split()[1]
-
-    def kill(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait()
 
 
 def spec(job, iterations):

@@ -12,8 +12,6 @@ line. Exit code 0 on success.
 import argparse
 import json
 import os
-import shlex
-import signal
 import statistics
 import subprocess
 import sys
@@ -25,6 +23,9 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 from weave_client import WeaveClient  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from server_process import Server, wait_for  # noqa: E402
+
 
 def say(msg):
     print(f"check_ray: {msg}", flush=True)
@@ -33,16 +34,6 @@ def say(msg):
 def ray_get(ray, path):
     with urllib.request.urlopen(ray + path, timeout=30) as r:
         return json.loads(r.read())
-
-
-def wait_for(what, fn, timeout_s):
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        v = fn()
-        if v:
-            return v
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def ray_node_labels(ray):
@@ -186,29 +177,6 @@ def measure(spans, window, nodes):
         "utilisation": {k: round(v, 3) for k, v in util.items()},
         "iteration_s": {job: period(job) for job in nodes},
     }
-
-
-class Server:
-    """`weave serve` run by this checker (so it can kill and restart it mid-run)."""
-
-    def __init__(self, cmd):
-        self.cmd = shlex.split(cmd)
-        self.proc = None
-
-    def start(self):
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        assert line.startswith("listening "), f"server said {line!r}"
-        return "http://" + line.split()[1]
-
-    def kill(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait()
 
 
 def check_restart(c, ray, server):

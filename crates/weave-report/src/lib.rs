@@ -107,9 +107,8 @@ fn headline_table(reports: &[PolicyReport]) -> String {
     t
 }
 
-/// The waterfall page (`weave experiment waterfall --report`): per row, Weave against both
-/// baselines at fixed lifetimes and at fixed iterations, then the table.
-pub fn render_waterfall(title: &str, notes: &[String], rows: &[weave_sim::waterfall::Row]) -> String {
+/// A page's start: the document head, the title and its notes.
+fn page_head(title: &str, notes: &[String]) -> String {
     let mut h = String::new();
     let _ = write!(
         h,
@@ -120,6 +119,13 @@ pub fn render_waterfall(title: &str, notes: &[String], rows: &[weave_sim::waterf
     for n in notes {
         let _ = write!(h, "<p class=\"muted\">{}</p>", escape(n));
     }
+    h
+}
+
+/// The waterfall page (`weave experiment waterfall --report`): per row, Weave against both
+/// baselines at fixed lifetimes and at fixed iterations, then the table.
+pub fn render_waterfall(title: &str, notes: &[String], rows: &[weave_sim::waterfall::Row]) -> String {
+    let mut h = page_head(title, notes);
     h.push_str("<h2>Cost ratio at fixed lifetimes (the paper's accounting)</h2>");
     let fixed_lifetimes: Vec<_> = rows
         .iter()
@@ -156,16 +162,7 @@ pub fn render_waterfall(title: &str, notes: &[String], rows: &[weave_sim::waterf
 /// The tenants page (`weave experiment tenants --report`): per sharing mode, each tenant's
 /// nodes in use hour by hour against its entitlement (dashed), per pool, then a table.
 pub fn render_tenants(title: &str, notes: &[String], modes: &[(&str, &[weave_sim::tenancy::TenantReport])]) -> String {
-    let mut h = String::new();
-    let _ = write!(
-        h,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"/><title>{}</title><style>{STYLE}</style></head><body>",
-        escape(title)
-    );
-    let _ = write!(h, "<h1>{}</h1>", escape(title));
-    for n in notes {
-        let _ = write!(h, "<p class=\"muted\">{}</p>", escape(n));
-    }
+    let mut h = page_head(title, notes);
     for (mode, tenants) in modes {
         let _ = write!(h, "<h2>{}</h2>", escape(mode));
         let items: Vec<(String, &str)> =
