@@ -70,6 +70,10 @@ struct ModeRow {
     /// FIFO, and the most any job started later.
     started_over_1h_after_fifo: usize,
     max_start_after_fifo_h: f64,
+    /// `high` jobs: how many, and their wait for a first start (mean, max, hours).
+    high_jobs: usize,
+    high_delay_mean_h: f64,
+    high_delay_max_h: f64,
     tenants: Vec<TenantReport>,
 }
 
@@ -152,6 +156,8 @@ pub fn run(args: TenantsArgs) -> Result<()> {
     let mut trace = args.trace.load(&profile)?;
     assign(&mut trace, &tenants, &args);
     let jobs = prepare(&trace, &cluster, &profile, Default::default(), args.seed);
+    let high_jobs: std::collections::BTreeSet<&str> =
+        trace.jobs.iter().filter(|j| j.priority == Priority::High).map(|j| j.name.as_str()).collect();
     let mut rows = Vec::new();
     let mut fifo_queued: std::collections::BTreeMap<String, f64> = std::collections::BTreeMap::new();
     for mode in ShareMode::ALL {
@@ -172,6 +178,7 @@ pub fn run(args: TenantsArgs) -> Result<()> {
         // Later than FIFO: the first start's delay against FIFO's for the same job.
         let later: Vec<f64> =
             r.per_job.iter().filter_map(|j| fifo_queued.get(&j.name).map(|f| queued(j) - f)).collect();
+        let high: Vec<f64> = r.per_job.iter().filter(|j| high_jobs.contains(j.name.as_str())).map(queued).collect();
         let held = r.training.gpu_hours.max(1e-9);
         rows.push(ModeRow {
             mode: mode.name(),
@@ -187,6 +194,9 @@ pub fn run(args: TenantsArgs) -> Result<()> {
             jain_index: jain_index(&r.tenants),
             started_over_1h_after_fifo: later.iter().filter(|d| **d > 1.0).count(),
             max_start_after_fifo_h: later.iter().copied().fold(0.0, f64::max),
+            high_jobs: high.len(),
+            high_delay_mean_h: if high.is_empty() { 0.0 } else { high.iter().sum::<f64>() / high.len() as f64 },
+            high_delay_max_h: high.iter().copied().fold(0.0, f64::max),
             tenants: r.tenants,
         });
     }
@@ -249,6 +259,7 @@ fn render(rows: &[ModeRow], source: &str, jobs: usize, cluster: &weave_core::Clu
         "lost iters",
         "Jain index",
         "started >1 h after FIFO (max h)",
+        "high jobs: wait mean / max h",
         "never ran",
     ]);
     for r in rows {
@@ -262,6 +273,7 @@ fn render(rows: &[ModeRow], source: &str, jobs: usize, cluster: &weave_core::Clu
             r.lost_iterations.to_string(),
             r.jain_index.map_or("-".into(), |j| format!("{j:.3}")),
             format!("{} ({:.2})", r.started_over_1h_after_fifo, r.max_start_after_fifo_h),
+            format!("{}: {:.2} / {:.2}", r.high_jobs, r.high_delay_mean_h, r.high_delay_max_h),
             r.never_ran.to_string(),
         ]);
     }
