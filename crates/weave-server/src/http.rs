@@ -159,6 +159,36 @@ pub fn view(j: &JobEntry) -> JobView {
     }
 }
 
+/// The job key `c` means by `name`: job names are per tenant (see `Plane::resolve`); an
+/// admin, or a job token, may also give a key itself.
+fn key_of(plane: &crate::plane::Plane, c: &Caller, name: &str) -> String {
+    plane.resolve(&c.tenant, name).unwrap_or_else(|| name.to_string())
+}
+
+/// How `c` sees job key `key`: its own tenant's jobs by their names, an admin by keys.
+pub(crate) fn shown(c: &Caller, key: &str) -> String {
+    if c.admin {
+        return key.to_string();
+    }
+    key.strip_suffix(&format!("~{}", c.tenant)).unwrap_or(key).to_string()
+}
+
+/// A view as `c` sees it.
+fn for_caller(mut v: JobView, c: &Caller) -> JobView {
+    v.id = shown(c, &v.id);
+    v
+}
+
+/// Events as `c` sees them (jobs by the names it knows them by).
+fn events_for(events: impl Iterator<Item = crate::plane::PlaneEvent>, c: &Caller) -> Vec<crate::plane::PlaneEvent> {
+    events
+        .map(|mut e| {
+            e.job = shown(c, &e.job);
+            e
+        })
+        .collect()
+}
+
 /// Waiting jobs `c` may see, in the order they will start, as clients see them.
 fn queued_views(plane: &crate::plane::Plane, now_us: u64, c: &Caller) -> Vec<JobView> {
     let outlook = plane.queue_outlook(now_us);
@@ -167,7 +197,7 @@ fn queued_views(plane: &crate::plane::Plane, now_us: u64, c: &Caller) -> Vec<Job
         .iter()
         .zip(outlook)
         .filter(|(q, _)| c.may_see(&q.tenant, &q.submit.id))
-        .map(|(q, (position, start))| queued_view(q, position, start.map(|t| t.saturating_sub(now_us))))
+        .map(|(q, (position, start))| for_caller(queued_view(q, position, start.map(|t| t.saturating_sub(now_us))), c))
         .collect();
     views.sort_by_key(|v| v.queue_position);
     views
@@ -213,12 +243,14 @@ fn lookup(plane: &crate::plane::Plane, name: &str, now_us: u64) -> Option<JobVie
     }
 }
 
-/// A job visible to `c`, else 404 (another tenant's job is indistinguishable from none).
-fn visible(s: &Shared, c: &Caller, name: &str) -> ApiResult<JobView> {
+/// The key of a job visible to `c` by `name`, and its view as `c` sees it; else 404 (another
+/// tenant's job is indistinguishable from none).
+fn visible(s: &Shared, c: &Caller, name: &str) -> ApiResult<(String, JobView)> {
     let now_us = s.now_us();
     let g = s.lock();
-    match lookup(&g.plane, name, now_us) {
-        Some(v) if c.may_see(&v.tenant, name) => Ok(v),
+    let key = key_of(&g.plane, c, name);
+    match lookup(&g.plane, &key, now_us) {
+        Some(v) if c.may_see(&v.tenant, &key) => Ok((key, for_caller(v, c))),
         _ => Err(ApiError::new(StatusCode::NOT_FOUND, format!("job `{name}` not found"))),
     }
 }
@@ -232,15 +264,14 @@ async fn submit(
     if c.job.is_some() {
         return Err(ApiError::new(StatusCode::FORBIDDEN, "a job token cannot submit jobs"));
     }
-    let spec = json_body(body)?;
+    let mut spec = json_body(body)?;
     spec.check_limits().map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.to_string()))?;
-    {
-        // Another tenant's job of the same name: refuse without revealing whose it is.
-        let g = s.lock();
-        if g.plane.owner(&spec.id).is_some_and(|tenant| !c.may_see(tenant, &spec.id)) {
-            return Err(ApiError::new(StatusCode::CONFLICT, format!("job id `{}` is taken", spec.id)));
-        }
-    }
+    // Names are per tenant: another tenant's job of the same name gets a key of its own.
+    let key = s.lock().plane.key_for(&c.tenant, &spec.id);
+    let Some(key) = key else {
+        return Err(ApiError::new(StatusCode::CONFLICT, format!("job id `{}` is taken", spec.id)));
+    };
+    spec.id = key;
     let name = spec.id.clone();
     let tenant = c.tenant.clone();
     commit(&s, &c, move |time_us| Record::Submit { time_us, tenant, job: spec }).await?;
@@ -248,7 +279,7 @@ async fn submit(
     let g = s.lock();
     // Fixed pools full: the job waits in the queue (202) and starts when there is room.
     if g.plane.queued(&name).is_some() {
-        let job = lookup(&g.plane, &name, now_us);
+        let job = lookup(&g.plane, &name, now_us).map(|v| for_caller(v, &c));
         return Ok((StatusCode::ACCEPTED, Json(json!({ "job": job, "decision": null }))));
     }
     let j = g.plane.job(&name).expect("just admitted");
@@ -258,7 +289,7 @@ async fn submit(
     if let Some(d) = decision.as_mut() {
         d.slowdowns.retain(|(id, _)| *id == j.id);
     }
-    Ok((StatusCode::CREATED, Json(json!({ "job": view(j), "decision": decision }))))
+    Ok((StatusCode::CREATED, Json(json!({ "job": for_caller(view(j), &c), "decision": decision }))))
 }
 
 /// The jobs waiting for room, in the order they will start (the caller's own only, unless
@@ -278,7 +309,10 @@ async fn list_jobs(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResul
     let mut jobs = queued_views(&g.plane, now_us, &c);
     let waiting: std::collections::BTreeSet<&str> = g.plane.queue().iter().map(|q| q.submit.id.as_str()).collect();
     jobs.extend(
-        g.plane.jobs().filter(|j| c.may_see(&j.tenant, &j.name) && !waiting.contains(j.name.as_str())).map(view),
+        g.plane
+            .jobs()
+            .filter(|j| c.may_see(&j.tenant, &j.name) && !waiting.contains(j.name.as_str()))
+            .map(|j| for_caller(view(j), &c)),
     );
     drop(g);
     Ok(Json(jobs))
@@ -290,11 +324,11 @@ async fn show_job(
     Path(name): Path<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
     let c = caller(&s, &headers)?;
-    let v = visible(&s, &c, &name)?;
+    let (key, v) = visible(&s, &c, &name)?;
     let history: Vec<_> = {
         let g = s.lock();
-        let since = admission_start(&g.plane, &c, &name);
-        g.plane.events().iter().filter(|e| e.job == name && e.seq >= since).cloned().collect()
+        let since = admission_start(&g.plane, &c, &key);
+        events_for(g.plane.events().iter().filter(|e| e.job == key && e.seq >= since).cloned(), &c)
     };
     Ok(Json(json!({ "job": v, "history": history })))
 }
@@ -322,14 +356,15 @@ async fn cancel_job(
     Path(name): Path<String>,
 ) -> ApiResult<Json<JobView>> {
     let c = caller(&s, &headers)?;
-    let before = visible(&s, &c, &name)?;
-    let job = name.clone();
+    let (key, before) = visible(&s, &c, &name)?;
+    let job = key.clone();
     commit(&s, &c, move |time_us| Record::Cancel { time_us, job }).await?;
     if before.state == JobState::Queued {
         // It never started: it leaves the queue and has no other record.
-        return Ok(Json(JobView { state: JobState::Cancelled, queue_position: None, queue_reason: None, ..before }));
+        let cancelled = JobView { state: JobState::Cancelled, queue_position: None, queue_reason: None, ..before };
+        return Ok(Json(JobView { estimated_start_s: None, ..cancelled }));
     }
-    visible(&s, &c, &name).map(Json)
+    visible(&s, &c, &key).map(|(_, v)| Json(v))
 }
 
 fn parse_phase(p: &str) -> ApiResult<Phase> {
@@ -354,7 +389,7 @@ async fn phase_start(
     Query(q): Query<WaitQuery>,
 ) -> ApiResult<(StatusCode, Json<serde_json::Value>)> {
     let c = caller(&s, &headers)?;
-    visible(&s, &c, &name)?;
+    let (key, _) = visible(&s, &c, &name)?;
     let phase = parse_phase(&phase)?;
     let wait_s = q.wait_s.unwrap_or(25.0);
     // NaN passes a clamp untouched and makes Duration panic: refuse it (and infinities) here.
@@ -367,16 +402,16 @@ async fn phase_start(
     loop {
         let (granted, admission) = {
             let g = s.lock();
-            let granted = g.plane.may_start(&name, phase, iteration)?;
+            let granted = g.plane.may_start(&key, phase, iteration)?;
             // With tracing on, the phase span's context: the job's own spans nest under it.
             let traced = granted && s.telemetry.is_some();
-            let admission = if traced { g.plane.job(&name).map(|j| j.id.0) } else { None };
+            let admission = if traced { g.plane.job(&key).map(|j| j.id.0) } else { None };
             (granted, admission)
         };
         if granted {
             let mut body = json!({ "status": "granted", "job": name, "phase": phase.name(), "iteration": iteration });
             if let Some(a) = admission {
-                body["traceparent"] = json!(crate::telemetry::AdmissionIds::of(&name, a).traceparent(phase, iteration));
+                body["traceparent"] = json!(crate::telemetry::AdmissionIds::of(&key, a).traceparent(phase, iteration));
             }
             return Ok((StatusCode::OK, Json(body)));
         }
@@ -410,16 +445,16 @@ async fn phase_finish(
     body: Result<Json<FinishBody>, JsonRejection>,
 ) -> ApiResult<Json<JobView>> {
     let c = caller(&s, &headers)?;
-    visible(&s, &c, &name)?;
+    let (key, _) = visible(&s, &c, &name)?;
     let phase = parse_phase(&phase)?;
     let b = json_body(body)?;
     if !(b.duration_s.is_finite() && b.duration_s >= 0.0 && b.duration_s < 1e7) {
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "`duration_s`: expected non-negative seconds"));
     }
     let duration_us = (b.duration_s * 1e6).round() as u64;
-    let job = name.clone();
+    let job = key.clone();
     commit(&s, &c, move |time_us| Record::Finish { time_us, job, phase, iteration, duration_us, meta: b.meta }).await?;
-    visible(&s, &c, &name).map(Json)
+    visible(&s, &c, &key).map(|(_, v)| Json(v))
 }
 
 async fn heartbeat(
@@ -428,11 +463,11 @@ async fn heartbeat(
     Path(name): Path<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
     let c = caller(&s, &headers)?;
-    let v = visible(&s, &c, &name)?;
+    let (key, v) = visible(&s, &c, &name)?;
     if v.state != JobState::Running {
         return Err(ApiError::new(StatusCode::CONFLICT, format!("job `{name}` is {:?}", v.state).to_lowercase()));
     }
-    s.lock().heartbeats.insert(name, std::time::Instant::now());
+    s.lock().heartbeats.insert(key, std::time::Instant::now());
     Ok(Json(json!({ "status": "ok" })))
 }
 
@@ -447,7 +482,7 @@ async fn groups(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<J
             .filter_map(|m| g.plane.job_name(m.job.id).and_then(|n| g.plane.job(n)))
             .map(|j| {
                 if c.may_see(&j.tenant, &j.name) {
-                    json!({ "job": j.name, "granted": j.granted.map(|(p, k)| format!("{} {k}", p.name())) })
+                    json!({ "job": shown(&c, &j.name), "granted": j.granted.map(|(p, k)| format!("{} {k}", p.name())) })
                 } else {
                     json!({ "job": "(another tenant)" })
                 }
@@ -534,7 +569,7 @@ async fn events(
         .cloned()
         .collect();
     drop(g);
-    Ok(Json(visible))
+    Ok(Json(events_for(visible.into_iter(), &c)))
 }
 
 /// Ready to take writes: 503 with the reason while the store's last write failed (the

@@ -125,7 +125,9 @@ impl SubmitSpec {
         };
         let mut spec =
             row.to_spec().map_err(|(field, reason)| PlaneError::Invalid { field: field.to_string(), reason })?;
-        if self.id.len() > 128 || !self.id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        // `~` joins a name and its tenant in a job's key (see `Plane::key_for`); clients may
+        // not use it (`check_limits`), records may.
+        if self.id.len() > 128 + 1 + 64 || !self.id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.~".contains(c)) {
             return Err(PlaneError::Invalid {
                 field: "id".into(),
                 reason: "use 1-128 characters from A-Z a-z 0-9 - _ .".into(),
@@ -168,6 +170,9 @@ impl SubmitSpec {
         let bad = |field: &str, reason: String| Err(PlaneError::Invalid { field: field.into(), reason });
         if !self.id.chars().next().is_some_and(|c| c.is_ascii_alphanumeric()) {
             return bad("id", "must start with a letter or a digit".into());
+        }
+        if self.id.len() > 128 || !self.id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+            return bad("id", "use 1-128 characters from A-Z a-z 0-9 - _ .".into());
         }
         for (field, v) in [("iterations", self.iterations), ("resume_from", self.resume_from)] {
             if v.is_some_and(|n| n > limits::MAX_ITERATIONS) {

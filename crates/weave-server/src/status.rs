@@ -25,10 +25,11 @@ pub fn render(plane: &Plane, caller: &Caller, now_us: u64) -> String {
     h.push_str("<table><tr><th>job</th><th>state</th><th>group</th><th>now</th><th>iterations</th><th>predicted slowdown</th></tr>");
     for j in plane.jobs().filter(|j| caller.may_see(&j.tenant, &j.name)) {
         let v = crate::http::view(j);
+        let name = crate::http::shown(caller, &v.id);
         let _ = write!(
             h,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td></tr>",
-            escape(&v.id),
+            escape(&name),
             format!("{:?}", v.state).to_lowercase(),
             v.group.map(|g| format!("g{g}")).unwrap_or_default(),
             escape(v.granted.as_deref().unwrap_or(if j.state == JobState::Running { "waiting" } else { "-" })),
@@ -70,7 +71,8 @@ fn recent(plane: &Plane, caller: &Caller, now_us: u64) -> Timeline {
             Phase::Rollout => format!("rollout block {}", entry.decision.as_ref().map(|d| d.block).unwrap_or(0)),
             Phase::Train => "training pool".to_string(),
         };
-        let label = format!("{job} {} {it}", if phase == Phase::Rollout { "rollout" } else { "training" });
+        let shown = crate::http::shown(caller, job);
+        let label = format!("{shown} {} {it}", if phase == Phase::Rollout { "rollout" } else { "training" });
         lanes.entry(g).or_default().entry(lane).or_default().push(Bar {
             start_h: s,
             end_h: e,

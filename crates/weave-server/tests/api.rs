@@ -52,15 +52,34 @@ fn auth_and_tenant_isolation() {
     assert_eq!(c.get(s.url("/v1/jobs/a1")).bearer_auth(BOB).send().unwrap().status(), 404);
     assert_eq!(c.delete(s.url("/v1/jobs/a1")).bearer_auth(BOB).send().unwrap().status(), 404);
     assert_eq!(start_phase(&s, BOB, "a1", "rollout", 0, 0.0).0, 404);
-    // Nor take its name.
-    assert_eq!(submit(&s, BOB, spec("a1", 2)).0, 409);
-    let (_, mine) = body(c.get(s.url("/v1/jobs")).bearer_auth(BOB).send().unwrap());
-    assert_eq!(mine.as_array().unwrap().len(), 1);
-    let (_, all) = body(c.get(s.url("/v1/jobs")).bearer_auth(OPS).send().unwrap());
-    assert_eq!(all.as_array().unwrap().len(), 2);
+    // Job names are per tenant: Bob may have an `a1` of his own, and each sees only his.
+    assert_eq!(submit(&s, BOB, spec("a1", 2)).0, 201);
+    let get = |token: &str, path: &str| body(c.get(s.url(path)).bearer_auth(token).send().unwrap()).1;
+    let (bobs, alices) = (get(BOB, "/v1/jobs/a1"), get(ALICE, "/v1/jobs/a1"));
+    assert_eq!((&bobs["job"]["id"], &bobs["job"]["tenant"]), (&json!("a1"), &json!("bob")), "{bobs}");
+    assert_eq!((&alices["job"]["id"], &alices["job"]["tenant"]), (&json!("a1"), &json!("alice")), "{alices}");
+    assert_ne!(bobs["job"]["uid"], alices["job"]["uid"]);
+    let ids = |v: serde_json::Value| {
+        let mut ids: Vec<String> =
+            v.as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap().to_string()).collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(ids(get(BOB, "/v1/jobs")), ["a1", "b1"]);
+    assert_eq!(ids(get(ALICE, "/v1/jobs")), ["a1"]);
+    // An admin sees every job by its key: the second tenant's `a1` is `a1~bob`.
+    assert_eq!(ids(get(OPS, "/v1/jobs")), ["a1", "a1~bob", "b1"]);
+    // Bob's events name his jobs as he knows them; Alice's admission is not among them.
+    let admitted: Vec<serde_json::Value> =
+        get(BOB, "/v1/events").as_array().unwrap().iter().filter(|e| e["kind"] == "admitted").cloned().collect();
+    assert_eq!(admitted.iter().map(|e| e["job"].as_str().unwrap()).collect::<Vec<_>>(), ["b1", "a1"]);
+    // Alice cannot address Bob's job by its key either.
+    assert_eq!(c.get(s.url("/v1/jobs/a1~bob")).bearer_auth(ALICE).send().unwrap().status(), 404);
     // Groups show other tenants' members anonymously; nodes are admin-only.
     let (_, groups) = body(c.get(s.url("/v1/groups")).bearer_auth(BOB).send().unwrap());
-    assert!(!groups.to_string().contains("a1"), "{groups}");
+    assert!(!groups.to_string().contains("~"), "{groups}");
+    let named_a1 = groups.to_string().matches("\"job\":\"a1\"").count();
+    assert!(named_a1 <= 1, "only Bob's own a1 is named: {groups}");
     assert_eq!(c.get(s.url("/v1/nodes")).bearer_auth(BOB).send().unwrap().status(), 403);
     let (st, nodes) = body(c.get(s.url("/v1/nodes")).bearer_auth(OPS).send().unwrap());
     assert_eq!(st, 200);

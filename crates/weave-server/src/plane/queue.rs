@@ -88,6 +88,38 @@ impl Plane {
         }
     }
 
+    /// The key of `tenant`'s job called `name`, if it has one: job names are per tenant, so
+    /// the first tenant to use a name holds it as the key and another tenant's job of the same
+    /// name is keyed `name~tenant`. Of two keys, the one active now (running or waiting), else
+    /// the latest admission.
+    pub fn resolve(&self, tenant: &str, name: &str) -> Option<String> {
+        let mine: Vec<String> = [name.to_string(), format!("{name}~{tenant}")]
+            .into_iter()
+            .filter(|k| self.owner(k) == Some(tenant))
+            .collect();
+        let active =
+            |k: &String| self.queued(k).is_some() || self.jobs.get(k).is_some_and(|j| j.state == JobState::Running);
+        let latest = |k: &String| self.jobs.get(k).map_or(0, |j| j.id.0 as u64 + 1);
+        mine.iter().find(|k| active(k)).or_else(|| mine.iter().max_by_key(|k| latest(k))).cloned()
+    }
+
+    /// The key a submission of `tenant`'s job `name` takes (see [`Plane::resolve`]); `None`
+    /// when both the name and `name~tenant` belong to others, or the tenant's name cannot be
+    /// part of a key.
+    pub fn key_for(&self, tenant: &str, name: &str) -> Option<String> {
+        if let Some(k) = self.resolve(tenant, name) {
+            return Some(k);
+        }
+        if self.owner(name).is_none() {
+            return Some(name.to_string());
+        }
+        let keyable = !tenant.is_empty()
+            && tenant.len() <= 64
+            && tenant.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        let key = format!("{name}~{tenant}");
+        (keyable && self.owner(&key).is_none()).then_some(key)
+    }
+
     /// Whether a submission that does not fit now may wait: fixed pools it fits when empty.
     pub(super) fn may_queue(&self, submit: &SubmitSpec, time_us: u64) -> Result<(), PlaneError> {
         let Some((rollout, training)) = self.placer.config().capacity else {
