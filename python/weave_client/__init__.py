@@ -161,9 +161,18 @@ class WeaveClient:
         return self._request("DELETE", f"/v1/jobs/{job_id}")[1]
 
     def events(self, after: Optional[int] = None, limit: Optional[int] = None) -> List[JSON]:
-        """Events this token may see; ``after`` (the last ``seq`` seen) and ``limit`` page them."""
-        query = "&".join(f"{k}={v}" for k, v in (("after", after), ("limit", limit)) if v is not None)
-        return self._request("GET", "/v1/events" + (f"?{query}" if query else ""))[1]
+        """Events this token may see; ``after`` (the last ``seq`` seen) and ``limit`` page them.
+        Without ``limit``, every event the server holds after ``after`` (page by page)."""
+        if limit is not None:
+            query = "&".join(f"{k}={v}" for k, v in (("after", after), ("limit", limit)) if v is not None)
+            return self._request("GET", f"/v1/events?{query}")[1]
+        out: List[JSON] = []
+        while True:
+            page = self.events(after, 10_000)
+            if not page:
+                return out
+            out.extend(page)
+            after = page[-1]["seq"]
 
     def heartbeat(self, job_id: str) -> JSON:
         return self._request("POST", f"/v1/jobs/{job_id}/heartbeat", retry=True)[1]

@@ -155,7 +155,7 @@ pub(crate) fn worker(url: String, prefix: String, acked: Acked, stop: Arc<Atomic
 }
 
 /// Every event, page by page.
-fn all_events(c: &reqwest::blocking::Client, url: &str) -> Result<Vec<serde_json::Value>> {
+pub(crate) fn all_events(c: &reqwest::blocking::Client, url: &str) -> Result<Vec<serde_json::Value>> {
     let mut out: Vec<serde_json::Value> = Vec::new();
     loop {
         let after = out.last().and_then(|e| e["seq"].as_u64()).map(|s| format!("&after={s}")).unwrap_or_default();

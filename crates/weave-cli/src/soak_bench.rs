@@ -60,7 +60,7 @@ fn rss_mb(pid: u32) -> Result<f64> {
 }
 
 /// Polls `/v1/events` like a dashboard (by cursor) and like a careless client (everything held,
-/// every two seconds) until `stop`.
+/// page by page, every two seconds) until `stop`.
 fn poller(url: String, stop: Arc<AtomicBool>, polls: Arc<AtomicU64>, full: Arc<AtomicU64>) {
     let Ok(c) = client() else { return };
     let mut cursor: Option<u64> = None;
@@ -74,7 +74,7 @@ fn poller(url: String, stop: Arc<AtomicBool>, polls: Arc<AtomicU64>, full: Arc<A
             }
         }
         if last_full.elapsed() >= Duration::from_secs(2) {
-            if c.get(format!("{url}/v1/events")).send().and_then(|r| r.bytes()).is_ok() {
+            if crate::chaos_bench::all_events(&c, &url).is_ok() {
                 full.fetch_add(1, Ordering::Relaxed);
             }
             last_full = Instant::now();

@@ -342,6 +342,10 @@ fn admission_start(plane: &crate::plane::Plane, c: &Caller, name: &str) -> u64 {
     plane.events().iter().rev().find(|e| e.job == name && e.kind == "admitted").map_or(0, |e| e.seq)
 }
 
+/// The most events one answer carries (page on with `after`): an answer's size is bounded
+/// whatever the history held.
+pub const EVENTS_PAGE: usize = 10_000;
+
 #[derive(Deserialize)]
 struct EventsQuery {
     /// Only events with a larger sequence number (a cursor: the last `seq` seen).
@@ -565,7 +569,7 @@ async fn events(
             // Node events belong to no job: operators see them.
             None => e.job.is_empty() && c.admin,
         })
-        .take(q.limit.unwrap_or(usize::MAX))
+        .take(q.limit.unwrap_or(EVENTS_PAGE).min(EVENTS_PAGE))
         .cloned()
         .collect();
     drop(g);

@@ -89,7 +89,7 @@ pub fn document() -> Value {
             "/v1/events": { "get": { "summary": "Grants, finishes and job endings visible to the caller, paged by cursor", "security": auth,
                 "parameters": [
                     { "name": "after", "in": "query", "description": "only events with a larger seq", "schema": { "type": "integer", "minimum": 0 } },
-                    { "name": "limit", "in": "query", "description": "at most this many", "schema": { "type": "integer", "minimum": 0 } }
+                    { "name": "limit", "in": "query", "description": "at most this many (and at most 10000: page on with `after`)", "schema": { "type": "integer", "minimum": 0 } }
                 ],
                 "responses": { "200": ok("events"), "400": err(), "401": err() } } },
             "/v1/queue": { "get": { "summary": "Jobs waiting for room in fixed pools, in the order they will start (the caller's own; all for admins)", "security": auth,

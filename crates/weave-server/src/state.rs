@@ -255,8 +255,18 @@ impl Shared {
         // Every job this record started (a submission, or queued ones it made room for) is
         // watched from now; a queued job is not (it is not running yet).
         let Inner { plane, heartbeats, .. } = &mut *g;
-        for e in plane.events_from(seen).iter().filter(|e| e.kind == "admitted") {
-            heartbeats.insert(e.job.clone(), Instant::now());
+        for e in plane.events_from(seen) {
+            match e.kind.as_str() {
+                "admitted" => {
+                    heartbeats.insert(e.job.clone(), Instant::now());
+                }
+                // An admission that ended (here or as a side effect: completion, preemption,
+                // a node's loss) is no longer watched.
+                "completed" | "preempted" | "failed" | "cancelled" => {
+                    heartbeats.remove(&e.job);
+                }
+                _ => {}
+            }
         }
         match &rec {
             Record::Submit { .. } => {}
@@ -264,7 +274,9 @@ impl Shared {
                 g.heartbeats.remove(job);
             }
             Record::Finish { job, .. } => {
-                g.heartbeats.insert(job.clone(), Instant::now());
+                if g.plane.job(job).is_some_and(|j| j.state == JobState::Running) {
+                    g.heartbeats.insert(job.clone(), Instant::now());
+                }
             }
             Record::NodeDown { time_us, .. } => {
                 // Failed jobs stop being watched; re-admitted ones get a fresh grace period.

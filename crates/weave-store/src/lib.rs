@@ -22,6 +22,9 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
+/// The storage library's page cache.
+const CACHE_BYTES: usize = 32 * 1024 * 1024;
+
 /// At most one row: the snapshot of the state after every record before its key.
 const SNAPSHOT: TableDefinition<u64, &[u8]> = TableDefinition::new("snapshot");
 
@@ -295,7 +298,10 @@ impl Store {
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|e| open_err(&e))?;
         }
         guarded(path, || {
-            let db = Database::create(path).map_err(|e| open_err(&e))?;
+            // redb caches up to 1 GiB of pages by default: with months of appends and
+            // compactions that is memory the server never gives back. The log is read once,
+            // at start; appends need little.
+            let db = Database::builder().set_cache_size(CACHE_BYTES).create(path).map_err(|e| open_err(&e))?;
             let tx = db.begin_write().map_err(db_err)?;
             tx.open_table(LOG).map_err(db_err)?;
             tx.commit().map_err(db_err)?;
