@@ -733,12 +733,20 @@ impl Plane {
         self.ended.push_back((name.to_string(), j.id));
         while self.ended.len() > self.retention.jobs {
             let Some((old, id)) = self.ended.pop_front() else { break };
-            let gone = self.jobs.get(&old).is_some_and(|j| {
-                j.id == id && matches!(j.state, JobState::Completed | JobState::Cancelled | JobState::Failed)
-            });
-            if gone && self.queued(&old).is_none() {
+            let current = self.jobs.get(&old).is_some_and(|j| j.id == id);
+            let gone = current
+                && self.jobs[&old].state != JobState::Running
+                && self.jobs[&old].state != JobState::Preempted
+                && self.queued(&old).is_none();
+            if gone {
                 self.jobs.remove(&old);
                 self.arrivals.remove(&old);
+            }
+            // The admission's number no longer names anything placed: drop its name's bytes.
+            if gone || !current {
+                if let Some(n) = self.names.get_mut(id.0 as usize) {
+                    *n = String::new();
+                }
             }
         }
     }
