@@ -41,6 +41,8 @@ struct Report {
     /// The plane's snapshot at the end: its size and the time to encode it.
     snapshot_bytes: usize,
     snapshot_encode_s: f64,
+    /// The store file's size at the end.
+    store_file_bytes: u64,
     open_s_median: f64,
     open_s_all: Vec<f64>,
     per_record_us: f64,
@@ -69,6 +71,7 @@ pub fn run(args: RestartArgs) -> Result<()> {
         snapshot_encode_s = t.elapsed().as_secs_f64();
         drop(shared);
     }
+    let store_file_bytes = std::fs::metadata(data.join("weave.redb")).map_or(0, |m| m.len());
     let records_replayed = {
         let store = weave_store::Store::open(&data.join("weave.redb"))?;
         store.records_since_snapshot()
@@ -83,6 +86,7 @@ pub fn run(args: RestartArgs) -> Result<()> {
         records_replayed,
         snapshot_bytes,
         snapshot_encode_s,
+        store_file_bytes,
         open_s_median: median,
         open_s_all: times,
         per_record_us: median * 1e6 / records as f64,

@@ -437,6 +437,11 @@ impl Store {
         });
         if done.is_ok() {
             self.base = at;
+            // Give the freed pages back: without it the file keeps every old snapshot's
+            // space and grows with history. Best effort (a failure only leaves the file larger).
+            if let Some(db) = self.db.as_mut() {
+                let _ = catch_unwind(AssertUnwindSafe(|| db.compact()));
+            }
         }
         match &done {
             Ok(_) => self.failed = None,
