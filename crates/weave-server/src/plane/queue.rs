@@ -12,6 +12,13 @@ fn at_slo(times: PhaseTimes, slo: f64, remaining: Option<u64>) -> Option<Micros>
     remaining.map(|n| Micros(((times.rollout + times.train).0 as f64 * slo * n as f64) as u64))
 }
 
+/// Nodes per pool a waiting submission needs (`None` only for a submission that no longer
+/// parses, which checked records never are).
+fn demand(q: &Queued) -> Option<Nodes> {
+    let s = q.submit.to_spec(weave_core::JobId(u32::MAX), Micros(q.submitted_us)).ok()?;
+    Some([s.rollout_nodes as f64, s.train_nodes as f64])
+}
+
 fn priority(s: &SubmitSpec) -> Priority {
     s.priority.as_deref().and_then(|p| p.parse().ok()).unwrap_or_default()
 }
@@ -59,10 +66,7 @@ impl Plane {
             .iter()
             .map(|&k| {
                 let q = &self.queue[k];
-                let demand = q
-                    .submit
-                    .to_spec(weave_core::JobId(u32::MAX), Micros(q.submitted_us))
-                    .map_or([f64::INFINITY; 2], |s| [s.rollout_nodes as f64, s.train_nodes as f64]);
+                let demand = demand(q).unwrap_or([f64::INFINITY; 2]);
                 (demand, self.waiting_duration(k))
             })
             .collect();
@@ -326,10 +330,7 @@ impl Plane {
                 tenant: Self::tenant_index(policy, &q.tenant),
                 priority: priority(&q.submit),
                 arrival: q.arrival,
-                demand: q
-                    .submit
-                    .to_spec(weave_core::JobId(u32::MAX), Micros(q.submitted_us))
-                    .map_or([1.0, 1.0], |s| [s.rollout_nodes as f64, s.train_nodes as f64]),
+                demand: demand(q).unwrap_or([1.0, 1.0]),
             })
             .collect()
     }
