@@ -156,17 +156,56 @@ pub struct Running {
 /// What each placed job is charged: its share of its rollout block and of its group's
 /// training nodes (a co-located job: its training nodes).
 pub fn charges(placer: &Placer) -> Vec<(JobId, Nodes)> {
+    charges_as(placer, false)
+}
+
+/// What each placed job would be charged if every partner on its nodes left: its whole block
+/// and its group's training nodes.
+pub fn charges_alone(placer: &Placer) -> Vec<(JobId, Nodes)> {
+    charges_as(placer, true)
+}
+
+fn charges_as(placer: &Placer, alone: bool) -> Vec<(JobId, Nodes)> {
     let mut out = Vec::new();
     for g in placer.groups() {
-        let members = g.members.len().max(1) as f64;
+        let members = if alone { 1.0 } else { g.members.len().max(1) as f64 };
         let train = g.training_nodes.len() as f64 / members;
         for m in &g.members {
-            let on_block = g.members.iter().filter(|o| o.block == m.block).count().max(1) as f64;
+            let on_block =
+                if alone { 1.0 } else { g.members.iter().filter(|o| o.block == m.block).count().max(1) as f64 };
             let block = if g.colocated { 0.0 } else { g.block(m.block).map_or(0.0, |b| b.nodes.len() as f64) };
             out.push((m.job.id, [block / on_block, train]));
         }
     }
     out
+}
+
+/// Quota in use per tenant, two ways.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Usage {
+    /// What its jobs are charged now (shared nodes split among their members).
+    pub held: Vec<Nodes>,
+    /// What they would be charged if every partner on a shared node left. The borrowing limit
+    /// is held against this, so a partner's departure never takes a tenant past its limit.
+    pub alone: Vec<Nodes>,
+}
+
+impl Usage {
+    /// Usage where nothing is shared (both views equal).
+    pub fn unshared(held: Vec<Nodes>) -> Self {
+        Usage { alone: held.clone(), held }
+    }
+
+    fn sum(charges: Vec<(JobId, Nodes)>, tenants: usize, tenant_of: &impl Fn(JobId) -> usize) -> Vec<Nodes> {
+        let mut usage = vec![[0.0; 2]; tenants];
+        for (job, charge) in charges {
+            if let Some(u) = usage.get_mut(tenant_of(job)) {
+                u[0] += charge[0];
+                u[1] += charge[1];
+            }
+        }
+        usage
+    }
 }
 
 /// Nodes of each fixed pool no group holds now (elastic pools: unbounded).
@@ -240,17 +279,14 @@ pub fn projected_starts(
 }
 
 impl SharePolicy {
-    /// Quota in use per tenant: every job's share of the nodes its placement holds.
-    /// `tenant_of` maps a placed job to its tenant's index.
-    pub fn usage(&self, placer: &Placer, tenant_of: impl Fn(JobId) -> usize) -> Vec<Nodes> {
-        let mut usage = vec![[0.0; 2]; self.tenants.len()];
-        for (job, charge) in charges(placer) {
-            if let Some(u) = usage.get_mut(tenant_of(job)) {
-                u[0] += charge[0];
-                u[1] += charge[1];
-            }
+    /// Quota in use per tenant: every job's share of the nodes its placement holds, and what
+    /// it would hold alone. `tenant_of` maps a placed job to its tenant's index.
+    pub fn usage(&self, placer: &Placer, tenant_of: impl Fn(JobId) -> usize) -> Usage {
+        let n = self.tenants.len();
+        Usage {
+            held: Usage::sum(charges(placer), n, &tenant_of),
+            alone: Usage::sum(charges_alone(placer), n, &tenant_of),
         }
-        usage
     }
 
     /// Tenant `t`'s dominant share: the largest fraction of its nominal quota in use.
@@ -270,24 +306,25 @@ impl SharePolicy {
     }
 
     /// Whether tenant `t` may start a job needing `demand` now: within its nominal quota, or
-    /// borrowing no more than its limit and others' unused quota. (Whether the nodes are free
-    /// is the placer's question.)
-    pub fn may_start(&self, t: usize, demand: Nodes, usage: &[Nodes]) -> bool {
+    /// borrowing no more than others' unused quota; and, with a borrowing limit, even if every
+    /// partner on its shared nodes left, no more than its limit beyond nominal. (Whether the
+    /// nodes are free is the placer's question.)
+    pub fn may_start(&self, t: usize, demand: Nodes, usage: &Usage) -> bool {
         if self.mode == ShareMode::Fifo {
             return true;
         }
         let q = &self.tenants[t];
         (0..2).all(|p| {
-            let after = usage[t][p] + demand[p];
-            let over = after - q.nominal()[p];
-            if over <= EPS {
-                return true;
-            }
-            let lendable: f64 = (0..self.tenants.len())
-                .filter(|&o| o != t)
-                .map(|o| (self.tenants[o].nominal()[p] - usage[o][p]).max(0.0))
-                .sum();
-            over <= lendable + EPS && q.borrow_limit.is_none_or(|l| over <= l + EPS)
+            let nominal = q.nominal()[p];
+            let within_limit = q.borrow_limit.is_none_or(|l| usage.alone[t][p] + demand[p] - nominal <= l + EPS);
+            let over = usage.held[t][p] + demand[p] - nominal;
+            let lendable = || -> f64 {
+                (0..self.tenants.len())
+                    .filter(|&o| o != t)
+                    .map(|o| (self.tenants[o].nominal()[p] - usage.held[o][p]).max(0.0))
+                    .sum()
+            };
+            within_limit && (over <= EPS || over <= lendable() + EPS)
         })
     }
 
@@ -363,32 +400,36 @@ impl SharePolicy {
         placer: &Placer,
         for_job: Waiting,
         running: &[Running],
-        usage: &[Nodes],
+        usage: &Usage,
     ) -> Option<Vec<JobId>> {
         let demand = for_job.demand;
-        let charges: std::collections::BTreeMap<JobId, Nodes> = charges(placer).into_iter().collect();
+        let held: std::collections::BTreeMap<JobId, Nodes> = charges(placer).into_iter().collect();
+        let alone: std::collections::BTreeMap<JobId, Nodes> = charges_alone(placer).into_iter().collect();
         let tenant_of: std::collections::BTreeMap<JobId, usize> = running.iter().map(|r| (r.job, r.tenant)).collect();
         let mut free = free_nodes(placer);
-        let mut usage_after = usage.to_vec();
-        let fits = |free: &Nodes, usage_after: &[Nodes]| {
+        let mut usage_after = usage.clone();
+        let fits = |free: &Nodes, usage_after: &Usage| {
             free[0] >= demand[0] && free[1] >= demand[1] && self.may_start(for_job.tenant, demand, usage_after)
         };
         let mut chosen = Vec::new();
-        for v in self.victims(for_job, demand, running, usage) {
+        for v in self.victims(for_job, demand, running, &usage.held) {
             if fits(&free, &usage_after) {
                 break;
             }
             let n = exclusive_nodes(placer, v);
             let vt = tenant_of[&v];
-            let c = charges.get(&v).copied().unwrap_or([0.0; 2]);
+            let c = held.get(&v).copied().unwrap_or([0.0; 2]);
+            let a = alone.get(&v).copied().unwrap_or([0.0; 2]);
             // Worth it only if it frees nodes or quota the job needs.
             if n[0] + n[1] == 0.0 && (vt != for_job.tenant || c[0] + c[1] == 0.0) {
                 continue;
             }
             free[0] += n[0];
             free[1] += n[1];
-            usage_after[vt][0] -= c[0];
-            usage_after[vt][1] -= c[1];
+            for p in 0..2 {
+                usage_after.held[vt][p] -= c[p];
+                usage_after.alone[vt][p] -= a[p];
+            }
             chosen.push(v);
         }
         (!chosen.is_empty() && fits(&free, &usage_after)).then_some(chosen)
@@ -441,17 +482,23 @@ mod tests {
     #[test]
     fn within_nominal_always_beyond_only_what_others_leave_and_the_limit() {
         let p = policy(ShareMode::Quotas);
-        let usage = vec![[3.0, 3.0], [0.0, 0.0]];
+        let usage = Usage::unshared(vec![[3.0, 3.0], [0.0, 0.0]]);
         assert!(p.may_start(0, [1.0, 1.0], &usage));
         // b leaves 4 unused: a may borrow them (no limit), not 5.
         assert!(p.may_start(0, [5.0, 5.0], &usage));
         assert!(!p.may_start(0, [6.0, 6.0], &usage));
         // b may borrow only one node beyond its 4.
-        let usage = vec![[0.0, 0.0], [4.0, 4.0]];
+        let usage = Usage::unshared(vec![[0.0, 0.0], [4.0, 4.0]]);
         assert!(p.may_start(1, [1.0, 1.0], &usage));
         assert!(!p.may_start(1, [2.0, 2.0], &usage));
         // FIFO ignores quotas.
         assert!(policy(ShareMode::Fifo).may_start(1, [9.0, 9.0], &usage));
+        // b's jobs share nodes: charged 3.5 now, 4.5 if their partners left. One more node
+        // fits its nominal quota now but would take it past its limit (5.5 > 4 + 1) once the
+        // partners leave, so it may not start; a's jobs have no limit.
+        let shared = Usage { held: vec![[0.0, 0.0], [3.5, 3.5]], alone: vec![[0.0, 0.0], [4.5, 4.5]] };
+        assert!(!p.may_start(1, [1.0, 1.0], &shared));
+        assert!(p.may_start(1, [0.5, 0.5], &shared));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use super::{ev, JobState, Measured, Plane, PlaneError, PlaneEvent, SubmitSpec};
 use weave_core::{Micros, PhaseTimes, Priority};
 use weave_dispatch::Phase;
-use weave_place::share::{self, Nodes, Running, ShareMode, SharePolicy, Waiting};
+use weave_place::share::{self, Nodes, Running, ShareMode, SharePolicy, Usage, Waiting};
 
 /// `remaining` iterations of `times` at slowdown `slo` (`None`: no end).
 fn at_slo(times: PhaseTimes, slo: f64, remaining: Option<u64>) -> Option<Micros> {
@@ -47,7 +47,7 @@ impl Plane {
     /// rollout, training; shared nodes split among their members).
     pub fn quota_use(&self) -> Vec<(String, Nodes, Nodes)> {
         let Some(policy) = self.share.as_ref() else { return Vec::new() };
-        let usage = self.share_usage(policy);
+        let usage = self.share_usage(policy).held;
         policy.tenants.iter().zip(usage).map(|(t, u)| (t.name.clone(), t.nominal(), u)).collect()
     }
 
@@ -58,7 +58,7 @@ impl Plane {
     /// quotas: an estimate, not a promise.
     pub fn queue_outlook(&self, now_us: u64) -> Vec<(usize, Option<u64>)> {
         let order: Vec<usize> = match self.share.as_ref() {
-            Some(policy) => self.share_order(policy, &self.waiting(policy), &self.share_usage(policy)),
+            Some(policy) => self.share_order(policy, &self.waiting(policy), &self.share_usage(policy).held),
             None => (0..self.queue.len()).collect(),
         };
         let running_end = |id| self.running_end(now_us, id);
@@ -216,7 +216,7 @@ impl Plane {
         let backfill = policy.mode >= ShareMode::Backfill;
         // With backfill: when the blocked head could start at the latest.
         let mut shadow: Option<Micros> = None;
-        for k in self.share_order(&policy, &waiting, &usage) {
+        for k in self.share_order(&policy, &waiting, &usage.held) {
             let w = waiting[k];
             if !policy.may_start(w.tenant, w.demand, &usage) {
                 // Over quota: it may displace its own tenant's lower-priority jobs, else it
@@ -287,7 +287,7 @@ impl Plane {
     /// Tells the history the use from now on.
     pub(super) fn record_usage(&mut self) {
         if let Some(policy) = self.share.as_ref().filter(|p| p.half_life.is_some()) {
-            let usage = self.share_usage(policy);
+            let usage = self.share_usage(policy).held;
             self.usage_history.set_usage(usage);
         }
     }
@@ -315,7 +315,7 @@ impl Plane {
     }
 
     /// Quota in use per tenant.
-    fn share_usage(&self, policy: &SharePolicy) -> Vec<Nodes> {
+    fn share_usage(&self, policy: &SharePolicy) -> Usage {
         policy.usage(&self.placer, |id| {
             let entry = self.names.get(id.0 as usize).and_then(|n| self.jobs.get(n));
             entry.map_or(0, |j| Self::tenant_index(policy, &j.tenant))
@@ -358,7 +358,7 @@ impl Plane {
     }
 
     /// Preempts what the policy picks for `w`, if together it frees enough; false otherwise.
-    fn preempt_for(&mut self, time_us: u64, policy: &SharePolicy, w: Waiting, usage: &[Nodes]) -> bool {
+    fn preempt_for(&mut self, time_us: u64, policy: &SharePolicy, w: Waiting, usage: &Usage) -> bool {
         let running = self.running_for_share(time_us, policy);
         let Some(victims) = policy.preemption(&self.placer, w, &running, usage) else { return false };
         for v in victims {

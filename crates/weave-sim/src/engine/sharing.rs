@@ -5,7 +5,7 @@
 use super::Engine;
 use crate::tenancy::Ledgers;
 use weave_core::{JobId, Micros};
-use weave_place::share::{Nodes, Running, SharePolicy, Waiting};
+use weave_place::share::{Nodes, Running, SharePolicy, Usage, Waiting};
 
 /// Sharing state: the policy, each job's tenant, the ledgers.
 pub(super) struct Sharing {
@@ -57,7 +57,7 @@ impl Engine<'_> {
         [s.rollout_nodes as f64, s.train_nodes as f64]
     }
 
-    fn usage(&self) -> Vec<Nodes> {
+    fn usage(&self) -> Usage {
         let share = self.share.as_ref().expect("sharing");
         share.policy.usage(&self.placer, |j| share.tenant_of[j.0 as usize])
     }
@@ -67,7 +67,7 @@ impl Engine<'_> {
         if !self.sharing() {
             return;
         }
-        let usage = self.usage();
+        let usage = self.usage().held;
         let share = self.share.as_ref().expect("sharing");
         let mut entitled = vec![false; share.policy.tenants.len()];
         for w in self.waiting_jobs() {
@@ -110,9 +110,9 @@ impl Engine<'_> {
             Some(h) => {
                 let mut history = share.history.clone();
                 history.advance_to(self.now, h);
-                share.policy.order_by(&waiting, &usage, &history.shares(&share.policy, h))
+                share.policy.order_by(&waiting, &usage.held, &history.shares(&share.policy, h))
             }
-            None => share.policy.order(&waiting, &usage),
+            None => share.policy.order(&waiting, &usage.held),
         };
         let backfill = share.policy.mode >= weave_place::share::ShareMode::Backfill;
         let preempt = share.policy.mode >= weave_place::share::ShareMode::Preemption;
@@ -183,7 +183,7 @@ impl Engine<'_> {
     }
 
     /// Preempts victims for waiting job `w` if together they free enough nodes for it.
-    fn preempt_for(&mut self, w: Waiting, usage: &[Nodes]) -> bool {
+    fn preempt_for(&mut self, w: Waiting, usage: &Usage) -> bool {
         let share = self.share.as_ref().expect("sharing");
         let running: Vec<Running> = (0..self.jobs.len())
             .filter_map(|v| {
