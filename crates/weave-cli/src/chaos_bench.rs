@@ -86,7 +86,17 @@ impl Drop for Server {
 /// long that took.
 pub(crate) fn start_with(data: &Path, extra: &[&str]) -> Result<(Server, f64)> {
     let t = Instant::now();
-    let mut child = Command::new(std::env::current_exe()?)
+    // WEAVE_BENCH_SERVER_WRAPPER="heaptrack -o FILE" runs the server under a profiler.
+    let wrapper: Vec<String> = std::env::var("WEAVE_BENCH_SERVER_WRAPPER")
+        .map(|w| w.split_whitespace().map(String::from).collect())
+        .unwrap_or_default();
+    let exe = std::env::current_exe()?;
+    let (program, pre): (std::ffi::OsString, Vec<std::ffi::OsString>) = match wrapper.split_first() {
+        Some((tool, rest)) => (tool.into(), rest.iter().map(Into::into).chain([exe.into_os_string()]).collect()),
+        None => (exe.into_os_string(), Vec::new()),
+    };
+    let mut child = Command::new(program)
+        .args(pre)
         .args(["serve", "--insecure-no-auth", "--addr", "127.0.0.1:0", "--rate-limit-per-s", "0"])
         .args(["--heartbeat-timeout-s", "3600"])
         .args(extra)
@@ -96,8 +106,15 @@ pub(crate) fn start_with(data: &Path, extra: &[&str]) -> Result<(Server, f64)> {
         .stderr(Stdio::null())
         .spawn()
         .context("cannot start weave serve")?;
+    // A wrapper may print its own lines first.
+    let mut out = BufReader::new(child.stdout.take().context("server stdout")?);
     let mut line = String::new();
-    BufReader::new(child.stdout.take().context("server stdout")?).read_line(&mut line)?;
+    for _ in 0..if wrapper.is_empty() { 1 } else { 20 } {
+        line.clear();
+        if out.read_line(&mut line)? == 0 || line.starts_with("listening ") {
+            break;
+        }
+    }
     let Some(addr) = line.trim().strip_prefix("listening ") else {
         let _ = child.kill();
         bail!("weave serve did not start: `{}`", line.trim());
