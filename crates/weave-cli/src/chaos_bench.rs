@@ -153,10 +153,23 @@ pub(crate) fn worker(url: String, prefix: String, acked: Acked, stop: Arc<Atomic
         acked.lock().expect("acked").0.push(id.clone());
         for k in 0..3u64 {
             for phase in ["rollout", "train"] {
-                let Ok(r) = c.post(format!("{url}/v1/jobs/{id}/phases/{phase}/{k}/start?wait_s=0")).send() else {
-                    return;
-                };
-                if r.status() != 200 {
+                // Wait for the grant as a real driver does (202: not yet, a group partner is in
+                // the phase). A job left half-way would stay admitted, and its memory is live
+                // state, not history the retention bounds.
+                let start = format!("{url}/v1/jobs/{id}/phases/{phase}/{k}/start");
+                let mut granted = false;
+                for attempt in 0..100 {
+                    let wait_s = if attempt == 0 { 0 } else { 5 };
+                    let Ok(r) = c.post(format!("{start}?wait_s={wait_s}")).send() else { return };
+                    if r.status() != 202 {
+                        granted = r.status() == 200;
+                        break;
+                    }
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                }
+                if !granted {
                     break;
                 }
                 let body = serde_json::json!({ "duration_s": 1.0 });
