@@ -153,28 +153,18 @@ pub struct Running {
     pub held: f64,
 }
 
-/// What each placed job is charged: its share of its rollout block and of its group's
-/// training nodes (a co-located job: its training nodes).
-pub fn charges(placer: &Placer) -> Vec<(JobId, Nodes)> {
-    charges_as(placer, false)
-}
-
-/// What each placed job would be charged if every partner on its nodes left: its whole block
-/// and its group's training nodes.
-pub fn charges_alone(placer: &Placer) -> Vec<(JobId, Nodes)> {
-    charges_as(placer, true)
-}
-
-fn charges_as(placer: &Placer, alone: bool) -> Vec<(JobId, Nodes)> {
+/// What each placed job is charged, two ways: its share of its rollout block and of its
+/// group's training nodes (a co-located job: its training nodes), and what it would be charged
+/// if every partner on its nodes left (its whole block and its group's training nodes).
+pub fn charges(placer: &Placer) -> Vec<(JobId, Nodes, Nodes)> {
     let mut out = Vec::new();
     for g in placer.groups() {
-        let members = if alone { 1.0 } else { g.members.len().max(1) as f64 };
-        let train = g.training_nodes.len() as f64 / members;
+        let train = g.training_nodes.len() as f64;
+        let members = g.members.len().max(1) as f64;
         for m in &g.members {
-            let on_block =
-                if alone { 1.0 } else { g.members.iter().filter(|o| o.block == m.block).count().max(1) as f64 };
+            let on_block = g.members.iter().filter(|o| o.block == m.block).count().max(1) as f64;
             let block = if g.colocated { 0.0 } else { g.block(m.block).map_or(0.0, |b| b.nodes.len() as f64) };
-            out.push((m.job.id, [block / on_block, train]));
+            out.push((m.job.id, [block / on_block, train / members], [block, train]));
         }
     }
     out
@@ -196,12 +186,15 @@ impl Usage {
         Usage { alone: held.clone(), held }
     }
 
-    fn sum(charges: Vec<(JobId, Nodes)>, tenants: usize, tenant_of: &impl Fn(JobId) -> usize) -> Vec<Nodes> {
-        let mut usage = vec![[0.0; 2]; tenants];
-        for (job, charge) in charges {
-            if let Some(u) = usage.get_mut(tenant_of(job)) {
-                u[0] += charge[0];
-                u[1] += charge[1];
+    fn of(charges: Vec<(JobId, Nodes, Nodes)>, tenants: usize, tenant_of: impl Fn(JobId) -> usize) -> Self {
+        let mut usage = Usage { held: vec![[0.0; 2]; tenants], alone: vec![[0.0; 2]; tenants] };
+        for (job, held, alone) in charges {
+            let t = tenant_of(job);
+            if t < tenants {
+                for p in 0..2 {
+                    usage.held[t][p] += held[p];
+                    usage.alone[t][p] += alone[p];
+                }
             }
         }
         usage
@@ -282,11 +275,7 @@ impl SharePolicy {
     /// Quota in use per tenant: every job's share of the nodes its placement holds, and what
     /// it would hold alone. `tenant_of` maps a placed job to its tenant's index.
     pub fn usage(&self, placer: &Placer, tenant_of: impl Fn(JobId) -> usize) -> Usage {
-        let n = self.tenants.len();
-        Usage {
-            held: Usage::sum(charges(placer), n, &tenant_of),
-            alone: Usage::sum(charges_alone(placer), n, &tenant_of),
-        }
+        Usage::of(charges(placer), self.tenants.len(), tenant_of)
     }
 
     /// Tenant `t`'s dominant share: the largest fraction of its nominal quota in use.
@@ -403,8 +392,8 @@ impl SharePolicy {
         usage: &Usage,
     ) -> Option<Vec<JobId>> {
         let demand = for_job.demand;
-        let held: std::collections::BTreeMap<JobId, Nodes> = charges(placer).into_iter().collect();
-        let alone: std::collections::BTreeMap<JobId, Nodes> = charges_alone(placer).into_iter().collect();
+        let charges: std::collections::BTreeMap<JobId, (Nodes, Nodes)> =
+            charges(placer).into_iter().map(|(job, held, alone)| (job, (held, alone))).collect();
         let tenant_of: std::collections::BTreeMap<JobId, usize> = running.iter().map(|r| (r.job, r.tenant)).collect();
         let mut free = free_nodes(placer);
         let mut usage_after = usage.clone();
@@ -418,8 +407,7 @@ impl SharePolicy {
             }
             let n = exclusive_nodes(placer, v);
             let vt = tenant_of[&v];
-            let c = held.get(&v).copied().unwrap_or([0.0; 2]);
-            let a = alone.get(&v).copied().unwrap_or([0.0; 2]);
+            let (c, a) = charges.get(&v).copied().unwrap_or_default();
             // Worth it only if it frees nodes or quota the job needs.
             if n[0] + n[1] == 0.0 && (vt != for_job.tenant || c[0] + c[1] == 0.0) {
                 continue;
