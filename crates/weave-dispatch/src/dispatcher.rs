@@ -250,12 +250,31 @@ impl Resource {
     }
 }
 
+/// Reads the rollout resources keyed by node, or in the earlier form, a vector indexed by
+/// node (snapshots written before the change), keeping only nodes a member still uses.
+fn rollout_resources<'de, D: serde::Deserializer<'de>>(d: D) -> Result<BTreeMap<u32, Resource>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Form {
+        Keyed(BTreeMap<u32, Resource>),
+        Indexed(Vec<Resource>),
+    }
+    Ok(match Form::deserialize(d)? {
+        Form::Keyed(map) => map,
+        Form::Indexed(v) => (0u32..).zip(v).filter(|(_, r)| !r.served.is_empty()).collect(),
+    })
+}
+
 /// The intra-group dispatcher. Deterministic: the same inputs give the same actions.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Dispatcher {
     members: BTreeMap<JobId, Member>,
     train: Resource,
-    rollout: Vec<Resource>,
+    /// Per rollout node in use by a member. Keyed by node, not indexed: elastic pools never
+    /// reuse node numbers, so a vector sized to the largest number grows with the server's age
+    /// (a long-running server's every new group paid for every node ever rented).
+    #[serde(deserialize_with = "rollout_resources")]
+    rollout: BTreeMap<u32, Resource>,
     memory: MemoryLedger,
     fairness: Fairness,
     seq: u64,
@@ -269,7 +288,7 @@ impl Dispatcher {
         Dispatcher {
             members: BTreeMap::new(),
             train: Resource::default(),
-            rollout: Vec::new(),
+            rollout: BTreeMap::new(),
             memory: MemoryLedger::new(limits),
             fairness: Fairness::RoundRobin,
             seq: 0,
@@ -300,10 +319,6 @@ impl Dispatcher {
 
     pub fn is_empty(&self) -> bool {
         self.members.is_empty()
-    }
-
-    pub fn rollout_node_count(&self) -> u32 {
-        self.rollout.len() as u32
     }
 
     /// Host DRAM in use on each rollout node and on each training node.
@@ -365,13 +380,9 @@ impl Dispatcher {
                 .admit(job, &spec.rollout_nodes, spec.rollout_state, spec.train_state)
                 .map_err(|reason| DispatchError::Residency { job, reason })?;
         }
-        let max_node = spec.rollout_nodes[spec.rollout_nodes.len() - 1] as usize;
-        if self.rollout.len() <= max_node {
-            self.rollout.resize_with(max_node + 1, Resource::default);
-        }
         self.train.add_member(job);
         for &n in &spec.rollout_nodes {
-            self.rollout[n as usize].add_member(job);
+            self.rollout.entry(n).or_default().add_member(job);
         }
         self.record(job, LogKind::Join, None, spec.start_iteration, &spec.rollout_nodes, None);
         let seq = self.next_seq();
@@ -390,7 +401,12 @@ impl Dispatcher {
     fn release_member(&mut self, job: JobId, nodes: &[u32]) {
         self.train.remove_member(job);
         for &n in nodes {
-            self.rollout[n as usize].remove_member(job);
+            let r = self.node(n);
+            r.remove_member(job);
+            // A node no member uses any more is forgotten (its last holder left with it).
+            if r.served.is_empty() {
+                self.rollout.remove(&n);
+            }
         }
         self.memory.evict(job);
     }
@@ -447,7 +463,7 @@ impl Dispatcher {
                 let nodes = std::mem::take(&mut m.spec.rollout_nodes);
                 self.seq += 1;
                 for &n in &nodes {
-                    self.rollout[n as usize].release(job);
+                    self.node(n).release(job);
                 }
                 self.record(job, LogKind::PhaseEnd, Some(phase), iteration, &nodes, None);
                 if let Some(m) = self.members.get_mut(&job) {
@@ -478,7 +494,7 @@ impl Dispatcher {
         let m = self.member_in(job, Stage::Running(Phase::Rollout), iteration)?;
         let nodes = m.spec.rollout_nodes.clone();
         for &n in &nodes {
-            self.rollout[n as usize].release(job);
+            self.node(n).release(job);
         }
         self.record(job, LogKind::RolloutReleased, Some(Phase::Rollout), iteration, &nodes, None);
         Ok(())
@@ -492,6 +508,11 @@ impl Dispatcher {
         m.ready_seq = seq;
         self.record(job, LogKind::SyncEnd, None, iteration, &[], None);
         Ok(())
+    }
+
+    /// A member's rollout node (every member's nodes have an entry while it is a member).
+    fn node(&mut self, n: u32) -> &mut Resource {
+        self.rollout.get_mut(&n).expect("a member's rollout node has a resource")
     }
 
     fn next_seq(&mut self) -> u64 {
@@ -529,7 +550,7 @@ impl Dispatcher {
 
     fn can_start_rollout(&self, m: &Member) -> bool {
         m.spec.rollout_nodes.iter().all(|&n| {
-            let r = &self.rollout[n as usize];
+            let r = &self.rollout[&n];
             r.holder.is_none() && self.due(r, m.spec.job)
         })
     }
@@ -550,7 +571,7 @@ impl Dispatcher {
                 // All nodes switch in parallel; one cold node makes the switch cold.
                 let mut kind = None;
                 for &n in &nodes {
-                    kind = kind.max(self.rollout[n as usize].take(job, resident));
+                    kind = kind.max(self.node(n).take(job, resident));
                 }
                 kind
             }
@@ -583,5 +604,70 @@ impl Dispatcher {
         if self.logging {
             self.log.push(LogEntry { time: self.now, job, kind, phase, iteration, nodes: nodes.to_vec(), switch });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ciborium::Value;
+
+    fn member(job: u32, nodes: &[u32]) -> MemberSpec {
+        MemberSpec {
+            job: JobId(job),
+            rollout_nodes: nodes.to_vec(),
+            costs: SwitchCosts::default(),
+            sync: Micros(1),
+            resident: true,
+            rollout_state: Bytes(1),
+            train_state: Bytes(1),
+            iterations: Some(3),
+            start_iteration: 0,
+        }
+    }
+
+    fn cbor(v: &impl Serialize) -> Vec<u8> {
+        let mut out = Vec::new();
+        ciborium::into_writer(v, &mut out).unwrap();
+        out
+    }
+
+    /// Node numbers only grow in elastic pools: a dispatcher holds state for the nodes its
+    /// members use now, not for every number below them.
+    #[test]
+    fn rollout_state_follows_the_nodes_in_use() {
+        let mut d = Dispatcher::new(GroupLimits::UNLIMITED);
+        d.handle(Micros(0), Input::Join(member(0, &[1_000_000]))).unwrap();
+        d.handle(Micros(0), Input::Join(member(1, &[1_000_000, 2_000_000]))).unwrap();
+        assert_eq!(d.rollout.keys().copied().collect::<Vec<_>>(), [1_000_000, 2_000_000]);
+        d.handle(Micros(1), Input::Leave { job: JobId(1) }).unwrap();
+        assert_eq!(d.rollout.keys().copied().collect::<Vec<_>>(), [1_000_000]);
+        assert_eq!(d.memory().usage().len(), 2, "r1000000 and the training nodes");
+        d.handle(Micros(2), Input::Leave { job: JobId(0) }).unwrap();
+        assert!(d.rollout.is_empty());
+        assert_eq!(d.memory().usage().len(), 1, "only the training nodes");
+    }
+
+    /// Snapshots written before the change hold the rollout resources as a vector indexed by
+    /// node; they still restore, to the same dispatcher.
+    #[test]
+    fn the_earlier_indexed_form_still_reads() {
+        let mut d = Dispatcher::new(GroupLimits::UNLIMITED);
+        d.handle(Micros(0), Input::Join(member(0, &[1, 3]))).unwrap();
+        d.handle(Micros(0), Input::Join(member(1, &[3]))).unwrap();
+        let mut value: Value = ciborium::from_reader(cbor(&d).as_slice()).unwrap();
+        let Value::Map(fields) = &mut value else { panic!("a dispatcher is a map") };
+        let (_, rollout) = fields.iter_mut().find(|(k, _)| k.as_text() == Some("rollout")).unwrap();
+        let Value::Map(keyed) = rollout.clone() else { panic!("keyed by node") };
+        // The earlier form: every index up to the largest node, unused ones default.
+        let unused: Value = ciborium::from_reader(cbor(&Resource::default()).as_slice()).unwrap();
+        let mut indexed = vec![unused; 4];
+        for (k, v) in keyed {
+            indexed[k.as_integer().map(|i| u64::try_from(i).unwrap()).unwrap() as usize] = v;
+        }
+        *rollout = Value::Array(indexed);
+        let old = cbor(&value);
+        let restored: Dispatcher = ciborium::from_reader(old.as_slice()).unwrap();
+        assert_eq!(cbor(&restored), cbor(&d));
     }
 }

@@ -89,6 +89,11 @@ impl MemoryLedger {
             for n in r.nodes {
                 if let Some(u) = self.rollout_used.get_mut(&n) {
                     *u -= r.rollout_state.0;
+                    // An emptied node is forgotten: node numbers are not reused in elastic
+                    // pools, so keeping it would grow the ledger with the server's age.
+                    if *u == 0 {
+                        self.rollout_used.remove(&n);
+                    }
                 }
             }
             self.train_used -= r.train_state.0;
