@@ -66,15 +66,60 @@ struct ModeRow {
     preemptions: u64,
     lost_iterations: u64,
     jain_index: Option<f64>,
+    /// Every job's wait for a first start, mean over jobs, hours.
+    delay_mean_h: f64,
     /// Against FIFO on the same jobs: jobs that started more than an hour later than under
     /// FIFO, and the most any job started later.
     started_over_1h_after_fifo: usize,
     max_start_after_fifo_h: f64,
+    /// The jobs that started more than an hour later than under FIFO: who pays for quotas and
+    /// priorities.
+    later_than_fifo: Vec<LateJob>,
+    /// Backfill only, against the same mode without backfill (EASY's promise: a job let
+    /// through early must not push back the ones it jumped).
+    against_no_backfill: Option<Later>,
     /// `high` jobs: how many, and their wait for a first start (mean, max, hours).
     high_jobs: usize,
     high_delay_mean_h: f64,
     high_delay_max_h: f64,
     tenants: Vec<TenantReport>,
+}
+
+#[derive(Serialize)]
+struct LateJob {
+    name: String,
+    tenant: String,
+    priority: Priority,
+    later_h: f64,
+}
+
+/// First starts of one mode against another's on the same jobs.
+#[derive(Serialize)]
+struct Later {
+    delay_mean_change_h: f64,
+    started_over_1h_later: usize,
+    max_later_h: f64,
+}
+
+/// Each job's wait for its first start, hours, by name.
+type Waits = std::collections::BTreeMap<String, f64>;
+
+fn waits(r: &weave_sim::PolicyReport) -> Waits {
+    r.per_job.iter().map(|j| (j.name.clone(), j.queued.as_secs_f64() / 3600.0)).collect()
+}
+
+/// How much later each job of `now` first started than in `base` (jobs in both).
+fn later_than<'a>(now: &'a Waits, base: &'a Waits) -> impl Iterator<Item = (&'a str, f64)> + 'a {
+    now.iter().filter_map(|(name, w)| base.get(name).map(|b| (name.as_str(), w - b)))
+}
+
+fn mean(v: impl Iterator<Item = f64>) -> f64 {
+    let (sum, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
+    if n == 0 {
+        0.0
+    } else {
+        sum / n as f64
+    }
 }
 
 #[derive(serde::Deserialize)]
@@ -158,8 +203,10 @@ pub fn run(args: TenantsArgs) -> Result<()> {
     let jobs = prepare(&trace, &cluster, &profile, Default::default(), args.seed);
     let high_jobs: std::collections::BTreeSet<&str> =
         trace.jobs.iter().filter(|j| j.priority == Priority::High).map(|j| j.name.as_str()).collect();
+    let by_name: std::collections::BTreeMap<&str, &weave_core::JobSpec> =
+        trace.jobs.iter().map(|j| (j.name.as_str(), j)).collect();
     let mut rows = Vec::new();
-    let mut fifo_queued: std::collections::BTreeMap<String, f64> = std::collections::BTreeMap::new();
+    let (mut fifo, mut previous) = (Waits::new(), Waits::new());
     for mode in ShareMode::ALL {
         let policy = SharePolicy {
             mode,
@@ -171,14 +218,37 @@ pub fn run(args: TenantsArgs) -> Result<()> {
         let cfg =
             SimConfig { seed: args.seed, capacity: CapacityMode::Fixed, share: Some(policy), ..SimConfig::default() };
         let r = replay(&jobs, &cluster, Policy::Weave, &cfg, &mut |_, _| {}).report;
-        let queued = |j: &weave_sim::metrics::JobOutcome| j.queued.as_secs_f64() / 3600.0;
+        let w = waits(&r);
         if mode == ShareMode::Fifo {
-            fifo_queued = r.per_job.iter().map(|j| (j.name.clone(), queued(j))).collect();
+            fifo = w.clone();
         }
         // Later than FIFO: the first start's delay against FIFO's for the same job.
-        let later: Vec<f64> =
-            r.per_job.iter().filter_map(|j| fifo_queued.get(&j.name).map(|f| queued(j) - f)).collect();
-        let high: Vec<f64> = r.per_job.iter().filter(|j| high_jobs.contains(j.name.as_str())).map(queued).collect();
+        let later: Vec<(&str, f64)> = later_than(&w, &fifo).collect();
+        let later_than_fifo = later
+            .iter()
+            .filter(|(_, d)| *d > 1.0)
+            .map(|&(name, later_h)| LateJob {
+                name: name.into(),
+                tenant: by_name.get(name).and_then(|j| j.tenant.clone()).unwrap_or_default(),
+                priority: by_name.get(name).map_or(Priority::Normal, |j| j.priority),
+                later_h,
+            })
+            .collect();
+        // `ShareMode::ALL` lists backfill right after the same mode without it.
+        let against_no_backfill = (mode == ShareMode::Backfill).then(|| {
+            let d: Vec<f64> = later_than(&w, &previous).map(|(_, d)| d).collect();
+            Later {
+                delay_mean_change_h: mean(w.values().copied()) - mean(previous.values().copied()),
+                started_over_1h_later: d.iter().filter(|d| **d > 1.0).count(),
+                max_later_h: d.iter().copied().fold(0.0, f64::max),
+            }
+        });
+        let high: Vec<f64> = r
+            .per_job
+            .iter()
+            .filter(|j| high_jobs.contains(j.name.as_str()))
+            .map(|j| j.queued.as_secs_f64() / 3600.0)
+            .collect();
         let held = r.training.gpu_hours.max(1e-9);
         rows.push(ModeRow {
             mode: mode.name(),
@@ -192,13 +262,17 @@ pub fn run(args: TenantsArgs) -> Result<()> {
             preemptions: r.events.preemptions,
             lost_iterations: r.events.lost_iterations,
             jain_index: jain_index(&r.tenants),
-            started_over_1h_after_fifo: later.iter().filter(|d| **d > 1.0).count(),
-            max_start_after_fifo_h: later.iter().copied().fold(0.0, f64::max),
+            delay_mean_h: mean(w.values().copied()),
+            started_over_1h_after_fifo: later.iter().filter(|(_, d)| *d > 1.0).count(),
+            max_start_after_fifo_h: later.iter().map(|(_, d)| *d).fold(0.0, f64::max),
+            later_than_fifo,
+            against_no_backfill,
             high_jobs: high.len(),
-            high_delay_mean_h: if high.is_empty() { 0.0 } else { high.iter().sum::<f64>() / high.len() as f64 },
+            high_delay_mean_h: mean(high.iter().copied()),
             high_delay_max_h: high.iter().copied().fold(0.0, f64::max),
             tenants: r.tenants,
         });
+        previous = w;
     }
     if let Some(path) = &args.report {
         let title =
@@ -258,7 +332,9 @@ fn render(rows: &[ModeRow], source: &str, jobs: usize, cluster: &weave_core::Clu
         "preemptions",
         "lost iters",
         "Jain index",
+        "delay mean h",
         "started >1 h after FIFO (max h)",
+        "backfill: >1 h after no backfill (max h)",
         "high jobs: wait mean / max h",
         "never ran",
     ]);
@@ -272,7 +348,11 @@ fn render(rows: &[ModeRow], source: &str, jobs: usize, cluster: &weave_core::Clu
             r.preemptions.to_string(),
             r.lost_iterations.to_string(),
             r.jain_index.map_or("-".into(), |j| format!("{j:.3}")),
+            format!("{:.2}", r.delay_mean_h),
             format!("{} ({:.2})", r.started_over_1h_after_fifo, r.max_start_after_fifo_h),
+            r.against_no_backfill
+                .as_ref()
+                .map_or("-".into(), |b| format!("{} ({:.2})", b.started_over_1h_later, b.max_later_h)),
             format!("{}: {:.2} / {:.2}", r.high_jobs, r.high_delay_mean_h, r.high_delay_max_h),
             r.never_ran.to_string(),
         ]);

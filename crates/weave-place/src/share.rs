@@ -231,9 +231,47 @@ pub fn projected_starts(
     running_end: impl Fn(JobId) -> Option<Micros>,
     waiting: &[(Nodes, Option<Micros>)],
 ) -> Vec<Option<Micros>> {
+    projected_starts_after(placer, now, running_end, None, waiting)
+}
+
+/// EASY backfill's test for a job behind a blocked head: whether starting it now, holding
+/// `demand` for `duration` (`None`: for good), leaves the head's projected start at or before
+/// `shadow` (its start without the job). True when the job ends by then, or when the nodes it
+/// takes are ones the head will not need (EASY's "extra nodes"); the projection is
+/// [`projected_starts`]'s, so the job is charged its whole demand even if it would share nodes.
+pub fn backfill_keeps_head(
+    placer: &Placer,
+    now: Micros,
+    running_end: impl Fn(JobId) -> Option<Micros>,
+    (demand, duration): (Nodes, Option<Micros>),
+    head: Nodes,
+    shadow: Micros,
+) -> bool {
+    if duration.is_some_and(|d| now + d <= shadow) {
+        return true;
+    }
+    let started = (now, demand, duration);
+    projected_starts_after(placer, now, running_end, Some(started), &[(head, None)])[0].is_some_and(|s| s <= shadow)
+}
+
+/// [`projected_starts`] after one more job started at a given time, holding its demand for its
+/// duration.
+fn projected_starts_after(
+    placer: &Placer,
+    now: Micros,
+    running_end: impl Fn(JobId) -> Option<Micros>,
+    started: Option<(Micros, Nodes, Option<Micros>)>,
+    waiting: &[(Nodes, Option<Micros>)],
+) -> Vec<Option<Micros>> {
     let free = free_nodes(placer);
     // Changes to the free nodes over time.
     let mut changes: Vec<(Micros, Nodes)> = Vec::new();
+    if let Some((at, demand, duration)) = started {
+        changes.push((at, [-demand[0], -demand[1]]));
+        if let Some(d) = duration {
+            changes.push((at + d, demand));
+        }
+    }
     for g in placer.groups() {
         for m in &g.members {
             if let Some(end) = running_end(m.job.id) {

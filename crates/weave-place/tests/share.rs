@@ -3,7 +3,7 @@
 mod common;
 use common::{config, job};
 use weave_core::{JobId, Micros};
-use weave_place::share::{free_nodes, projected_starts};
+use weave_place::share::{backfill_keeps_head, free_nodes, projected_starts};
 use weave_place::{PlacePolicy, Placer};
 
 #[test]
@@ -31,4 +31,34 @@ fn projected_starts_follow_releases_in_queue_order() {
     cfg.capacity = Some((2, 2));
     let empty = Placer::new(cfg);
     assert_eq!(projected_starts(&empty, h, end, &[(one, Some(h)), (one, Some(h))]), [Some(h), Some(h)]);
+}
+
+#[test]
+fn backfill_may_take_what_ends_in_time_or_what_the_head_leaves() {
+    let mut cfg = config(PlacePolicy::Weave);
+    cfg.capacity = Some((5, 5));
+    let mut placer = Placer::new(cfg);
+    for id in 0..3 {
+        placer.admit(job(id, 100, 100, 1.0)).unwrap();
+    }
+    assert_eq!(free_nodes(&placer), [2.0, 2.0]);
+    let h = Micros::from_secs(3600);
+    // Jobs 0 and 1 end in 1 h, job 2 never: a head needing 3 + 3 starts at 1 h, when 4 + 4
+    // are free, so one node of each pool is left over then.
+    let end = |j: JobId| (j != JobId(2)).then_some(h);
+    let head = [3.0, 3.0];
+    let shadow = projected_starts(&placer, Micros::ZERO, end, &[(head, None)])[0].unwrap();
+    assert_eq!(shadow, h);
+    let half = Some(Micros(h.0 / 2));
+    // On the left-over node, for good.
+    assert!(backfill_keeps_head(&placer, Micros::ZERO, end, ([1.0, 1.0], None), head, shadow));
+    // Two nodes for good take one the head needs.
+    assert!(!backfill_keeps_head(&placer, Micros::ZERO, end, ([2.0, 2.0], None), head, shadow));
+    assert!(!backfill_keeps_head(&placer, Micros::ZERO, end, ([2.0, 2.0], Some(Micros(2 * h.0))), head, shadow));
+    // ... unless they are back before the head starts.
+    assert!(backfill_keeps_head(&placer, Micros::ZERO, end, ([2.0, 2.0], half), head, shadow));
+    // A head with no start in view lets only jobs that end through.
+    let never = |_: JobId| None;
+    assert!(!backfill_keeps_head(&placer, Micros::ZERO, never, ([1.0, 1.0], None), head, Micros(u64::MAX)));
+    assert!(backfill_keeps_head(&placer, Micros::ZERO, never, ([1.0, 1.0], half), head, Micros(u64::MAX)));
 }

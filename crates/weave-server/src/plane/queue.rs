@@ -215,7 +215,7 @@ impl Plane {
         let preempt = policy.mode >= ShareMode::Preemption;
         let backfill = policy.mode >= ShareMode::Backfill;
         // With backfill: when the blocked head could start at the latest.
-        let mut shadow: Option<Micros> = None;
+        let mut shadow: Option<(Nodes, Micros)> = None;
         for k in self.share_order(&policy, &waiting, &usage.held) {
             let w = waiting[k];
             if !policy.may_start(w.tenant, w.demand, &usage) {
@@ -231,10 +231,12 @@ impl Plane {
                 self.queue[k].reason = "its tenant's quota is in use".into();
                 continue;
             }
-            if let Some(s) = shadow {
-                // Behind a blocked head a job starts only if it ends before the head could.
-                let ends = self.waiting_duration(k).map(|d| Micros(time_us) + d);
-                if ends.is_none_or(|e| e > s) {
+            if let Some((head, at)) = shadow {
+                // Behind a blocked head a job starts only if it ends before the head could, or
+                // takes only nodes the head will not need.
+                let job = (w.demand, self.waiting_duration(k));
+                let end = |id| self.running_end(time_us, id);
+                if !share::backfill_keeps_head(&self.placer, Micros(time_us), end, job, head, at) {
                     self.queue[k].reason = "waiting for free nodes (it would delay the jobs ahead)".into();
                     continue;
                 }
@@ -254,7 +256,7 @@ impl Plane {
             }
             let end = |id| self.running_end(time_us, id);
             let head = share::projected_starts(&self.placer, Micros(time_us), end, &[(w.demand, None)])[0];
-            shadow = Some(head.unwrap_or(Micros(u64::MAX)));
+            shadow = Some((w.demand, head.unwrap_or(Micros(u64::MAX))));
         }
         false
     }

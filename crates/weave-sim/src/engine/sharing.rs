@@ -116,7 +116,8 @@ impl Engine<'_> {
         };
         let backfill = share.policy.mode >= weave_place::share::ShareMode::Backfill;
         let preempt = share.policy.mode >= weave_place::share::ShareMode::Preemption;
-        let mut shadow: Option<Micros> = None;
+        // With backfill: the blocked head's demand and when it could start at the latest.
+        let mut shadow: Option<(Nodes, Micros)> = None;
         for k in order {
             let i = self.waiting[k];
             let (t, demand) = (waiting[k].tenant, self.demand(i));
@@ -128,8 +129,8 @@ impl Engine<'_> {
                 }
                 continue;
             }
-            if let Some(s) = shadow {
-                if self.now + self.conservative_duration(i) > s {
+            if let Some((head, at)) = shadow {
+                if !self.backfill_keeps_head(i, head, at) {
                     continue;
                 }
             }
@@ -145,7 +146,7 @@ impl Engine<'_> {
             if !backfill {
                 return false; // the head blocks the queue
             }
-            shadow = Some(self.shadow_time(demand));
+            shadow = Some((demand, self.shadow_time(demand)));
         }
         false
     }
@@ -168,18 +169,25 @@ impl Engine<'_> {
         Micros(per.0.saturating_mul(j.iterations.saturating_sub(done))) + j.cold_start
     }
 
+    /// When running job `j` ends at the latest (its conservative end), if it is placed.
+    fn running_end(&self, j: JobId) -> Option<Micros> {
+        let i = j.0 as usize;
+        self.states[i].as_ref().is_some_and(|s| s.placed.is_some()).then(|| self.now + self.conservative_duration(i))
+    }
+
     /// When a job needing `demand` could start at the latest, if running jobs end at their
     /// conservative ends and free the nodes they hold alone (the share core's projection).
     fn shadow_time(&self, demand: Nodes) -> Micros {
-        let end = |j: JobId| {
-            let i = j.0 as usize;
-            self.states[i]
-                .as_ref()
-                .is_some_and(|s| s.placed.is_some())
-                .then(|| self.now + self.conservative_duration(i))
-        };
+        let end = |j| self.running_end(j);
         weave_place::share::projected_starts(&self.placer, self.now, end, &[(demand, None)])[0]
             .unwrap_or(Micros(u64::MAX))
+    }
+
+    /// Whether waiting job `i` may start now behind a blocked head that needs `head` and could
+    /// start at `shadow` (the share core's EASY test).
+    fn backfill_keeps_head(&self, i: usize, head: Nodes, shadow: Micros) -> bool {
+        let job = (self.demand(i), Some(self.conservative_duration(i)));
+        weave_place::share::backfill_keeps_head(&self.placer, self.now, |j| self.running_end(j), job, head, shadow)
     }
 
     /// Preempts victims for waiting job `w` if together they free enough nodes for it.
