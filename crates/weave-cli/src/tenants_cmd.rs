@@ -333,7 +333,7 @@ fn render(rows: &[ModeRow], source: &str, jobs: usize, cluster: &weave_core::Clu
         "lost iters",
         "Jain index",
         "delay mean h",
-        "started >1 h after FIFO (max h)",
+        "started >1 h after FIFO (max h), low priority",
         "backfill: >1 h after no backfill (max h)",
         "high jobs: wait mean / max h",
         "never ran",
@@ -349,7 +349,12 @@ fn render(rows: &[ModeRow], source: &str, jobs: usize, cluster: &weave_core::Clu
             r.lost_iterations.to_string(),
             r.jain_index.map_or("-".into(), |j| format!("{j:.3}")),
             format!("{:.2}", r.delay_mean_h),
-            format!("{} ({:.2})", r.started_over_1h_after_fifo, r.max_start_after_fifo_h),
+            format!(
+                "{} ({:.2}), {} low",
+                r.started_over_1h_after_fifo,
+                r.max_start_after_fifo_h,
+                r.later_than_fifo.iter().filter(|j| j.priority == Priority::Low).count()
+            ),
             r.against_no_backfill
                 .as_ref()
                 .map_or("-".into(), |b| format!("{} ({:.2})", b.started_over_1h_later, b.max_later_h)),
