@@ -214,7 +214,7 @@ impl Plane {
         let waiting = self.waiting(&policy);
         let preempt = policy.mode >= ShareMode::Preemption;
         let backfill = policy.mode >= ShareMode::Backfill;
-        // With backfill: when the blocked head could start at the latest.
+        // With backfill: the blocked head's demand and when it could start at the latest.
         let mut shadow: Option<(Nodes, Micros)> = None;
         for k in self.share_order(&policy, &waiting, &usage.held) {
             let w = waiting[k];
