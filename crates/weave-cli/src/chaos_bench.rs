@@ -77,25 +77,37 @@ pub(crate) struct Server(pub(crate) Child, pub(crate) String);
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.0.kill();
+        // Under a wrapper (a profiler) the server is the wrapper's child: the wrapper leads a
+        // process group of its own, and the whole group goes (killing the wrapper alone left
+        // the server running after the benchmark).
+        let group = format!("-{}", self.0.id());
+        let wrapped = std::env::var_os(WRAPPER).is_some();
+        if !wrapped || !Command::new("kill").args(["-KILL", "--", &group]).status().is_ok_and(|s| s.success()) {
+            let _ = self.0.kill();
+        }
         let _ = self.0.wait();
     }
 }
+
+/// Runs the benchmark's server under a tool, e.g. "heaptrack -o FILE".
+const WRAPPER: &str = "WEAVE_BENCH_SERVER_WRAPPER";
 
 /// Starts `weave serve` on `data` with `extra` arguments; returns it once it answers, and how
 /// long that took.
 pub(crate) fn start_with(data: &Path, extra: &[&str]) -> Result<(Server, f64)> {
     let t = Instant::now();
-    // WEAVE_BENCH_SERVER_WRAPPER="heaptrack -o FILE" runs the server under a profiler.
-    let wrapper: Vec<String> = std::env::var("WEAVE_BENCH_SERVER_WRAPPER")
-        .map(|w| w.split_whitespace().map(String::from).collect())
-        .unwrap_or_default();
+    let wrapper: Vec<String> =
+        std::env::var(WRAPPER).map(|w| w.split_whitespace().map(String::from).collect()).unwrap_or_default();
     let exe = std::env::current_exe()?;
     let (program, pre): (std::ffi::OsString, Vec<std::ffi::OsString>) = match wrapper.split_first() {
         Some((tool, rest)) => (tool.into(), rest.iter().map(Into::into).chain([exe.into_os_string()]).collect()),
         None => (exe.into_os_string(), Vec::new()),
     };
-    let mut child = Command::new(program)
+    let mut command = Command::new(program);
+    if !wrapper.is_empty() {
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    }
+    let mut child = command
         .args(pre)
         .args(["serve", "--insecure-no-auth", "--addr", "127.0.0.1:0", "--rate-limit-per-s", "0"])
         .args(["--heartbeat-timeout-s", "3600"])
