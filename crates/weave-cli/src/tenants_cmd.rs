@@ -104,8 +104,23 @@ struct Later {
 /// Each job's wait for its first start, hours, by name.
 type Waits = std::collections::BTreeMap<String, f64>;
 
+/// A job's wait for its first start, hours.
+fn queued_h(j: &weave_sim::metrics::JobOutcome) -> f64 {
+    j.queued.as_secs_f64() / 3600.0
+}
+
 fn waits(r: &weave_sim::PolicyReport) -> Waits {
-    r.per_job.iter().map(|j| (j.name.clone(), j.queued.as_secs_f64() / 3600.0)).collect()
+    r.per_job.iter().map(|j| (j.name.clone(), queued_h(j))).collect()
+}
+
+/// First starts in `now` against `base`, over the jobs in both.
+fn later(now: &Waits, base: &Waits) -> Later {
+    let d: Vec<f64> = later_than(now, base).map(|(_, d)| d).collect();
+    Later {
+        delay_mean_change_h: mean(now.values().copied()) - mean(base.values().copied()),
+        started_over_1h_later: d.iter().filter(|d| **d > 1.0).count(),
+        max_later_h: d.iter().copied().fold(0.0, f64::max),
+    }
 }
 
 /// How much later each job of `now` first started than in `base` (jobs in both).
@@ -223,11 +238,10 @@ pub fn run(args: TenantsArgs) -> Result<()> {
             fifo = w.clone();
         }
         // Later than FIFO: the first start's delay against FIFO's for the same job.
-        let later: Vec<(&str, f64)> = later_than(&w, &fifo).collect();
-        let later_than_fifo = later
-            .iter()
+        let against_fifo = later(&w, &fifo);
+        let later_than_fifo = later_than(&w, &fifo)
             .filter(|(_, d)| *d > 1.0)
-            .map(|&(name, later_h)| LateJob {
+            .map(|(name, later_h)| LateJob {
                 name: name.into(),
                 tenant: by_name.get(name).and_then(|j| j.tenant.clone()).unwrap_or_default(),
                 priority: by_name.get(name).map_or(Priority::Normal, |j| j.priority),
@@ -235,20 +249,8 @@ pub fn run(args: TenantsArgs) -> Result<()> {
             })
             .collect();
         // `ShareMode::ALL` lists backfill right after the same mode without it.
-        let against_no_backfill = (mode == ShareMode::Backfill).then(|| {
-            let d: Vec<f64> = later_than(&w, &previous).map(|(_, d)| d).collect();
-            Later {
-                delay_mean_change_h: mean(w.values().copied()) - mean(previous.values().copied()),
-                started_over_1h_later: d.iter().filter(|d| **d > 1.0).count(),
-                max_later_h: d.iter().copied().fold(0.0, f64::max),
-            }
-        });
-        let high: Vec<f64> = r
-            .per_job
-            .iter()
-            .filter(|j| high_jobs.contains(j.name.as_str()))
-            .map(|j| j.queued.as_secs_f64() / 3600.0)
-            .collect();
+        let against_no_backfill = (mode == ShareMode::Backfill).then(|| later(&w, &previous));
+        let high: Vec<f64> = r.per_job.iter().filter(|j| high_jobs.contains(j.name.as_str())).map(queued_h).collect();
         let held = r.training.gpu_hours.max(1e-9);
         rows.push(ModeRow {
             mode: mode.name(),
@@ -263,8 +265,8 @@ pub fn run(args: TenantsArgs) -> Result<()> {
             lost_iterations: r.events.lost_iterations,
             jain_index: jain_index(&r.tenants),
             delay_mean_h: mean(w.values().copied()),
-            started_over_1h_after_fifo: later.iter().filter(|(_, d)| *d > 1.0).count(),
-            max_start_after_fifo_h: later.iter().map(|(_, d)| *d).fold(0.0, f64::max),
+            started_over_1h_after_fifo: against_fifo.started_over_1h_later,
+            max_start_after_fifo_h: against_fifo.max_later_h,
             later_than_fifo,
             against_no_backfill,
             high_jobs: high.len(),
