@@ -212,12 +212,16 @@ class WeaveClient:
         try:
             return self._request("POST", path, body)[1]
         except WeaveError as e:
-            raise self._requeued(job_id, e) from None
+            # 503: the server is replaying its store or its disk refused the write; the
+            # finish was not acknowledged, so it is retried like a lost connection.
+            if e.status != 503:
+                raise self._requeued(job_id, e) from None
         except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
             if isinstance(e, urllib.error.HTTPError):
                 raise
-        # The server went away mid-request: the finish may or may not have been recorded.
-        # Retry; a 409 then means it was (the job's next phase has moved past this one).
+        # The server went away mid-request or could not record it: the finish may or may not
+        # have been recorded. Retry; a 409 then means it was (the job's next phase has moved
+        # past this one).
         try:
             return self._request("POST", path, body, retry=True)[1]
         except WeaveError as e:
