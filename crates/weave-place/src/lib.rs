@@ -10,6 +10,7 @@ pub mod group;
 pub mod job;
 pub mod optimal;
 pub mod placer;
+pub mod queue;
 pub mod share;
 
 pub use group::{Block, Group, Member, Prediction, Residency};

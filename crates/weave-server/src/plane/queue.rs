@@ -5,7 +5,8 @@
 use super::{ev, JobState, Measured, Plane, PlaneError, PlaneEvent, SubmitSpec};
 use weave_core::{Micros, PhaseTimes, Priority};
 use weave_dispatch::Phase;
-use weave_place::share::{self, Nodes, Running, ShareMode, SharePolicy, Usage, Waiting};
+use weave_place::queue::{self as share_queue, Blocked, QueueDriver};
+use weave_place::share::{self, Nodes, Running, SharePolicy, Usage, Waiting};
 
 /// `remaining` iterations of `times` at slowdown `slo` (`None`: no end).
 fn at_slo(times: PhaseTimes, slo: f64, remaining: Option<u64>) -> Option<Micros> {
@@ -207,58 +208,10 @@ impl Plane {
     /// Starts one waiting job if any may start (preempting for it where allowed); false when
     /// nothing more can start now.
     fn start_one(&mut self, time_us: u64) -> bool {
-        let Some(policy) = self.share.clone() else {
-            return !self.queue.is_empty() && self.try_start(time_us, 0);
-        };
-        let usage = self.share_usage(&policy);
-        let waiting = self.waiting(&policy);
-        let preempt = policy.mode >= ShareMode::Preemption;
-        let backfill = policy.mode >= ShareMode::Backfill;
-        // With backfill: the blocked head's demand and when it could start at the latest.
-        let mut shadow: Option<(Nodes, Micros)> = None;
-        for k in self.share_order(&policy, &waiting, &usage.held) {
-            let w = waiting[k];
-            if !policy.may_start(w.tenant, w.demand, &usage) {
-                // Over quota: it may displace its own tenant's lower-priority jobs, else it
-                // waits without holding up others.
-                if preempt
-                    && shadow.is_none()
-                    && self.preempt_for(time_us, &policy, w, &usage)
-                    && self.try_start(time_us, k)
-                {
-                    return true;
-                }
-                self.queue[k].reason = "its tenant's quota is in use".into();
-                continue;
-            }
-            if let Some((head, at)) = shadow {
-                // Behind a blocked head a job starts only if it ends before the head could, or
-                // takes only nodes the head will not need.
-                let job = (w.demand, self.waiting_duration(k));
-                let end = |id| self.running_end(time_us, id);
-                if !share::backfill_keeps_head(&self.placer, Micros(time_us), end, job, head, at) {
-                    self.queue[k].reason = "waiting for free nodes (it would delay the jobs ahead)".into();
-                    continue;
-                }
-            }
-            if self.try_start(time_us, k) {
-                return true;
-            }
-            if shadow.is_some() {
-                continue;
-            }
-            if preempt && self.preempt_for(time_us, &policy, w, &usage) && self.try_start(time_us, k) {
-                return true;
-            }
-            self.queue[k].reason = "waiting for free nodes".into();
-            if !backfill {
-                return false; // the first that finds no room holds up the rest
-            }
-            let end = |id| self.running_end(time_us, id);
-            let head = share::projected_starts(&self.placer, Micros(time_us), end, &[(w.demand, None)])[0];
-            shadow = Some((w.demand, head.unwrap_or(Micros(u64::MAX))));
+        match self.share.clone() {
+            Some(policy) => share_queue::start_one(&mut AtTime { plane: self, time_us, policy }),
+            None => !self.queue.is_empty() && self.try_start(time_us, 0),
         }
-        false
     }
 
     /// When running job `id` ends at the latest: its remaining iterations at its SLO on its
@@ -412,5 +365,67 @@ impl Plane {
                 reason: format!("the job is queued: its first phase is rollout of iteration {first}"),
             })
         })
+    }
+}
+
+/// The plane as the shared queue pass drives it, at one moment.
+struct AtTime<'p> {
+    plane: &'p mut Plane,
+    time_us: u64,
+    policy: SharePolicy,
+}
+
+impl QueueDriver for AtTime<'_> {
+    fn policy(&self) -> &SharePolicy {
+        &self.policy
+    }
+
+    fn usage(&self) -> Usage {
+        self.plane.share_usage(&self.policy)
+    }
+
+    fn waiting(&self) -> Vec<Waiting> {
+        self.plane.waiting(&self.policy)
+    }
+
+    fn order(&self, waiting: &[Waiting], usage: &Usage) -> Vec<usize> {
+        self.plane.share_order(&self.policy, waiting, &usage.held)
+    }
+
+    fn try_start(&mut self, k: usize) -> bool {
+        self.plane.try_start(self.time_us, k)
+    }
+
+    fn preempt_for(&mut self, w: Waiting, usage: &Usage) -> bool {
+        self.plane.preempt_for(self.time_us, &self.policy, w, usage)
+    }
+
+    fn shadow(&self, demand: Nodes) -> Micros {
+        let end = |id| self.plane.running_end(self.time_us, id);
+        share::projected_starts(&self.plane.placer, Micros(self.time_us), end, &[(demand, None)])[0]
+            .unwrap_or(Micros(u64::MAX))
+    }
+
+    /// Behind a blocked head a job starts only if it ends before the head could, or takes
+    /// only nodes the head will not need.
+    fn keeps_head(&self, k: usize, head: Nodes, at: Micros) -> bool {
+        let job = (self.waiting_demand(k), self.plane.waiting_duration(k));
+        let end = |id| self.plane.running_end(self.time_us, id);
+        share::backfill_keeps_head(&self.plane.placer, Micros(self.time_us), end, job, head, at)
+    }
+
+    fn blocked(&mut self, k: usize, why: Blocked) {
+        self.plane.queue[k].reason = match why {
+            Blocked::OverQuota => "its tenant's quota is in use",
+            Blocked::WouldDelayHead => "waiting for free nodes (it would delay the jobs ahead)",
+            Blocked::NoRoom => "waiting for free nodes",
+        }
+        .into();
+    }
+}
+
+impl AtTime<'_> {
+    fn waiting_demand(&self, k: usize) -> Nodes {
+        demand(&self.plane.queue[k]).unwrap_or([1.0, 1.0])
     }
 }

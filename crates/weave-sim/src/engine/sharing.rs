@@ -5,6 +5,7 @@
 use super::Engine;
 use crate::tenancy::Ledgers;
 use weave_core::{JobId, Micros};
+use weave_place::queue::QueueDriver;
 use weave_place::share::{Nodes, Running, SharePolicy, Usage, Waiting};
 
 /// Sharing state: the policy, each job's tenant, the ledgers.
@@ -38,28 +39,9 @@ impl Engine<'_> {
         self.share.is_some()
     }
 
-    /// The queue as the policy core sees it (same order as `self.waiting`).
-    fn waiting_jobs(&self) -> Vec<Waiting> {
-        let share = self.share.as_ref().expect("sharing");
-        self.waiting
-            .iter()
-            .map(|&i| Waiting {
-                tenant: share.tenant_of[i],
-                priority: self.jobs[i].spec.priority,
-                arrival: i as u64,
-                demand: self.demand(i),
-            })
-            .collect()
-    }
-
     fn demand(&self, i: usize) -> Nodes {
         let s = &self.jobs[i].spec;
         [s.rollout_nodes as f64, s.train_nodes as f64]
-    }
-
-    fn usage(&self) -> Usage {
-        let share = self.share.as_ref().expect("sharing");
-        share.policy.usage(&self.placer, |j| share.tenant_of[j.0 as usize])
     }
 
     /// Advances the tenants' ledgers to now (quota in use may just have changed).
@@ -70,7 +52,7 @@ impl Engine<'_> {
         let usage = self.usage().held;
         let share = self.share.as_ref().expect("sharing");
         let mut entitled = vec![false; share.policy.tenants.len()];
-        for w in self.waiting_jobs() {
+        for w in self.waiting() {
             entitled[w.tenant] |= share.policy.entitled(&w, &usage);
         }
         let share = self.share.as_mut().expect("sharing");
@@ -96,68 +78,9 @@ impl Engine<'_> {
             return;
         }
         self.share.as_mut().expect("sharing").busy = true;
-        while self.schedule_one() {}
+        while weave_place::queue::start_one(self) {}
         self.share.as_mut().expect("sharing").busy = false;
         self.share_advance();
-    }
-
-    /// Starts one waiting job if any may start; false when nothing more can.
-    fn schedule_one(&mut self) -> bool {
-        let usage = self.usage();
-        let share = self.share.as_ref().expect("sharing");
-        let waiting = self.waiting_jobs();
-        let order = match share.policy.half_life {
-            Some(h) => {
-                let mut history = share.history.clone();
-                history.advance_to(self.now, h);
-                share.policy.order_by(&waiting, &usage.held, &history.shares(&share.policy, h))
-            }
-            None => share.policy.order(&waiting, &usage.held),
-        };
-        let backfill = share.policy.mode >= weave_place::share::ShareMode::Backfill;
-        let preempt = share.policy.mode >= weave_place::share::ShareMode::Preemption;
-        // With backfill: the blocked head's demand and when it could start at the latest.
-        let mut shadow: Option<(Nodes, Micros)> = None;
-        for k in order {
-            let i = self.waiting[k];
-            let (t, demand) = (waiting[k].tenant, self.demand(i));
-            if !self.share.as_ref().expect("sharing").policy.may_start(t, demand, &usage) {
-                // Over quota: it may displace its own tenant's lower-priority jobs, else it
-                // waits without blocking others.
-                if preempt && shadow.is_none() && self.preempt_for(waiting[k], &usage) && self.try_start(k) {
-                    return true;
-                }
-                continue;
-            }
-            if let Some((head, at)) = shadow {
-                if !self.backfill_keeps_head(i, head, at) {
-                    continue;
-                }
-            }
-            if self.try_start(k) {
-                return true;
-            }
-            if shadow.is_some() {
-                continue;
-            }
-            if preempt && self.preempt_for(waiting[k], &usage) && self.try_start(k) {
-                return true;
-            }
-            if !backfill {
-                return false; // the head blocks the queue
-            }
-            shadow = Some((demand, self.shadow_time(demand)));
-        }
-        false
-    }
-
-    fn try_start(&mut self, k: usize) -> bool {
-        let i = self.waiting[k];
-        if self.admit(i).is_err() {
-            return false;
-        }
-        self.waiting.remove(k);
-        true
     }
 
     /// How long job `i` may run at most from a start now: its remaining iterations at its SLO
@@ -175,19 +98,83 @@ impl Engine<'_> {
         self.states[i].as_ref().is_some_and(|s| s.placed.is_some()).then(|| self.now + self.conservative_duration(i))
     }
 
-    /// When a job needing `demand` could start at the latest, if running jobs end at their
-    /// conservative ends and free the nodes they hold alone (the share core's projection).
-    fn shadow_time(&self, demand: Nodes) -> Micros {
+    /// Takes job `v` off its nodes: its work since the last checkpoint is lost and it waits
+    /// again in its original queue position.
+    fn preempt(&mut self, v: usize) {
+        let ran = self.states[v].as_ref().map_or(Micros::ZERO, |s| self.now.saturating_sub(s.admitted_at));
+        self.unplace(v);
+        let s = self.states[v].as_mut().expect("running job");
+        let lost = s.done - s.checkpoint;
+        s.done = s.checkpoint;
+        self.metrics.events.lost_iterations += lost;
+        self.metrics.events.preemptions += 1;
+        let share = self.share.as_mut().expect("sharing");
+        let l = &mut share.ledgers.tenants[share.tenant_of[v]];
+        l.preemptions += 1;
+        l.lost_iterations += lost;
+        l.shortest_preempted_run = Some(l.shortest_preempted_run.map_or(ran, |r| r.min(ran)));
+        self.waiting.push_back(v);
+    }
+}
+
+impl QueueDriver for Engine<'_> {
+    fn policy(&self) -> &SharePolicy {
+        &self.share.as_ref().expect("sharing").policy
+    }
+
+    fn usage(&self) -> Usage {
+        let share = self.share.as_ref().expect("sharing");
+        share.policy.usage(&self.placer, |j| share.tenant_of[j.0 as usize])
+    }
+
+    /// The queue as the policy core sees it (same order as `self.waiting`).
+    fn waiting(&self) -> Vec<Waiting> {
+        let share = self.share.as_ref().expect("sharing");
+        self.waiting
+            .iter()
+            .map(|&i| Waiting {
+                tenant: share.tenant_of[i],
+                priority: self.jobs[i].spec.priority,
+                arrival: i as u64,
+                demand: self.demand(i),
+            })
+            .collect()
+    }
+
+    fn order(&self, waiting: &[Waiting], usage: &Usage) -> Vec<usize> {
+        let share = self.share.as_ref().expect("sharing");
+        match share.policy.half_life {
+            Some(h) => {
+                let mut history = share.history.clone();
+                history.advance_to(self.now, h);
+                share.policy.order_by(waiting, &usage.held, &history.shares(&share.policy, h))
+            }
+            None => share.policy.order(waiting, &usage.held),
+        }
+    }
+
+    fn try_start(&mut self, k: usize) -> bool {
+        let i = self.waiting[k];
+        if self.admit(i).is_err() {
+            return false;
+        }
+        self.waiting.remove(k);
+        true
+    }
+
+    /// Running jobs end at their conservative ends and free the nodes they hold alone (the
+    /// share core's projection).
+    fn shadow(&self, demand: Nodes) -> Micros {
         let end = |j| self.running_end(j);
         weave_place::share::projected_starts(&self.placer, self.now, end, &[(demand, None)])[0]
             .unwrap_or(Micros(u64::MAX))
     }
 
-    /// Whether waiting job `i` may start now behind a blocked head that needs `head` and could
-    /// start at `shadow` (the share core's EASY test).
-    fn backfill_keeps_head(&self, i: usize, head: Nodes, shadow: Micros) -> bool {
+    /// The job holds its demand for its conservative duration.
+    fn keeps_head(&self, k: usize, head: Nodes, at: Micros) -> bool {
+        let i = self.waiting[k];
         let job = (self.demand(i), Some(self.conservative_duration(i)));
-        weave_place::share::backfill_keeps_head(&self.placer, self.now, |j| self.running_end(j), job, head, shadow)
+        weave_place::share::backfill_keeps_head(&self.placer, self.now, |j| self.running_end(j), job, head, at)
     }
 
     /// Preempts victims for waiting job `w` if together they free enough nodes for it.
@@ -214,23 +201,5 @@ impl Engine<'_> {
             self.preempt(v.0 as usize);
         }
         true
-    }
-
-    /// Takes job `v` off its nodes: its work since the last checkpoint is lost and it waits
-    /// again in its original queue position.
-    fn preempt(&mut self, v: usize) {
-        let ran = self.states[v].as_ref().map_or(Micros::ZERO, |s| self.now.saturating_sub(s.admitted_at));
-        self.unplace(v);
-        let s = self.states[v].as_mut().expect("running job");
-        let lost = s.done - s.checkpoint;
-        s.done = s.checkpoint;
-        self.metrics.events.lost_iterations += lost;
-        self.metrics.events.preemptions += 1;
-        let share = self.share.as_mut().expect("sharing");
-        let l = &mut share.ledgers.tenants[share.tenant_of[v]];
-        l.preemptions += 1;
-        l.lost_iterations += lost;
-        l.shortest_preempted_run = Some(l.shortest_preempted_run.map_or(ran, |r| r.min(ran)));
-        self.waiting.push_back(v);
     }
 }
