@@ -3,8 +3,8 @@
 //! driver (the replay's engine, the server's plane) says what waits and runs and carries out
 //! starts and preemptions; every decision is here or in [`crate::share`].
 
-use crate::share::{Nodes, ShareMode, SharePolicy, Usage, Waiting};
-use weave_core::Micros;
+use crate::share::{Claim, Nodes, ShareMode, SharePolicy, Usage, Waiting};
+use weave_core::{Micros, Priority};
 
 /// Why a waiting job did not start in a pass (the server shows it to the job's owner).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,6 +15,8 @@ pub enum Blocked {
     WouldDelayHead,
     /// It is the first job that finds no room.
     NoRoom,
+    /// Without backfill: jobs ahead of it are waiting for free nodes.
+    BehindHead,
 }
 
 /// What the queue pass needs from its driver. Indices `k` are into [`QueueDriver::waiting`].
@@ -29,7 +31,7 @@ pub trait QueueDriver {
     /// Admits waiting job `k` now; false (it keeps waiting) if the placer finds no room.
     fn try_start(&mut self, k: usize) -> bool;
     /// Preempts what [`SharePolicy::preemption`] picks for `w`; false if nothing would do.
-    fn preempt_for(&mut self, w: Waiting, usage: &Usage) -> bool;
+    fn preempt_for(&mut self, w: Waiting, usage: &Usage, claim: Claim) -> bool;
     /// When a job needing `demand` could start at the latest as running jobs end.
     fn shadow(&self, demand: Nodes) -> Micros;
     /// EASY's test: whether waiting job `k` may start now behind a blocked head needing
@@ -42,43 +44,57 @@ pub trait QueueDriver {
 /// Starts one waiting job if any may start; false when nothing more can start now. A job over
 /// its tenant's quota waits without holding up other tenants; the first that finds no room
 /// may preempt, and holds up the rest (with backfill: the rest may start if they leave its
-/// projected start where it was).
-pub fn start_one(d: &mut impl QueueDriver) -> bool {
+/// projected start where it was). A job of higher priority than that head may still preempt
+/// behind it, taking only what its victims free.
+pub fn start_one<D: QueueDriver>(d: &mut D) -> bool {
     let usage = d.usage();
     let waiting = d.waiting();
     let mode = d.policy().mode;
     let (preempt, backfill) = (mode >= ShareMode::Preemption, mode >= ShareMode::Backfill);
-    // With backfill: the blocked head's demand and when it could start at the latest.
-    let mut head: Option<(Nodes, Micros)> = None;
+    let mut head: Option<Head> = None;
     for k in d.order(&waiting, &usage) {
         let w = waiting[k];
+        // A job that outranks the blocked head may still preempt, for what its victims free.
+        let claim = match head {
+            None => Some(Claim::Head),
+            Some(h) if w.priority > h.priority => Some(Claim::BehindHead),
+            Some(_) => None,
+        };
+        let preempt_and_start =
+            |d: &mut D| preempt && claim.is_some_and(|c| d.preempt_for(w, &usage, c)) && d.try_start(k);
         if !d.policy().may_start(w.tenant, w.demand, &usage) {
             // Over quota: it may displace its own tenant's lower-priority jobs.
-            if preempt && head.is_none() && d.preempt_for(w, &usage) && d.try_start(k) {
+            if preempt_and_start(d) {
                 return true;
             }
             d.blocked(k, Blocked::OverQuota);
             continue;
         }
-        if let Some((demand, at)) = head {
-            if !d.keeps_head(k, demand, at) {
-                d.blocked(k, Blocked::WouldDelayHead);
-            } else if d.try_start(k) {
+        if let Some(h) = head {
+            let keeps = backfill && d.keeps_head(k, h.demand, h.at);
+            if keeps && d.try_start(k) || preempt_and_start(d) {
                 return true;
+            }
+            if !keeps {
+                d.blocked(k, if backfill { Blocked::WouldDelayHead } else { Blocked::BehindHead });
             }
             continue;
         }
-        if d.try_start(k) {
-            return true;
-        }
-        if preempt && d.preempt_for(w, &usage) && d.try_start(k) {
+        if d.try_start(k) || preempt_and_start(d) {
             return true;
         }
         d.blocked(k, Blocked::NoRoom);
-        if !backfill {
-            return false;
-        }
-        head = Some((w.demand, d.shadow(w.demand)));
+        let at = if backfill { d.shadow(w.demand) } else { Micros(u64::MAX) };
+        head = Some(Head { demand: w.demand, priority: w.priority, at });
     }
     false
+}
+
+/// The first waiting job that found no room.
+#[derive(Clone, Copy)]
+struct Head {
+    demand: Nodes,
+    priority: Priority,
+    /// With backfill, when it could start at the latest.
+    at: Micros,
 }

@@ -139,6 +139,16 @@ pub struct Waiting {
     pub demand: Nodes,
 }
 
+/// Which nodes a preemption may count on besides what its victims free.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// For the first waiting job that finds no room: the free nodes too.
+    Head,
+    /// For a job behind a blocked head that it outranks: only what its victims free, so the
+    /// head's start does not move for it.
+    BehindHead,
+}
+
 /// A running job, as preemption sees it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Running {
@@ -421,19 +431,25 @@ impl SharePolicy {
 
     /// The jobs to preempt so that `for_job` can start now: victims in [`SharePolicy::victims`]'
     /// order, each taken only if it frees nodes or quota the job needs, until together they
-    /// free enough of both; `None` when no such set exists (then nobody is preempted).
+    /// free enough of both; `None` when no such set exists (then nobody is preempted). With
+    /// [`Claim::BehindHead`] the victims alone must free the job's nodes: the free ones are
+    /// kept for the blocked head.
     pub fn preemption(
         &self,
         placer: &Placer,
         for_job: Waiting,
         running: &[Running],
         usage: &Usage,
+        claim: Claim,
     ) -> Option<Vec<JobId>> {
         let demand = for_job.demand;
         let charges: std::collections::BTreeMap<JobId, (Nodes, Nodes)> =
             charges(placer).into_iter().map(|(job, held, alone)| (job, (held, alone))).collect();
         let tenant_of: std::collections::BTreeMap<JobId, usize> = running.iter().map(|r| (r.job, r.tenant)).collect();
-        let mut free = free_nodes(placer);
+        let mut free = match claim {
+            Claim::Head => free_nodes(placer),
+            Claim::BehindHead => [0.0; 2],
+        };
         let mut usage_after = usage.clone();
         let fits = |free: &Nodes, usage_after: &Usage| {
             free[0] >= demand[0] && free[1] >= demand[1] && self.may_start(for_job.tenant, demand, usage_after)

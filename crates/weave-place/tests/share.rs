@@ -62,3 +62,41 @@ fn backfill_may_take_what_ends_in_time_or_what_the_head_leaves() {
     assert!(!backfill_keeps_head(&placer, Micros::ZERO, never, ([1.0, 1.0], None), head, Micros(u64::MAX)));
     assert!(backfill_keeps_head(&placer, Micros::ZERO, never, ([1.0, 1.0], half), head, Micros(u64::MAX)));
 }
+
+#[test]
+fn behind_a_blocked_head_a_preemption_counts_only_what_its_victims_free() {
+    use weave_core::Priority;
+    use weave_place::share::{Claim, Running, ShareMode, SharePolicy, TenantQuota, Waiting};
+    let mut cfg = config(PlacePolicy::Weave);
+    cfg.capacity = Some((3, 3));
+    let mut placer = Placer::new(cfg);
+    for id in 0..2 {
+        placer.admit(job(id, 100, 100, 1.0)).unwrap();
+    }
+    assert_eq!(free_nodes(&placer), [1.0, 1.0]);
+    let tenant = TenantQuota { name: "a".into(), rollout_nodes: 3.0, training_nodes: 3.0, borrow_limit: None };
+    let policy = SharePolicy {
+        mode: ShareMode::Preemption,
+        tenants: vec![tenant],
+        min_run: Micros::ZERO,
+        checkpoint_every: 1,
+        half_life: None,
+    };
+    let running = |id: u32, priority| Running {
+        job: JobId(id),
+        tenant: 0,
+        priority,
+        ran: Micros::from_secs(60),
+        unsaved: 0,
+        held: 2.0,
+    };
+    let running = [running(0, Priority::Low), running(1, Priority::Normal)];
+    let usage = policy.usage(&placer, |_| 0);
+    let high = Waiting { tenant: 0, priority: Priority::High, arrival: 9, demand: [2.0, 2.0] };
+    // As the head: the low job's node and the free one make two.
+    assert_eq!(policy.preemption(&placer, high, &running, &usage, Claim::Head), Some(vec![JobId(0)]));
+    // Behind a head, the free node is the head's: it takes both victims' nodes or nothing.
+    assert_eq!(policy.preemption(&placer, high, &running, &usage, Claim::BehindHead), Some(vec![JobId(0), JobId(1)]));
+    let normal = Waiting { priority: Priority::Normal, ..high };
+    assert_eq!(policy.preemption(&placer, normal, &running, &usage, Claim::BehindHead), None);
+}

@@ -6,7 +6,7 @@ use super::{ev, JobState, Measured, Plane, PlaneError, PlaneEvent, SubmitSpec};
 use weave_core::{Micros, PhaseTimes, Priority};
 use weave_dispatch::Phase;
 use weave_place::queue::{self as share_queue, Blocked, QueueDriver};
-use weave_place::share::{self, Nodes, Running, SharePolicy, Usage, Waiting};
+use weave_place::share::{self, Claim, Nodes, Running, SharePolicy, Usage, Waiting};
 
 /// `remaining` iterations of `times` at slowdown `slo` (`None`: no end).
 fn at_slo(times: PhaseTimes, slo: f64, remaining: Option<u64>) -> Option<Micros> {
@@ -313,9 +313,9 @@ impl Plane {
     }
 
     /// Preempts what the policy picks for `w`, if together it frees enough; false otherwise.
-    fn preempt_for(&mut self, time_us: u64, policy: &SharePolicy, w: Waiting, usage: &Usage) -> bool {
+    fn preempt_for(&mut self, time_us: u64, policy: &SharePolicy, w: Waiting, usage: &Usage, claim: Claim) -> bool {
         let running = self.running_for_share(time_us, policy);
-        let Some(victims) = policy.preemption(&self.placer, w, &running, usage) else { return false };
+        let Some(victims) = policy.preemption(&self.placer, w, &running, usage, claim) else { return false };
         for v in victims {
             let name = self.names[v.0 as usize].clone();
             let own = self.jobs[&name].tenant == policy.tenants[w.tenant].name;
@@ -396,8 +396,8 @@ impl QueueDriver for AtTime<'_> {
         self.plane.try_start(self.time_us, k)
     }
 
-    fn preempt_for(&mut self, w: Waiting, usage: &Usage) -> bool {
-        self.plane.preempt_for(self.time_us, &self.policy, w, usage)
+    fn preempt_for(&mut self, w: Waiting, usage: &Usage, claim: Claim) -> bool {
+        self.plane.preempt_for(self.time_us, &self.policy, w, usage, claim)
     }
 
     fn shadow(&self, demand: Nodes) -> Micros {
@@ -419,6 +419,7 @@ impl QueueDriver for AtTime<'_> {
             Blocked::OverQuota => "its tenant's quota is in use",
             Blocked::WouldDelayHead => "waiting for free nodes (it would delay the jobs ahead)",
             Blocked::NoRoom => "waiting for free nodes",
+            Blocked::BehindHead => "waiting behind jobs that wait for free nodes",
         }
         .into();
     }

@@ -6,7 +6,7 @@ use super::Engine;
 use crate::tenancy::Ledgers;
 use weave_core::{JobId, Micros};
 use weave_place::queue::QueueDriver;
-use weave_place::share::{Nodes, Running, SharePolicy, Usage, Waiting};
+use weave_place::share::{Claim, Nodes, Running, SharePolicy, Usage, Waiting};
 
 /// Sharing state: the policy, each job's tenant, the ledgers.
 pub(super) struct Sharing {
@@ -178,7 +178,7 @@ impl QueueDriver for Engine<'_> {
     }
 
     /// Preempts victims for waiting job `w` if together they free enough nodes for it.
-    fn preempt_for(&mut self, w: Waiting, usage: &Usage) -> bool {
+    fn preempt_for(&mut self, w: Waiting, usage: &Usage, claim: Claim) -> bool {
         let share = self.share.as_ref().expect("sharing");
         let running: Vec<Running> = (0..self.jobs.len())
             .filter_map(|v| {
@@ -196,7 +196,7 @@ impl QueueDriver for Engine<'_> {
                 })
             })
             .collect();
-        let Some(chosen) = share.policy.preemption(&self.placer, w, &running, usage) else { return false };
+        let Some(chosen) = share.policy.preemption(&self.placer, w, &running, usage, claim) else { return false };
         for v in chosen {
             self.preempt(v.0 as usize);
         }
