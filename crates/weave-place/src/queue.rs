@@ -3,15 +3,16 @@
 //! driver (the replay's engine, the server's plane) says what waits and runs and carries out
 //! starts and preemptions; every decision is here or in [`crate::share`].
 
-use crate::share::{Claim, Nodes, ShareMode, SharePolicy, Usage, Waiting};
-use weave_core::{Micros, Priority};
+use crate::placer::Placer;
+use crate::share::{self, Claim, Nodes, ShareMode, SharePolicy, Usage, Waiting};
+use weave_core::{JobId, Micros, Priority};
 
 /// Why a waiting job did not start in a pass (the server shows it to the job's owner).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Blocked {
     /// Its tenant's quota (with what it may borrow) does not cover it.
     OverQuota,
-    /// Starting it would push back the blocked job ahead of it (backfill refused).
+    /// Starting it would push back a blocked job ahead of it (backfill refused).
     WouldDelayHead,
     /// It is the first job that finds no room.
     NoRoom,
@@ -32,32 +33,41 @@ pub trait QueueDriver {
     fn try_start(&mut self, k: usize) -> bool;
     /// Preempts what [`SharePolicy::preemption`] picks for `w`; false if nothing would do.
     fn preempt_for(&mut self, w: Waiting, usage: &Usage, claim: Claim) -> bool;
-    /// When a job needing `demand` could start at the latest as running jobs end.
-    fn shadow(&self, demand: Nodes) -> Micros;
-    /// EASY's test: whether waiting job `k` may start now behind a blocked head needing
-    /// `head` that could start at `at`.
-    fn keeps_head(&self, k: usize, head: Nodes, at: Micros) -> bool;
+    fn placer(&self) -> &Placer;
+    fn now(&self) -> Micros;
+    /// When running job `job` ends at the latest (`None`: not in view).
+    fn running_end(&self, job: JobId) -> Option<Micros>;
+    /// How long waiting job `k` holds its nodes at most once started (`None`: for good).
+    fn duration(&self, k: usize) -> Option<Micros>;
     /// Told why waiting job `k` did not start.
     fn blocked(&mut self, _k: usize, _why: Blocked) {}
 }
 
+/// How many blocked jobs backfill protects: each waiting job that finds no room, in the queue's
+/// order, up to this many, keeps its projected start (conservative backfill to this depth, as
+/// schedulers bound their backfill passes); jobs further back are not protected.
+pub const RESERVATIONS: usize = 8;
+
 /// Starts one waiting job if any may start; false when nothing more can start now. A job over
 /// its tenant's quota waits without holding up other tenants; the first that finds no room
-/// may preempt, and holds up the rest (with backfill: the rest may start if they leave its
-/// projected start where it was). A job of higher priority than that head may still preempt
-/// behind it, taking only what its victims free.
+/// may preempt, and holds up the rest. With backfill, a later job may start if it leaves the
+/// projected start of every blocked job ahead of it (up to [`RESERVATIONS`]) where it was. A
+/// job of higher priority than that head may still preempt behind it, taking only what its
+/// victims free.
 pub fn start_one<D: QueueDriver>(d: &mut D) -> bool {
     let usage = d.usage();
     let waiting = d.waiting();
     let mode = d.policy().mode;
     let (preempt, backfill) = (mode >= ShareMode::Preemption, mode >= ShareMode::Backfill);
-    let mut head: Option<Head> = None;
+    // The first job that found no room, by priority.
+    let mut head: Option<Priority> = None;
+    let mut reserved = Reserved::default();
     for k in d.order(&waiting, &usage) {
         let w = waiting[k];
         // A job that outranks the blocked head may still preempt, for what its victims free.
         let claim = match head {
             None => Some(Claim::Head),
-            Some(h) if w.priority > h.priority => Some(Claim::BehindHead),
+            Some(p) if w.priority > p => Some(Claim::BehindHead),
             Some(_) => None,
         };
         let preempt_and_start =
@@ -70,31 +80,52 @@ pub fn start_one<D: QueueDriver>(d: &mut D) -> bool {
             d.blocked(k, Blocked::OverQuota);
             continue;
         }
-        if let Some(h) = head {
-            let keeps = backfill && d.keeps_head(k, h.demand, h.at);
+        if head.is_some() {
+            let keeps = backfill && reserved.keeps(d, k, w.demand);
             if keeps && d.try_start(k) || preempt_and_start(d) {
                 return true;
             }
-            if !keeps {
-                d.blocked(k, if backfill { Blocked::WouldDelayHead } else { Blocked::BehindHead });
+            d.blocked(
+                k,
+                if !backfill {
+                    Blocked::BehindHead
+                } else if keeps {
+                    Blocked::NoRoom
+                } else {
+                    Blocked::WouldDelayHead
+                },
+            );
+        } else {
+            if d.try_start(k) || preempt_and_start(d) {
+                return true;
             }
-            continue;
+            d.blocked(k, Blocked::NoRoom);
+            head = Some(w.priority);
         }
-        if d.try_start(k) || preempt_and_start(d) {
-            return true;
+        if backfill {
+            reserved.add(d, k, w.demand);
         }
-        d.blocked(k, Blocked::NoRoom);
-        let at = if backfill { d.shadow(w.demand) } else { Micros(u64::MAX) };
-        head = Some(Head { demand: w.demand, priority: w.priority, at });
     }
     false
 }
 
-/// The first waiting job that found no room.
-#[derive(Clone, Copy)]
-struct Head {
-    demand: Nodes,
-    priority: Priority,
-    /// With backfill, when it could start at the latest.
-    at: Micros,
+/// The blocked jobs backfill protects and their projected starts.
+#[derive(Default)]
+struct Reserved {
+    jobs: Vec<(Nodes, Option<Micros>)>,
+    starts: Vec<Option<Micros>>,
+}
+
+impl Reserved {
+    fn add(&mut self, d: &impl QueueDriver, k: usize, demand: Nodes) {
+        if self.jobs.len() < RESERVATIONS {
+            self.jobs.push((demand, d.duration(k)));
+            self.starts = share::projected_starts(d.placer(), d.now(), |j| d.running_end(j), &self.jobs);
+        }
+    }
+
+    fn keeps(&self, d: &impl QueueDriver, k: usize, demand: Nodes) -> bool {
+        let job = (demand, d.duration(k));
+        share::backfill_keeps_reserved(d.placer(), d.now(), |j| d.running_end(j), job, &self.jobs, &self.starts)
+    }
 }

@@ -244,24 +244,28 @@ pub fn projected_starts(
     projected_starts_after(placer, now, running_end, None, waiting)
 }
 
-/// EASY backfill's test for a job behind a blocked head: whether starting it now, holding
-/// `demand` for `duration` (`None`: for good), leaves the head's projected start at or before
-/// `shadow` (its start without the job). True when the job ends by then, or when the nodes it
-/// takes are ones the head will not need (EASY's "extra nodes"); the projection is
-/// [`projected_starts`]'s, so the job is charged its whole demand even if it would share nodes.
-pub fn backfill_keeps_head(
+/// Backfill's test for a job behind blocked ones: whether starting it now, holding `demand`
+/// for `duration` (`None`: for good), leaves every reserved job's projected start (`starts`,
+/// [`projected_starts`] of `reserved` without it) where it was. True when the job ends before
+/// the first of them could start, or when the nodes it takes are ones they will not need
+/// (EASY's "extra nodes", checked for each reservation: conservative backfill). A reserved job
+/// with no start in view lets through only jobs that end. The projection is
+/// [`projected_starts`]', so the job is charged its whole demand even if it would share nodes.
+pub fn backfill_keeps_reserved(
     placer: &Placer,
     now: Micros,
     running_end: impl Fn(JobId) -> Option<Micros>,
     (demand, duration): (Nodes, Option<Micros>),
-    head: Nodes,
-    shadow: Micros,
+    reserved: &[(Nodes, Option<Micros>)],
+    starts: &[Option<Micros>],
 ) -> bool {
-    if duration.is_some_and(|d| now + d <= shadow) {
+    let first = starts.iter().map(|s| s.unwrap_or(Micros(u64::MAX))).min().unwrap_or(Micros(u64::MAX));
+    if duration.is_some_and(|d| now + d <= first) {
         return true;
     }
     let started = (now, demand, duration);
-    projected_starts_after(placer, now, running_end, Some(started), &[(head, None)])[0].is_some_and(|s| s <= shadow)
+    let after = projected_starts_after(placer, now, running_end, Some(started), reserved);
+    after.iter().zip(starts).all(|(a, b)| a.is_some_and(|a| a <= b.unwrap_or(Micros(u64::MAX))))
 }
 
 /// [`projected_starts`] after one more job started at a given time, holding its demand for its

@@ -1,12 +1,17 @@
 //! The queue pass over a scripted driver: who may start, who may preempt, and for what.
 
-use weave_core::{Micros, Priority};
+mod common;
+use common::{config, job};
+use weave_core::{JobId, Micros, Priority};
 use weave_place::queue::{start_one, Blocked, QueueDriver};
-use weave_place::share::{Claim, Nodes, ShareMode, SharePolicy, TenantQuota, Usage, Waiting};
+use weave_place::share::{Claim, ShareMode, SharePolicy, TenantQuota, Usage, Waiting};
+use weave_place::{PlacePolicy, Placer};
 
 /// A queue whose jobs start only if listed in `fits`; preemption succeeds for jobs listed in
-/// `preemptible` (then they fit).
+/// `preemptible` (then they fit). The pools are full of a job that never ends, so backfill
+/// lets nothing through.
 struct Script {
+    placer: Placer,
     policy: SharePolicy,
     waiting: Vec<Waiting>,
     fits: Vec<usize>,
@@ -26,7 +31,12 @@ impl Script {
             .enumerate()
             .map(|(k, &priority)| Waiting { tenant: 0, priority, arrival: k as u64, demand: [1.0, 1.0] })
             .collect();
+        let mut cfg = config(PlacePolicy::Weave);
+        cfg.capacity = Some((1, 1));
+        let mut placer = Placer::new(cfg);
+        placer.admit(job(0, 100, 100, 1.0)).expect("an empty pool");
         Script {
+            placer,
             policy,
             waiting,
             fits: Vec::new(),
@@ -74,11 +84,17 @@ impl QueueDriver for Script {
         }
         false
     }
-    fn shadow(&self, _demand: Nodes) -> Micros {
-        Micros::from_secs(3600)
+    fn placer(&self) -> &Placer {
+        &self.placer
     }
-    fn keeps_head(&self, _k: usize, _head: Nodes, _at: Micros) -> bool {
-        false
+    fn now(&self) -> Micros {
+        Micros::ZERO
+    }
+    fn running_end(&self, _job: JobId) -> Option<Micros> {
+        None
+    }
+    fn duration(&self, _k: usize) -> Option<Micros> {
+        None
     }
     fn blocked(&mut self, k: usize, why: Blocked) {
         self.blocked.push((k, why));

@@ -3,7 +3,7 @@
 mod common;
 use common::{config, job};
 use weave_core::{JobId, Micros};
-use weave_place::share::{backfill_keeps_head, free_nodes, projected_starts};
+use weave_place::share::{backfill_keeps_reserved, free_nodes, projected_starts, Nodes};
 use weave_place::{PlacePolicy, Placer};
 
 #[test]
@@ -34,7 +34,7 @@ fn projected_starts_follow_releases_in_queue_order() {
 }
 
 #[test]
-fn backfill_may_take_what_ends_in_time_or_what_the_head_leaves() {
+fn backfill_may_take_what_ends_in_time_or_what_the_reserved_jobs_leave() {
     let mut cfg = config(PlacePolicy::Weave);
     cfg.capacity = Some((5, 5));
     let mut placer = Placer::new(cfg);
@@ -46,21 +46,32 @@ fn backfill_may_take_what_ends_in_time_or_what_the_head_leaves() {
     // Jobs 0 and 1 end in 1 h, job 2 never: a head needing 3 + 3 starts at 1 h, when 4 + 4
     // are free, so one node of each pool is left over then.
     let end = |j: JobId| (j != JobId(2)).then_some(h);
-    let head = [3.0, 3.0];
-    let shadow = projected_starts(&placer, Micros::ZERO, end, &[(head, None)])[0].unwrap();
-    assert_eq!(shadow, h);
+    let head = [([3.0, 3.0], None)];
+    let shadow = projected_starts(&placer, Micros::ZERO, end, &head);
+    assert_eq!(shadow, [Some(h)]);
     let half = Some(Micros(h.0 / 2));
+    let keeps = |end: &dyn Fn(JobId) -> Option<Micros>, job: (Nodes, Option<Micros>), reserved, starts| {
+        backfill_keeps_reserved(&placer, Micros::ZERO, end, job, reserved, starts)
+    };
     // On the left-over node, for good.
-    assert!(backfill_keeps_head(&placer, Micros::ZERO, end, ([1.0, 1.0], None), head, shadow));
+    assert!(keeps(&end, ([1.0, 1.0], None), &head, &shadow));
     // Two nodes for good take one the head needs.
-    assert!(!backfill_keeps_head(&placer, Micros::ZERO, end, ([2.0, 2.0], None), head, shadow));
-    assert!(!backfill_keeps_head(&placer, Micros::ZERO, end, ([2.0, 2.0], Some(Micros(2 * h.0))), head, shadow));
+    assert!(!keeps(&end, ([2.0, 2.0], None), &head, &shadow));
+    assert!(!keeps(&end, ([2.0, 2.0], Some(Micros(2 * h.0))), &head, &shadow));
     // ... unless they are back before the head starts.
-    assert!(backfill_keeps_head(&placer, Micros::ZERO, end, ([2.0, 2.0], half), head, shadow));
+    assert!(keeps(&end, ([2.0, 2.0], half), &head, &shadow));
+    // A second reservation behind the head, holding its node for good from 1 h: the left-over
+    // node is its now, so the job that fitted beside the head alone may not take it.
+    let two = [([3.0, 3.0], Some(h)), ([1.0, 1.0], None)];
+    let starts = projected_starts(&placer, Micros::ZERO, end, &two);
+    assert_eq!(starts, [Some(h), Some(h)]);
+    assert!(!keeps(&end, ([1.0, 1.0], None), &two, &starts));
+    assert!(keeps(&end, ([1.0, 1.0], half), &two, &starts));
     // A head with no start in view lets only jobs that end through.
     let never = |_: JobId| None;
-    assert!(!backfill_keeps_head(&placer, Micros::ZERO, never, ([1.0, 1.0], None), head, Micros(u64::MAX)));
-    assert!(backfill_keeps_head(&placer, Micros::ZERO, never, ([1.0, 1.0], half), head, Micros(u64::MAX)));
+    let none = [None];
+    assert!(!keeps(&never, ([1.0, 1.0], None), &head, &none));
+    assert!(keeps(&never, ([1.0, 1.0], half), &head, &none));
 }
 
 #[test]

@@ -400,18 +400,20 @@ impl QueueDriver for AtTime<'_> {
         self.plane.preempt_for(self.time_us, &self.policy, w, usage, claim)
     }
 
-    fn shadow(&self, demand: Nodes) -> Micros {
-        let end = |id| self.plane.running_end(self.time_us, id);
-        share::projected_starts(&self.plane.placer, Micros(self.time_us), end, &[(demand, None)])[0]
-            .unwrap_or(Micros(u64::MAX))
+    fn placer(&self) -> &weave_place::Placer {
+        &self.plane.placer
     }
 
-    /// Behind a blocked head a job starts only if it ends before the head could, or takes
-    /// only nodes the head will not need.
-    fn keeps_head(&self, k: usize, head: Nodes, at: Micros) -> bool {
-        let job = (self.waiting_demand(k), self.plane.waiting_duration(k));
-        let end = |id| self.plane.running_end(self.time_us, id);
-        share::backfill_keeps_head(&self.plane.placer, Micros(self.time_us), end, job, head, at)
+    fn now(&self) -> Micros {
+        Micros(self.time_us)
+    }
+
+    fn running_end(&self, job: weave_core::JobId) -> Option<Micros> {
+        self.plane.running_end(self.time_us, job)
+    }
+
+    fn duration(&self, k: usize) -> Option<Micros> {
+        self.plane.waiting_duration(k)
     }
 
     fn blocked(&mut self, k: usize, why: Blocked) {
@@ -422,11 +424,5 @@ impl QueueDriver for AtTime<'_> {
             Blocked::BehindHead => "waiting behind jobs that wait for free nodes",
         }
         .into();
-    }
-}
-
-impl AtTime<'_> {
-    fn waiting_demand(&self, k: usize) -> Nodes {
-        demand(&self.plane.queue[k]).unwrap_or([1.0, 1.0])
     }
 }

@@ -92,12 +92,6 @@ impl Engine<'_> {
         Micros(per.0.saturating_mul(j.iterations.saturating_sub(done))) + j.cold_start
     }
 
-    /// When running job `j` ends at the latest (its conservative end), if it is placed.
-    fn running_end(&self, j: JobId) -> Option<Micros> {
-        let i = j.0 as usize;
-        self.states[i].as_ref().is_some_and(|s| s.placed.is_some()).then(|| self.now + self.conservative_duration(i))
-    }
-
     /// Takes job `v` off its nodes: its work since the last checkpoint is lost and it waits
     /// again in its original queue position.
     fn preempt(&mut self, v: usize) {
@@ -162,19 +156,22 @@ impl QueueDriver for Engine<'_> {
         true
     }
 
-    /// Running jobs end at their conservative ends and free the nodes they hold alone (the
-    /// share core's projection).
-    fn shadow(&self, demand: Nodes) -> Micros {
-        let end = |j| self.running_end(j);
-        weave_place::share::projected_starts(&self.placer, self.now, end, &[(demand, None)])[0]
-            .unwrap_or(Micros(u64::MAX))
+    fn placer(&self) -> &weave_place::Placer {
+        &self.placer
     }
 
-    /// The job holds its demand for its conservative duration.
-    fn keeps_head(&self, k: usize, head: Nodes, at: Micros) -> bool {
-        let i = self.waiting[k];
-        let job = (self.demand(i), Some(self.conservative_duration(i)));
-        weave_place::share::backfill_keeps_head(&self.placer, self.now, |j| self.running_end(j), job, head, at)
+    fn now(&self) -> Micros {
+        self.now
+    }
+
+    /// Its conservative end (see [`Engine::conservative_duration`]).
+    fn running_end(&self, j: JobId) -> Option<Micros> {
+        let i = j.0 as usize;
+        self.states[i].as_ref().is_some_and(|s| s.placed.is_some()).then(|| self.now + self.conservative_duration(i))
+    }
+
+    fn duration(&self, k: usize) -> Option<Micros> {
+        Some(self.conservative_duration(self.waiting[k]))
     }
 
     /// Preempts victims for waiting job `w` if together they free enough nodes for it.
