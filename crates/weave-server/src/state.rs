@@ -304,9 +304,10 @@ impl Shared {
         if every == 0 || g.store.records_since_snapshot() < every {
             return;
         }
-        let bytes = g.plane.snapshot();
-        // A failure is kept by the store and reported by `/readyz` (see `Store::ready`).
-        let _ = g.store.compact(&bytes);
+        // Encoded straight into the store's parts: the whole snapshot is never in memory. A
+        // failure is kept by the store and reported by `/readyz` (see `Store::ready`).
+        let Inner { plane, store, .. } = g;
+        let _ = store.compact_with(|out| plane.write_snapshot(out));
     }
 
     /// Marks jobs whose heartbeats stopped as failed (they leave their groups).

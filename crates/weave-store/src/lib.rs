@@ -21,12 +21,12 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
-const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
+mod snapshot;
+use snapshot::{read_snapshot, PartWriter, PARTS, SNAPSHOT};
+
+pub(crate) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
 /// The storage library's page cache.
 const CACHE_BYTES: usize = 32 * 1024 * 1024;
-
-/// At most one row: the snapshot of the state after every record before its key.
-const SNAPSHOT: TableDefinition<u64, &[u8]> = TableDefinition::new("snapshot");
 
 #[derive(Debug, Error)]
 pub enum StoreError {
@@ -56,45 +56,6 @@ fn frame(seq: u64, payload: &[u8]) -> Vec<u8> {
 fn checksum(seq: u64, payload: &[u8]) -> [u8; SUM_LEN] {
     let d = Sha256::new().chain_update(seq.to_be_bytes()).chain_update(payload).finalize();
     d[..SUM_LEN].try_into().expect("16 bytes")
-}
-
-/// A stored snapshot: its checksum (over a domain tag, its position and bytes) and bytes.
-fn frame_snapshot(at: u64, payload: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(SUM_LEN + payload.len());
-    v.extend_from_slice(&snapshot_checksum(at, payload));
-    v.extend_from_slice(payload);
-    v
-}
-
-fn snapshot_checksum(at: u64, payload: &[u8]) -> [u8; SUM_LEN] {
-    let d =
-        Sha256::new().chain_update(b"weave-snapshot").chain_update(at.to_be_bytes()).chain_update(payload).finalize();
-    d[..SUM_LEN].try_into().expect("16 bytes")
-}
-
-fn unframe_snapshot(at: u64, stored: &[u8]) -> Result<&[u8], StoreError> {
-    let bad =
-        |message: &str| StoreError::Corrupt { seq: at, message: format!("snapshot before record {at}: {message}") };
-    if stored.len() < SUM_LEN {
-        return Err(bad("shorter than its checksum"));
-    }
-    let (sum, payload) = stored.split_at(SUM_LEN);
-    if sum != snapshot_checksum(at, payload) {
-        return Err(bad("checksum mismatch"));
-    }
-    Ok(payload)
-}
-
-/// The snapshot row, if any: its position (the first record it does not cover) and bytes.
-fn read_snapshot(rtx: &redb::ReadTransaction) -> Result<Option<(u64, Vec<u8>)>, StoreError> {
-    let t = match rtx.open_table(SNAPSHOT) {
-        Ok(t) => t,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-        Err(e) => return Err(db_err(e)),
-    };
-    let Some((k, v)) = t.last().map_err(db_err)? else { return Ok(None) };
-    let at = k.value();
-    Ok(Some((at, unframe_snapshot(at, v.value())?.to_vec())))
 }
 
 /// The payload of stored record `seq` if its checksum holds. Records written before
@@ -414,19 +375,37 @@ impl Store {
         })
     }
 
-    /// Stores `snapshot` as the state after every record so far and deletes those records, in
-    /// one transaction (a crash leaves either the old log or the snapshot, never neither).
-    /// Returns how many records were deleted.
+    /// Stores `snapshot` as the state after every record so far and deletes those records (see
+    /// [`Store::compact_with`]). Returns how many records were deleted.
     pub fn compact(&mut self, snapshot: &[u8]) -> Result<u64, StoreError> {
+        self.compact_with(|w| w.write_all(snapshot))
+    }
+
+    /// Stores what `encode` writes as the snapshot of the state after every record so far and
+    /// deletes those records. The bytes go to the database in parts as they are written; the
+    /// manifest naming them, the deletion of the records and of older snapshots commit in one
+    /// durable transaction, so a crash leaves either the old snapshot and log or the new
+    /// snapshot, never neither (parts without a manifest are dropped by the next compaction).
+    /// Returns how many records were deleted.
+    pub fn compact_with(
+        &mut self,
+        encode: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+    ) -> Result<u64, StoreError> {
         let at = self.next;
-        let bytes = frame_snapshot(at, snapshot);
         let done = self.recover().and_then(|()| {
             let db = self.db.as_ref().ok_or_else(|| StoreError::Db("the store is not open".into()))?;
+            let mut parts = PartWriter::new(db, at);
+            if let Err(e) = encode(&mut parts) {
+                return Err(parts.failed.take().unwrap_or_else(|| StoreError::Db(format!("snapshot: {e}"))));
+            }
+            let manifest = parts.finish()?;
             let tx = db.begin_write().map_err(db_err)?;
             let deleted = {
                 let mut snap = tx.open_table(SNAPSHOT).map_err(db_err)?;
                 snap.retain(|_, _| false).map_err(db_err)?;
-                snap.insert(at, bytes.as_slice()).map_err(db_err)?;
+                snap.insert(at, manifest.encode().as_slice()).map_err(db_err)?;
+                let mut stored = tx.open_table(PARTS).map_err(db_err)?;
+                stored.retain(|(pos, part), _| pos == at && part < manifest.parts).map_err(db_err)?;
                 let mut log = tx.open_table(LOG).map_err(db_err)?;
                 let before = log.len().map_err(db_err)?;
                 log.retain_in(..at, |_, _| false).map_err(db_err)?;

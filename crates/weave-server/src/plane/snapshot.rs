@@ -89,6 +89,13 @@ pub struct SnapshotError(String);
 impl Plane {
     /// The plane's state as bytes.
     pub fn snapshot(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.write_snapshot(&mut out).expect("writing to a Vec cannot fail");
+        out
+    }
+
+    /// Writes [`Plane::snapshot`]'s bytes to `out` as they are encoded (never all in memory).
+    pub fn write_snapshot(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
         let jobs = self
             .jobs
             .values()
@@ -118,9 +125,10 @@ impl Plane {
             preemptions: &self.preemptions,
             usage_history: &self.usage_history,
         };
-        let mut out = Vec::new();
-        ciborium::into_writer(&snap, &mut out).expect("writing to a Vec cannot fail");
-        out
+        ciborium::into_writer(&snap, out).map_err(|e| match e {
+            ciborium::ser::Error::Io(e) => e,
+            ciborium::ser::Error::Value(v) => std::io::Error::other(v),
+        })
     }
 
     /// This (freshly configured) plane with the state in `bytes`.
