@@ -78,6 +78,10 @@ struct ModeRow {
     /// Backfill only, against the same mode without backfill (EASY's promise: a job let
     /// through early must not push back the ones it jumped).
     against_no_backfill: Option<Later>,
+    /// Backfill only: the same mode rerun with one more iteration between checkpoints, against
+    /// this run. How far first starts move between two runs that differ in one small setting:
+    /// per-job comparisons between modes are no more precise than this.
+    perturbed: Option<Later>,
     /// `high` jobs: how many, and their wait for a first start (mean, max, hours).
     high_jobs: usize,
     high_delay_mean_h: f64,
@@ -103,6 +107,7 @@ struct Later {
     delay_mean_change_h: f64,
     started_over_1h_later: usize,
     max_later_h: f64,
+    started_over_1h_earlier: usize,
 }
 
 /// Each job's wait for its first start, hours, by name.
@@ -124,6 +129,7 @@ fn later(now: &Waits, base: &Waits) -> Later {
         delay_mean_change_h: mean(now.values().copied()) - mean(base.values().copied()),
         started_over_1h_later: d.iter().filter(|d| **d > 1.0).count(),
         max_later_h: d.iter().copied().fold(0.0, f64::max),
+        started_over_1h_earlier: d.iter().filter(|d| **d < -1.0).count(),
     }
 }
 
@@ -234,17 +240,21 @@ pub fn run(args: TenantsArgs) -> Result<()> {
         trace.jobs.iter().map(|j| (j.name.as_str(), j)).collect();
     let mut rows = Vec::new();
     let (mut fifo, mut previous) = (Waits::new(), Waits::new());
-    for mode in ShareMode::ALL {
+    let run_mode = |mode, checkpoint_every: u64| {
         let policy = SharePolicy {
             mode,
             tenants: tenants.clone(),
             min_run: Micros::from_secs_f64(args.min_run_h * 3600.0),
-            checkpoint_every: args.checkpoint_every.max(1),
+            checkpoint_every,
             half_life: args.half_life_h.map(|h| Micros::from_secs_f64(h * 3600.0)),
         };
         let cfg =
             SimConfig { seed: args.seed, capacity: CapacityMode::Fixed, share: Some(policy), ..SimConfig::default() };
-        let r = replay(&jobs, &cluster, Policy::Weave, &cfg, &mut |_, _| {}).report;
+        replay(&jobs, &cluster, Policy::Weave, &cfg, &mut |_, _| {}).report
+    };
+    let checkpoint_every = args.checkpoint_every.max(1);
+    for mode in ShareMode::ALL {
+        let r = run_mode(mode, checkpoint_every);
         let w = waits(&r);
         if mode == ShareMode::Fifo {
             fifo = w.clone();
@@ -262,6 +272,7 @@ pub fn run(args: TenantsArgs) -> Result<()> {
             .collect();
         // `ShareMode::ALL` lists backfill right after the same mode without it.
         let against_no_backfill = (mode == ShareMode::Backfill).then(|| later(&w, &previous));
+        let perturbed = (mode == ShareMode::Backfill).then(|| later(&waits(&run_mode(mode, checkpoint_every + 1)), &w));
         let high: Vec<(f64, f64)> = r
             .per_job
             .iter()
@@ -285,6 +296,7 @@ pub fn run(args: TenantsArgs) -> Result<()> {
             max_start_after_fifo_h: against_fifo.max_later_h,
             later_than_fifo,
             against_no_backfill,
+            perturbed,
             high_jobs: high.len(),
             high_delay_mean_h: mean(high.iter().map(|h| h.0)),
             high_delay_max_h: high.iter().map(|h| h.0).fold(0.0, f64::max),
@@ -353,7 +365,7 @@ fn render(rows: &[ModeRow], source: &str, jobs: usize, cluster: &weave_core::Clu
         "Jain index",
         "delay mean h",
         "started >1 h after FIFO (max h), low priority",
-        "backfill: >1 h after no backfill (max h)",
+        "backfill: >1 h after / before no backfill (max h)",
         "high jobs: wait mean / max h, over checkpoint interval + cold start",
         "never ran",
     ]);
@@ -374,9 +386,9 @@ fn render(rows: &[ModeRow], source: &str, jobs: usize, cluster: &weave_core::Clu
                 r.max_start_after_fifo_h,
                 r.later_than_fifo.iter().filter(|j| j.priority == Priority::Low).count()
             ),
-            r.against_no_backfill
-                .as_ref()
-                .map_or("-".into(), |b| format!("{} ({:.2})", b.started_over_1h_later, b.max_later_h)),
+            r.against_no_backfill.as_ref().map_or("-".into(), |b| {
+                format!("{} ({:.2}) / {}", b.started_over_1h_later, b.max_later_h, b.started_over_1h_earlier)
+            }),
             format!(
                 "{}: {:.2} / {:.2}, {} over",
                 r.high_jobs, r.high_delay_mean_h, r.high_delay_max_h, r.high_over_bound
@@ -385,8 +397,14 @@ fn render(rows: &[ModeRow], source: &str, jobs: usize, cluster: &weave_core::Clu
         ]);
     }
     table::align_numbers(&mut o);
+    let noise = rows.iter().find_map(|r| r.perturbed.as_ref().map(|p| (r.mode, p))).map_or(String::new(), |(mode, p)| {
+        format!(
+            "Between runs: {mode} rerun with one more iteration between checkpoints starts {} jobs over 1 h later and {} over 1 h earlier (max {:.2} h later), mean delay {:+.2} h: per-job comparisons between modes are no more precise than this.\n",
+            p.started_over_1h_later, p.started_over_1h_earlier, p.max_later_h, p.delay_mean_change_h
+        )
+    });
     format!(
-        "{source} ({jobs} jobs) on fixed pools of {} rollout and {} training nodes, Weave placement\n{t}\n{o}\n",
+        "{source} ({jobs} jobs) on fixed pools of {} rollout and {} training nodes, Weave placement\n{t}\n{o}\n{noise}",
         cluster.rollout.nodes, cluster.training.nodes
     )
 }

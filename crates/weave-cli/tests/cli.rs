@@ -458,6 +458,11 @@ fn tenants_experiment_compares_the_four_modes_per_tenant() {
     let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let modes: Vec<&str> = rows.as_array().unwrap().iter().map(|r| r["mode"].as_str().unwrap()).collect();
     assert_eq!(modes, ["fifo", "quotas", "quotas+preemption", "quotas+preemption+backfill"]);
+    // Backfill is compared with no backfill, and a rerun with one setting nudged shows how far
+    // first starts move between runs anyway.
+    assert!(rows[3]["perturbed"]["started_over_1h_earlier"].is_u64(), "{}", rows[3]);
+    assert!(rows[3]["against_no_backfill"]["started_over_1h_later"].is_u64(), "{}", rows[3]);
+    assert!(rows[2]["perturbed"].is_null() && rows[2]["high_over_bound"].is_u64());
     for r in rows.as_array().unwrap() {
         assert_eq!(r["tenants"].as_array().unwrap().len(), 3, "{r}");
         assert_eq!(r["never_ran"], 0);
