@@ -230,6 +230,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         snapshot_every: args.snapshot_every,
         retention: weave_server::plane::Retention { events: args.keep_events, jobs: args.keep_ended_jobs },
     };
+    weave_server::tune_allocator();
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(async move {
