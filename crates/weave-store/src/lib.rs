@@ -9,10 +9,12 @@
 //! reported the same way. Nothing is ever repaired silently: [`verify`] says what is wrong and
 //! [`truncate_after`] drops the damaged tail on request, keeping a copy of the file.
 //!
-//! Compaction: [`Store::compact`] stores a snapshot of the caller's state after the last record
-//! and deletes the records it covers, in one transaction; recovery then loads the snapshot and
-//! replays only the records after it ([`Store::load`]). Record numbers never restart: the log
-//! continues at the snapshot's position. The snapshot carries its own checksum.
+//! Compaction: [`Store::compact_with`] stores a snapshot of the caller's state after the last
+//! record, streamed into parts as the caller encodes it, and deletes the records it covers in
+//! the one durable transaction that makes the parts the snapshot; recovery then loads the
+//! snapshot and replays only the records after it ([`Store::load`]). Record numbers never
+//! restart: the log continues at the snapshot's position. The snapshot carries its own
+//! checksum over all its bytes.
 
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::{de::DeserializeOwned, Serialize};
