@@ -3,7 +3,7 @@
 //! acknowledges a request only after that. Recovery replays the records, in order, through
 //! the same deterministic core that handled them the first time.
 //!
-//! Every record carries a checksum over its sequence number and bytes (see [`frame`]), so a
+//! Every record carries a checksum over its sequence number and bytes (see `frame`), so a
 //! changed byte, or a record moved to another position, is refused when read, with the
 //! record's number; a panic inside the storage library on a damaged file is caught and
 //! reported the same way. Nothing is ever repaired silently: [`verify`] says what is wrong and
