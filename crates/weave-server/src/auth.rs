@@ -150,8 +150,9 @@ pub struct Sharing {
     /// and lower-priority jobs of its own tenant.
     #[serde(default)]
     pub preemption: bool,
-    /// EASY backfill: behind a job that cannot start, a later one may if it ends (at its
-    /// SLO, on its estimate) before the first could start. Needs `preemption`.
+    /// Backfill: behind jobs that cannot start, a later one may if it leaves the projected
+    /// start of each of the first blocked ones where it was (`weave_place::queue`). Needs
+    /// `preemption`.
     #[serde(default)]
     pub backfill: bool,
     /// A job is never preempted before it has run this long since its admission.
