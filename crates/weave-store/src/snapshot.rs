@@ -25,10 +25,22 @@ fn frame_snapshot(at: u64, payload: &[u8]) -> Vec<u8> {
     v
 }
 
+/// The snapshot checksum's hash before the bytes: a domain tag and the snapshot's position.
+fn snapshot_hasher(at: u64) -> Sha256 {
+    Sha256::new().chain_update(b"weave-snapshot").chain_update(at.to_be_bytes())
+}
+
 fn snapshot_checksum(at: u64, payload: &[u8]) -> [u8; SUM_LEN] {
-    let d =
-        Sha256::new().chain_update(b"weave-snapshot").chain_update(at.to_be_bytes()).chain_update(payload).finalize();
-    d[..SUM_LEN].try_into().expect("16 bytes")
+    sum_of(snapshot_hasher(at).chain_update(payload))
+}
+
+fn sum_of(hash: Sha256) -> [u8; SUM_LEN] {
+    hash.finalize()[..SUM_LEN].try_into().expect("16 bytes")
+}
+
+/// The error for a damaged snapshot at `at`.
+fn corrupt(at: u64, message: &str) -> StoreError {
+    StoreError::Corrupt { seq: at, message: format!("snapshot before record {at}: {message}") }
 }
 
 /// The snapshot row of a snapshot stored in parts: a tag no checksum starts with in practice
@@ -66,14 +78,12 @@ impl Manifest {
 }
 
 fn unframe_snapshot(at: u64, stored: &[u8]) -> Result<&[u8], StoreError> {
-    let bad =
-        |message: &str| StoreError::Corrupt { seq: at, message: format!("snapshot before record {at}: {message}") };
     if stored.len() < SUM_LEN {
-        return Err(bad("shorter than its checksum"));
+        return Err(corrupt(at, "shorter than its checksum"));
     }
     let (sum, payload) = stored.split_at(SUM_LEN);
     if sum != snapshot_checksum(at, payload) {
-        return Err(bad("checksum mismatch"));
+        return Err(corrupt(at, "checksum mismatch"));
     }
     Ok(payload)
 }
@@ -95,24 +105,26 @@ pub(crate) fn read_snapshot(rtx: &redb::ReadTransaction) -> Result<Option<(u64, 
 
 /// The bytes of the snapshot at `at` stored in the parts `m` lists, checked against `m`.
 fn read_parts(rtx: &redb::ReadTransaction, at: u64, m: &Manifest) -> Result<Vec<u8>, StoreError> {
-    let bad =
-        |message: String| StoreError::Corrupt { seq: at, message: format!("snapshot before record {at}: {message}") };
     let t = match rtx.open_table(PARTS) {
         Ok(t) => t,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Err(bad("its parts are missing".into())),
+        Err(redb::TableError::TableDoesNotExist(_)) => return Err(corrupt(at, "its parts are missing")),
         Err(e) => return Err(db_err(e)),
     };
-    let mut bytes = Vec::with_capacity(usize::try_from(m.len).unwrap_or(0).min(1 << 34));
+    // Grown as the parts are read, never reserved from the manifest's length: a damaged
+    // length must give the error below, not an allocation of that size.
+    let mut bytes = Vec::new();
     for part in 0..m.parts {
-        let v =
-            t.get((at, part)).map_err(db_err)?.ok_or_else(|| bad(format!("part {part} of {} is missing", m.parts)))?;
+        let v = t
+            .get((at, part))
+            .map_err(db_err)?
+            .ok_or_else(|| corrupt(at, &format!("part {part} of {} is missing", m.parts)))?;
         bytes.extend_from_slice(v.value());
     }
     if bytes.len() as u64 != m.len {
-        return Err(bad(format!("{} bytes in its parts, {} expected", bytes.len(), m.len)));
+        return Err(corrupt(at, &format!("{} bytes in its parts, {} expected", bytes.len(), m.len)));
     }
     if snapshot_checksum(at, &bytes) != m.sum {
-        return Err(bad("checksum mismatch".into()));
+        return Err(corrupt(at, "checksum mismatch"));
     }
     Ok(bytes)
 }
@@ -132,8 +144,15 @@ pub(crate) struct PartWriter<'d> {
 
 impl<'d> PartWriter<'d> {
     pub(crate) fn new(db: &'d Database, at: u64) -> Self {
-        let hash = Sha256::new().chain_update(b"weave-snapshot").chain_update(at.to_be_bytes());
-        PartWriter { db, at, buf: Vec::with_capacity(PART_BYTES), parts: 0, len: 0, hash, failed: None }
+        PartWriter {
+            db,
+            at,
+            buf: Vec::with_capacity(PART_BYTES),
+            parts: 0,
+            len: 0,
+            hash: snapshot_hasher(at),
+            failed: None,
+        }
     }
 
     fn store_part(&mut self) -> Result<(), StoreError> {
@@ -155,8 +174,7 @@ impl<'d> PartWriter<'d> {
     /// The manifest, once every byte is stored.
     pub(crate) fn finish(mut self) -> Result<Manifest, StoreError> {
         self.store_part()?;
-        let sum = self.hash.finalize()[..SUM_LEN].try_into().expect("16 bytes");
-        Ok(Manifest { sum, parts: self.parts, len: self.len })
+        Ok(Manifest { sum: sum_of(self.hash), parts: self.parts, len: self.len })
     }
 }
 
@@ -239,6 +257,32 @@ mod tests {
         match Store::open(&path).unwrap().load::<String>() {
             Err(StoreError::Corrupt { seq: 1, message }) => assert!(message.contains("part 1 of 2"), "{message}"),
             other => panic!("expected the missing part to be refused, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_damaged_length_in_the_manifest_is_refused_without_allocating_it() {
+        let (path, mut s) = store("length");
+        s.append(&"r0".to_string()).unwrap();
+        s.compact(b"small").unwrap();
+        drop(s);
+        {
+            let db = Database::open(&path).unwrap();
+            let tx = db.begin_write().unwrap();
+            {
+                let mut t = tx.open_table(SNAPSHOT).unwrap();
+                let stored = t.get(1).unwrap().unwrap().value().to_vec();
+                let mut m = Manifest::decode(&stored).expect("a manifest");
+                m.len = u64::MAX / 2;
+                t.insert(1, m.encode().as_slice()).unwrap();
+            }
+            tx.commit().unwrap();
+        }
+        match Store::open(&path).unwrap().load::<String>() {
+            Err(StoreError::Corrupt { seq: 1, message }) => {
+                assert!(message.contains("bytes in its parts"), "{message}")
+            }
+            other => panic!("expected the length to be refused, got {other:?}"),
         }
     }
 
