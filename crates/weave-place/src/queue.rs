@@ -81,7 +81,9 @@ pub fn start_one<D: QueueDriver>(d: &mut D) -> bool {
             continue;
         }
         if head.is_some() {
-            let keeps = backfill && reserved.keeps(d, k, w.demand);
+            // Its demand and duration, asked once (the server estimates the duration by placing it).
+            let job = backfill.then(|| (w.demand, d.duration(k)));
+            let keeps = job.is_some_and(|job| reserved.keeps(d, job));
             if keeps && d.try_start(k) || preempt_and_start(d) {
                 return true;
             }
@@ -95,15 +97,18 @@ pub fn start_one<D: QueueDriver>(d: &mut D) -> bool {
                     Blocked::WouldDelayHead
                 },
             );
+            if let Some(job) = job {
+                reserved.add(d, job);
+            }
         } else {
             if d.try_start(k) || preempt_and_start(d) {
                 return true;
             }
             d.blocked(k, Blocked::NoRoom);
             head = Some(w.priority);
-        }
-        if backfill {
-            reserved.add(d, k, w.demand);
+            if backfill {
+                reserved.add(d, (w.demand, d.duration(k)));
+            }
         }
     }
     false
@@ -112,20 +117,22 @@ pub fn start_one<D: QueueDriver>(d: &mut D) -> bool {
 /// The blocked jobs backfill protects and their projected starts.
 #[derive(Default)]
 struct Reserved {
-    jobs: Vec<(Nodes, Option<Micros>)>,
+    jobs: Vec<Job>,
     starts: Vec<Option<Micros>>,
 }
 
+/// A waiting job as the projections see it: its demand and how long it holds it.
+type Job = (Nodes, Option<Micros>);
+
 impl Reserved {
-    fn add(&mut self, d: &impl QueueDriver, k: usize, demand: Nodes) {
+    fn add(&mut self, d: &impl QueueDriver, job: Job) {
         if self.jobs.len() < RESERVATIONS {
-            self.jobs.push((demand, d.duration(k)));
+            self.jobs.push(job);
             self.starts = share::projected_starts(d.placer(), d.now(), |j| d.running_end(j), &self.jobs);
         }
     }
 
-    fn keeps(&self, d: &impl QueueDriver, k: usize, demand: Nodes) -> bool {
-        let job = (demand, d.duration(k));
+    fn keeps(&self, d: &impl QueueDriver, job: Job) -> bool {
         share::backfill_keeps_reserved(d.placer(), d.now(), |j| d.running_end(j), job, &self.jobs, &self.starts)
     }
 }
