@@ -101,6 +101,9 @@ struct JobState {
     within_slo: u64,
     done: u64,
     checkpoint: u64,
+    /// `solo_sum` and `within_slo` at the last checkpoint: a preemption rolls them back with
+    /// the work, since a solo run would never have lost it (a failure does not: solo fails too).
+    at_checkpoint: (Micros, u64),
     /// The next finished iteration is the first since (re)admission: it paid a cold start.
     fresh: bool,
     placed: Option<Placed>,
@@ -541,6 +544,7 @@ impl<'a> Engine<'a> {
             last_train_end: now,
             solo_sum: Micros::ZERO,
             within_slo: 0,
+            at_checkpoint: (Micros::ZERO, 0),
             done: 0,
             checkpoint: 0,
             fresh: true,
@@ -657,6 +661,7 @@ impl<'a> Engine<'a> {
         };
         if every.is_some_and(|e| s.done.is_multiple_of(e.max(1))) {
             s.checkpoint = s.done;
+            s.at_checkpoint = (s.solo_sum, s.within_slo);
         }
         s.measured.push_back(s.current);
         if s.measured.len() > MEASURED_KEPT {

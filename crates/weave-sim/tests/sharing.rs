@@ -27,15 +27,25 @@ fn run_with(
     half_life: Option<Micros>,
     policy: Policy,
 ) -> PolicyReport {
+    let share = SharePolicy { mode, tenants, min_run: Micros::from_secs(min_run_s), checkpoint_every: 2, half_life };
+    replay_shared(jsonl, nodes, share, policy)
+}
+
+fn replay_shared(jsonl: &str, nodes: u32, share: SharePolicy, policy: Policy) -> PolicyReport {
     let trace = parse(jsonl, Format::Jsonl, "sharing", &ReadOptions::default()).unwrap();
     let profile = ProfileModel::builtin();
     let mut cluster = ClusterConfig::default();
     cluster.rollout.nodes = nodes;
     cluster.training.nodes = nodes;
     let jobs = prepare(&trace, &cluster, &profile, Default::default(), 1);
-    let share = SharePolicy { mode, tenants, min_run: Micros::from_secs(min_run_s), checkpoint_every: 2, half_life };
     let cfg = SimConfig { capacity: CapacityMode::Fixed, share: Some(share), ..SimConfig::default() };
     replay(&jobs, &cluster, policy, &cfg, &mut |_, _| {}).report
+}
+
+/// One node per pool, checkpoints every `checkpoint_every` iterations.
+fn run_checkpointed(jsonl: &str, mode: ShareMode, tenants: Vec<TenantQuota>, checkpoint_every: u64) -> PolicyReport {
+    let share = SharePolicy { mode, tenants, min_run: Micros::from_secs(1800), checkpoint_every, half_life: None };
+    replay_shared(jsonl, 1, share, Policy::WeaveDisaggOnly)
 }
 
 fn delay_h(r: &PolicyReport, name: &str) -> f64 {
@@ -67,6 +77,24 @@ fn a_high_priority_job_preempts_a_low_one_of_its_tenant_after_its_minimum_run() 
     assert!(protected.tenants[0].shortest_preempted_run_h.unwrap() >= 2.0);
     let waited = delay_h(&protected, "high");
     assert!((1.0..=1.1).contains(&waited), "high waited {waited} h");
+}
+
+#[test]
+fn work_a_preemption_threw_away_counts_once_in_the_victims_slo() {
+    let quotas = || vec![tenant("a", 1.0, None)];
+    // Checkpoints every 5 iterations: low loses what it did since its last one.
+    let text = OUTRANKED.replace(r#""slo":1.0"#, r#""slo":3.0"#);
+    let pre = run_checkpointed(&text, ShareMode::Preemption, quotas(), 5);
+    let lost = pre.tenants[0].lost_iterations;
+    assert!(lost >= 1, "the test needs lost work: {lost}");
+    let low = pre.per_job.iter().find(|j| j.name == "low").unwrap();
+    assert_eq!(low.iterations, 40);
+    // Every iteration ran alone on its node, within its SLO; the redone ones count once.
+    assert_eq!(low.iterations_within_slo, 40);
+    // Its slowdown is its life over 40 solo iterations, so the preemption shows in it.
+    let alone = run_checkpointed(&text, ShareMode::Quotas, quotas(), 5);
+    let low_alone = alone.per_job.iter().find(|j| j.name == "low").unwrap();
+    assert!(low.slowdown > low_alone.slowdown, "{} vs {}", low.slowdown, low_alone.slowdown);
 }
 
 /// Two tenants, one node each; `b` borrows `a`'s idle node, then `a` wants it back.

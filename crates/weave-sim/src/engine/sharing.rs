@@ -100,6 +100,7 @@ impl Engine<'_> {
         let s = self.states[v].as_mut().expect("running job");
         let lost = s.done - s.checkpoint;
         s.done = s.checkpoint;
+        (s.solo_sum, s.within_slo) = s.at_checkpoint;
         self.metrics.events.lost_iterations += lost;
         self.metrics.events.preemptions += 1;
         let share = self.share.as_mut().expect("sharing");
