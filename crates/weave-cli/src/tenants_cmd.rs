@@ -39,6 +39,10 @@ pub struct TenantsArgs {
     /// Iterations between checkpoints (a preempted job resumes from its last one).
     #[arg(long, default_value_t = 10)]
     checkpoint_every: u64,
+    /// The lowest priority that may preempt lower-priority jobs of its own tenant: `high`, or
+    /// `normal` (any higher priority may, as in Kueue's LowerPriority).
+    #[arg(long, default_value = "high", value_name = "PRIORITY")]
+    preempts_own: Priority,
     /// Fair share with decay: order tenants by their use over recent hours (this half-life)
     /// instead of their use right now.
     #[arg(long)]
@@ -247,6 +251,7 @@ pub fn run(args: TenantsArgs) -> Result<()> {
             min_run: Micros::from_secs_f64(args.min_run_h * 3600.0),
             checkpoint_every,
             half_life: args.half_life_h.map(|h| Micros::from_secs_f64(h * 3600.0)),
+            preempts_own: args.preempts_own,
         };
         let cfg =
             SimConfig { seed: args.seed, capacity: CapacityMode::Fixed, share: Some(policy), ..SimConfig::default() };

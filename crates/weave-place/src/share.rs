@@ -77,6 +77,11 @@ pub struct SharePolicy {
     /// with this half-life) over their entitlement instead of by what they use right now.
     /// `None`: by use right now.
     pub half_life: Option<Micros>,
+    /// The lowest priority whose waiting jobs may preempt lower-priority jobs of their own
+    /// tenant. `High` (the default): only urgent work takes an admitted job's place, and a
+    /// `normal` job waits for a `low` one rather than break the SLO it was admitted with.
+    /// `Normal`: any higher priority may (Kueue's `LowerPriority`).
+    pub preempts_own: Priority,
 }
 
 /// Tenants' recent use for fair share with decay: node-seconds per pool, each second's weight
@@ -137,6 +142,8 @@ pub struct Waiting {
     pub arrival: u64,
     /// Nodes it needs per pool.
     pub demand: Nodes,
+    /// It ran and was preempted: it was admitted, and the clock of its SLO runs while it waits.
+    pub resumes: bool,
 }
 
 /// Which nodes a preemption may count on besides what its victims free.
@@ -381,7 +388,8 @@ impl SharePolicy {
     }
 
     /// The order to consider waiting jobs in (indices into `waiting`): arrival order under
-    /// FIFO; else jobs within their tenant's quota before jobs that would borrow, then the
+    /// FIFO; else jobs within their tenant's quota before jobs that would borrow, then jobs
+    /// resuming after a preemption (admitted work, whose SLO clock runs), then the
     /// least-served tenant (dominant share), then priority within a tenant, then arrival. A
     /// high priority orders a tenant's own jobs; it never lets one tenant borrow ahead of
     /// another tenant's entitled job.
@@ -403,6 +411,7 @@ impl SharePolicy {
             let (x, y) = (&waiting[a], &waiting[b]);
             entitled[b]
                 .cmp(&entitled[a])
+                .then(y.resumes.cmp(&x.resumes))
                 .then(share[x.tenant].total_cmp(&share[y.tenant]))
                 .then(y.priority.cmp(&x.priority))
                 .then(x.arrival.cmp(&y.arrival))
@@ -412,8 +421,9 @@ impl SharePolicy {
 
     /// Jobs that may be preempted for `for_job` of `demand`, cheapest first: borrowed capacity
     /// of other tenants (when `for_job`'s tenant would still be within its quota) and
-    /// lower-priority jobs of its own tenant, never one inside its minimum run time; the least
-    /// unsaved work first, then the fewest nodes.
+    /// lower-priority jobs of its own tenant when `for_job` is at least
+    /// [`SharePolicy::preempts_own`], never one inside its minimum run time; the least unsaved
+    /// work first, then the fewest nodes.
     pub fn victims(&self, for_job: Waiting, demand: Nodes, running: &[Running], usage: &[Nodes]) -> Vec<JobId> {
         if self.mode < ShareMode::Preemption {
             return Vec::new();
@@ -425,7 +435,7 @@ impl SharePolicy {
             .filter(|r| r.ran >= self.min_run)
             .filter(|r| {
                 let reclaim = r.tenant != t && entitled && self.borrowing(r.tenant, usage);
-                let outranked = r.tenant == t && r.priority < for_job.priority;
+                let outranked = r.tenant == t && r.priority < for_job.priority && for_job.priority >= self.preempts_own;
                 reclaim || outranked
             })
             .collect();
@@ -499,6 +509,7 @@ mod tests {
             min_run: Micros::from_secs(600),
             checkpoint_every: 10,
             half_life: None,
+            preempts_own: Priority::High,
         }
     }
 
@@ -519,7 +530,13 @@ mod tests {
         assert!((s[0] - 0.5).abs() < 1e-3 && (s[1] - 0.5).abs() < 1e-9, "{s:?}");
         // Both idle now and both entitled: right now they tie and arrival decides (a first);
         // by recent use, the less served one goes first (b).
-        let w = |tenant, arrival| Waiting { tenant, priority: Priority::Normal, arrival, demand: [1.0, 1.0] };
+        let w = |tenant, arrival| Waiting {
+            tenant,
+            priority: Priority::Normal,
+            arrival,
+            demand: [1.0, 1.0],
+            resumes: false,
+        };
         let (waiting, idle) = ([w(0, 0), w(1, 1)], vec![[0.0, 0.0], [0.0, 0.0]]);
         assert_eq!(p.order(&waiting, &idle), [0, 1]);
         assert_eq!(p.order_by(&waiting, &idle, &[0.9, 0.1]), [1, 0]);
@@ -548,10 +565,10 @@ mod tests {
     }
 
     #[test]
-    fn the_queue_goes_entitled_first_then_least_served_tenant_then_priority_then_arrival() {
+    fn the_queue_goes_entitled_first_then_resuming_then_least_served_tenant_then_priority_then_arrival() {
         let p = policy(ShareMode::Quotas);
         let usage = vec![[4.0, 4.0], [1.0, 1.0]];
-        let w = |tenant, priority, arrival| Waiting { tenant, priority, arrival, demand: [1.0, 1.0] };
+        let w = |tenant, priority, arrival| Waiting { tenant, priority, arrival, demand: [1.0, 1.0], resumes: false };
         // a (tenant 0) is at its quota: its jobs would borrow; b's are entitled and go first,
         // then a's, its high one before its normal one.
         let waiting =
@@ -561,6 +578,15 @@ mod tests {
         // Both entitled: the least-served tenant first, priority within a tenant.
         let usage = vec![[1.0, 1.0], [2.0, 2.0]];
         assert_eq!(p.order(&waiting, &usage), [2, 0, 1, 3]);
+        // A preempted job resuming goes before the entitled jobs of every tenant, not before
+        // those within quota when it would borrow.
+        let mut resuming = waiting;
+        resuming[3].resumes = true;
+        assert_eq!(p.order(&resuming, &usage), [3, 2, 0, 1]);
+        let usage = vec![[4.0, 4.0], [4.0, 4.0]];
+        resuming[2] = w(0, Priority::High, 2);
+        resuming[0].demand = [0.0, 0.0];
+        assert_eq!(p.order(&resuming, &usage), [0, 3, 2, 1]);
     }
 
     #[test]
@@ -582,10 +608,19 @@ mod tests {
             r(3, 0, Priority::High, 3600, 1),
             r(4, 1, Priority::Low, 3600, 9),
         ];
-        let want = Waiting { tenant: 1, priority: Priority::Normal, arrival: 9, demand: [2.0, 2.0] };
-        assert_eq!(p.victims(want, [2.0, 2.0], &running, &usage), [JobId(3), JobId(1), JobId(4)]);
+        let want = Waiting { tenant: 1, priority: Priority::Normal, arrival: 9, demand: [2.0, 2.0], resumes: false };
+        // Only urgent work takes the place of its own tenant's jobs: a normal job reclaims
+        // a's borrowed nodes, and leaves b's low job alone.
+        assert_eq!(p.victims(want, [2.0, 2.0], &running, &usage), [JobId(3), JobId(1)]);
+        let high = Waiting { priority: Priority::High, ..want };
+        assert_eq!(p.victims(high, [2.0, 2.0], &running, &usage), [JobId(3), JobId(1), JobId(4)]);
         // Past its entitlement, b reclaims nothing from a; only its own low job is outranked.
-        assert_eq!(p.victims(want, [3.0, 3.0], &running, &usage), [JobId(4)]);
-        assert!(policy(ShareMode::Quotas).victims(want, [2.0, 2.0], &running, &usage).is_empty());
+        assert!(p.victims(want, [3.0, 3.0], &running, &usage).is_empty());
+        assert_eq!(p.victims(high, [3.0, 3.0], &running, &usage), [JobId(4)]);
+        // Any higher priority may, when the policy says so.
+        let lower = SharePolicy { preempts_own: Priority::Normal, ..p.clone() };
+        assert_eq!(lower.victims(want, [2.0, 2.0], &running, &usage), [JobId(3), JobId(1), JobId(4)]);
+        assert_eq!(lower.victims(want, [3.0, 3.0], &running, &usage), [JobId(4)]);
+        assert!(policy(ShareMode::Quotas).victims(high, [2.0, 2.0], &running, &usage).is_empty());
     }
 }

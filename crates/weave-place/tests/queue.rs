@@ -24,12 +24,24 @@ struct Script {
 impl Script {
     fn new(mode: ShareMode, priorities: &[Priority]) -> Self {
         let tenant = TenantQuota { name: "a".into(), rollout_nodes: 10.0, training_nodes: 10.0, borrow_limit: None };
-        let policy =
-            SharePolicy { mode, tenants: vec![tenant], min_run: Micros::ZERO, checkpoint_every: 1, half_life: None };
+        let policy = SharePolicy {
+            mode,
+            tenants: vec![tenant],
+            min_run: Micros::ZERO,
+            checkpoint_every: 1,
+            half_life: None,
+            preempts_own: Priority::High,
+        };
         let waiting = priorities
             .iter()
             .enumerate()
-            .map(|(k, &priority)| Waiting { tenant: 0, priority, arrival: k as u64, demand: [1.0, 1.0] })
+            .map(|(k, &priority)| Waiting {
+                tenant: 0,
+                priority,
+                arrival: k as u64,
+                demand: [1.0, 1.0],
+                resumes: false,
+            })
             .collect();
         let mut cfg = config(PlacePolicy::Weave);
         cfg.capacity = Some((1, 1));

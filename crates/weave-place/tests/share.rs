@@ -92,6 +92,7 @@ fn behind_a_blocked_head_a_preemption_counts_only_what_its_victims_free() {
         min_run: Micros::ZERO,
         checkpoint_every: 1,
         half_life: None,
+        preempts_own: Priority::High,
     };
     let running = |id: u32, priority| Running {
         job: JobId(id),
@@ -103,7 +104,7 @@ fn behind_a_blocked_head_a_preemption_counts_only_what_its_victims_free() {
     };
     let running = [running(0, Priority::Low), running(1, Priority::Normal)];
     let usage = policy.usage(&placer, |_| 0);
-    let high = Waiting { tenant: 0, priority: Priority::High, arrival: 9, demand: [2.0, 2.0] };
+    let high = Waiting { tenant: 0, priority: Priority::High, arrival: 9, demand: [2.0, 2.0], resumes: false };
     // As the head: the low job's node and the free one make two.
     assert_eq!(policy.preemption(&placer, high, &running, &usage, Claim::Head), Some(vec![JobId(0)]));
     // Behind a head, the free node is the head's: it takes both victims' nodes or nothing.

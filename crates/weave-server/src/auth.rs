@@ -147,7 +147,7 @@ struct File {
 #[serde(deny_unknown_fields)]
 pub struct Sharing {
     /// A waiting job may preempt capacity another tenant borrowed from its tenant's quota,
-    /// and lower-priority jobs of its own tenant.
+    /// and lower-priority jobs of its own tenant (see `preempts_own`).
     #[serde(default)]
     pub preemption: bool,
     /// Backfill: behind jobs that cannot start, a later one may if it leaves the projected
@@ -162,15 +162,29 @@ pub struct Sharing {
     /// instead of their use right now.
     #[serde(default)]
     pub half_life_h: Option<f64>,
+    /// The lowest priority that may preempt lower-priority jobs of its own tenant: `high`
+    /// (the default) or `normal` (`weave_place::share::SharePolicy::preempts_own`).
+    #[serde(default = "default_preempts_own")]
+    pub preempts_own: weave_core::Priority,
 }
 
 fn default_min_run_s() -> f64 {
     600.0
 }
 
+fn default_preempts_own() -> weave_core::Priority {
+    weave_core::Priority::High
+}
+
 impl Default for Sharing {
     fn default() -> Self {
-        Sharing { preemption: false, backfill: false, min_run_s: default_min_run_s(), half_life_h: None }
+        Sharing {
+            preemption: false,
+            backfill: false,
+            min_run_s: default_min_run_s(),
+            half_life_h: None,
+            preempts_own: default_preempts_own(),
+        }
     }
 }
 
@@ -291,6 +305,7 @@ impl Tenants {
             half_life: self.sharing.half_life_h.map(|h| weave_core::Micros::from_secs_f64(h * 3600.0)),
             // The server's checkpoint is the last completed iteration (drivers resume there).
             checkpoint_every: 1,
+            preempts_own: self.sharing.preempts_own,
         })
     }
 

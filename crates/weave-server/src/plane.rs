@@ -650,7 +650,7 @@ impl Plane {
             Record::Submit { time_us, tenant, job } => {
                 self.arrivals.insert(job.id.clone(), self.next_arrival);
                 self.next_arrival += 1;
-                self.admit_or_queue(*time_us, tenant, job, None)
+                self.admit_or_queue(*time_us, tenant, job, None, false)
             }
             Record::Cancel { time_us, job } => {
                 if !self.dequeue(*time_us, job) {
@@ -702,7 +702,7 @@ impl Plane {
             self.end(time_us, &name, JobState::Failed, Some(format!("node {node} lost: {reason}")));
         }
         for (name, tenant, resubmit, carried) in leaving {
-            let outcome = match self.admit_or_queue(time_us, &tenant, &resubmit, carried) {
+            let outcome = match self.admit_or_queue(time_us, &tenant, &resubmit, carried, true) {
                 Ok(()) if self.queued(&name).is_some() => {
                     ("requeued", serde_json::json!({ "resume_from": resubmit.resume_from.unwrap_or(0) }))
                 }

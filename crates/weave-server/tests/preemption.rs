@@ -13,6 +13,11 @@ const S: u64 = 1_000_000;
 
 /// Two rollout and two training nodes; alice and bob are entitled to one of each.
 fn plane() -> Plane {
+    plane_where(weave_core::Priority::High)
+}
+
+/// [`plane`], with `preempts_own` the lowest priority that displaces its own tenant's jobs.
+fn plane_where(preempts_own: weave_core::Priority) -> Plane {
     let cluster = ClusterConfig::default();
     let mut cfg = PlacerConfig::for_cluster(&cluster, PlacePolicy::Weave, true, true, 0);
     cfg.capacity = Some((2, 2));
@@ -24,6 +29,7 @@ fn plane() -> Plane {
         min_run: Micros::from_secs(600),
         checkpoint_every: 1,
         half_life: None,
+        preempts_own,
     })
 }
 
@@ -53,6 +59,32 @@ fn queue(p: &Plane) -> Vec<String> {
 
 fn state(p: &Plane, job: &str) -> JobState {
     p.job(job).map_or(JobState::Queued, |j| j.state)
+}
+
+#[test]
+fn a_normal_job_waits_for_its_tenants_low_one_unless_the_policy_lets_it_preempt() {
+    for (preempts_own, displaced) in [(weave_core::Priority::High, false), (weave_core::Priority::Normal, true)] {
+        let mut p = plane_where(preempts_own);
+        let mut records = Vec::new();
+        apply(&mut p, &mut records, submit(0, "alice", "low", "low"));
+        apply(&mut p, &mut records, submit(1, "bob", "b1", "normal"));
+        // Past low's minimum run, alice's normal job finds her quota full.
+        apply(&mut p, &mut records, submit(900, "alice", "normal", "normal"));
+        let low = if displaced { JobState::Preempted } else { JobState::Running };
+        assert_eq!(state(&p, "low"), low, "preempts_own {preempts_own:?}");
+        assert_eq!(queue(&p), if displaced { ["low"] } else { ["normal"] });
+        // A high job still displaces it either way.
+        if !displaced {
+            apply(&mut p, &mut records, submit(950, "alice", "urgent", "high"));
+            assert_eq!(state(&p, "low"), JobState::Preempted);
+            assert_eq!(state(&p, "urgent"), JobState::Running);
+            // When the high job leaves, the preempted job resumes before the normal one that
+            // waited longer: it was admitted, and its SLO clock runs.
+            apply(&mut p, &mut records, Record::Cancel { time_us: 1000 * S, job: "urgent".into() });
+            assert_eq!(state(&p, "low"), JobState::Running);
+            assert_eq!(queue(&p), ["normal"]);
+        }
+    }
 }
 
 #[test]
@@ -154,6 +186,7 @@ mod properties {
             min_run: Micros::from_secs(300),
             checkpoint_every: 1,
             half_life: None,
+            preempts_own: weave_core::Priority::High,
         })
     }
 
@@ -241,6 +274,7 @@ fn backfill_lets_short_jobs_past_a_blocked_head_never_long_ones() {
             min_run: Micros::from_secs(1_000_000),
             checkpoint_every: 1,
             half_life: None,
+            preempts_own: weave_core::Priority::High,
         })
     };
     let job = |time_s: u64, id: &str, nodes: u32, iterations: u64| {

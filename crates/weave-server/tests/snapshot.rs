@@ -30,6 +30,7 @@ fn plane(consolidate: bool) -> Plane {
         checkpoint_every: 1,
         // Fair share with decay: its history is state a snapshot must carry.
         half_life: Some(Micros::from_secs(600)),
+        preempts_own: weave_core::Priority::High,
     })
 }
 

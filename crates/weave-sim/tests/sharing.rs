@@ -27,7 +27,14 @@ fn run_with(
     half_life: Option<Micros>,
     policy: Policy,
 ) -> PolicyReport {
-    let share = SharePolicy { mode, tenants, min_run: Micros::from_secs(min_run_s), checkpoint_every: 2, half_life };
+    let share = SharePolicy {
+        mode,
+        tenants,
+        min_run: Micros::from_secs(min_run_s),
+        checkpoint_every: 2,
+        half_life,
+        preempts_own: Priority::High,
+    };
     replay_shared(jsonl, nodes, share, policy)
 }
 
@@ -44,7 +51,14 @@ fn replay_shared(jsonl: &str, nodes: u32, share: SharePolicy, policy: Policy) ->
 
 /// One node per pool, checkpoints every `checkpoint_every` iterations.
 fn run_checkpointed(jsonl: &str, mode: ShareMode, tenants: Vec<TenantQuota>, checkpoint_every: u64) -> PolicyReport {
-    let share = SharePolicy { mode, tenants, min_run: Micros::from_secs(1800), checkpoint_every, half_life: None };
+    let share = SharePolicy {
+        mode,
+        tenants,
+        min_run: Micros::from_secs(1800),
+        checkpoint_every,
+        half_life: None,
+        preempts_own: Priority::High,
+    };
     replay_shared(jsonl, 1, share, Policy::WeaveDisaggOnly)
 }
 

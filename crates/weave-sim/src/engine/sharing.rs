@@ -132,6 +132,7 @@ impl QueueDriver for Engine<'_> {
                 priority: self.jobs[i].spec.priority,
                 arrival: i as u64,
                 demand: self.demand(i),
+                resumes: self.states[i].is_some(),
             })
             .collect()
     }
