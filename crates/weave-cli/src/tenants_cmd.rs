@@ -67,6 +67,9 @@ struct ModeRow {
     training_busy_share: f64,
     slo_met_jobs: f64,
     slo_met_iterations: f64,
+    /// Jobs that ended above their SLO, by priority: `low`, `normal`, `high` (preemption's
+    /// cost lands on the jobs it takes the place of).
+    slo_missed_by_priority: [usize; 3],
     preemptions: u64,
     lost_iterations: u64,
     jain_index: Option<f64>,
@@ -283,6 +286,11 @@ pub fn run(args: TenantsArgs) -> Result<()> {
             .iter()
             .filter_map(|j| high_bound_h.get(j.name.as_str()).map(|&bound| (queued_h(j), bound)))
             .collect();
+        let mut slo_missed_by_priority = [0; 3];
+        for j in r.per_job.iter().filter(|j| j.slowdown > j.slo + 1e-9) {
+            let p = by_name.get(j.name.as_str()).map_or(Priority::Normal, |s| s.priority);
+            slo_missed_by_priority[p as usize] += 1;
+        }
         let held = r.training.gpu_hours.max(1e-9);
         rows.push(ModeRow {
             mode: mode.name(),
@@ -293,6 +301,7 @@ pub fn run(args: TenantsArgs) -> Result<()> {
             training_busy_share: r.training.busy_gpu_hours / held,
             slo_met_jobs: r.slo_attainment_jobs,
             slo_met_iterations: r.slo_attainment_iterations,
+            slo_missed_by_priority,
             preemptions: r.events.preemptions,
             lost_iterations: r.events.lost_iterations,
             jain_index: jain_index(&r.tenants),
@@ -364,7 +373,7 @@ fn render(rows: &[ModeRow], source: &str, jobs: usize, cluster: &weave_core::Clu
         "cost $",
         "iters/$1k",
         "training busy",
-        "SLO met (jobs / iters)",
+        "SLO met (jobs / iters), missed low / normal / high",
         "preemptions",
         "lost iters",
         "Jain index",
@@ -380,7 +389,14 @@ fn render(rows: &[ModeRow], source: &str, jobs: usize, cluster: &weave_core::Clu
             format!("{:.0}", r.cost),
             format!("{:.1}", r.iterations_per_k_dollars),
             format!("{:.1}%", r.training_busy_share * 100.0),
-            format!("{:.1}% / {:.1}%", r.slo_met_jobs * 100.0, r.slo_met_iterations * 100.0),
+            format!(
+                "{:.1}% / {:.1}%, {} / {} / {}",
+                r.slo_met_jobs * 100.0,
+                r.slo_met_iterations * 100.0,
+                r.slo_missed_by_priority[0],
+                r.slo_missed_by_priority[1],
+                r.slo_missed_by_priority[2]
+            ),
             r.preemptions.to_string(),
             r.lost_iterations.to_string(),
             r.jain_index.map_or("-".into(), |j| format!("{j:.3}")),
