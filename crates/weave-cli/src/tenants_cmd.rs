@@ -85,6 +85,9 @@ struct ModeRow {
     /// Backfill only, against the same mode without backfill (EASY's promise: a job let
     /// through early must not push back the ones it jumped).
     against_no_backfill: Option<Later>,
+    /// Backfill only: its promise checked in this run (blocked jobs a backfill went past that
+    /// started later than projected then).
+    backfill_promise: Option<weave_sim::tenancy::BackfillReport>,
     /// Backfill only: the same mode rerun with one more iteration between checkpoints, against
     /// this run. How far first starts move between two runs that differ in one small setting:
     /// per-job comparisons between modes are no more precise than this.
@@ -310,6 +313,7 @@ pub fn run(args: TenantsArgs) -> Result<()> {
             max_start_after_fifo_h: against_fifo.max_later_h,
             later_than_fifo,
             against_no_backfill,
+            backfill_promise: r.backfill,
             perturbed,
             high_jobs: high.len(),
             high_delay_mean_h: mean(high.iter().map(|h| h.0)),
@@ -380,6 +384,7 @@ fn render(rows: &[ModeRow], source: &str, jobs: usize, cluster: &weave_core::Clu
         "delay mean h",
         "started >1 h after FIFO (max h), low priority",
         "backfill: >1 h after / before no backfill (max h)",
+        "backfilled; jobs gone past: started after projection (>1 h, max h)",
         "high jobs: wait mean / max h, over checkpoint interval + cold start",
         "never ran",
     ]);
@@ -409,6 +414,9 @@ fn render(rows: &[ModeRow], source: &str, jobs: usize, cluster: &weave_core::Clu
             ),
             r.against_no_backfill.as_ref().map_or("-".into(), |b| {
                 format!("{} ({:.2}) / {}", b.started_over_1h_later, b.max_later_h, b.started_over_1h_earlier)
+            }),
+            r.backfill_promise.as_ref().map_or("-".into(), |b| {
+                format!("{}; {}: {} ({}, {:.2})", b.backfilled, b.jumped, b.late, b.late_over_1h, b.max_late_h)
             }),
             format!(
                 "{}: {:.2} / {:.2}, {} over",

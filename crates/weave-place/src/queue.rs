@@ -41,6 +41,10 @@ pub trait QueueDriver {
     fn duration(&self, k: usize) -> Option<Micros>;
     /// Told why waiting job `k` did not start.
     fn blocked(&mut self, _k: usize, _why: Blocked) {}
+    /// Told that a job was just backfilled past the blocked jobs in `promised`: each (by its
+    /// [`Waiting::arrival`]) with the start projected for it then, which the backfill left
+    /// where it was. A later start means something pushed it back (the replay checks).
+    fn backfilled(&mut self, _promised: &[(u64, Micros)]) {}
 }
 
 /// How many blocked jobs backfill protects: each waiting job that finds no room, in the queue's
@@ -84,7 +88,11 @@ pub fn start_one<D: QueueDriver>(d: &mut D) -> bool {
             // Its demand and duration, asked once (the server estimates the duration by placing it).
             let job = backfill.then(|| (w.demand, d.duration(k)));
             let keeps = job.is_some_and(|job| reserved.keeps(d, job));
-            if keeps && d.try_start(k) || preempt_and_start(d) {
+            if keeps && d.try_start(k) {
+                d.backfilled(&reserved.promised());
+                return true;
+            }
+            if preempt_and_start(d) {
                 return true;
             }
             d.blocked(
@@ -98,7 +106,7 @@ pub fn start_one<D: QueueDriver>(d: &mut D) -> bool {
                 },
             );
             if let Some(job) = job {
-                reserved.add(d, job);
+                reserved.add(d, w.arrival, job);
             }
         } else {
             if d.try_start(k) || preempt_and_start(d) {
@@ -107,7 +115,7 @@ pub fn start_one<D: QueueDriver>(d: &mut D) -> bool {
             d.blocked(k, Blocked::NoRoom);
             head = Some(w.priority);
             if backfill {
-                reserved.add(d, (w.demand, d.duration(k)));
+                reserved.add(d, w.arrival, (w.demand, d.duration(k)));
             }
         }
     }
@@ -118,6 +126,8 @@ pub fn start_one<D: QueueDriver>(d: &mut D) -> bool {
 #[derive(Default)]
 struct Reserved {
     jobs: Vec<Job>,
+    /// Their [`Waiting::arrival`]s.
+    arrivals: Vec<u64>,
     starts: Vec<Option<Micros>>,
 }
 
@@ -125,11 +135,17 @@ struct Reserved {
 type Job = (Nodes, Option<Micros>);
 
 impl Reserved {
-    fn add(&mut self, d: &impl QueueDriver, job: Job) {
+    fn add(&mut self, d: &impl QueueDriver, arrival: u64, job: Job) {
         if self.jobs.len() < RESERVATIONS {
             self.jobs.push(job);
+            self.arrivals.push(arrival);
             self.starts = share::projected_starts(d.placer(), d.now(), |j| d.running_end(j), &self.jobs);
         }
+    }
+
+    /// Each reserved job with a projected start, by arrival.
+    fn promised(&self) -> Vec<(u64, Micros)> {
+        self.arrivals.iter().zip(&self.starts).filter_map(|(&a, s)| s.map(|s| (a, s))).collect()
     }
 
     fn keeps(&self, d: &impl QueueDriver, job: Job) -> bool {

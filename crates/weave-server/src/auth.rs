@@ -394,14 +394,18 @@ mod tests {
         assert!(Tenants::from_toml(&negative).unwrap_err().to_string().contains("min_run_s"));
         // Who may displace its own tenant's jobs: high by default, normal when asked.
         assert_eq!(policy.preempts_own, weave_core::Priority::High);
-        let lower = format!("{quotas}[sharing]
+        let lower = format!(
+            "{quotas}[sharing]
 preemption = true
-preempts_own = \"normal\"\n");
+preempts_own = \"normal\"\n"
+        );
         let policy = Tenants::from_toml(&lower).unwrap().share_policy().unwrap();
         assert_eq!(policy.preempts_own, weave_core::Priority::Normal);
-        let bad = format!("{quotas}[sharing]
+        let bad = format!(
+            "{quotas}[sharing]
 preemption = true
-preempts_own = \"urgent\"\n");
+preempts_own = \"urgent\"\n"
+        );
         let e = Tenants::from_toml(&bad).unwrap_err().to_string();
         assert!(e.contains("preempts_own") || e.contains("urgent"), "{e}");
     }

@@ -287,6 +287,8 @@ impl<'a> Engine<'a> {
         self.record_nodes();
         if let Some(share) = &self.share {
             self.metrics.tenants = share.ledgers.report(&share.policy, self.now);
+            self.metrics.backfill =
+                (share.policy.mode >= weave_place::share::ShareMode::Backfill).then_some(share.backfill);
         }
         self.metrics.end = self.metrics.end.max(self.now);
         progress(self.jobs.len(), self.jobs.len());

@@ -37,6 +37,8 @@ pub struct Metrics {
     series: Vec<(Micros, u32, u32)>,
     /// Per tenant, when tenants share fixed pools.
     pub tenants: Vec<crate::tenancy::TenantReport>,
+    /// Backfill's promise checked in the run, when the policy backfills.
+    pub backfill: Option<crate::tenancy::BackfillReport>,
 }
 
 /// What happened to jobs while they ran: re-grouping, failures, long-tail migration. Counted
@@ -249,6 +251,7 @@ impl Metrics {
             gpu_series: self.downsampled(1_000),
             per_job: self.jobs.clone(),
             tenants: self.tenants.clone(),
+            backfill: self.backfill,
         }
     }
 }
@@ -369,6 +372,9 @@ pub struct PolicyReport {
     /// Per tenant, when tenants share fixed pools (omitted otherwise).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tenants: Vec<crate::tenancy::TenantReport>,
+    /// Backfill's promise checked in the run, when the policy backfills (omitted otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backfill: Option<crate::tenancy::BackfillReport>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]

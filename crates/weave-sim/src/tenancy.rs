@@ -140,6 +140,37 @@ impl Ledgers {
     }
 }
 
+/// EASY backfill's promise, checked in the run: a job started past blocked ones must leave
+/// each of their projected starts where it was. Counted per blocked job at its next start
+/// against the projection made at the last backfill past it; a later start means something
+/// pushed it back after the projection (a backfilled job running longer than its bound, or a
+/// job ranked ahead of it arriving or resuming), so `late` bounds backfill's harm from above.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BackfillReport {
+    /// Jobs started by backfill.
+    pub backfilled: u64,
+    /// Blocked jobs a backfill went past that started later.
+    pub jumped: u64,
+    /// Of those, the ones that started after their projected start, and after it by over an
+    /// hour; the most any was late, hours.
+    pub late: u64,
+    pub late_over_1h: u64,
+    pub max_late_h: f64,
+}
+
+impl BackfillReport {
+    /// A blocked job a backfill went past starts now; `promised` is its projected start then.
+    pub fn started(&mut self, now: Micros, promised: Micros) {
+        self.jumped += 1;
+        if now > promised {
+            let late_h = (now - promised).as_secs_f64() / 3600.0;
+            self.late += 1;
+            self.late_over_1h += u64::from(late_h > 1.0);
+            self.max_late_h = self.max_late_h.max(late_h);
+        }
+    }
+}
+
 /// One tenant's outcome (`weave experiment tenants`, `--json`).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct TenantReport {
@@ -181,6 +212,18 @@ pub fn jain_index(tenants: &[TenantReport]) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_blocked_job_is_late_only_after_its_projected_start() {
+        let mut b = BackfillReport::default();
+        let h = |x: f64| Micros::from_secs_f64(x * 3600.0);
+        b.started(h(2.0), h(3.0));
+        b.started(h(3.0), h(3.0));
+        b.started(h(3.5), h(3.0));
+        b.started(h(6.0), h(3.0));
+        assert_eq!((b.jumped, b.late, b.late_over_1h), (4, 2, 1));
+        assert!((b.max_late_h - 3.0).abs() < 1e-9);
+    }
     use weave_place::share::{ShareMode, TenantQuota};
 
     #[test]

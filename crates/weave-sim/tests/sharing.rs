@@ -111,6 +111,27 @@ fn work_a_preemption_threw_away_counts_once_in_the_victims_slo() {
     assert!(low.slowdown > low_alone.slowdown, "{} vs {}", low.slowdown, low_alone.slowdown);
 }
 
+/// Two nodes per pool: `long` holds one, `wide` needs both and waits for it, `short` fits
+/// the free node and ends well before `long` does.
+const SHADOW: &str = r#"{"id":"long","arrival_s":0,"type":"7B_8k","iterations":40,"tenant":"a","rollout_nodes":1,"train_nodes":1,"slo":1.0}
+{"id":"wide","arrival_s":60,"type":"7B_8k","iterations":4,"tenant":"a","rollout_nodes":2,"train_nodes":2,"slo":1.0}
+{"id":"short","arrival_s":120,"type":"7B_8k","iterations":2,"tenant":"a","rollout_nodes":1,"train_nodes":1,"slo":1.0}"#;
+
+#[test]
+fn backfill_goes_past_a_blocked_job_and_the_run_checks_it_still_starts_as_projected() {
+    // A quota beyond the pools: wide waits for room, not for quota.
+    let quotas = || vec![tenant("a", 4.0, None)];
+    let fill = run(SHADOW, 2, ShareMode::Backfill, quotas(), 600);
+    assert!(delay_h(&fill, "short") < 0.01, "short runs in wide's shadow");
+    let b = fill.backfill.expect("a backfilling policy reports its promise");
+    assert_eq!((b.backfilled, b.jumped), (1, 1));
+    assert_eq!(b.late, 0, "wide started by its projection: {b:?}");
+    // Without backfill short waits behind wide, and there is nothing to report.
+    let plain = run(SHADOW, 2, ShareMode::Preemption, quotas(), 600);
+    assert!(delay_h(&plain, "short") > delay_h(&plain, "wide"));
+    assert!(plain.backfill.is_none());
+}
+
 /// Two tenants, one node each; `b` borrows `a`'s idle node, then `a` wants it back.
 const BORROWED: &str = r#"{"id":"b1","arrival_s":0,"type":"7B_8k","iterations":40,"tenant":"b","rollout_nodes":1,"train_nodes":1,"slo":1.0}
 {"id":"b2","arrival_s":0,"type":"7B_8k","iterations":40,"tenant":"b","rollout_nodes":1,"train_nodes":1,"slo":1.0}

@@ -3,7 +3,7 @@
 //! its last checkpoint and waits again), and EASY backfill behind a blocked head.
 
 use super::Engine;
-use crate::tenancy::Ledgers;
+use crate::tenancy::{BackfillReport, Ledgers};
 use weave_core::{JobId, Micros};
 use weave_place::queue::QueueDriver;
 use weave_place::share::{Claim, Nodes, Running, SharePolicy, Usage, Waiting};
@@ -17,6 +17,9 @@ pub(super) struct Sharing {
     pub busy: bool,
     /// Recent use, for fair share with decay.
     pub history: weave_place::share::UsageHistory,
+    /// Blocked jobs a backfill went past: the start projected for each at the last one.
+    pub promised: std::collections::BTreeMap<usize, Micros>,
+    pub backfill: BackfillReport,
 }
 
 impl Sharing {
@@ -30,7 +33,15 @@ impl Sharing {
             })
             .collect();
         let ledgers = Ledgers::new(policy.tenants.len());
-        Sharing { policy, tenant_of, ledgers, busy: false, history: Default::default() }
+        Sharing {
+            policy,
+            tenant_of,
+            ledgers,
+            busy: false,
+            history: Default::default(),
+            promised: Default::default(),
+            backfill: Default::default(),
+        }
     }
 }
 
@@ -155,7 +166,20 @@ impl QueueDriver for Engine<'_> {
             return false;
         }
         self.waiting.remove(k);
+        let (now, share) = (self.now, self.share.as_mut().expect("sharing"));
+        if let Some(promised) = share.promised.remove(&i) {
+            share.backfill.started(now, promised);
+        }
         true
+    }
+
+    /// Waiting arrivals are job indices.
+    fn backfilled(&mut self, promised: &[(u64, Micros)]) {
+        let share = self.share.as_mut().expect("sharing");
+        share.backfill.backfilled += 1;
+        for &(i, start) in promised {
+            share.promised.insert(i as usize, start);
+        }
     }
 
     fn placer(&self) -> &weave_place::Placer {
