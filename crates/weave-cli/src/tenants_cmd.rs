@@ -70,6 +70,9 @@ struct ModeRow {
     /// Jobs that ended above their SLO, by priority: `low`, `normal`, `high` (preemption's
     /// cost lands on the jobs it takes the place of).
     slo_missed_by_priority: [usize; 3],
+    /// The same jobs by what happened to them: preempted to reclaim borrowed capacity (at
+    /// least once), preempted only for higher-priority jobs of their tenant, never preempted.
+    slo_missed_by_cause: [usize; 3],
     preemptions: u64,
     lost_iterations: u64,
     jain_index: Option<f64>,
@@ -289,10 +292,11 @@ pub fn run(args: TenantsArgs) -> Result<()> {
             .iter()
             .filter_map(|j| high_bound_h.get(j.name.as_str()).map(|&bound| (queued_h(j), bound)))
             .collect();
-        let mut slo_missed_by_priority = [0; 3];
+        let (mut slo_missed_by_priority, mut slo_missed_by_cause) = ([0; 3], [0; 3]);
         for j in r.per_job.iter().filter(|j| j.slowdown > j.slo + 1e-9) {
             let p = by_name.get(j.name.as_str()).map_or(Priority::Normal, |s| s.priority);
             slo_missed_by_priority[p as usize] += 1;
+            slo_missed_by_cause[if j.reclaimed > 0 { 0 } else if j.outranked > 0 { 1 } else { 2 }] += 1;
         }
         let held = r.training.gpu_hours.max(1e-9);
         rows.push(ModeRow {
@@ -305,6 +309,7 @@ pub fn run(args: TenantsArgs) -> Result<()> {
             slo_met_jobs: r.slo_attainment_jobs,
             slo_met_iterations: r.slo_attainment_iterations,
             slo_missed_by_priority,
+            slo_missed_by_cause,
             preemptions: r.events.preemptions,
             lost_iterations: r.events.lost_iterations,
             jain_index: jain_index(&r.tenants),
@@ -378,6 +383,7 @@ fn render(rows: &[ModeRow], source: &str, jobs: usize, cluster: &weave_core::Clu
         "iters/$1k",
         "training busy",
         "SLO met (jobs / iters), missed low / normal / high",
+        "missed: reclaimed / outranked / never preempted",
         "preemptions",
         "lost iters",
         "Jain index",
@@ -401,6 +407,10 @@ fn render(rows: &[ModeRow], source: &str, jobs: usize, cluster: &weave_core::Clu
                 r.slo_missed_by_priority[0],
                 r.slo_missed_by_priority[1],
                 r.slo_missed_by_priority[2]
+            ),
+            format!(
+                "{} / {} / {}",
+                r.slo_missed_by_cause[0], r.slo_missed_by_cause[1], r.slo_missed_by_cause[2]
             ),
             r.preemptions.to_string(),
             r.lost_iterations.to_string(),

@@ -101,6 +101,8 @@ fn run_job(job: &SimJob, cfg: &SimConfig, m: &mut Metrics, gpus_per_node: u32, s
         queued: start.saturating_sub(job.spec.arrival),
         predicted_slowdown: job.colo.solo().0 as f64 / (job.disagg.solo() + job.sync).0.max(1) as f64,
         placements: 1,
+        reclaimed: 0,
+        outranked: 0,
     });
     life
 }

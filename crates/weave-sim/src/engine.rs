@@ -104,6 +104,8 @@ struct JobState {
     /// `solo_sum` and `within_slo` at the last checkpoint: a preemption rolls them back with
     /// the work, since a solo run would never have lost it (a failure does not: solo fails too).
     at_checkpoint: (Micros, u64),
+    /// Times preempted: to reclaim borrowed capacity, and outranked within its tenant.
+    preempted: (u32, u32),
     /// The next finished iteration is the first since (re)admission: it paid a cold start.
     fresh: bool,
     placed: Option<Placed>,
@@ -547,6 +549,7 @@ impl<'a> Engine<'a> {
             solo_sum: Micros::ZERO,
             within_slo: 0,
             at_checkpoint: (Micros::ZERO, 0),
+            preempted: (0, 0),
             done: 0,
             checkpoint: 0,
             fresh: true,
@@ -813,6 +816,8 @@ impl<'a> Engine<'a> {
             queued: s.first_admitted.saturating_sub(spec.spec.arrival),
             predicted_slowdown: s.predicted,
             placements: s.epoch.div_ceil(2).max(1),
+            reclaimed: s.preempted.0,
+            outranked: s.preempted.1,
         });
         if failed {
             self.metrics.events.failed_permanently += 1;

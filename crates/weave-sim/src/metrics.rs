@@ -84,6 +84,16 @@ pub struct JobOutcome {
     /// How many times the job was placed (1 = never moved or restarted).
     #[serde(default)]
     pub placements: u32,
+    /// Times it was preempted (tenants sharing fixed pools): to reclaim capacity its tenant
+    /// borrowed, and for a higher-priority job of its own tenant.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reclaimed: u32,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub outranked: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// GPU-time per pool that `nodes` held from `since` to `now`.

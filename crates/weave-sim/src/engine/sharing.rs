@@ -105,10 +105,15 @@ impl Engine<'_> {
 
     /// Takes job `v` off its nodes: its work since the last checkpoint is lost and it waits
     /// again in its original queue position.
-    fn preempt(&mut self, v: usize) {
+    fn preempt(&mut self, v: usize, outranked: bool) {
         let ran = self.states[v].as_ref().map_or(Micros::ZERO, |s| self.now.saturating_sub(s.admitted_at));
         self.unplace(v);
         let s = self.states[v].as_mut().expect("running job");
+        if outranked {
+            s.preempted.1 += 1;
+        } else {
+            s.preempted.0 += 1;
+        }
         let lost = s.done - s.checkpoint;
         s.done = s.checkpoint;
         (s.solo_sum, s.within_slo) = s.at_checkpoint;
@@ -221,7 +226,8 @@ impl QueueDriver for Engine<'_> {
             .collect();
         let Some(chosen) = share.policy.preemption(&self.placer, w, &running, usage, claim) else { return false };
         for v in chosen {
-            self.preempt(v.0 as usize);
+            let own = self.share.as_ref().expect("sharing").tenant_of[v.0 as usize] == w.tenant;
+            self.preempt(v.0 as usize, own);
         }
         true
     }
