@@ -103,6 +103,7 @@ fn run_job(job: &SimJob, cfg: &SimConfig, m: &mut Metrics, gpus_per_node: u32, s
         placements: 1,
         reclaimed: 0,
         outranked: 0,
+        passed_over: false,
     });
     life
 }

@@ -296,9 +296,11 @@ impl<'a> Engine<'a> {
         progress(self.jobs.len(), self.jobs.len());
     }
 
-    /// Whether any job is running, waiting, restarting or still to arrive.
+    /// Whether any job is running, restarting or still to arrive. Jobs that only wait do not
+    /// count: with nothing running the pools are empty, and whatever the pass after the last
+    /// departure left waiting can never fit (it would otherwise tick forever).
     fn work_left(&self) -> bool {
-        self.running > 0 || self.pending_readmits > 0 || !self.waiting.is_empty() || self.next_arrival < self.jobs.len()
+        self.running > 0 || self.pending_readmits > 0 || self.next_arrival < self.jobs.len()
     }
 
     /// Handles one event; true if a job completed.
@@ -471,6 +473,11 @@ impl<'a> Engine<'a> {
     }
 
     fn admit_or_wait(&mut self, i: usize) {
+        if self.never_fits(i) {
+            // As the server refuses it (409): waiting, it would hold up the queue for good.
+            self.metrics.rejected += 1;
+            return;
+        }
         if self.sharing() {
             self.waiting.push_back(i);
             self.schedule_queue();
@@ -482,6 +489,12 @@ impl<'a> Engine<'a> {
         if self.admit(i).is_err() {
             self.waiting.push_back(i);
         }
+    }
+
+    /// Whether job `i` needs more nodes than the fixed pools have.
+    fn never_fits(&self, i: usize) -> bool {
+        let s = &self.jobs[i].spec;
+        self.placer.config().capacity.is_some_and(|(r, t)| s.rollout_nodes > r || s.train_nodes > t)
     }
 
     /// The estimate admission uses: conservative at first, re-estimated from measurements.
@@ -818,6 +831,7 @@ impl<'a> Engine<'a> {
             placements: s.epoch.div_ceil(2).max(1),
             reclaimed: s.preempted.0,
             outranked: s.preempted.1,
+            passed_over: self.share.as_ref().is_some_and(|sh| sh.passed_over.contains(&i)),
         });
         if failed {
             self.metrics.events.failed_permanently += 1;

@@ -90,6 +90,11 @@ pub struct JobOutcome {
     pub reclaimed: u32,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub outranked: u32,
+    /// A `high` job still waiting past its bound ([`crate::SimJob::high_wait_bound`]) after a
+    /// queue pass, when what its victims would free was enough to start it: capacity it may
+    /// take existed, and the queue passed it over.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub passed_over: bool,
 }
 
 fn is_zero(n: &u32) -> bool {

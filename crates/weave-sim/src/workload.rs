@@ -142,6 +142,13 @@ impl SimJob {
         d.solo() + sync + cold
     }
 
+    /// A `high` job's bound on its wait for a first start when capacity it may preempt
+    /// exists: one checkpoint interval (`checkpoint_every` iterations at its own solo pace, the
+    /// most a victim loses), plus its cold start.
+    pub fn high_wait_bound(&self, checkpoint_every: u64) -> Micros {
+        Micros((self.disagg.solo() + self.sync).0.saturating_mul(checkpoint_every.max(1))) + self.cold_start
+    }
+
     /// The job's life at fixed lifetimes: until the trace's solo end, or its iterations run
     /// solo.
     pub fn lifetime(&self) -> Micros {

@@ -50,11 +50,17 @@ fn replay_shared(jsonl: &str, nodes: u32, share: SharePolicy, policy: Policy) ->
 }
 
 /// One node per pool, checkpoints every `checkpoint_every` iterations.
-fn run_checkpointed(jsonl: &str, mode: ShareMode, tenants: Vec<TenantQuota>, checkpoint_every: u64) -> PolicyReport {
+fn run_checkpointed(
+    jsonl: &str,
+    mode: ShareMode,
+    tenants: Vec<TenantQuota>,
+    checkpoint_every: u64,
+    min_run_s: u64,
+) -> PolicyReport {
     let share = SharePolicy {
         mode,
         tenants,
-        min_run: Micros::from_secs(1800),
+        min_run: Micros::from_secs(min_run_s),
         checkpoint_every,
         half_life: None,
         preempts_own: Priority::High,
@@ -98,7 +104,7 @@ fn work_a_preemption_threw_away_counts_once_in_the_victims_slo() {
     let quotas = || vec![tenant("a", 1.0, None)];
     // Checkpoints every 5 iterations: low loses what it did since its last one.
     let text = OUTRANKED.replace(r#""slo":1.0"#, r#""slo":3.0"#);
-    let pre = run_checkpointed(&text, ShareMode::Preemption, quotas(), 5);
+    let pre = run_checkpointed(&text, ShareMode::Preemption, quotas(), 5, 1800);
     let lost = pre.tenants[0].lost_iterations;
     assert!(lost >= 1, "the test needs lost work: {lost}");
     let low = pre.per_job.iter().find(|j| j.name == "low").unwrap();
@@ -106,7 +112,7 @@ fn work_a_preemption_threw_away_counts_once_in_the_victims_slo() {
     // Every iteration ran alone on its node, within its SLO; the redone ones count once.
     assert_eq!(low.iterations_within_slo, 40);
     // Its slowdown is its life over 40 solo iterations, so the preemption shows in it.
-    let alone = run_checkpointed(&text, ShareMode::Quotas, quotas(), 5);
+    let alone = run_checkpointed(&text, ShareMode::Quotas, quotas(), 5, 1800);
     let low_alone = alone.per_job.iter().find(|j| j.name == "low").unwrap();
     assert!(low.slowdown > low_alone.slowdown, "{} vs {}", low.slowdown, low_alone.slowdown);
 }
@@ -130,6 +136,48 @@ fn backfill_goes_past_a_blocked_job_and_the_run_checks_it_still_starts_as_projec
     let plain = run(SHADOW, 2, ShareMode::Preemption, quotas(), 600);
     assert!(delay_h(&plain, "short") > delay_h(&plain, "wide"));
     assert!(plain.backfill.is_none());
+}
+
+/// One node per pool: `low` runs; `high` of the same tenant arrives a minute later.
+const PROTECTED: &str = r#"{"id":"low","arrival_s":0,"type":"7B_8k","iterations":200,"tenant":"a","priority":"low","rollout_nodes":1,"train_nodes":1,"slo":1.0}
+{"id":"high","arrival_s":60,"type":"7B_8k","iterations":2,"tenant":"a","priority":"high","rollout_nodes":1,"train_nodes":1,"slo":1.0}"#;
+
+#[test]
+fn a_high_job_waiting_for_victims_inside_their_minimum_run_is_late_but_not_passed_over() {
+    let quotas = || vec![tenant("a", 1.0, None)];
+    // A 3-hour minimum run holds high back far past one checkpoint interval (2 iterations).
+    let r = run_checkpointed(PROTECTED, ShareMode::Preemption, quotas(), 2, 3 * 3600);
+    let high = r.per_job.iter().find(|j| j.name == "high").unwrap();
+    assert!(high.queued > Micros::from_secs(2 * 3600), "{:?}", high.queued);
+    assert!(!high.passed_over, "no capacity it may take existed before it started");
+    // Two nodes per pool, tenants entitled to one each: a's low job and b's normal job fill
+    // them. c's high job is entitled and waits for room, with nothing it may take; a's high
+    // job behind it could take a's low job's node once its minimum run is over, but does not
+    // overtake an equal priority: it waits, and the run says capacity existed.
+    let equals = r#"{"id":"low","arrival_s":0,"type":"7B_8k","iterations":200,"tenant":"a","priority":"low","rollout_nodes":1,"train_nodes":1,"slo":1.0}
+{"id":"busy","arrival_s":0,"type":"7B_8k","iterations":200,"tenant":"b","rollout_nodes":1,"train_nodes":1,"slo":1.0}
+{"id":"first","arrival_s":30,"type":"7B_8k","iterations":2,"tenant":"c","priority":"high","rollout_nodes":1,"train_nodes":1,"slo":1.0}
+{"id":"second","arrival_s":60,"type":"7B_8k","iterations":2,"tenant":"a","priority":"high","rollout_nodes":1,"train_nodes":1,"slo":1.0}"#;
+    let three = vec![tenant("a", 1.0, None), tenant("b", 1.0, None), tenant("c", 1.0, None)];
+    let r = run(equals, 2, ShareMode::Preemption, three, 600);
+    let job = |name: &str| r.per_job.iter().find(|j| j.name == name).unwrap();
+    assert!(job("second").passed_over, "{:?}", job("second"));
+    assert!(!job("first").passed_over, "{:?}", job("first"));
+    // It takes the low job's node only once the job ahead has started.
+    let start = |name: &str| job(name).queued + Micros::from_secs(if name == "first" { 30 } else { 60 });
+    assert!(start("second") >= start("first"));
+    assert_eq!(job("low").outranked, 1);
+}
+
+#[test]
+fn a_job_larger_than_the_pools_is_refused_and_holds_up_nobody() {
+    // It used to wait at the head of the queue for good, and the replay ticked forever.
+    let huge = r#"{"id":"huge","arrival_s":30,"type":"7B_8k","iterations":2,"tenant":"a","priority":"high","rollout_nodes":2,"train_nodes":2,"slo":1.0}"#;
+    for mode in ShareMode::ALL {
+        let r = run(&format!("{huge}\n{PROTECTED}"), 1, mode, vec![tenant("a", 4.0, None)], 600);
+        assert_eq!(r.rejected, 1, "{mode:?}");
+        assert_eq!(r.per_job.len(), 2, "{mode:?}: low and high both ran");
+    }
 }
 
 /// Two tenants, one node each; `b` borrows `a`'s idle node, then `a` wants it back.

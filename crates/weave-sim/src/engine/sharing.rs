@@ -20,6 +20,9 @@ pub(super) struct Sharing {
     /// Blocked jobs a backfill went past: the start projected for each at the last one.
     pub promised: std::collections::BTreeMap<usize, Micros>,
     pub backfill: BackfillReport,
+    /// `high` jobs a queue pass left waiting past their bound although a preemption would have
+    /// started them.
+    pub passed_over: std::collections::BTreeSet<usize>,
 }
 
 impl Sharing {
@@ -41,6 +44,7 @@ impl Sharing {
             history: Default::default(),
             promised: Default::default(),
             backfill: Default::default(),
+            passed_over: Default::default(),
         }
     }
 }
@@ -91,7 +95,63 @@ impl Engine<'_> {
         self.share.as_mut().expect("sharing").busy = true;
         while weave_place::queue::start_one(self) {}
         self.share.as_mut().expect("sharing").busy = false;
+        self.note_high_passed_over();
         self.share_advance();
+    }
+
+    /// After a pass: a `high` job waiting for its first start past its bound, for which
+    /// preemptible capacity alone (victims' nodes, not free nodes a blocked job may be waiting
+    /// for) would now be enough, was passed over (the target says it should have run).
+    fn note_high_passed_over(&mut self) {
+        let share = self.share.as_ref().expect("sharing");
+        if share.policy.mode < weave_place::share::ShareMode::Preemption {
+            return;
+        }
+        let every = share.policy.checkpoint_every;
+        let overdue: Vec<(usize, Waiting)> = self
+            .waiting
+            .iter()
+            .zip(QueueDriver::waiting(self))
+            .filter(|(&i, w)| {
+                let j = &self.jobs[i];
+                w.priority == weave_core::Priority::High
+                    && self.states[i].is_none()
+                    && !share.passed_over.contains(&i)
+                    && self.now > j.spec.arrival + j.high_wait_bound(every)
+            })
+            .map(|(&i, w)| (i, w))
+            .collect();
+        if overdue.is_empty() {
+            return;
+        }
+        let (usage, running) = (self.usage(), self.running_for_share());
+        let passed: Vec<usize> = overdue
+            .into_iter()
+            .filter(|(_, w)| share.policy.preemption(&self.placer, *w, &running, &usage, Claim::BehindHead).is_some())
+            .map(|(i, _)| i)
+            .collect();
+        self.share.as_mut().expect("sharing").passed_over.extend(passed);
+    }
+
+    /// Running jobs as preemption sees them.
+    fn running_for_share(&self) -> Vec<Running> {
+        let share = self.share.as_ref().expect("sharing");
+        (0..self.jobs.len())
+            .filter_map(|v| {
+                let s = self.states[v].as_ref()?;
+                s.placed?;
+                let job = JobId(v as u32);
+                let held = weave_place::share::exclusive_nodes(&self.placer, job);
+                Some(Running {
+                    job,
+                    tenant: share.tenant_of[v],
+                    priority: self.jobs[v].spec.priority,
+                    ran: self.now.saturating_sub(s.admitted_at),
+                    unsaved: s.done - s.checkpoint,
+                    held: held[0] + held[1],
+                })
+            })
+            .collect()
     }
 
     /// How long job `i` may run at most from a start now: its remaining iterations at its SLO
@@ -207,23 +267,8 @@ impl QueueDriver for Engine<'_> {
 
     /// Preempts victims for waiting job `w` if together they free enough nodes for it.
     fn preempt_for(&mut self, w: Waiting, usage: &Usage, claim: Claim) -> bool {
+        let running = self.running_for_share();
         let share = self.share.as_ref().expect("sharing");
-        let running: Vec<Running> = (0..self.jobs.len())
-            .filter_map(|v| {
-                let s = self.states[v].as_ref()?;
-                s.placed?;
-                let job = JobId(v as u32);
-                let held = weave_place::share::exclusive_nodes(&self.placer, job);
-                Some(Running {
-                    job,
-                    tenant: share.tenant_of[v],
-                    priority: self.jobs[v].spec.priority,
-                    ran: self.now.saturating_sub(s.admitted_at),
-                    unsaved: s.done - s.checkpoint,
-                    held: held[0] + held[1],
-                })
-            })
-            .collect();
         let Some(chosen) = share.policy.preemption(&self.placer, w, &running, usage, claim) else { return false };
         for v in chosen {
             let own = self.share.as_ref().expect("sharing").tenant_of[v.0 as usize] == w.tenant;
