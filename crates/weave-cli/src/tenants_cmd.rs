@@ -65,6 +65,8 @@ struct ModeRow {
     cost: f64,
     iterations_per_k_dollars: f64,
     training_busy_share: f64,
+    /// The same without work preemptions threw away (redone iterations are busy, not useful).
+    training_useful_share: f64,
     slo_met_jobs: f64,
     slo_met_iterations: f64,
     /// Jobs that ended above their SLO, by priority: `low`, `normal`, `high` (preemption's
@@ -311,6 +313,7 @@ pub fn run(args: TenantsArgs) -> Result<()> {
             cost: r.total_cost.as_dollars(),
             iterations_per_k_dollars: r.iterations_per_k_dollars,
             training_busy_share: r.training.busy_gpu_hours / held,
+            training_useful_share: (r.training.busy_gpu_hours - r.preempted_training_gpu_hours.unwrap_or(0.0)) / held,
             slo_met_jobs: r.slo_attainment_jobs,
             slo_met_iterations: r.slo_attainment_iterations,
             slo_missed_by_priority,
@@ -387,7 +390,7 @@ fn render(rows: &[ModeRow], source: &str, jobs: usize, cluster: &weave_core::Clu
         "mode",
         "cost $",
         "iters/$1k",
-        "training busy",
+        "training busy (useful)",
         "SLO met (jobs / iters), missed low / normal / high",
         "missed: reclaimed / outranked / never preempted",
         "preemptions",
@@ -405,7 +408,7 @@ fn render(rows: &[ModeRow], source: &str, jobs: usize, cluster: &weave_core::Clu
             r.mode.to_string(),
             format!("{:.0}", r.cost),
             format!("{:.1}", r.iterations_per_k_dollars),
-            format!("{:.1}%", r.training_busy_share * 100.0),
+            format!("{:.1}% ({:.1}%)", r.training_busy_share * 100.0, r.training_useful_share * 100.0),
             format!(
                 "{:.1}% / {:.1}%, {} / {} / {}",
                 r.slo_met_jobs * 100.0,

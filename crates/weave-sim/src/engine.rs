@@ -106,6 +106,8 @@ struct JobState {
     at_checkpoint: (Micros, u64),
     /// Times preempted: to reclaim borrowed capacity, and outranked within its tenant.
     preempted: (u32, u32),
+    /// Training GPU-time charged busy since its last checkpoint (what a preemption wastes).
+    train_busy_unsaved: u128,
     /// The next finished iteration is the first since (re)admission: it paid a cold start.
     fresh: bool,
     placed: Option<Placed>,
@@ -291,6 +293,7 @@ impl<'a> Engine<'a> {
             self.metrics.tenants = share.ledgers.report(&share.policy, self.now);
             self.metrics.backfill =
                 (share.policy.mode >= weave_place::share::ShareMode::Backfill).then_some(share.backfill);
+            self.metrics.preempted_training_gpu_hours = Some(share.wasted_training as f64 / 3.6e9);
         }
         self.metrics.end = self.metrics.end.max(self.now);
         progress(self.jobs.len(), self.jobs.len());
@@ -563,6 +566,7 @@ impl<'a> Engine<'a> {
             within_slo: 0,
             at_checkpoint: (Micros::ZERO, 0),
             preempted: (0, 0),
+            train_busy_unsaved: 0,
             done: 0,
             checkpoint: 0,
             fresh: true,
@@ -680,6 +684,7 @@ impl<'a> Engine<'a> {
         if every.is_some_and(|e| s.done.is_multiple_of(e.max(1))) {
             s.checkpoint = s.done;
             s.at_checkpoint = (s.solo_sum, s.within_slo);
+            s.train_busy_unsaved = 0;
         }
         s.measured.push_back(s.current);
         if s.measured.len() > MEASURED_KEPT {
@@ -739,6 +744,7 @@ impl<'a> Engine<'a> {
                 if p.colocated {
                     s.rollout_started = self.now;
                     s.rollout_plain = colo.rollout;
+                    s.train_busy_unsaved += (p.pool_width * gpus.1) as u128 * colo.rollout.0 as u128;
                     self.charge_busy(p.group, Pool::Training, p.pool_width * gpus.1, colo.rollout);
                     self.push(self.now + colo.rollout, 1, i, What::Phase(Phase::Rollout), iteration);
                     return;
@@ -767,13 +773,14 @@ impl<'a> Engine<'a> {
             }
             Action::StartTraining { job, iteration } => {
                 let i = job.0 as usize;
-                let s = self.states[i].as_ref().expect("running job");
+                let s = self.states[i].as_mut().expect("running job");
                 let placed = s.placed.expect("placed");
                 let pool = placed.pool_width;
                 // Data parallelism adjusted to the group's pool.
                 let own = self.jobs[i].spec.train_nodes as u64;
                 let train = if placed.colocated { s.current_colo.train } else { s.current.train };
                 let d = Micros(train.0 * own / pool.max(1) as u64);
+                s.train_busy_unsaved += (pool * gpus.1) as u128 * d.0 as u128;
                 self.charge_busy(placed.group, Pool::Training, pool * gpus.1, d);
                 self.push(self.now + d, 0, i, What::Phase(Phase::Train), iteration);
             }

@@ -39,6 +39,8 @@ pub struct Metrics {
     pub tenants: Vec<crate::tenancy::TenantReport>,
     /// Backfill's promise checked in the run, when the policy backfills.
     pub backfill: Option<crate::tenancy::BackfillReport>,
+    /// Training GPU-hours charged busy for work preemptions threw away (tenants sharing).
+    pub preempted_training_gpu_hours: Option<f64>,
 }
 
 /// What happened to jobs while they ran: re-grouping, failures, long-tail migration. Counted
@@ -267,6 +269,7 @@ impl Metrics {
             per_job: self.jobs.clone(),
             tenants: self.tenants.clone(),
             backfill: self.backfill,
+            preempted_training_gpu_hours: self.preempted_training_gpu_hours,
         }
     }
 }
@@ -390,6 +393,10 @@ pub struct PolicyReport {
     /// Backfill's promise checked in the run, when the policy backfills (omitted otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backfill: Option<crate::tenancy::BackfillReport>,
+    /// Training GPU-hours charged busy for work preemptions threw away: busy, not useful
+    /// (tenants sharing fixed pools; omitted otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempted_training_gpu_hours: Option<f64>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]

@@ -115,6 +115,10 @@ fn work_a_preemption_threw_away_counts_once_in_the_victims_slo() {
     let alone = run_checkpointed(&text, ShareMode::Quotas, quotas(), 5, 1800);
     let low_alone = alone.per_job.iter().find(|j| j.name == "low").unwrap();
     assert!(low.slowdown > low_alone.slowdown, "{} vs {}", low.slowdown, low_alone.slowdown);
+    // The thrown-away training time was charged busy; the report says how much.
+    let wasted = pre.preempted_training_gpu_hours.unwrap();
+    assert!(wasted > 0.0 && wasted < pre.training.busy_gpu_hours, "{wasted}");
+    assert_eq!(alone.preempted_training_gpu_hours, Some(0.0));
 }
 
 /// Two nodes per pool: `long` holds one, `wide` needs both and waits for it, `short` fits

@@ -23,6 +23,8 @@ pub(super) struct Sharing {
     /// `high` jobs a queue pass left waiting past their bound although a preemption would have
     /// started them.
     pub passed_over: std::collections::BTreeSet<usize>,
+    /// Training GPU-µs charged busy for work that preemptions threw away.
+    pub wasted_training: u128,
 }
 
 impl Sharing {
@@ -45,6 +47,7 @@ impl Sharing {
             promised: Default::default(),
             backfill: Default::default(),
             passed_over: Default::default(),
+            wasted_training: 0,
         }
     }
 }
@@ -174,12 +177,14 @@ impl Engine<'_> {
         } else {
             s.preempted.0 += 1;
         }
+        let wasted = std::mem::take(&mut s.train_busy_unsaved);
         let lost = s.done - s.checkpoint;
         s.done = s.checkpoint;
         (s.solo_sum, s.within_slo) = s.at_checkpoint;
         self.metrics.events.lost_iterations += lost;
         self.metrics.events.preemptions += 1;
         let share = self.share.as_mut().expect("sharing");
+        share.wasted_training += wasted;
         let l = &mut share.ledgers.tenants[share.tenant_of[v]];
         l.preemptions += 1;
         l.lost_iterations += lost;
