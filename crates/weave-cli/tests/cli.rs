@@ -463,14 +463,32 @@ fn tenants_experiment_compares_the_four_modes_per_tenant() {
     assert!(rows[3]["perturbed"]["started_over_1h_earlier"].is_u64(), "{}", rows[3]);
     assert!(rows[3]["against_no_backfill"]["started_over_1h_later"].is_u64(), "{}", rows[3]);
     assert!(rows[2]["perturbed"].is_null() && rows[2]["high_over_bound"].is_u64());
+    // Backfill's promise is checked in its own run only.
+    assert!(rows[3]["backfill_promise"]["jumped"].is_u64(), "{}", rows[3]);
+    assert!(rows[2]["backfill_promise"].is_null());
     for r in rows.as_array().unwrap() {
         assert_eq!(r["tenants"].as_array().unwrap().len(), 3, "{r}");
         assert_eq!(r["never_ran"], 0);
+        // Work preemptions threw away is busy, not useful.
+        let (busy, useful) = (r["training_busy_share"].as_f64().unwrap(), r["training_useful_share"].as_f64().unwrap());
+        assert!(useful <= busy + 1e-12, "{r}");
+        // Every job above its SLO is counted once by priority and once by cause.
+        let missed = |k: &str| r[k].as_array().unwrap().iter().map(|n| n.as_u64().unwrap()).sum::<u64>();
+        assert_eq!(missed("slo_missed_by_priority"), missed("slo_missed_by_cause"), "{r}");
+        let jobs = r["jobs_run"].as_f64().unwrap();
+        let met = r["slo_met_jobs"].as_f64().unwrap();
+        assert_eq!(missed("slo_missed_by_cause"), ((1.0 - met) * jobs).round() as u64, "{r}");
         // Each tenant's use hour by hour is reported (the chart's data).
         for t in r["tenants"].as_array().unwrap() {
             assert!(!t["hourly_use"].as_array().unwrap().is_empty(), "{t}");
         }
     }
+    // Who may displace its own tenant's jobs is a priority, and a wrong one is named.
+    let o = weave(&["experiment", "tenants", "--trace", p.to_str().unwrap(), "--preempts-own", "normal", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = weave(&["experiment", "tenants", "--trace", p.to_str().unwrap(), "--preempts-own", "urgent"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--preempts-own"), "{}", stderr(&o));
     let bad = temp_file("bad-tenants.toml", "[[tenant]]\nname = \"x\"\nrollout_nodes = -1\ntraining_nodes = 2\n");
     let o = weave(&["experiment", "tenants", "--tenants", bad.to_str().unwrap()]);
     assert!(!o.status.success());
