@@ -446,6 +446,15 @@ impl<'a> Engine<'a> {
         self.placer.group(g).is_some_and(|grp| grp.is_lone())
     }
 
+    /// Charges job `i`'s work on the training pool as busy, and keeps it as unsaved until the
+    /// job's next checkpoint (a preemption throws it away).
+    fn charge_training(&mut self, i: usize, g: GroupId, gpus: u32, t: Micros) {
+        if let Some(s) = self.states[i].as_mut() {
+            s.train_busy_unsaved += gpus as u128 * t.0 as u128;
+        }
+        self.charge_busy(g, Pool::Training, gpus, t);
+    }
+
     fn charge_busy(&mut self, g: GroupId, pool: Pool, gpus: u32, t: Micros) {
         self.metrics.busy(pool, gpus, t);
         if self.lone(g) {
@@ -744,8 +753,7 @@ impl<'a> Engine<'a> {
                 if p.colocated {
                     s.rollout_started = self.now;
                     s.rollout_plain = colo.rollout;
-                    s.train_busy_unsaved += (p.pool_width * gpus.1) as u128 * colo.rollout.0 as u128;
-                    self.charge_busy(p.group, Pool::Training, p.pool_width * gpus.1, colo.rollout);
+                    self.charge_training(i, p.group, p.pool_width * gpus.1, colo.rollout);
                     self.push(self.now + colo.rollout, 1, i, What::Phase(Phase::Rollout), iteration);
                     return;
                 }
@@ -773,15 +781,14 @@ impl<'a> Engine<'a> {
             }
             Action::StartTraining { job, iteration } => {
                 let i = job.0 as usize;
-                let s = self.states[i].as_mut().expect("running job");
+                let s = self.states[i].as_ref().expect("running job");
                 let placed = s.placed.expect("placed");
                 let pool = placed.pool_width;
                 // Data parallelism adjusted to the group's pool.
                 let own = self.jobs[i].spec.train_nodes as u64;
                 let train = if placed.colocated { s.current_colo.train } else { s.current.train };
                 let d = Micros(train.0 * own / pool.max(1) as u64);
-                s.train_busy_unsaved += (pool * gpus.1) as u128 * d.0 as u128;
-                self.charge_busy(placed.group, Pool::Training, pool * gpus.1, d);
+                self.charge_training(i, placed.group, pool * gpus.1, d);
                 self.push(self.now + d, 0, i, What::Phase(Phase::Train), iteration);
             }
             Action::BeginSync { job, iteration, duration } => {

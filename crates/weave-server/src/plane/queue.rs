@@ -156,7 +156,7 @@ impl Plane {
     ) -> Result<(), PlaneError> {
         if self.share.is_some() {
             self.may_queue(submit, time_us)?;
-            self.enqueue(time_us, tenant, submit, (carried, resumes), "waiting for its turn".into());
+            self.enqueue(time_us, tenant, submit, carried, resumes, "waiting for its turn".into());
             self.admit_queued(time_us);
             return Ok(());
         }
@@ -164,28 +164,28 @@ impl Plane {
             match self.submit(time_us, tenant, submit, carried.clone(), None) {
                 Ok(()) => return Ok(()),
                 Err(e) if self.may_queue(submit, time_us).is_ok() => {
-                    self.enqueue(time_us, tenant, submit, (carried, resumes), e.to_string());
+                    self.enqueue(time_us, tenant, submit, carried, resumes, e.to_string());
                     return Ok(());
                 }
                 Err(e) => return Err(e),
             }
         }
         self.may_queue(submit, time_us)?;
-        self.enqueue(time_us, tenant, submit, (carried, resumes), "jobs submitted earlier are waiting".into());
+        self.enqueue(time_us, tenant, submit, carried, resumes, "jobs submitted earlier are waiting".into());
         Ok(())
     }
 
-    /// Queues `submit`; `resumed` is a re-admitted job's measured estimate, and whether it
-    /// was admitted before.
+    /// Queues `submit`; `carried` is a re-admitted job's measured estimate, `resumes` whether
+    /// it was admitted before.
     fn enqueue(
         &mut self,
         time_us: u64,
         tenant: &str,
         submit: &SubmitSpec,
-        resumed: (Option<(PhaseTimes, Measured)>, bool),
+        carried: Option<(PhaseTimes, Measured)>,
+        resumes: bool,
         reason: String,
     ) {
-        let (carried, resumes) = resumed;
         let meta = serde_json::json!({ "position": self.queue.len(), "reason": reason });
         let arrival = self.arrivals.get(&submit.id).copied().unwrap_or(self.next_arrival);
         self.queue.push(Queued {
@@ -346,13 +346,7 @@ impl Plane {
         let tenant = j.tenant.clone();
         self.end(time_us, name, JobState::Preempted, Some(reason.into()));
         let resume = resubmit.resume_from.unwrap_or(0);
-        self.enqueue(
-            time_us,
-            &tenant,
-            &resubmit,
-            (carried, true),
-            format!("{reason}; resumes from iteration {resume}"),
-        );
+        self.enqueue(time_us, &tenant, &resubmit, carried, true, format!("{reason}; resumes from iteration {resume}"));
     }
 
     /// Takes a waiting job out of the queue (cancelled); false if it was not waiting.
