@@ -907,6 +907,8 @@ impl<'a> Engine<'a> {
         let s = self.states[i].as_mut().expect("known job");
         self.metrics.events.lost_iterations += s.done - s.checkpoint;
         s.done = s.checkpoint;
+        // The failure threw that work away, not a later preemption.
+        s.train_busy_unsaved = 0;
         s.excused = true;
         s.restarts += 1;
         self.metrics.events.restarts += 1;
