@@ -43,6 +43,11 @@ pub struct TenantsArgs {
     /// `normal` (any higher priority may, as in Kueue's LowerPriority).
     #[arg(long, default_value = "high", value_name = "PRIORITY")]
     preempts_own: Priority,
+    /// Graceful preemption, minutes: a victim may finish its in-flight iteration and save a
+    /// checkpoint there before it gives its nodes up (0: it stops at once, losing its work
+    /// since its last checkpoint).
+    #[arg(long, default_value_t = 0.0, value_name = "MINUTES")]
+    grace_min: f64,
     /// Fair share with decay: order tenants by their use over recent hours (this half-life)
     /// instead of their use right now.
     #[arg(long)]
@@ -76,6 +81,9 @@ struct ModeRow {
     /// least once), preempted only for higher-priority jobs of their tenant, never preempted.
     slo_missed_by_cause: [usize; 3],
     preemptions: u64,
+    /// Preemptions whose victim saved a checkpoint at its iteration's end within its grace
+    /// period (and lost nothing).
+    preemptions_saved: u64,
     lost_iterations: u64,
     jain_index: Option<f64>,
     /// Every job's wait for a first start, mean over jobs, hours.
@@ -227,6 +235,9 @@ pub fn run(args: TenantsArgs) -> Result<()> {
     if !(args.min_run_h.is_finite() && args.min_run_h >= 0.0) {
         bail!("--min-run-h must be a non-negative number of hours");
     }
+    if !(args.grace_min.is_finite() && args.grace_min >= 0.0) {
+        bail!("--grace-min must be a non-negative number of minutes");
+    }
     if args.half_life_h.is_some_and(|h| !(h.is_finite() && h >= 0.01)) {
         bail!("--half-life-h must be at least 0.01 hours");
     }
@@ -262,6 +273,7 @@ pub fn run(args: TenantsArgs) -> Result<()> {
             checkpoint_every,
             half_life: args.half_life_h.map(|h| Micros::from_secs_f64(h * 3600.0)),
             preempts_own: args.preempts_own,
+            grace: Micros::from_secs_f64(args.grace_min * 60.0),
         };
         let cfg =
             SimConfig { seed: args.seed, capacity: CapacityMode::Fixed, share: Some(policy), ..SimConfig::default() };
@@ -319,6 +331,7 @@ pub fn run(args: TenantsArgs) -> Result<()> {
             slo_missed_by_priority,
             slo_missed_by_cause,
             preemptions: r.events.preemptions,
+            preemptions_saved: r.events.preemptions_saved,
             lost_iterations: r.events.lost_iterations,
             jain_index: jain_index(&r.tenants),
             delay_mean_h: mean(w.values().copied()),
@@ -393,7 +406,7 @@ fn render(rows: &[ModeRow], source: &str, jobs: usize, cluster: &weave_core::Clu
         "training busy (useful)",
         "SLO met (jobs / iters), missed low / normal / high",
         "missed: reclaimed / outranked / never preempted",
-        "preemptions",
+        "preemptions (saved at iteration end)",
         "lost iters",
         "Jain index",
         "delay mean h",
@@ -418,7 +431,7 @@ fn render(rows: &[ModeRow], source: &str, jobs: usize, cluster: &weave_core::Clu
                 r.slo_missed_by_priority[2]
             ),
             format!("{} / {} / {}", r.slo_missed_by_cause[0], r.slo_missed_by_cause[1], r.slo_missed_by_cause[2]),
-            r.preemptions.to_string(),
+            format!("{} ({})", r.preemptions, r.preemptions_saved),
             r.lost_iterations.to_string(),
             r.jain_index.map_or("-".into(), |j| format!("{j:.3}")),
             format!("{:.2}", r.delay_mean_h),

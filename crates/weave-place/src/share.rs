@@ -82,6 +82,11 @@ pub struct SharePolicy {
     /// `normal` job waits for a `low` one rather than break the SLO it was admitted with.
     /// `Normal`: any higher priority may (Kueue's `LowerPriority`).
     pub preempts_own: Priority,
+    /// Graceful preemption: a victim gets this long to finish its in-flight iteration and save
+    /// a checkpoint there before it gives its nodes up, so it loses no iterations (Kubernetes'
+    /// termination grace period). Past it, it is stopped and loses its work since its last
+    /// checkpoint. Zero: stopped at once.
+    pub grace: Micros,
 }
 
 /// Tenants' recent use for fair share with decay: node-seconds per pool, each second's weight
@@ -510,6 +515,7 @@ mod tests {
             checkpoint_every: 10,
             half_life: None,
             preempts_own: Priority::High,
+            grace: Micros::ZERO,
         }
     }
 

@@ -31,6 +31,7 @@ impl Script {
             checkpoint_every: 1,
             half_life: None,
             preempts_own: Priority::High,
+            grace: Micros::ZERO,
         };
         let waiting = priorities
             .iter()

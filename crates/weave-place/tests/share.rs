@@ -93,6 +93,7 @@ fn behind_a_blocked_head_a_preemption_counts_only_what_its_victims_free() {
         checkpoint_every: 1,
         half_life: None,
         preempts_own: Priority::High,
+        grace: Micros::ZERO,
     };
     let running = |id: u32, priority| Running {
         job: JobId(id),

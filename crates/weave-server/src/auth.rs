@@ -306,6 +306,8 @@ impl Tenants {
             // The server's checkpoint is the last completed iteration (drivers resume there).
             checkpoint_every: 1,
             preempts_own: self.sharing.preempts_own,
+            // Victims stop at once: a driver loses at most its in-flight iteration.
+            grace: weave_core::Micros::ZERO,
         })
     }
 

@@ -30,6 +30,7 @@ fn plane_where(preempts_own: weave_core::Priority) -> Plane {
         checkpoint_every: 1,
         half_life: None,
         preempts_own,
+        grace: weave_core::Micros::ZERO,
     })
 }
 
@@ -187,6 +188,7 @@ mod properties {
             checkpoint_every: 1,
             half_life: None,
             preempts_own: weave_core::Priority::High,
+            grace: weave_core::Micros::ZERO,
         })
     }
 
@@ -275,6 +277,7 @@ fn backfill_lets_short_jobs_past_a_blocked_head_never_long_ones() {
             checkpoint_every: 1,
             half_life: None,
             preempts_own: weave_core::Priority::High,
+            grace: weave_core::Micros::ZERO,
         })
     };
     let job = |time_s: u64, id: &str, nodes: u32, iterations: u64| {

@@ -31,6 +31,7 @@ fn plane(consolidate: bool) -> Plane {
         // Fair share with decay: its history is state a snapshot must carry.
         half_life: Some(Micros::from_secs(600)),
         preempts_own: weave_core::Priority::High,
+        grace: weave_core::Micros::ZERO,
     })
 }
 

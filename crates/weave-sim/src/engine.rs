@@ -51,6 +51,10 @@ enum What {
     LifetimeOver,
     /// Sharing: the queue is looked at again (preemption waits out minimum run times).
     ShareTick,
+    /// Graceful preemption: the victim's grace period is over.
+    GraceOver,
+    /// Graceful preemption: the victim's checkpoint is saved and it gives its nodes up.
+    Yield,
 }
 
 impl Done {
@@ -367,6 +371,18 @@ impl<'a> Engine<'a> {
                 }
                 false
             }
+            What::GraceOver => {
+                if self.current(i, ev) {
+                    self.grace_over(i);
+                }
+                false
+            }
+            What::Yield => {
+                if self.current(i, ev) {
+                    self.checkpoint_saved(i);
+                }
+                false
+            }
             What::MigrationPoint => {
                 if self.current(i, ev) {
                     self.migration_point(i, ev.iteration);
@@ -651,6 +667,9 @@ impl<'a> Engine<'a> {
         };
         if let Some((i, k)) = finished_iteration {
             self.iteration_done(i, k);
+            if self.yield_at_iteration_end(i, g) {
+                return false;
+            }
         }
         // One action buffer serves every event (taken out while in use).
         let mut actions = std::mem::take(&mut self.actions);
@@ -812,6 +831,7 @@ impl<'a> Engine<'a> {
 
     fn complete(&mut self, job: JobId) {
         let i = job.0 as usize;
+        self.forget_drain(i);
         let s = self.states[i].take().expect("running job");
         self.record_outcome(i, &s, false);
         let g = s.placed.expect("placed").group;
@@ -892,6 +912,7 @@ impl<'a> Engine<'a> {
         let Some(s) = self.states[i].as_mut() else { return };
         let Some(p) = s.placed.take() else { return };
         s.epoch += 1;
+        self.forget_drain(i);
         let job = JobId(i as u32);
         if let Some(d) = self.dispatchers.get_mut(&p.group) {
             if let Ok(actions) = d.handle(self.now, Input::Leave { job }) {

@@ -68,6 +68,10 @@ pub struct DynamicsCounts {
     /// Jobs taken off their nodes for another tenant's or a higher priority's job.
     #[serde(default)]
     pub preemptions: u64,
+    /// Of those, victims that saved a checkpoint at their iteration's end within their grace
+    /// period (graceful preemption: they lost no iterations).
+    #[serde(default)]
+    pub preemptions_saved: u64,
 }
 
 /// One job's result.

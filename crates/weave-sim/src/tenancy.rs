@@ -236,6 +236,7 @@ mod tests {
             checkpoint_every: 1,
             half_life: None,
             preempts_own: weave_core::Priority::High,
+            grace: Micros::ZERO,
         };
         let mut l = Ledgers::new(1);
         let h = |x: f64| Micros::from_secs_f64(x * 3600.0);

@@ -39,6 +39,9 @@ pub struct SimJob {
     pub sync: Micros,
     /// Loading the job's state from storage on both pools at its first start.
     pub cold_start: Micros,
+    /// Saving its training state to storage when told to (graceful preemption): as long as
+    /// loading it takes.
+    pub checkpoint_save: Micros,
     pub place: PlaceJob,
     /// How the job's durations drift over its life (see `dynamics::assign_drift`).
     pub drift: weave_model::Drift,
@@ -228,6 +231,7 @@ fn prepare_jobs(
                 colo,
                 sync,
                 cold_start,
+                checkpoint_save: switch_time(model, Pool::Training, SwitchKind::Cold),
                 drift: weave_model::Drift::None,
                 migration: MigrationShape::NONE,
             }

@@ -15,9 +15,10 @@ fn tenant(name: &str, nodes: f64, borrow: Option<f64>) -> TenantQuota {
 }
 
 fn run(jsonl: &str, nodes: u32, mode: ShareMode, tenants: Vec<TenantQuota>, min_run_s: u64) -> PolicyReport {
-    run_with(jsonl, nodes, mode, tenants, min_run_s, None, Policy::WeaveDisaggOnly)
+    run_with(jsonl, nodes, mode, tenants, min_run_s, None, Policy::WeaveDisaggOnly, Micros::ZERO)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_with(
     jsonl: &str,
     nodes: u32,
@@ -26,6 +27,7 @@ fn run_with(
     min_run_s: u64,
     half_life: Option<Micros>,
     policy: Policy,
+    grace: Micros,
 ) -> PolicyReport {
     let share = SharePolicy {
         mode,
@@ -34,6 +36,7 @@ fn run_with(
         checkpoint_every: 2,
         half_life,
         preempts_own: Priority::High,
+        grace,
     };
     replay_shared(jsonl, nodes, share, policy)
 }
@@ -57,6 +60,18 @@ fn run_checkpointed(
     checkpoint_every: u64,
     min_run_s: u64,
 ) -> PolicyReport {
+    run_graceful(jsonl, mode, tenants, checkpoint_every, min_run_s, Micros::ZERO)
+}
+
+/// [`run_checkpointed`] with a grace period for victims.
+fn run_graceful(
+    jsonl: &str,
+    mode: ShareMode,
+    tenants: Vec<TenantQuota>,
+    checkpoint_every: u64,
+    min_run_s: u64,
+    grace: Micros,
+) -> PolicyReport {
     let share = SharePolicy {
         mode,
         tenants,
@@ -64,6 +79,7 @@ fn run_checkpointed(
         checkpoint_every,
         half_life: None,
         preempts_own: Priority::High,
+        grace,
     };
     replay_shared(jsonl, 1, share, Policy::WeaveDisaggOnly)
 }
@@ -119,6 +135,36 @@ fn work_a_preemption_threw_away_counts_once_in_the_victims_slo() {
     let wasted = pre.preempted_training_gpu_hours.unwrap();
     assert!(wasted > 0.0 && wasted < pre.training.busy_gpu_hours, "{wasted}");
     assert_eq!(alone.preempted_training_gpu_hours, Some(0.0));
+}
+
+#[test]
+fn a_victim_given_a_grace_period_saves_at_its_iteration_end_and_loses_nothing() {
+    let quotas = || vec![tenant("a", 1.0, None)];
+    let text = OUTRANKED.replace(r#""slo":1.0"#, r#""slo":3.0"#);
+    // Checkpoints every 5 iterations: stopped at once, low loses work (the test above).
+    let at_once = run_checkpointed(&text, ShareMode::Preemption, quotas(), 5, 1800);
+    assert!(at_once.tenants[0].lost_iterations >= 1);
+    assert_eq!(at_once.events.preemptions_saved, 0);
+    // Ten minutes is longer than one 7B_8k iteration: low finishes it, saves and yields.
+    let grace = Micros::from_secs(600);
+    let graceful = run_graceful(&text, ShareMode::Preemption, quotas(), 5, 1800, grace);
+    assert_eq!(graceful.events.preemptions, 1);
+    assert_eq!(graceful.events.preemptions_saved, 1);
+    assert_eq!(graceful.tenants[0].lost_iterations, 0);
+    assert_eq!(graceful.preempted_training_gpu_hours, Some(0.0));
+    let low = graceful.per_job.iter().find(|j| j.name == "low").unwrap();
+    assert_eq!(low.iterations, 40);
+    // high waits for the rest of low's iteration and its checkpoint, within the grace period
+    // and the save (under a minute for 7B), never longer.
+    let waited = delay_h(&graceful, "high");
+    assert!(waited > 0.0 && waited <= (600.0 + 60.0) / 3600.0, "high waited {waited} h");
+    // One second is too short to finish an iteration: low stops at the deadline and loses
+    // what it did since its checkpoint, as without a grace period.
+    let short = run_graceful(&text, ShareMode::Preemption, quotas(), 5, 1800, Micros::from_secs(1));
+    assert_eq!(short.events.preemptions, 1);
+    assert_eq!(short.events.preemptions_saved, 0);
+    assert_eq!(short.tenants[0].lost_iterations, at_once.tenants[0].lost_iterations);
+    assert!(delay_h(&short, "high") <= 2.0 / 3600.0);
 }
 
 /// Two nodes per pool: `long` holds one, `wide` needs both and waits for it, `short` fits
@@ -227,11 +273,14 @@ proptest! {
     fn every_job_runs_nobody_is_preempted_early_and_borrowing_stays_within_limits(
         jobs in proptest::collection::vec((0u32..600, 0u8..2, 0u8..3, 2u64..30), 2..10),
         mode in 0usize..4,
+        grace_s in prop_oneof![Just(0u64), 1u64..1200],
     ) {
         let mode = ShareMode::ALL[mode];
         let text = random_trace(&jobs);
         let quotas = vec![tenant("t0", 2.0, Some(1.0)), tenant("t1", 1.0, Some(1.0))];
-        let r = run(&text, 3, mode, quotas.clone(), 1200);
+        let grace = Micros::from_secs(grace_s);
+        let run = |text: &str, quotas| run_with(text, 3, mode, quotas, 1200, None, Policy::WeaveDisaggOnly, grace);
+        let r = run(&text, quotas.clone());
         prop_assert_eq!(r.rejected, 0);
         let total: u64 = jobs.iter().map(|j| j.3).sum();
         prop_assert_eq!(r.iterations, total, "every job finishes all its iterations");
@@ -245,7 +294,7 @@ proptest! {
             }
         }
         // The same inputs give the same bytes.
-        let again = run(&text, 3, mode, quotas, 1200);
+        let again = run(&text, quotas);
         prop_assert_eq!(serde_json::to_string(&r).unwrap(), serde_json::to_string(&again).unwrap());
     }
 }
@@ -261,16 +310,18 @@ proptest! {
         jobs in proptest::collection::vec((0u32..600, 0u8..2, 0u8..3, 2u64..30), 2..10),
         mode in 1usize..4,
         half_life_s in proptest::option::of(600u64..36_000),
+        grace_s in prop_oneof![Just(0u64), 1u64..1200],
     ) {
         let mode = ShareMode::ALL[mode];
         let text = random_trace(&jobs);
         let quotas = vec![tenant("t0", 2.0, Some(1.0)), tenant("t1", 1.0, Some(1.0))];
         let half_life = half_life_s.map(Micros::from_secs);
-        let r = run_with(&text, 3, mode, quotas.clone(), 600, half_life, Policy::Weave);
+        let grace = Micros::from_secs(grace_s);
+        let r = run_with(&text, 3, mode, quotas.clone(), 600, half_life, Policy::Weave, grace);
         prop_assert_eq!(r.rejected, 0);
         let total: u64 = jobs.iter().map(|j| j.3).sum();
         prop_assert_eq!(r.iterations, total);
-        let again = run_with(&text, 3, mode, quotas, 600, half_life, Policy::Weave);
+        let again = run_with(&text, 3, mode, quotas, 600, half_life, Policy::Weave, grace);
         prop_assert_eq!(serde_json::to_string(&r).unwrap(), serde_json::to_string(&again).unwrap());
     }
 }

@@ -1,10 +1,12 @@
 //! Sharing fixed pools between tenants inside the replay: the queue in the policy core's
 //! order, quotas, preemption of borrowed or outranked capacity (the victim loses its work since
-//! its last checkpoint and waits again), and EASY backfill behind a blocked head.
+//! its last checkpoint and waits again, or with a grace period saves one at its iteration's
+//! end first), and EASY backfill behind a blocked head.
 
-use super::Engine;
+use super::{Engine, What, CLASS_OTHER};
 use crate::tenancy::{BackfillReport, Ledgers};
-use weave_core::{JobId, Micros};
+use weave_core::{GroupId, JobId, Micros};
+use weave_dispatch::Input;
 use weave_place::queue::QueueDriver;
 use weave_place::share::{Claim, Nodes, Running, SharePolicy, Usage, Waiting};
 
@@ -25,6 +27,21 @@ pub(super) struct Sharing {
     pub passed_over: std::collections::BTreeSet<usize>,
     /// Training GPU-µs charged busy for work that preemptions threw away.
     pub wasted_training: u128,
+    /// Victims of graceful preemption that have not given their nodes up yet.
+    pub draining: std::collections::BTreeMap<usize, Drain>,
+}
+
+/// A victim of graceful preemption, between being told to yield and giving its nodes up.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Drain {
+    /// The waiting job it yields to.
+    claimant: usize,
+    /// For a higher-priority job of its own tenant (else to reclaim borrowed capacity).
+    outranked: bool,
+    /// It finished its iteration, left its group and is saving a checkpoint there.
+    saving: bool,
+    /// When it stops if still running (not saving), or when its checkpoint is saved.
+    by: Micros,
 }
 
 impl Sharing {
@@ -48,6 +65,7 @@ impl Sharing {
             backfill: Default::default(),
             passed_over: Default::default(),
             wasted_training: 0,
+            draining: Default::default(),
         }
     }
 }
@@ -143,6 +161,9 @@ impl Engine<'_> {
             .filter_map(|v| {
                 let s = self.states[v].as_ref()?;
                 s.placed?;
+                if share.draining.contains_key(&v) {
+                    return None;
+                }
                 let job = JobId(v as u32);
                 let held = weave_place::share::exclusive_nodes(&self.placer, job);
                 Some(Running {
@@ -237,6 +258,8 @@ impl QueueDriver for Engine<'_> {
         }
         self.waiting.remove(k);
         let (now, share) = (self.now, self.share.as_mut().expect("sharing"));
+        // It started some other way: its victims not yet saving go on running.
+        share.draining.retain(|_, d| d.claimant != i || d.saving);
         if let Some(promised) = share.promised.remove(&i) {
             share.backfill.started(now, promised);
         }
@@ -263,6 +286,9 @@ impl QueueDriver for Engine<'_> {
     /// Its conservative end (see [`Engine::conservative_duration`]).
     fn running_end(&self, j: JobId) -> Option<Micros> {
         let i = j.0 as usize;
+        if let Some(d) = self.drain(i) {
+            return Some(if d.saving { d.by } else { d.by + self.jobs[i].checkpoint_save });
+        }
         self.states[i].as_ref().is_some_and(|s| s.placed.is_some()).then(|| self.now + self.conservative_duration(i))
     }
 
@@ -270,15 +296,111 @@ impl QueueDriver for Engine<'_> {
         Some(self.conservative_duration(self.waiting[k]))
     }
 
-    /// Preempts victims for waiting job `w` if together they free enough nodes for it.
+    /// Preempts victims for waiting job `w` if together they free enough nodes for it; with a
+    /// grace period they are told to yield instead and `w` starts once they have (false: nothing
+    /// is free yet). A job already waiting for its victims asks for no more.
     fn preempt_for(&mut self, w: Waiting, usage: &Usage, claim: Claim) -> bool {
-        let running = self.running_for_share();
+        let claimant = w.arrival as usize;
         let share = self.share.as_ref().expect("sharing");
-        let Some(chosen) = share.policy.preemption(&self.placer, w, &running, usage, claim) else { return false };
-        for v in chosen {
-            let own = self.share.as_ref().expect("sharing").tenant_of[v.0 as usize] == w.tenant;
-            self.preempt(v.0 as usize, own);
+        if share.draining.values().any(|d| d.claimant == claimant) {
+            return false;
         }
+        let running = self.running_for_share();
+        let Some(chosen) = share.policy.preemption(&self.placer, w, &running, usage, claim) else { return false };
+        let grace = share.policy.grace;
+        for v in chosen {
+            let v = v.0 as usize;
+            let outranked = self.share.as_ref().expect("sharing").tenant_of[v] == w.tenant;
+            if grace == Micros::ZERO {
+                self.preempt(v, outranked);
+            } else {
+                self.tell_to_yield(v, claimant, outranked, grace);
+            }
+        }
+        grace == Micros::ZERO
+    }
+}
+
+/// Graceful preemption: a victim finishes its in-flight iteration, saves a checkpoint there
+/// and then gives its nodes up; one still running when its grace period ends stops as without.
+impl Engine<'_> {
+    fn tell_to_yield(&mut self, v: usize, claimant: usize, outranked: bool, grace: Micros) {
+        let by = self.now + grace;
+        let drain = Drain { claimant, outranked, saving: false, by };
+        self.share.as_mut().expect("sharing").draining.insert(v, drain);
+        self.push(by, CLASS_OTHER, v, What::GraceOver, 0);
+    }
+
+    fn drain(&self, v: usize) -> Option<Drain> {
+        self.share.as_ref()?.draining.get(&v).copied()
+    }
+
+    /// Job `i`, told to yield, just finished an iteration that is not its last: it saves a
+    /// checkpoint there and leaves its group (it starts no more work); its nodes are free once
+    /// the checkpoint is saved. True if so.
+    pub(super) fn yield_at_iteration_end(&mut self, i: usize, g: GroupId) -> bool {
+        let Some(d) = self.drain(i) else { return false };
+        let (job, save) = (&self.jobs[i], self.jobs[i].checkpoint_save);
+        let s = self.states[i].as_mut().expect("running job");
+        if d.saving || (!self.cfg.fixed_lifetimes && s.done >= job.iterations) {
+            return false;
+        }
+        s.checkpoint = s.done;
+        s.at_checkpoint = (s.solo_sum, s.within_slo);
+        s.train_busy_unsaved = 0;
+        let by = self.now + save;
+        self.share.as_mut().expect("sharing").draining.insert(i, Drain { saving: true, by, ..d });
+        if let Some(dispatcher) = self.dispatchers.get_mut(&g) {
+            if let Ok(actions) = dispatcher.handle(self.now, Input::Leave { job: JobId(i as u32) }) {
+                self.apply(g, actions);
+            }
+        }
+        self.push(by, CLASS_OTHER, i, What::Yield, 0);
         true
+    }
+
+    /// The grace period of victim `v` is over: if it is still running, it stops now.
+    pub(super) fn grace_over(&mut self, v: usize) {
+        if let Some(d) = self.drain(v).filter(|d| !d.saving && d.by == self.now) {
+            self.give_up(v, d);
+        }
+    }
+
+    /// Victim `v` saved its checkpoint: its nodes are free.
+    pub(super) fn checkpoint_saved(&mut self, v: usize) {
+        if let Some(d) = self.drain(v).filter(|d| d.saving && d.by == self.now) {
+            self.metrics.events.preemptions_saved += 1;
+            self.give_up(v, d);
+        }
+    }
+
+    /// Takes victim `v` off its nodes; once its claimant's last victim has, the claimant starts
+    /// first on what they freed (if its quota lets it), then the queue goes on.
+    fn give_up(&mut self, v: usize, d: Drain) {
+        let share = self.share.as_mut().expect("sharing");
+        share.draining.remove(&v);
+        let busy = std::mem::replace(&mut share.busy, true);
+        self.preempt(v, d.outranked);
+        let share = self.share.as_mut().expect("sharing");
+        share.busy = busy;
+        if !share.draining.values().any(|x| x.claimant == d.claimant) {
+            self.start_claimant(d.claimant);
+        }
+        self.schedule_queue();
+    }
+
+    fn start_claimant(&mut self, c: usize) {
+        let Some(k) = self.waiting.iter().position(|&w| w == c) else { return };
+        let w = QueueDriver::waiting(self)[k];
+        if self.policy().may_start(w.tenant, w.demand, &self.usage()) {
+            self.try_start(k);
+        }
+    }
+
+    /// Job `i` left its nodes some other way (completed, failed, moved): it yields to nobody.
+    pub(super) fn forget_drain(&mut self, i: usize) {
+        if let Some(share) = self.share.as_mut() {
+            share.draining.remove(&i);
+        }
     }
 }
