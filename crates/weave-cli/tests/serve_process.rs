@@ -342,7 +342,8 @@ fn a_damaged_record_is_named_and_recovered_on_request() {
 }
 
 /// Preemption end to end with the Python client: bob's job takes back the quota one of
-/// alice's bandit jobs borrowed; its driver sees `Requeued`; the server is SIGKILLed and
+/// alice's bandit jobs borrowed; its driver sees `Requeued` (if it had a phase in flight: between
+/// iterations it is only told to wait); the server is SIGKILLed and
 /// restarted; the victim resumes from its checkpoint. The checks live in
 /// `python/tests/check_preemption.py`.
 #[test]

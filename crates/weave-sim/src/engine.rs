@@ -53,8 +53,10 @@ enum What {
     ShareTick,
     /// Graceful preemption: the victim's grace period is over.
     GraceOver,
-    /// Graceful preemption: the victim's checkpoint is saved and it gives its nodes up.
+    /// Graceful preemption: the victim's checkpoint is saved.
     Yield,
+    /// Graceful preemption: whether every victim of this claimant has yielded.
+    ClaimCheck,
 }
 
 impl Done {
@@ -383,14 +385,18 @@ impl<'a> Engine<'a> {
                 }
                 false
             }
+            What::ClaimCheck => {
+                self.claim_check(i);
+                false
+            }
             What::MigrationPoint => {
-                if self.current(i, ev) {
+                if self.current(i, ev) && !self.left_group(i) {
                     self.migration_point(i, ev.iteration);
                 }
                 false
             }
             _ => {
-                if !self.current(i, ev) {
+                if !self.current(i, ev) || self.left_group(i) {
                     return false;
                 }
                 let input = ev.input().expect("dispatcher event");
@@ -667,7 +673,7 @@ impl<'a> Engine<'a> {
         };
         if let Some((i, k)) = finished_iteration {
             self.iteration_done(i, k);
-            if self.yield_at_iteration_end(i, g) {
+            if self.yield_at_iteration_end(i) {
                 return false;
             }
         }

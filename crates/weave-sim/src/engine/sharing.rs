@@ -5,7 +5,7 @@
 
 use super::{Engine, What, CLASS_OTHER};
 use crate::tenancy::{BackfillReport, Ledgers};
-use weave_core::{GroupId, JobId, Micros};
+use weave_core::{JobId, Micros};
 use weave_dispatch::Input;
 use weave_place::queue::QueueDriver;
 use weave_place::share::{Claim, Nodes, Running, SharePolicy, Usage, Waiting};
@@ -38,10 +38,20 @@ pub(super) struct Drain {
     claimant: usize,
     /// For a higher-priority job of its own tenant (else to reclaim borrowed capacity).
     outranked: bool,
-    /// It finished its iteration, left its group and is saving a checkpoint there.
-    saving: bool,
-    /// When it stops if still running (not saving), or when its checkpoint is saved.
+    stage: Stage,
+    /// When it stops if still running, or when its checkpoint is saved.
     by: Micros,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Stage {
+    /// Finishing its in-flight iteration.
+    Running,
+    /// It finished that iteration, left its group and saves a checkpoint there.
+    Saving,
+    /// It works no more; it holds its nodes until its claimant's other victims have yielded
+    /// too, so that they all go to the claimant at once.
+    Yielded,
 }
 
 impl Sharing {
@@ -258,10 +268,14 @@ impl QueueDriver for Engine<'_> {
         }
         self.waiting.remove(k);
         let (now, share) = (self.now, self.share.as_mut().expect("sharing"));
-        // It started some other way: its victims not yet saving go on running.
-        share.draining.retain(|_, d| d.claimant != i || d.saving);
         if let Some(promised) = share.promised.remove(&i) {
             share.backfill.started(now, promised);
+        }
+        // It started some other way: its victims still running go on; the others give their
+        // nodes up as planned.
+        share.draining.retain(|_, d| d.claimant != i || d.stage != Stage::Running);
+        if share.draining.values().any(|d| d.claimant == i) {
+            self.push(now, CLASS_OTHER, i, What::ClaimCheck, 0);
         }
         true
     }
@@ -287,7 +301,10 @@ impl QueueDriver for Engine<'_> {
     fn running_end(&self, j: JobId) -> Option<Micros> {
         let i = j.0 as usize;
         if let Some(d) = self.drain(i) {
-            return Some(if d.saving { d.by } else { d.by + self.jobs[i].checkpoint_save });
+            return Some(match d.stage {
+                Stage::Running => d.by + self.jobs[i].checkpoint_save,
+                Stage::Saving | Stage::Yielded => d.by,
+            });
         }
         self.states[i].as_ref().is_some_and(|s| s.placed.is_some()).then(|| self.now + self.conservative_duration(i))
     }
@@ -323,10 +340,12 @@ impl QueueDriver for Engine<'_> {
 
 /// Graceful preemption: a victim finishes its in-flight iteration, saves a checkpoint there
 /// and then gives its nodes up; one still running when its grace period ends stops as without.
+/// A claimant's victims give their nodes up together, once the last has yielded, so that what
+/// they free goes to the claimant and not, piecemeal, to whoever the queue meets first.
 impl Engine<'_> {
     fn tell_to_yield(&mut self, v: usize, claimant: usize, outranked: bool, grace: Micros) {
         let by = self.now + grace;
-        let drain = Drain { claimant, outranked, saving: false, by };
+        let drain = Drain { claimant, outranked, stage: Stage::Running, by };
         self.share.as_mut().expect("sharing").draining.insert(v, drain);
         self.push(by, CLASS_OTHER, v, What::GraceOver, 0);
     }
@@ -335,57 +354,82 @@ impl Engine<'_> {
         self.share.as_ref()?.draining.get(&v).copied()
     }
 
+    /// Whether job `i` stopped working to yield its nodes (its phase events are stale).
+    pub(super) fn left_group(&self, i: usize) -> bool {
+        self.drain(i).is_some_and(|d| d.stage != Stage::Running)
+    }
+
+    fn set_stage(&mut self, v: usize, stage: Stage, by: Micros) {
+        if let Some(d) = self.share.as_mut().and_then(|s| s.draining.get_mut(&v)) {
+            (d.stage, d.by) = (stage, by);
+        }
+    }
+
+    /// Job `i` stops working: it leaves its group's dispatcher (it keeps its nodes).
+    fn leave_group(&mut self, i: usize) {
+        let Some(g) = self.states[i].as_ref().and_then(|s| s.placed).map(|p| p.group) else { return };
+        if let Some(dispatcher) = self.dispatchers.get_mut(&g) {
+            if let Ok(actions) = dispatcher.handle(self.now, Input::Leave { job: JobId(i as u32) }) {
+                self.apply(g, actions);
+            }
+        }
+    }
+
     /// Job `i`, told to yield, just finished an iteration that is not its last: it saves a
-    /// checkpoint there and leaves its group (it starts no more work); its nodes are free once
-    /// the checkpoint is saved. True if so.
-    pub(super) fn yield_at_iteration_end(&mut self, i: usize, g: GroupId) -> bool {
+    /// checkpoint there and leaves its group (it starts no more work). True if so.
+    pub(super) fn yield_at_iteration_end(&mut self, i: usize) -> bool {
         let Some(d) = self.drain(i) else { return false };
         let (job, save) = (&self.jobs[i], self.jobs[i].checkpoint_save);
         let s = self.states[i].as_mut().expect("running job");
-        if d.saving || (!self.cfg.fixed_lifetimes && s.done >= job.iterations) {
+        if d.stage != Stage::Running || (!self.cfg.fixed_lifetimes && s.done >= job.iterations) {
             return false;
         }
         s.checkpoint = s.done;
         s.at_checkpoint = (s.solo_sum, s.within_slo);
         s.train_busy_unsaved = 0;
         let by = self.now + save;
-        self.share.as_mut().expect("sharing").draining.insert(i, Drain { saving: true, by, ..d });
-        if let Some(dispatcher) = self.dispatchers.get_mut(&g) {
-            if let Ok(actions) = dispatcher.handle(self.now, Input::Leave { job: JobId(i as u32) }) {
-                self.apply(g, actions);
-            }
-        }
+        self.set_stage(i, Stage::Saving, by);
+        self.leave_group(i);
         self.push(by, CLASS_OTHER, i, What::Yield, 0);
         true
     }
 
-    /// The grace period of victim `v` is over: if it is still running, it stops now.
+    /// The grace period of victim `v` is over: if it is still running, it stops now (its work
+    /// since its last checkpoint is lost).
     pub(super) fn grace_over(&mut self, v: usize) {
-        if let Some(d) = self.drain(v).filter(|d| !d.saving && d.by == self.now) {
-            self.give_up(v, d);
+        if let Some(d) = self.drain(v).filter(|d| d.stage == Stage::Running && d.by == self.now) {
+            self.leave_group(v);
+            self.set_stage(v, Stage::Yielded, self.now);
+            self.claim_check(d.claimant);
         }
     }
 
-    /// Victim `v` saved its checkpoint: its nodes are free.
+    /// Victim `v` saved its checkpoint.
     pub(super) fn checkpoint_saved(&mut self, v: usize) {
-        if let Some(d) = self.drain(v).filter(|d| d.saving && d.by == self.now) {
+        if let Some(d) = self.drain(v).filter(|d| d.stage == Stage::Saving && d.by == self.now) {
             self.metrics.events.preemptions_saved += 1;
-            self.give_up(v, d);
+            self.set_stage(v, Stage::Yielded, self.now);
+            self.claim_check(d.claimant);
         }
     }
 
-    /// Takes victim `v` off its nodes; once its claimant's last victim has, the claimant starts
-    /// first on what they freed (if its quota lets it), then the queue goes on.
-    fn give_up(&mut self, v: usize, d: Drain) {
-        let share = self.share.as_mut().expect("sharing");
-        share.draining.remove(&v);
-        let busy = std::mem::replace(&mut share.busy, true);
-        self.preempt(v, d.outranked);
-        let share = self.share.as_mut().expect("sharing");
-        share.busy = busy;
-        if !share.draining.values().any(|x| x.claimant == d.claimant) {
-            self.start_claimant(d.claimant);
+    /// Once every victim of claimant `c` has yielded, they are taken off their nodes, the
+    /// claimant starts first on what they freed (if its quota lets it), then the queue goes on.
+    pub(super) fn claim_check(&mut self, c: usize) {
+        let share = self.share.as_ref().expect("sharing");
+        let mut victims = share.draining.iter().filter(|(_, d)| d.claimant == c);
+        if victims.clone().any(|(_, d)| d.stage != Stage::Yielded) {
+            return;
         }
+        let victims: Vec<(usize, Drain)> = victims.by_ref().map(|(&v, &d)| (v, d)).collect();
+        let share = self.share.as_mut().expect("sharing");
+        let busy = std::mem::replace(&mut share.busy, true);
+        for (v, d) in victims {
+            self.share.as_mut().expect("sharing").draining.remove(&v);
+            self.preempt(v, d.outranked);
+        }
+        self.share.as_mut().expect("sharing").busy = busy;
+        self.start_claimant(c);
         self.schedule_queue();
     }
 
@@ -397,10 +441,10 @@ impl Engine<'_> {
         }
     }
 
-    /// Job `i` left its nodes some other way (completed, failed, moved): it yields to nobody.
+    /// Job `i` left its nodes some other way (completed, failed, moved): it yields to nobody,
+    /// and its claimant may now have all it waits for (looked at once this event is handled).
     pub(super) fn forget_drain(&mut self, i: usize) {
-        if let Some(share) = self.share.as_mut() {
-            share.draining.remove(&i);
-        }
+        let Some(d) = self.share.as_mut().and_then(|s| s.draining.remove(&i)) else { return };
+        self.push(self.now, CLASS_OTHER, d.claimant, What::ClaimCheck, 0);
     }
 }
