@@ -489,6 +489,17 @@ fn tenants_experiment_compares_the_four_modes_per_tenant() {
     let o = weave(&["experiment", "tenants", "--trace", p.to_str().unwrap(), "--preempts-own", "urgent"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--preempts-own"), "{}", stderr(&o));
+    // Graceful preemption: victims saved at their iteration's end are among the preemptions;
+    // a grace period that is not a number of minutes is named.
+    let o = weave(&["experiment", "tenants", "--trace", p.to_str().unwrap(), "--grace-min", "5", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for r in rows.as_array().unwrap() {
+        assert!(r["preemptions_saved"].as_u64().unwrap() <= r["preemptions"].as_u64().unwrap(), "{r}");
+    }
+    let o = weave(&["experiment", "tenants", "--trace", p.to_str().unwrap(), "--grace-min=-1"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--grace-min"), "{}", stderr(&o));
     let bad = temp_file("bad-tenants.toml", "[[tenant]]\nname = \"x\"\nrollout_nodes = -1\ntraining_nodes = 2\n");
     let o = weave(&["experiment", "tenants", "--tenants", bad.to_str().unwrap()]);
     assert!(!o.status.success());
