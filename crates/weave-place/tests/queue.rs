@@ -1,10 +1,10 @@
 //! The queue pass over a scripted driver: who may start, who may preempt, and for what.
 
 mod common;
-use common::{config, job};
+use common::{config, job, one_tenant_policy};
 use weave_core::{JobId, Micros, Priority};
 use weave_place::queue::{start_one, Blocked, QueueDriver};
-use weave_place::share::{Claim, ShareMode, SharePolicy, TenantQuota, Usage, Waiting};
+use weave_place::share::{Claim, ShareMode, SharePolicy, Usage, Waiting};
 use weave_place::{PlacePolicy, Placer};
 
 /// A queue whose jobs start only if listed in `fits`; preemption succeeds for jobs listed in
@@ -23,16 +23,7 @@ struct Script {
 
 impl Script {
     fn new(mode: ShareMode, priorities: &[Priority]) -> Self {
-        let tenant = TenantQuota { name: "a".into(), rollout_nodes: 10.0, training_nodes: 10.0, borrow_limit: None };
-        let policy = SharePolicy {
-            mode,
-            tenants: vec![tenant],
-            min_run: Micros::ZERO,
-            checkpoint_every: 1,
-            half_life: None,
-            preempts_own: Priority::High,
-            grace: Micros::ZERO,
-        };
+        let policy = one_tenant_policy(mode, 10.0);
         let waiting = priorities
             .iter()
             .enumerate()

@@ -1,7 +1,7 @@
 //! The share core's projections over a real placer.
 
 mod common;
-use common::{config, job};
+use common::{config, job, one_tenant_policy};
 use weave_core::{JobId, Micros};
 use weave_place::share::{backfill_keeps_reserved, free_nodes, projected_starts, Nodes};
 use weave_place::{PlacePolicy, Placer};
@@ -77,7 +77,7 @@ fn backfill_may_take_what_ends_in_time_or_what_the_reserved_jobs_leave() {
 #[test]
 fn behind_a_blocked_head_a_preemption_counts_only_what_its_victims_free() {
     use weave_core::Priority;
-    use weave_place::share::{Claim, Running, ShareMode, SharePolicy, TenantQuota, Waiting};
+    use weave_place::share::{Claim, Running, ShareMode, Waiting};
     let mut cfg = config(PlacePolicy::Weave);
     cfg.capacity = Some((3, 3));
     let mut placer = Placer::new(cfg);
@@ -85,16 +85,7 @@ fn behind_a_blocked_head_a_preemption_counts_only_what_its_victims_free() {
         placer.admit(job(id, 100, 100, 1.0)).unwrap();
     }
     assert_eq!(free_nodes(&placer), [1.0, 1.0]);
-    let tenant = TenantQuota { name: "a".into(), rollout_nodes: 3.0, training_nodes: 3.0, borrow_limit: None };
-    let policy = SharePolicy {
-        mode: ShareMode::Preemption,
-        tenants: vec![tenant],
-        min_run: Micros::ZERO,
-        checkpoint_every: 1,
-        half_life: None,
-        preempts_own: Priority::High,
-        grace: Micros::ZERO,
-    };
+    let policy = one_tenant_policy(ShareMode::Preemption, 3.0);
     let running = |id: u32, priority| Running {
         job: JobId(id),
         tenant: 0,

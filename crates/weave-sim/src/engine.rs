@@ -133,6 +133,16 @@ struct JobState {
     rollout_plain: Micros,
 }
 
+impl JobState {
+    /// Its checkpoint is now: a later preemption or failure resumes here, and its SLO's solo
+    /// reference and unsaved training time roll back to here.
+    fn save_checkpoint(&mut self) {
+        self.checkpoint = self.done;
+        self.at_checkpoint = (self.solo_sum, self.within_slo);
+        self.train_busy_unsaved = 0;
+    }
+}
+
 pub struct Engine<'a> {
     jobs: &'a [SimJob],
     cluster: &'a ClusterConfig,
@@ -716,9 +726,7 @@ impl<'a> Engine<'a> {
             _ => None,
         };
         if every.is_some_and(|e| s.done.is_multiple_of(e.max(1))) {
-            s.checkpoint = s.done;
-            s.at_checkpoint = (s.solo_sum, s.within_slo);
-            s.train_busy_unsaved = 0;
+            s.save_checkpoint();
         }
         s.measured.push_back(s.current);
         if s.measured.len() > MEASURED_KEPT {
@@ -920,12 +928,17 @@ impl<'a> Engine<'a> {
         s.epoch += 1;
         self.forget_drain(i);
         let job = JobId(i as u32);
-        if let Some(d) = self.dispatchers.get_mut(&p.group) {
+        self.leave_dispatcher(p.group, job);
+        self.release(job, p.group);
+    }
+
+    /// Job `job` leaves group `g`'s dispatcher (its nodes stay held until released).
+    fn leave_dispatcher(&mut self, g: GroupId, job: JobId) {
+        if let Some(d) = self.dispatchers.get_mut(&g) {
             if let Ok(actions) = d.handle(self.now, Input::Leave { job }) {
-                self.apply(p.group, actions);
+                self.apply(g, actions);
             }
         }
-        self.release(job, p.group);
     }
 
     fn fail(&mut self, i: usize) {

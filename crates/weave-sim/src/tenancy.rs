@@ -212,6 +212,7 @@ pub fn jain_index(tenants: &[TenantReport]) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weave_place::share::{ShareMode, TenantQuota};
 
     #[test]
     fn a_blocked_job_is_late_only_after_its_projected_start() {
@@ -224,7 +225,6 @@ mod tests {
         assert_eq!((b.jumped, b.late, b.late_over_1h), (4, 2, 1));
         assert!((b.max_late_h - 3.0).abs() < 1e-9);
     }
-    use weave_place::share::{ShareMode, TenantQuota};
 
     #[test]
     fn hourly_use_splits_usage_at_hour_boundaries() {

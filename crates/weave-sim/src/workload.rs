@@ -149,7 +149,13 @@ impl SimJob {
     /// exists: one checkpoint interval (`checkpoint_every` iterations at its own solo pace, the
     /// most a victim loses), plus its cold start.
     pub fn high_wait_bound(&self, checkpoint_every: u64) -> Micros {
-        Micros((self.disagg.solo() + self.sync).0.saturating_mul(checkpoint_every.max(1))) + self.cold_start
+        self.solo_run(checkpoint_every.max(1))
+    }
+
+    /// `n` iterations run solo on the conservative estimate, with weight syncs, plus its cold
+    /// start.
+    fn solo_run(&self, n: u64) -> Micros {
+        Micros((self.disagg.solo() + self.sync).0.saturating_mul(n)) + self.cold_start
     }
 
     /// The job's life at fixed lifetimes: until the trace's solo end, or its iterations run
@@ -157,9 +163,7 @@ impl SimJob {
     pub fn lifetime(&self) -> Micros {
         match self.spec.lifetime {
             weave_core::Lifetime::SoloUntil(end) => end.saturating_sub(self.spec.arrival),
-            weave_core::Lifetime::Iterations(n) => {
-                Micros((self.disagg.solo() + self.sync).0.saturating_mul(n)) + self.cold_start
-            }
+            weave_core::Lifetime::Iterations(n) => self.solo_run(n),
         }
     }
 

@@ -29,16 +29,27 @@ fn run_with(
     policy: Policy,
     grace: Micros,
 ) -> PolicyReport {
-    let share = SharePolicy {
+    let share = SharePolicy { half_life, ..share_policy(mode, tenants, min_run_s, 2, grace) };
+    replay_shared(jsonl, nodes, share, policy)
+}
+
+/// Only `high` displaces its own tenant's jobs; no decay.
+fn share_policy(
+    mode: ShareMode,
+    tenants: Vec<TenantQuota>,
+    min_run_s: u64,
+    checkpoint_every: u64,
+    grace: Micros,
+) -> SharePolicy {
+    SharePolicy {
         mode,
         tenants,
         min_run: Micros::from_secs(min_run_s),
-        checkpoint_every: 2,
-        half_life,
+        checkpoint_every,
+        half_life: None,
         preempts_own: Priority::High,
         grace,
-    };
-    replay_shared(jsonl, nodes, share, policy)
+    }
 }
 
 fn replay_shared(jsonl: &str, nodes: u32, share: SharePolicy, policy: Policy) -> PolicyReport {
@@ -72,15 +83,7 @@ fn run_graceful(
     min_run_s: u64,
     grace: Micros,
 ) -> PolicyReport {
-    let share = SharePolicy {
-        mode,
-        tenants,
-        min_run: Micros::from_secs(min_run_s),
-        checkpoint_every,
-        half_life: None,
-        preempts_own: Priority::High,
-        grace,
-    };
+    let share = share_policy(mode, tenants, min_run_s, checkpoint_every, grace);
     replay_shared(jsonl, 1, share, Policy::WeaveDisaggOnly)
 }
 

@@ -49,3 +49,23 @@ pub fn config(policy: PlacePolicy) -> PlacerConfig {
         seed: 7,
     }
 }
+
+/// One tenant `a` entitled to `nodes` of each pool; no minimum run, a checkpoint every
+/// iteration, no decay, only `high` displaces the tenant's jobs, victims stop at once.
+pub fn one_tenant_policy(mode: weave_place::share::ShareMode, nodes: f64) -> weave_place::share::SharePolicy {
+    let tenant = weave_place::share::TenantQuota {
+        name: "a".into(),
+        rollout_nodes: nodes,
+        training_nodes: nodes,
+        borrow_limit: None,
+    };
+    weave_place::share::SharePolicy {
+        mode,
+        tenants: vec![tenant],
+        min_run: Micros::ZERO,
+        checkpoint_every: 1,
+        half_life: None,
+        preempts_own: weave_core::Priority::High,
+        grace: Micros::ZERO,
+    }
+}

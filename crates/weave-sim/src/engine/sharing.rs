@@ -6,7 +6,6 @@
 use super::{Engine, What, CLASS_OTHER};
 use crate::tenancy::{BackfillReport, Ledgers};
 use weave_core::{JobId, Micros};
-use weave_dispatch::Input;
 use weave_place::queue::QueueDriver;
 use weave_place::share::{Claim, Nodes, Running, SharePolicy, Usage, Waiting};
 
@@ -85,6 +84,18 @@ impl Engine<'_> {
         self.share.is_some()
     }
 
+    /// Waiting job `i` as the policy core sees it (its arrival is its index).
+    fn as_waiting(&self, i: usize) -> Waiting {
+        let share = self.share.as_ref().expect("sharing");
+        Waiting {
+            tenant: share.tenant_of[i],
+            priority: self.jobs[i].spec.priority,
+            arrival: i as u64,
+            demand: self.demand(i),
+            resumes: self.states[i].is_some(),
+        }
+    }
+
     fn demand(&self, i: usize) -> Nodes {
         let s = &self.jobs[i].spec;
         [s.rollout_nodes as f64, s.train_nodes as f64]
@@ -142,15 +153,14 @@ impl Engine<'_> {
         let overdue: Vec<(usize, Waiting)> = self
             .waiting
             .iter()
-            .zip(QueueDriver::waiting(self))
-            .filter(|(&i, w)| {
+            .filter(|&&i| {
                 let j = &self.jobs[i];
-                w.priority == weave_core::Priority::High
+                j.spec.priority == weave_core::Priority::High
                     && self.states[i].is_none()
                     && !share.passed_over.contains(&i)
                     && self.now > j.spec.arrival + j.high_wait_bound(every)
             })
-            .map(|(&i, w)| (i, w))
+            .map(|&i| (i, self.as_waiting(i)))
             .collect();
         if overdue.is_empty() {
             return;
@@ -236,17 +246,7 @@ impl QueueDriver for Engine<'_> {
 
     /// The queue as the policy core sees it (same order as `self.waiting`).
     fn waiting(&self) -> Vec<Waiting> {
-        let share = self.share.as_ref().expect("sharing");
-        self.waiting
-            .iter()
-            .map(|&i| Waiting {
-                tenant: share.tenant_of[i],
-                priority: self.jobs[i].spec.priority,
-                arrival: i as u64,
-                demand: self.demand(i),
-                resumes: self.states[i].is_some(),
-            })
-            .collect()
+        self.waiting.iter().map(|&i| self.as_waiting(i)).collect()
     }
 
     fn order(&self, waiting: &[Waiting], usage: &Usage) -> Vec<usize> {
@@ -274,7 +274,7 @@ impl QueueDriver for Engine<'_> {
         // It started some other way: its victims still running go on; the others give their
         // nodes up as planned.
         share.draining.retain(|_, d| d.claimant != i || d.stage != Stage::Running);
-        if share.draining.values().any(|d| d.claimant == i) {
+        if self.awaits_victims(i) {
             self.push(now, CLASS_OTHER, i, What::ClaimCheck, 0);
         }
         true
@@ -318,10 +318,10 @@ impl QueueDriver for Engine<'_> {
     /// is free yet). A job already waiting for its victims asks for no more.
     fn preempt_for(&mut self, w: Waiting, usage: &Usage, claim: Claim) -> bool {
         let claimant = w.arrival as usize;
-        let share = self.share.as_ref().expect("sharing");
-        if share.draining.values().any(|d| d.claimant == claimant) {
+        if self.awaits_victims(claimant) {
             return false;
         }
+        let share = self.share.as_ref().expect("sharing");
         let running = self.running_for_share();
         let Some(chosen) = share.policy.preemption(&self.placer, w, &running, usage, claim) else { return false };
         let grace = share.policy.grace;
@@ -350,6 +350,11 @@ impl Engine<'_> {
         self.push(by, CLASS_OTHER, v, What::GraceOver, 0);
     }
 
+    /// Whether waiting job `c` has victims that have not given their nodes up yet.
+    fn awaits_victims(&self, c: usize) -> bool {
+        self.share.as_ref().is_some_and(|s| s.draining.values().any(|d| d.claimant == c))
+    }
+
     fn drain(&self, v: usize) -> Option<Drain> {
         self.share.as_ref()?.draining.get(&v).copied()
     }
@@ -367,11 +372,8 @@ impl Engine<'_> {
 
     /// Job `i` stops working: it leaves its group's dispatcher (it keeps its nodes).
     fn leave_group(&mut self, i: usize) {
-        let Some(g) = self.states[i].as_ref().and_then(|s| s.placed).map(|p| p.group) else { return };
-        if let Some(dispatcher) = self.dispatchers.get_mut(&g) {
-            if let Ok(actions) = dispatcher.handle(self.now, Input::Leave { job: JobId(i as u32) }) {
-                self.apply(g, actions);
-            }
+        if let Some(p) = self.states[i].as_ref().and_then(|s| s.placed) {
+            self.leave_dispatcher(p.group, JobId(i as u32));
         }
     }
 
@@ -384,9 +386,7 @@ impl Engine<'_> {
         if d.stage != Stage::Running || (!self.cfg.fixed_lifetimes && s.done >= job.iterations) {
             return false;
         }
-        s.checkpoint = s.done;
-        s.at_checkpoint = (s.solo_sum, s.within_slo);
-        s.train_busy_unsaved = 0;
+        s.save_checkpoint();
         let by = self.now + save;
         self.set_stage(i, Stage::Saving, by);
         self.leave_group(i);
@@ -416,13 +416,12 @@ impl Engine<'_> {
     /// Once every victim of claimant `c` has yielded, they are taken off their nodes, the
     /// claimant starts first on what they freed (if its quota lets it), then the queue goes on.
     pub(super) fn claim_check(&mut self, c: usize) {
-        let share = self.share.as_ref().expect("sharing");
-        let mut victims = share.draining.iter().filter(|(_, d)| d.claimant == c);
-        if victims.clone().any(|(_, d)| d.stage != Stage::Yielded) {
+        let share = self.share.as_mut().expect("sharing");
+        let victims: Vec<(usize, Drain)> =
+            share.draining.iter().filter(|(_, d)| d.claimant == c).map(|(&v, &d)| (v, d)).collect();
+        if victims.iter().any(|(_, d)| d.stage != Stage::Yielded) {
             return;
         }
-        let victims: Vec<(usize, Drain)> = victims.by_ref().map(|(&v, &d)| (v, d)).collect();
-        let share = self.share.as_mut().expect("sharing");
         let busy = std::mem::replace(&mut share.busy, true);
         for (v, d) in victims {
             self.share.as_mut().expect("sharing").draining.remove(&v);
@@ -435,7 +434,7 @@ impl Engine<'_> {
 
     fn start_claimant(&mut self, c: usize) {
         let Some(k) = self.waiting.iter().position(|&w| w == c) else { return };
-        let w = QueueDriver::waiting(self)[k];
+        let w = self.as_waiting(c);
         if self.policy().may_start(w.tenant, w.demand, &self.usage()) {
             self.try_start(k);
         }
