@@ -8,7 +8,8 @@
 
 use crate::placer::Placer;
 use serde::{Deserialize, Serialize};
-use weave_core::{JobId, Micros, Priority};
+use std::collections::BTreeMap;
+use weave_core::{GroupId, JobId, Micros, Priority};
 
 /// Nodes per pool: `[rollout, training]`.
 pub type Nodes = [f64; 2];
@@ -233,12 +234,32 @@ pub fn free_nodes(placer: &Placer) -> Nodes {
 /// Nodes that leave with `job`: its rollout block if it is alone on it, and its group's
 /// training nodes if it is the group's only member.
 pub fn exclusive_nodes(placer: &Placer, job: JobId) -> Nodes {
-    let Some(g) = placer.group_of(job).and_then(|g| placer.group(g)) else { return [0.0; 2] };
-    let Some(m) = g.members.iter().find(|m| m.job.id == job) else { return [0.0; 2] };
-    let alone_on_block = g.members.iter().filter(|o| o.block == m.block).count() == 1;
-    let block = if alone_on_block && !g.colocated { g.block(m.block).map_or(0, |b| b.nodes.len()) } else { 0 };
-    let train = if g.members.len() == 1 { g.training_nodes.len() } else { 0 };
-    [block as f64, train as f64]
+    freed_nodes(placer, &[job])
+}
+
+/// Nodes that leave with the jobs of `set` together: each rollout block whose members are all
+/// in it, and the training nodes of each group whose members all are (so two partners sharing
+/// a group free its nodes although neither does alone).
+pub fn freed_nodes(placer: &Placer, set: &[JobId]) -> Nodes {
+    let mut groups: Vec<GroupId> = set.iter().filter_map(|&j| placer.group_of(j)).collect();
+    groups.sort();
+    groups.dedup();
+    let mut freed = [0.0; 2];
+    for g in groups.iter().filter_map(|&g| placer.group(g)) {
+        let leaves = |m: &crate::group::Member| set.contains(&m.job.id);
+        if !g.colocated {
+            for b in &g.blocks {
+                let on_block = || g.members.iter().filter(|m| m.block == b.id);
+                if on_block().next().is_some() && on_block().all(leaves) {
+                    freed[0] += b.nodes.len() as f64;
+                }
+            }
+        }
+        if g.members.iter().all(leaves) {
+            freed[1] += g.training_nodes.len() as f64;
+        }
+    }
+    freed
 }
 
 /// Projected start of each waiting job, taken in the order given (the queue's): a job starts at
@@ -449,10 +470,12 @@ impl SharePolicy {
     }
 
     /// The jobs to preempt so that `for_job` can start now: victims in [`SharePolicy::victims`]'
-    /// order, each taken only if it frees nodes or quota the job needs, until together they
-    /// free enough of both; `None` when no such set exists (then nobody is preempted). With
-    /// [`Claim::BehindHead`] the victims alone must free the job's nodes: the free ones are
-    /// kept for the blocked head.
+    /// order, each taken only if it frees nodes or quota the job needs (a victim that frees
+    /// nothing alone is taken with its group's partners when they are victims too and together
+    /// they free their nodes), until together they free enough of both; then any victim the
+    /// rest do without is let off, the latest taken first, so the set is minimal. `None` when
+    /// no such set exists (then nobody is preempted). With [`Claim::BehindHead`] the victims
+    /// alone must free the job's nodes: the free ones are kept for the blocked head.
     pub fn preemption(
         &self,
         placer: &Placer,
@@ -462,38 +485,67 @@ impl SharePolicy {
         claim: Claim,
     ) -> Option<Vec<JobId>> {
         let demand = for_job.demand;
-        let charges: std::collections::BTreeMap<JobId, (Nodes, Nodes)> =
+        let charges: BTreeMap<JobId, (Nodes, Nodes)> =
             charges(placer).into_iter().map(|(job, held, alone)| (job, (held, alone))).collect();
-        let tenant_of: std::collections::BTreeMap<JobId, usize> = running.iter().map(|r| (r.job, r.tenant)).collect();
-        let mut free = match claim {
+        let tenant_of: BTreeMap<JobId, usize> = running.iter().map(|r| (r.job, r.tenant)).collect();
+        let free = match claim {
             Claim::Head => free_nodes(placer),
             Claim::BehindHead => [0.0; 2],
         };
-        let mut usage_after = usage.clone();
-        let fits = |free: &Nodes, usage_after: &Usage| {
-            free[0] >= demand[0] && free[1] >= demand[1] && self.may_start(for_job.tenant, demand, usage_after)
+        let fits = |set: &[JobId]| {
+            let freed = freed_nodes(placer, set);
+            let mut after = usage.clone();
+            for v in set {
+                let (c, a) = charges.get(v).copied().unwrap_or_default();
+                for p in 0..2 {
+                    after.held[tenant_of[v]][p] -= c[p];
+                    after.alone[tenant_of[v]][p] -= a[p];
+                }
+            }
+            (0..2).all(|p| free[p] + freed[p] >= demand[p]) && self.may_start(for_job.tenant, demand, &after)
         };
-        let mut chosen = Vec::new();
-        for v in self.victims(for_job, demand, running, &usage.held) {
-            if fits(&free, &usage_after) {
+        let eligible = self.victims(for_job, demand, running, &usage.held);
+        let frees_more = |set: &[JobId], than: Nodes| {
+            let n = freed_nodes(placer, set);
+            n[0] > than[0] || n[1] > than[1]
+        };
+        let mut chosen: Vec<JobId> = Vec::new();
+        for &v in &eligible {
+            if fits(&chosen) {
                 break;
             }
-            let n = exclusive_nodes(placer, v);
-            let vt = tenant_of[&v];
-            let (c, a) = charges.get(&v).copied().unwrap_or_default();
-            // Worth it only if it frees nodes or quota the job needs.
-            if n[0] + n[1] == 0.0 && (vt != for_job.tenant || c[0] + c[1] == 0.0) {
+            if chosen.contains(&v) {
                 continue;
             }
-            free[0] += n[0];
-            free[1] += n[1];
-            for p in 0..2 {
-                usage_after.held[vt][p] -= c[p];
-                usage_after.alone[vt][p] -= a[p];
+            let before = freed_nodes(placer, &chosen);
+            let own_quota = tenant_of[&v] == for_job.tenant && charges.get(&v).is_some_and(|(c, _)| c[0] + c[1] > 0.0);
+            let mut with = [chosen.as_slice(), &[v]].concat();
+            if !frees_more(&with, before) && !own_quota {
+                // Worth it only with its partners, when they are victims too and free nodes with it.
+                let partners =
+                    placer.group_of(v).and_then(|g| placer.group(g)).map(|g| g.members.as_slice()).unwrap_or(&[]);
+                let rest: Vec<JobId> =
+                    partners.iter().map(|m| m.job.id).filter(|j| *j != v && !chosen.contains(j)).collect();
+                if rest.is_empty() || !rest.iter().all(|j| eligible.contains(j)) {
+                    continue;
+                }
+                with.extend(rest);
+                if !frees_more(&with, before) {
+                    continue;
+                }
             }
-            chosen.push(v);
+            chosen = with;
         }
-        (!chosen.is_empty() && fits(&free, &usage_after)).then_some(chosen)
+        if chosen.is_empty() || !fits(&chosen) {
+            return None;
+        }
+        for i in (0..chosen.len()).rev() {
+            let without: Vec<JobId> = chosen.iter().enumerate().filter(|&(k, _)| k != i).map(|(_, &j)| j).collect();
+            if !without.is_empty() && fits(&without) {
+                chosen = without;
+            }
+        }
+        Some(chosen)
     }
 }
 

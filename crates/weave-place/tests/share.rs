@@ -104,3 +104,80 @@ fn behind_a_blocked_head_a_preemption_counts_only_what_its_victims_free() {
     let normal = Waiting { priority: Priority::Normal, ..high };
     assert_eq!(policy.preemption(&placer, normal, &running, &usage, Claim::BehindHead), None);
 }
+
+#[test]
+fn a_preemption_lets_off_a_victim_the_others_do_without() {
+    use weave_core::Priority;
+    use weave_place::share::{Claim, Running, ShareMode, Waiting};
+    let mut cfg = config(PlacePolicy::Weave);
+    cfg.capacity = Some((3, 3));
+    let mut placer = Placer::new(cfg);
+    // Job 0 holds one node of each pool, job 1 two: the pools are full.
+    placer.admit(job(0, 100, 100, 1.0)).unwrap();
+    let mut wide = job(1, 100, 100, 1.0);
+    (wide.rollout_width, wide.train_width) = (2, 2);
+    placer.admit(wide).unwrap();
+    assert_eq!(free_nodes(&placer), [0.0, 0.0]);
+    let policy = one_tenant_policy(ShareMode::Preemption, 3.0);
+    let running = |id: u32, unsaved, held| Running {
+        job: JobId(id),
+        tenant: 0,
+        priority: Priority::Low,
+        ran: Micros::from_secs(60),
+        unsaved,
+        held,
+    };
+    let running = [running(0, 0, 2.0), running(1, 4, 4.0)];
+    let usage = policy.usage(&placer, |_| 0);
+    let high = Waiting { tenant: 0, priority: Priority::High, arrival: 9, demand: [2.0, 2.0], resumes: false };
+    // Job 0 loses nothing and comes first, but freeing it is not enough and job 1 alone is:
+    // preempting both would throw job 0's nodes in for nothing.
+    assert_eq!(policy.preemption(&placer, high, &running, &usage, Claim::Head), Some(vec![JobId(1)]));
+    // One node each: job 0 alone does.
+    let small = Waiting { demand: [1.0, 1.0], ..high };
+    assert_eq!(policy.preemption(&placer, small, &running, &usage, Claim::Head), Some(vec![JobId(0)]));
+}
+
+#[test]
+fn partners_sharing_a_group_are_reclaimed_together() {
+    use weave_core::Priority;
+    use weave_place::share::{freed_nodes, Claim, Running, ShareMode, SharePolicy, TenantQuota, Waiting};
+    let mut cfg = config(PlacePolicy::Weave);
+    cfg.capacity = Some((2, 1));
+    let mut placer = Placer::new(cfg);
+    // Two jobs whose phases interleave share one group: its one training node is freed only
+    // when both leave.
+    placer.admit(job(0, 100, 100, 2.0)).unwrap();
+    placer.admit(job(1, 100, 100, 2.0)).unwrap();
+    assert_eq!(placer.group_of(JobId(0)), placer.group_of(JobId(1)), "the test needs the two in one group");
+    assert_eq!(free_nodes(&placer)[1], 0.0);
+    assert_eq!(freed_nodes(&placer, &[JobId(0)])[1], 0.0);
+    assert_eq!(freed_nodes(&placer, &[JobId(0), JobId(1)])[1], 1.0);
+    // Tenant a borrows everything; b is entitled to one node of each pool and wants it back.
+    let quota = |name: &str, nodes| TenantQuota {
+        name: name.into(),
+        rollout_nodes: nodes,
+        training_nodes: nodes,
+        borrow_limit: None,
+    };
+    let mut policy: SharePolicy = one_tenant_policy(ShareMode::Preemption, 0.0);
+    policy.tenants = vec![quota("a", 0.0), quota("b", 1.0)];
+    let running = |id: u32| Running {
+        job: JobId(id),
+        tenant: 0,
+        priority: Priority::Normal,
+        ran: Micros::from_secs(60),
+        unsaved: 0,
+        held: 1.0,
+    };
+    let running = [running(0), running(1)];
+    let usage = policy.usage(&placer, |_| 0);
+    let want = Waiting { tenant: 1, priority: Priority::Normal, arrival: 9, demand: [1.0, 1.0], resumes: false };
+    assert_eq!(policy.preemption(&placer, want, &running, &usage, Claim::Head), Some(vec![JobId(0), JobId(1)]));
+    // Only one of them may be preempted (the other is inside its minimum run): nothing frees
+    // the node, so nobody is preempted.
+    policy.min_run = Micros::from_secs(120);
+    let mut running = running;
+    running[1].ran = Micros::from_secs(600);
+    assert_eq!(policy.preemption(&placer, want, &running, &usage, Claim::Head), None);
+}
