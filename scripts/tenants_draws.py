@@ -6,6 +6,12 @@ import statistics as st
 import sys
 
 
+def spread(diffs):
+    """Mean, its standard error (the draws are independent) and the range."""
+    se = st.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
+    return f"{st.mean(diffs):+.2f} ± {se:.2f} ({min(diffs):+.2f} to {max(diffs):+.2f})"
+
+
 def main(paths):
     runs = [json.load(open(p)) for p in paths]
     fifo, mode = [r[0] for r in runs], [r[-1] for r in runs]
@@ -19,10 +25,8 @@ def main(paths):
     print(f"tenants below 95% of entitlement > 10 min while waiting: {below} of {tenants}")
     print(f"high jobs over their bound: {total(mode, 'high_over_bound')} of {total(mode, 'high_jobs')}"
           f" (passed over {total(mode, 'high_passed_over')})")
-    print(f"training busy minus FIFO's: {st.mean(busy):+.2f} pt ({min(busy):+.2f} to {max(busy):+.2f}),"
-          f" below FIFO on {sum(d < 0 for d in busy)}")
-    print(f"useful training minus FIFO's: {st.mean(useful):+.2f} pt ({min(useful):+.2f} to {max(useful):+.2f}),"
-          f" below FIFO on {sum(d < 0 for d in useful)}")
+    print(f"training busy minus FIFO's: {spread(busy)} pt, below FIFO on {sum(d < 0 for d in busy)}")
+    print(f"useful training minus FIFO's: {spread(useful)} pt, below FIFO on {sum(d < 0 for d in useful)}")
     print(f"jobs within SLO: {mean(mode, 'slo_met_jobs') * 100:.2f}% (min {min(r['slo_met_jobs'] for r in mode) * 100:.1f}%)"
           f" vs FIFO {mean(fifo, 'slo_met_jobs') * 100:.2f}%")
     cause = [sum(r["slo_missed_by_cause"][k] for r in mode) for k in range(3)]
@@ -31,8 +35,10 @@ def main(paths):
           f" {st.mean(r.get('preemptions_saved', 0) for r in mode):.1f}, lost iterations per run"
           f" {mean(mode, 'lost_iterations'):.1f}")
     print(f"mean first-start delay: {mean(mode, 'delay_mean_h'):.2f} h vs FIFO {mean(fifo, 'delay_mean_h'):.2f} h")
+    per_k = [b["iterations_per_k_dollars"] - f["iterations_per_k_dollars"] for b, f in zip(mode, fifo)]
     print(f"iterations per $1k: {mean(mode, 'iterations_per_k_dollars'):.1f}"
-          f" vs FIFO {mean(fifo, 'iterations_per_k_dollars'):.1f}")
+          f" vs FIFO {mean(fifo, 'iterations_per_k_dollars'):.1f} (difference {spread(per_k)}, below on"
+          f" {sum(d < 0 for d in per_k)})")
     promise = [r["backfill_promise"] for r in mode if r.get("backfill_promise")]
     if promise:
         print("backfilled starts; blocked jobs gone past; started after their projection (> 1 h): "
