@@ -1,16 +1,14 @@
 //! The share core's projections over a real placer.
 
 mod common;
-use common::{config, job, one_tenant_policy};
+use common::{config, fixed_placer, job, one_tenant_policy, quota, running};
 use weave_core::{JobId, Micros};
 use weave_place::share::{backfill_keeps_reserved, free_nodes, projected_starts, Nodes};
 use weave_place::{PlacePolicy, Placer};
 
 #[test]
 fn projected_starts_follow_releases_in_queue_order() {
-    let mut cfg = config(PlacePolicy::Weave);
-    cfg.capacity = Some((2, 2));
-    let mut placer = Placer::new(cfg);
+    let mut placer = fixed_placer(2, 2);
     // SLO 1.0: the two jobs cannot share, each holds one node of each pool.
     for id in 0..2 {
         placer.admit(job(id, 100, 100, 1.0)).unwrap();
@@ -35,9 +33,7 @@ fn projected_starts_follow_releases_in_queue_order() {
 
 #[test]
 fn backfill_may_take_what_ends_in_time_or_what_the_reserved_jobs_leave() {
-    let mut cfg = config(PlacePolicy::Weave);
-    cfg.capacity = Some((5, 5));
-    let mut placer = Placer::new(cfg);
+    let mut placer = fixed_placer(5, 5);
     for id in 0..3 {
         placer.admit(job(id, 100, 100, 1.0)).unwrap();
     }
@@ -77,24 +73,14 @@ fn backfill_may_take_what_ends_in_time_or_what_the_reserved_jobs_leave() {
 #[test]
 fn behind_a_blocked_head_a_preemption_counts_only_what_its_victims_free() {
     use weave_core::Priority;
-    use weave_place::share::{Claim, Running, ShareMode, Waiting};
-    let mut cfg = config(PlacePolicy::Weave);
-    cfg.capacity = Some((3, 3));
-    let mut placer = Placer::new(cfg);
+    use weave_place::share::{Claim, ShareMode, Waiting};
+    let mut placer = fixed_placer(3, 3);
     for id in 0..2 {
         placer.admit(job(id, 100, 100, 1.0)).unwrap();
     }
     assert_eq!(free_nodes(&placer), [1.0, 1.0]);
     let policy = one_tenant_policy(ShareMode::Preemption, 3.0);
-    let running = |id: u32, priority| Running {
-        job: JobId(id),
-        tenant: 0,
-        priority,
-        ran: Micros::from_secs(60),
-        unsaved: 0,
-        held: 2.0,
-    };
-    let running = [running(0, Priority::Low), running(1, Priority::Normal)];
+    let running = [running(0, Priority::Low, 0, 2.0), running(1, Priority::Normal, 0, 2.0)];
     let usage = policy.usage(&placer, |_| 0);
     let high = Waiting { tenant: 0, priority: Priority::High, arrival: 9, demand: [2.0, 2.0], resumes: false };
     // As the head: the low job's node and the free one make two.
@@ -108,10 +94,8 @@ fn behind_a_blocked_head_a_preemption_counts_only_what_its_victims_free() {
 #[test]
 fn a_preemption_lets_off_a_victim_the_others_do_without() {
     use weave_core::Priority;
-    use weave_place::share::{Claim, Running, ShareMode, Waiting};
-    let mut cfg = config(PlacePolicy::Weave);
-    cfg.capacity = Some((3, 3));
-    let mut placer = Placer::new(cfg);
+    use weave_place::share::{Claim, ShareMode, Waiting};
+    let mut placer = fixed_placer(3, 3);
     // Job 0 holds one node of each pool, job 1 two: the pools are full.
     placer.admit(job(0, 100, 100, 1.0)).unwrap();
     let mut wide = job(1, 100, 100, 1.0);
@@ -119,15 +103,7 @@ fn a_preemption_lets_off_a_victim_the_others_do_without() {
     placer.admit(wide).unwrap();
     assert_eq!(free_nodes(&placer), [0.0, 0.0]);
     let policy = one_tenant_policy(ShareMode::Preemption, 3.0);
-    let running = |id: u32, unsaved, held| Running {
-        job: JobId(id),
-        tenant: 0,
-        priority: Priority::Low,
-        ran: Micros::from_secs(60),
-        unsaved,
-        held,
-    };
-    let running = [running(0, 0, 2.0), running(1, 4, 4.0)];
+    let running = [running(0, Priority::Low, 0, 2.0), running(1, Priority::Low, 4, 4.0)];
     let usage = policy.usage(&placer, |_| 0);
     let high = Waiting { tenant: 0, priority: Priority::High, arrival: 9, demand: [2.0, 2.0], resumes: false };
     // Job 0 loses nothing and comes first, but freeing it is not enough and job 1 alone is:
@@ -141,10 +117,8 @@ fn a_preemption_lets_off_a_victim_the_others_do_without() {
 #[test]
 fn partners_sharing_a_group_are_reclaimed_together() {
     use weave_core::Priority;
-    use weave_place::share::{freed_nodes, Claim, Running, ShareMode, SharePolicy, TenantQuota, Waiting};
-    let mut cfg = config(PlacePolicy::Weave);
-    cfg.capacity = Some((2, 1));
-    let mut placer = Placer::new(cfg);
+    use weave_place::share::{freed_nodes, Claim, ShareMode, SharePolicy, Waiting};
+    let mut placer = fixed_placer(2, 1);
     // Two jobs whose phases interleave share one group: its one training node is freed only
     // when both leave.
     placer.admit(job(0, 100, 100, 2.0)).unwrap();
@@ -154,23 +128,9 @@ fn partners_sharing_a_group_are_reclaimed_together() {
     assert_eq!(freed_nodes(&placer, &[JobId(0)])[1], 0.0);
     assert_eq!(freed_nodes(&placer, &[JobId(0), JobId(1)])[1], 1.0);
     // Tenant a borrows everything; b is entitled to one node of each pool and wants it back.
-    let quota = |name: &str, nodes| TenantQuota {
-        name: name.into(),
-        rollout_nodes: nodes,
-        training_nodes: nodes,
-        borrow_limit: None,
-    };
     let mut policy: SharePolicy = one_tenant_policy(ShareMode::Preemption, 0.0);
     policy.tenants = vec![quota("a", 0.0), quota("b", 1.0)];
-    let running = |id: u32| Running {
-        job: JobId(id),
-        tenant: 0,
-        priority: Priority::Normal,
-        ran: Micros::from_secs(60),
-        unsaved: 0,
-        held: 1.0,
-    };
-    let running = [running(0), running(1)];
+    let running = [running(0, Priority::Normal, 0, 1.0), running(1, Priority::Normal, 0, 1.0)];
     let usage = policy.usage(&placer, |_| 0);
     let want = Waiting { tenant: 1, priority: Priority::Normal, arrival: 9, demand: [1.0, 1.0], resumes: false };
     assert_eq!(policy.preemption(&placer, want, &running, &usage, Claim::Head), Some(vec![JobId(0), JobId(1)]));

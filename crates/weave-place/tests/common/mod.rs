@@ -50,22 +50,38 @@ pub fn config(policy: PlacePolicy) -> PlacerConfig {
     }
 }
 
-/// One tenant `a` entitled to `nodes` of each pool; no minimum run, a checkpoint every
-/// iteration, no decay, only `high` displaces the tenant's jobs, victims stop at once.
-pub fn one_tenant_policy(mode: weave_place::share::ShareMode, nodes: f64) -> weave_place::share::SharePolicy {
-    let tenant = weave_place::share::TenantQuota {
-        name: "a".into(),
+/// A Weave placer on fixed pools of `rollout` and `training` nodes.
+pub fn fixed_placer(rollout: u32, training: u32) -> weave_place::Placer {
+    let mut cfg = config(PlacePolicy::Weave);
+    cfg.capacity = Some((rollout, training));
+    weave_place::Placer::new(cfg)
+}
+
+/// Tenant `name` entitled to `nodes` of each pool, borrowing without limit.
+pub fn quota(name: &str, nodes: f64) -> weave_place::share::TenantQuota {
+    weave_place::share::TenantQuota {
+        name: name.into(),
         rollout_nodes: nodes,
         training_nodes: nodes,
         borrow_limit: None,
-    };
+    }
+}
+
+/// One tenant `a` entitled to `nodes` of each pool; no minimum run, a checkpoint every
+/// iteration, no decay, only `high` displaces the tenant's jobs, victims stop at once.
+pub fn one_tenant_policy(mode: weave_place::share::ShareMode, nodes: f64) -> weave_place::share::SharePolicy {
     weave_place::share::SharePolicy {
         mode,
-        tenants: vec![tenant],
+        tenants: vec![quota("a", nodes)],
         min_run: Micros::ZERO,
         checkpoint_every: 1,
         half_life: None,
         preempts_own: weave_core::Priority::High,
         grace: Micros::ZERO,
     }
+}
+
+/// Running job `id` of tenant 0 as preemption sees it, one minute into its admission.
+pub fn running(id: u32, priority: weave_core::Priority, unsaved: u64, held: f64) -> weave_place::share::Running {
+    weave_place::share::Running { job: JobId(id), tenant: 0, priority, ran: Micros::from_secs(60), unsaved, held }
 }
