@@ -170,6 +170,33 @@ fn a_victim_given_a_grace_period_saves_at_its_iteration_end_and_loses_nothing() 
     assert!(delay_h(&short, "high") <= 2.0 / 3600.0);
 }
 
+#[test]
+fn a_victim_that_cannot_finish_its_iteration_in_the_grace_period_stops_at_once() {
+    let quotas = || vec![tenant("a", 1.0, None)];
+    let grace = Micros::from_secs(120);
+    let (mut saved, mut stopped) = (0, 0);
+    // high arrives at different points of low's iteration.
+    for k in 0..24 {
+        let arrival = 3600 + 41 * k;
+        let text = OUTRANKED
+            .replace(r#""slo":1.0"#, r#""slo":3.0"#)
+            .replace(r#""arrival_s":3600"#, &format!(r#""arrival_s":{arrival}"#));
+        let r = run_graceful(&text, ShareMode::Preemption, quotas(), 5, 1800, grace);
+        assert_eq!(r.events.preemptions, 1, "arrival {arrival}");
+        let waited_s = delay_h(&r, "high") * 3600.0;
+        if r.events.preemptions_saved == 1 {
+            // It finished its iteration within the grace period and saved (under a minute).
+            saved += 1;
+            assert!(waited_s <= 120.0 + 60.0, "arrival {arrival}: high waited {waited_s} s");
+        } else {
+            // Its iteration could not end in time: it stopped when told, not at the deadline.
+            stopped += 1;
+            assert!(waited_s <= 2.0, "arrival {arrival}: high waited {waited_s} s for a victim that could not save");
+        }
+    }
+    assert!(saved > 0 && stopped > 0, "the test needs both cases: {saved} saved, {stopped} stopped");
+}
+
 /// Two nodes per pool: `long` holds one, `wide` needs both and waits for it, `short` fits
 /// the free node and ends well before `long` does.
 const SHADOW: &str = r#"{"id":"long","arrival_s":0,"type":"7B_8k","iterations":40,"tenant":"a","rollout_nodes":1,"train_nodes":1,"slo":1.0}

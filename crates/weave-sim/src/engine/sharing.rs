@@ -343,11 +343,39 @@ impl QueueDriver for Engine<'_> {
 /// A claimant's victims give their nodes up together, once the last has yielded, so that what
 /// they free goes to the claimant and not, piecemeal, to whoever the queue meets first.
 impl Engine<'_> {
+    /// Victim `v` is told to yield within `grace`. Between iterations it saves at once (or,
+    /// with nothing unsaved, just stops); in a rollout whose iteration cannot end within the
+    /// grace even at its own pace, it stops at once (it would lose the same work at the
+    /// deadline, and hold its nodes until then); otherwise it finishes its iteration.
     fn tell_to_yield(&mut self, v: usize, claimant: usize, outranked: bool, grace: Micros) {
-        let by = self.now + grace;
+        let s = self.states[v].as_ref().expect("a victim runs");
+        let between = s.rollout_started <= s.last_train_end;
+        let by = match (between, s.done > s.checkpoint) {
+            (true, false) => self.now,
+            (false, _) if self.earliest_iteration_end(v) > self.now + grace => self.now,
+            _ => self.now + grace,
+        };
         let drain = Drain { claimant, outranked, stage: Stage::Running, by };
         self.share.as_mut().expect("sharing").draining.insert(v, drain);
-        self.push(by, CLASS_OTHER, v, What::GraceOver, 0);
+        if between && by > self.now {
+            self.save_and_yield(v);
+        } else {
+            self.push(by, CLASS_OTHER, v, What::GraceOver, 0);
+        }
+    }
+
+    /// The earliest its in-flight iteration can end: its rollout's end, then its training at
+    /// its own pace on its group's training nodes (no wait for them); now if its rollout is over.
+    fn earliest_iteration_end(&self, v: usize) -> Micros {
+        let s = self.states[v].as_ref().expect("a victim runs");
+        let rollout_end = s.rollout_started + s.rollout_plain;
+        if rollout_end <= self.now {
+            return self.now;
+        }
+        let Some(p) = s.placed else { return self.now };
+        let train = if p.colocated { s.current_colo.train } else { s.current.train };
+        let own = self.jobs[v].spec.train_nodes as u64;
+        rollout_end + Micros(train.0 * own / p.pool_width.max(1) as u64)
     }
 
     /// Whether waiting job `c` has victims that have not given their nodes up yet.
@@ -381,17 +409,22 @@ impl Engine<'_> {
     /// checkpoint there and leaves its group (it starts no more work). True if so.
     pub(super) fn yield_at_iteration_end(&mut self, i: usize) -> bool {
         let Some(d) = self.drain(i) else { return false };
-        let (job, save) = (&self.jobs[i], self.jobs[i].checkpoint_save);
-        let s = self.states[i].as_mut().expect("running job");
-        if d.stage != Stage::Running || (!self.cfg.fixed_lifetimes && s.done >= job.iterations) {
+        let s = self.states[i].as_ref().expect("running job");
+        if d.stage != Stage::Running || (!self.cfg.fixed_lifetimes && s.done >= self.jobs[i].iterations) {
             return false;
         }
-        s.save_checkpoint();
-        let by = self.now + save;
+        self.save_and_yield(i);
+        true
+    }
+
+    /// Job `i` saves a checkpoint at its last finished iteration and leaves its group; it gives
+    /// its nodes up once saved.
+    fn save_and_yield(&mut self, i: usize) {
+        self.states[i].as_mut().expect("running job").save_checkpoint();
+        let by = self.now + self.jobs[i].checkpoint_save;
         self.set_stage(i, Stage::Saving, by);
         self.leave_group(i);
         self.push(by, CLASS_OTHER, i, What::Yield, 0);
-        true
     }
 
     /// The grace period of victim `v` is over: if it is still running, it stops now (its work
