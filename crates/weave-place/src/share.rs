@@ -448,8 +448,9 @@ impl SharePolicy {
     /// Jobs that may be preempted for `for_job` of `demand`, cheapest first: borrowed capacity
     /// of other tenants (when `for_job`'s tenant would still be within its quota) and
     /// lower-priority jobs of its own tenant when `for_job` is at least
-    /// [`SharePolicy::preempts_own`], never one inside its minimum run time; the least unsaved
-    /// work first, then the fewest nodes.
+    /// [`SharePolicy::preempts_own`], never one inside its minimum run time; other tenants'
+    /// borrowed capacity before the tenant's own jobs (as Kueue's candidate order), then the
+    /// least unsaved work, then the fewest nodes.
     pub fn victims(&self, for_job: Waiting, demand: Nodes, running: &[Running], usage: &[Nodes]) -> Vec<JobId> {
         if self.mode < ShareMode::Preemption {
             return Vec::new();
@@ -465,7 +466,16 @@ impl SharePolicy {
                 reclaim || outranked
             })
             .collect();
-        v.sort_by(|a, b| a.unsaved.cmp(&b.unsaved).then(a.held.total_cmp(&b.held)).then(a.job.cmp(&b.job)));
+        // Borrowed capacity first: taking back what other tenants borrowed brings the tenant
+        // towards its entitlement, displacing its own job does not (the victim waits in its
+        // place and reclaims next).
+        v.sort_by(|a, b| {
+            (a.tenant == t)
+                .cmp(&(b.tenant == t))
+                .then(a.unsaved.cmp(&b.unsaved))
+                .then(a.held.total_cmp(&b.held))
+                .then(a.job.cmp(&b.job))
+        });
         v.into_iter().map(|r| r.job).collect()
     }
 
@@ -680,5 +690,10 @@ mod tests {
         assert_eq!(lower.victims(want, [2.0, 2.0], &running, &usage), [JobId(3), JobId(1), JobId(4)]);
         assert_eq!(lower.victims(want, [3.0, 3.0], &running, &usage), [JobId(4)]);
         assert!(policy(ShareMode::Quotas).victims(high, [2.0, 2.0], &running, &usage).is_empty());
+        // Borrowed capacity comes before the tenant's own jobs even when they would lose
+        // less: reclaiming brings b towards its entitlement, displacing its own job does not.
+        let mut fresh = running;
+        fresh[3].unsaved = 0;
+        assert_eq!(p.victims(high, [2.0, 2.0], &fresh, &usage), [JobId(3), JobId(1), JobId(4)]);
     }
 }

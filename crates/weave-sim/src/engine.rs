@@ -131,6 +131,9 @@ struct JobState {
     /// The current rollout's start and its duration without migration.
     rollout_started: Micros,
     rollout_plain: Micros,
+    /// When its current training phase started and how long it takes on its group's nodes.
+    train_started: Micros,
+    train_on_pool: Micros,
 }
 
 impl JobState {
@@ -478,6 +481,14 @@ impl<'a> Engine<'a> {
         self.placer.group(g).is_some_and(|grp| grp.is_lone())
     }
 
+    /// Job `i`'s current training phase on its group's training nodes: its own data
+    /// parallelism scaled to the group's pool.
+    fn training_time(&self, i: usize, placed: Placed) -> Micros {
+        let s = self.states[i].as_ref().expect("running job");
+        let train = if placed.colocated { s.current_colo.train } else { s.current.train };
+        Micros(train.0 * self.jobs[i].spec.train_nodes as u64 / placed.pool_width.max(1) as u64)
+    }
+
     /// Charges job `i`'s work on the training pool as busy, and keeps it as unsaved until the
     /// job's next checkpoint (a preemption throws it away).
     fn charge_training(&mut self, i: usize, g: GroupId, gpus: u32, t: Micros) {
@@ -621,6 +632,8 @@ impl<'a> Engine<'a> {
             predicted: 0.0,
             rollout_started: Micros::ZERO,
             rollout_plain: Micros::ZERO,
+            train_started: Micros::ZERO,
+            train_on_pool: Micros::ZERO,
         });
         // Queueing delay counts the first admission only (epoch 0: never placed before).
         let first = s.epoch == 0;
@@ -817,10 +830,9 @@ impl<'a> Engine<'a> {
                 let s = self.states[i].as_ref().expect("running job");
                 let placed = s.placed.expect("placed");
                 let pool = placed.pool_width;
-                // Data parallelism adjusted to the group's pool.
-                let own = self.jobs[i].spec.train_nodes as u64;
-                let train = if placed.colocated { s.current_colo.train } else { s.current.train };
-                let d = Micros(train.0 * own / pool.max(1) as u64);
+                let d = self.training_time(i, placed);
+                let s = self.states[i].as_mut().expect("running job");
+                (s.train_started, s.train_on_pool) = (self.now, d);
                 self.charge_training(i, placed.group, pool * gpus.1, d);
                 self.push(self.now + d, 0, i, What::Phase(Phase::Train), iteration);
             }

@@ -364,18 +364,16 @@ impl Engine<'_> {
         }
     }
 
-    /// The earliest its in-flight iteration can end: its rollout's end, then its training at
-    /// its own pace on its group's training nodes (no wait for them); now if its rollout is over.
+    /// The earliest its in-flight iteration can end: its training's end if that started, else
+    /// its rollout's end (or now) and then its training at its own pace on its group's
+    /// training nodes, with no wait for them.
     fn earliest_iteration_end(&self, v: usize) -> Micros {
         let s = self.states[v].as_ref().expect("a victim runs");
-        let rollout_end = s.rollout_started + s.rollout_plain;
-        if rollout_end <= self.now {
-            return self.now;
+        if s.train_started > s.rollout_started {
+            return s.train_started + s.train_on_pool;
         }
         let Some(p) = s.placed else { return self.now };
-        let train = if p.colocated { s.current_colo.train } else { s.current.train };
-        let own = self.jobs[v].spec.train_nodes as u64;
-        rollout_end + Micros(train.0 * own / p.pool_width.max(1) as u64)
+        (s.rollout_started + s.rollout_plain).max(self.now) + self.training_time(v, p)
     }
 
     /// Whether waiting job `c` has victims that have not given their nodes up yet.
