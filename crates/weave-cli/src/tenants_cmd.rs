@@ -33,8 +33,10 @@ pub struct TenantsArgs {
     high_share: f64,
     #[arg(long, default_value_t = 0.2)]
     low_share: f64,
-    /// A job is not preempted before it has run this long, hours.
-    #[arg(long, default_value_t = 1.0)]
+    /// A job is not preempted before it has run this long, hours (9 minutes by default: with
+    /// graceful preemption a victim loses little, and a longer protection keeps tenants below
+    /// their entitlement while young borrowed jobs sit on its nodes).
+    #[arg(long, default_value_t = 0.15)]
     min_run_h: f64,
     /// Iterations between checkpoints (a preempted job resumes from its last one).
     #[arg(long, default_value_t = 10)]
@@ -46,12 +48,12 @@ pub struct TenantsArgs {
     /// Graceful preemption, minutes: a victim may finish its in-flight iteration and save a
     /// checkpoint there before it gives its nodes up (0: it stops at once, losing its work
     /// since its last checkpoint).
-    #[arg(long, default_value_t = 0.0, value_name = "MINUTES")]
+    #[arg(long, default_value_t = 5.0, value_name = "MINUTES")]
     grace_min: f64,
     /// Fair share with decay: order tenants by their use over recent hours (this half-life)
-    /// instead of their use right now.
-    #[arg(long)]
-    half_life_h: Option<f64>,
+    /// instead of their use right now (0: use right now).
+    #[arg(long, default_value_t = 2.0, value_name = "HOURS")]
+    half_life_h: f64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     #[arg(long)]
@@ -238,8 +240,8 @@ pub fn run(args: TenantsArgs) -> Result<()> {
     if !(args.grace_min.is_finite() && args.grace_min >= 0.0) {
         bail!("--grace-min must be a non-negative number of minutes");
     }
-    if args.half_life_h.is_some_and(|h| !(h.is_finite() && h >= 0.01)) {
-        bail!("--half-life-h must be at least 0.01 hours");
+    if !(args.half_life_h == 0.0 || (args.half_life_h.is_finite() && args.half_life_h >= 0.01)) {
+        bail!("--half-life-h must be 0 (no decay) or at least 0.01 hours");
     }
     if !(0.0..=1.0).contains(&args.high_share)
         || !(0.0..=1.0).contains(&args.low_share)
@@ -271,7 +273,7 @@ pub fn run(args: TenantsArgs) -> Result<()> {
             tenants: tenants.clone(),
             min_run: Micros::from_secs_f64(args.min_run_h * 3600.0),
             checkpoint_every,
-            half_life: args.half_life_h.map(|h| Micros::from_secs_f64(h * 3600.0)),
+            half_life: (args.half_life_h > 0.0).then(|| Micros::from_secs_f64(args.half_life_h * 3600.0)),
             preempts_own: args.preempts_own,
             grace: Micros::from_secs_f64(args.grace_min * 60.0),
         };
@@ -354,11 +356,13 @@ pub fn run(args: TenantsArgs) -> Result<()> {
         let title =
             format!("Tenants sharing {} + {} nodes: {}", cluster.rollout.nodes, cluster.training.nodes, trace.source);
         let notes = vec![format!(
-            "{} jobs, seed {}, minimum run {} h, checkpoint every {} iterations; dashed: entitlement",
+            "{} jobs, seed {}, minimum run {} h, checkpoint every {} iterations, grace {} min, fair-share half-life {} h; dashed: entitlement",
             jobs.len(),
             args.seed,
             args.min_run_h,
-            args.checkpoint_every
+            args.checkpoint_every,
+            args.grace_min,
+            args.half_life_h
         )];
         let modes: Vec<(&str, &[TenantReport])> = rows.iter().map(|r| (r.mode, r.tenants.as_slice())).collect();
         write_output(Some(path), &weave_report::render_tenants(&title, &notes, &modes))?;

@@ -489,14 +489,22 @@ fn tenants_experiment_compares_the_four_modes_per_tenant() {
     let o = weave(&["experiment", "tenants", "--trace", p.to_str().unwrap(), "--preempts-own", "urgent"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--preempts-own"), "{}", stderr(&o));
-    // Graceful preemption: victims saved at their iteration's end are among the preemptions;
-    // a grace period that is not a number of minutes is named.
-    let o = weave(&["experiment", "tenants", "--trace", p.to_str().unwrap(), "--grace-min", "5", "--json"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // Graceful preemption (the default): victims saved at their iteration's end are among the
+    // preemptions; without it none is saved; a grace period that is not a number of minutes
+    // is named.
     for r in rows.as_array().unwrap() {
         assert!(r["preemptions_saved"].as_u64().unwrap() <= r["preemptions"].as_u64().unwrap(), "{r}");
     }
+    let o = weave(&["experiment", "tenants", "--trace", p.to_str().unwrap(), "--grace-min", "0", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(rows.as_array().unwrap().iter().all(|r| r["preemptions_saved"] == 0), "{rows}");
+    // Fair share without decay is a half-life of 0; a half-life too short to mean anything is named.
+    let o = weave(&["experiment", "tenants", "--trace", p.to_str().unwrap(), "--half-life-h", "0", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = weave(&["experiment", "tenants", "--trace", p.to_str().unwrap(), "--half-life-h", "0.001"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--half-life-h"), "{}", stderr(&o));
     let o = weave(&["experiment", "tenants", "--trace", p.to_str().unwrap(), "--grace-min=-1"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--grace-min"), "{}", stderr(&o));

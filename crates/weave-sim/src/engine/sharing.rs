@@ -141,9 +141,10 @@ impl Engine<'_> {
         self.share_advance();
     }
 
-    /// After a pass: a `high` job waiting for its first start past its bound, for which
-    /// preemptible capacity alone (victims' nodes, not free nodes a blocked job may be waiting
-    /// for) would now be enough, was passed over (the target says it should have run).
+    /// After a pass: a `high` job waiting for its first start past its bound, not already
+    /// waiting for victims to yield to it, for which preemptible capacity alone (victims'
+    /// nodes, not free nodes a blocked job may be waiting for) would now be enough, was passed
+    /// over (the target says it should have run).
     fn note_high_passed_over(&mut self) {
         let share = self.share.as_ref().expect("sharing");
         if share.policy.mode < weave_place::share::ShareMode::Preemption {
@@ -158,6 +159,7 @@ impl Engine<'_> {
                 j.spec.priority == weave_core::Priority::High
                     && self.states[i].is_none()
                     && !share.passed_over.contains(&i)
+                    && !share.draining.values().any(|d| d.claimant == i)
                     && self.now > j.spec.arrival + j.high_wait_bound(every)
             })
             .map(|&i| (i, self.as_waiting(i)))
