@@ -131,9 +131,8 @@ struct JobState {
     /// The current rollout's start and its duration without migration.
     rollout_started: Micros,
     rollout_plain: Micros,
-    /// When its current training phase started and how long it takes on its group's nodes.
+    /// When its current training phase started.
     train_started: Micros,
-    train_on_pool: Micros,
 }
 
 impl JobState {
@@ -633,7 +632,6 @@ impl<'a> Engine<'a> {
             rollout_started: Micros::ZERO,
             rollout_plain: Micros::ZERO,
             train_started: Micros::ZERO,
-            train_on_pool: Micros::ZERO,
         });
         // Queueing delay counts the first admission only (epoch 0: never placed before).
         let first = s.epoch == 0;
@@ -827,12 +825,11 @@ impl<'a> Engine<'a> {
             }
             Action::StartTraining { job, iteration } => {
                 let i = job.0 as usize;
-                let s = self.states[i].as_ref().expect("running job");
+                let s = self.states[i].as_mut().expect("running job");
+                s.train_started = self.now;
                 let placed = s.placed.expect("placed");
                 let pool = placed.pool_width;
                 let d = self.training_time(i, placed);
-                let s = self.states[i].as_mut().expect("running job");
-                (s.train_started, s.train_on_pool) = (self.now, d);
                 self.charge_training(i, placed.group, pool * gpus.1, d);
                 self.push(self.now + d, 0, i, What::Phase(Phase::Train), iteration);
             }

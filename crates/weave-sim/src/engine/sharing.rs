@@ -159,7 +159,7 @@ impl Engine<'_> {
                 j.spec.priority == weave_core::Priority::High
                     && self.states[i].is_none()
                     && !share.passed_over.contains(&i)
-                    && !share.draining.values().any(|d| d.claimant == i)
+                    && !self.awaits_victims(i)
                     && self.now > j.spec.arrival + j.high_wait_bound(every)
             })
             .map(|&i| (i, self.as_waiting(i)))
@@ -346,9 +346,9 @@ impl QueueDriver for Engine<'_> {
 /// they free goes to the claimant and not, piecemeal, to whoever the queue meets first.
 impl Engine<'_> {
     /// Victim `v` is told to yield within `grace`. Between iterations it saves at once (or,
-    /// with nothing unsaved, just stops); in a rollout whose iteration cannot end within the
-    /// grace even at its own pace, it stops at once (it would lose the same work at the
-    /// deadline, and hold its nodes until then); otherwise it finishes its iteration.
+    /// with nothing unsaved, just stops); in an iteration that cannot end within the grace
+    /// even at its own pace, it stops at once (it would lose the same work at the deadline,
+    /// and hold its nodes until then); otherwise it finishes its iteration.
     fn tell_to_yield(&mut self, v: usize, claimant: usize, outranked: bool, grace: Micros) {
         let s = self.states[v].as_ref().expect("a victim runs");
         let between = s.rollout_started <= s.last_train_end;
@@ -371,11 +371,12 @@ impl Engine<'_> {
     /// training nodes, with no wait for them.
     fn earliest_iteration_end(&self, v: usize) -> Micros {
         let s = self.states[v].as_ref().expect("a victim runs");
-        if s.train_started > s.rollout_started {
-            return s.train_started + s.train_on_pool;
-        }
         let Some(p) = s.placed else { return self.now };
-        (s.rollout_started + s.rollout_plain).max(self.now) + self.training_time(v, p)
+        let train = self.training_time(v, p);
+        if s.train_started > s.rollout_started {
+            return s.train_started + train;
+        }
+        (s.rollout_started + s.rollout_plain).max(self.now) + train
     }
 
     /// Whether waiting job `c` has victims that have not given their nodes up yet.
