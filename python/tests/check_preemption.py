@@ -2,8 +2,9 @@
 
 Two rollout and two training nodes; alice and bob are entitled to one of each (the tenants
 file turns preemption on). Alice runs two bandit jobs, the second on bob's unused quota. Bob
-submits a job: Weave preempts one of alice's (its driver sees ``Requeued`` if it had a phase in
-flight; between iterations it is only told to wait), bob's job starts.
+submits a job: Weave preempts one of alice's (its driver hears ``Requeued`` if it held work of
+the lost admission; between iterations it is only told to wait: ``in_flight`` says which the
+event log shows), bob's job starts.
 The server is then killed with SIGKILL and started again on the same store: the queue, the
 victim's checkpoint and bob's admission survive. Bob's job runs to the end; the victim is
 re-admitted and resumes from its last completed iteration. The event log must show every
@@ -13,6 +14,7 @@ Run by `crates/weave-cli/tests/serve_process.rs`; exit code 0 on success.
 """
 
 import argparse
+import re
 import os
 import subprocess
 import sys
@@ -68,11 +70,31 @@ def check_log(events, iterations):
         f"{victim} resumed at {first_grant}, not rollout {done}"
     before = [e for e in events if e["job"] == victim and e["seq"] < preempted[0]["seq"]
               and e["kind"] in ("grant", "finish")]
-    # Preempted between its training's finish and its next rollout's grant, the driver had
-    # nothing in flight: it asks for the rollout it resumes from, is told to wait, and never
-    # needs to hear it was re-queued.
-    between_iterations = not before or (before[-1]["kind"], before[-1]["phase"]) == ("finish", "train")
-    return victim, done, between_iterations
+    return victim, done, in_flight(before)
+
+
+def in_flight(before):
+    """What the victim's driver held when it was preempted, from its last grant or finish:
+
+    - ``"nothing"``: its last training had finished; it asks for the rollout it resumes from
+      and is told to wait, so it never needs to hear that it was re-queued;
+    - ``"rollout granted"``: the server grants the next rollout the moment the previous
+      training finishes, before the driver asks; the log cannot say whether the driver took
+      the grant. If it did, its finish is refused and it hears ``Requeued``; if not, it
+      waits as above. Either is right;
+    - ``"trajectories"``: its rollout had finished (or training was granted); its next call,
+      the training start or finish, is refused and it must hear ``Requeued``.
+    """
+    if not before or (before[-1]["kind"], before[-1]["phase"]) == ("finish", "train"):
+        return "nothing"
+    if (before[-1]["kind"], before[-1]["phase"]) == ("grant", "rollout"):
+        return "rollout granted"
+    return "trajectories"
+
+
+def requeued_at(out):
+    """The iterations the driver was told to resume from (``Requeued``), in order."""
+    return [int(m) for m in re.findall(r"re-queued .*; it resumes from iteration (\d+)", out)]
 
 
 def main():
@@ -120,12 +142,22 @@ def main():
             outs[job] = out
         for job in iterations:
             assert ops.job(job)["job"]["state"] == "completed", ops.job(job)
-        victim_log, resumed_at, between_iterations = check_log(ops.events(), iterations)
+        victim_log, resumed_at, held = check_log(ops.events(), iterations)
         assert victim_log == victim
-        # With a phase in flight, the driver's next call is refused and it hears why.
-        assert between_iterations or "re-queued" in outs[victim], \
-            f"{victim}'s driver never saw Requeued:\n{outs[victim]}"
-        how = "between iterations" if between_iterations else "with a phase in flight, its driver told"
+        told = requeued_at(outs[victim])
+        # Decided from the event log: a driver holding trajectories must hear it was re-queued
+        # (even if it was re-admitted before it asked again); one that held nothing must not;
+        # whenever it hears it, it resumes from the log's checkpoint, and only once.
+        if held == "trajectories":
+            assert told == [resumed_at], f"{victim} held trajectories; its driver was told {told}:\n{outs[victim]}"
+        elif held == "nothing":
+            assert told == [], f"{victim} held nothing; its driver was told {told}:\n{outs[victim]}"
+        else:
+            assert told in ([], [resumed_at]), f"{victim}'s driver was told {told}:\n{outs[victim]}"
+        for job in iterations:
+            if job != victim:
+                assert requeued_at(outs[job]) == [], f"{job} was never preempted:\n{outs[job]}"
+        how = f"holding {held}, its driver told" if told else f"holding {held}, its driver waited"
         say(f"ok: {victim} preempted ({how}), resumed from iteration {resumed_at}; every iteration trained once")
     finally:
         for p in procs.values():

@@ -108,6 +108,9 @@ class WeaveClient:
         self.token = token
         self.timeout = timeout
         self.retry_s = retry_s
+        # The admission (``uid``) each job's last grant belonged to: a refusal after that
+        # admission ended means the job was re-queued, even if it has been re-admitted since.
+        self._admission: Dict[str, int] = {}
 
     def _request(self, method: str, path: str, body: JSON = None, retry: bool = False) -> Tuple[int, JSON]:
         """One request; with ``retry``, connection failures and 503 answers (server down,
@@ -178,13 +181,16 @@ class WeaveClient:
         return self._request("POST", f"/v1/jobs/{job_id}/heartbeat", retry=True)[1]
 
     def _requeued(self, job_id: str, e: WeaveError) -> WeaveError:
-        """``Requeued`` if a 409 came because the job waits in the queue again, else ``e``."""
+        """``Requeued`` if a 409 came because the admission this driver ran under ended (the
+        job waits in the queue again, or was already re-admitted as a new one), else ``e``."""
         if e.status != 409:
             return e
         answer = self._request("GET", f"/v1/jobs/{job_id}", retry=True)[1]
         view = answer["job"]
-        if view["state"] != "queued":
+        ours = self._admission.get(job_id)
+        if view["state"] != "queued" and (ours is None or view.get("uid") == ours):
             return e
+        self._admission.pop(job_id, None)
         ended = [h for h in answer.get("history", []) if h["kind"] in ("preempted", "failed")]
         reason = (ended[-1].get("meta") or {}).get("reason", "") if ended else view.get("queue_reason", "")
         return Requeued(job_id, int(view["next"].split()[1]), reason)
@@ -200,6 +206,8 @@ class WeaveClient:
             except WeaveError as e:
                 raise self._requeued(job_id, e) from None
             if status == 200:
+                if "uid" in body:
+                    self._admission[job_id] = int(body["uid"])
                 return body
 
     def finish(
@@ -208,6 +216,9 @@ class WeaveClient:
         body: Dict[str, Any] = {"duration_s": float(duration_s)}
         if meta:
             body["meta"] = meta
+        if job_id in self._admission:
+            # The server refuses the finish if this admission has ended in the meantime.
+            body["uid"] = self._admission[job_id]
         path = f"/v1/jobs/{job_id}/phases/{phase}/{iteration}/finish"
         try:
             return self._request("POST", path, body)[1]

@@ -143,7 +143,15 @@ fn build(config: weave_server::ServerConfig, args: &RestartArgs) -> Result<u64> 
             }
             let Some((phase, iteration)) = granted else { continue };
             let duration_us = if phase == Phase::Rollout { 60_000_000 } else { 40_000_000 };
-            shared.commit(|time_us| Record::Finish { time_us, job, phase, iteration, duration_us, meta: None })?;
+            shared.commit(|time_us| Record::Finish {
+                time_us,
+                job,
+                phase,
+                iteration,
+                duration_us,
+                meta: None,
+                admission: None,
+            })?;
             n += 1;
             if n >= args.records {
                 break;

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{client, dir, serve, tenants, Server, TOKEN};
+use common::{client, dir, metric, serve, tenants, wait_until, Server, TOKEN};
 
 fn spec(id: &str) -> serde_json::Value {
     serde_json::json!({ "id": id, "type": "3B_4k", "iterations": 3, "rollout_s": 50, "train_s": 60, "slo": 2.0 })
@@ -193,7 +193,10 @@ fn sigterm_answers_parked_long_polls() {
             (r.status().as_u16(), r.json::<serde_json::Value>().unwrap())
         })
     };
-    std::thread::sleep(Duration::from_millis(500));
+    // SIGTERM only once p2's long-poll is parked (the server counts it), not after a guess.
+    wait_until("p2's long-poll to park", Duration::from_secs(60), || {
+        (metric(&url, "weave_parked_phase_requests") == Some(1.0)).then_some(())
+    });
     let term = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     assert!(term.success());
     let (status, body) = parked.join().unwrap();

@@ -404,23 +404,25 @@ async fn phase_start(
     let deadline = tokio::time::Instant::now() + wait;
     let mut rx = s.changed.subscribe();
     loop {
-        let (granted, admission) = {
+        let admission = {
             let g = s.lock();
-            let granted = g.plane.may_start(&key, phase, iteration)?;
-            // With tracing on, the phase span's context: the job's own spans nest under it.
-            let traced = granted && s.telemetry.is_some();
-            let admission = if traced { g.plane.job(&key).map(|j| j.id.0) } else { None };
-            (granted, admission)
+            // The admission a grant belongs to: the client sends it back with the finish.
+            g.plane.may_start(&key, phase, iteration)?.then(|| g.plane.job(&key).map(|j| j.id.0)).flatten()
         };
-        if granted {
-            let mut body = json!({ "status": "granted", "job": name, "phase": phase.name(), "iteration": iteration });
-            if let Some(a) = admission {
+        if let Some(a) = admission {
+            let mut body =
+                json!({ "status": "granted", "job": name, "phase": phase.name(), "iteration": iteration, "uid": a });
+            // With tracing on, the phase span's context: the job's own spans nest under it.
+            if s.telemetry.is_some() {
                 body["traceparent"] = json!(crate::telemetry::AdmissionIds::of(&key, a).traceparent(phase, iteration));
             }
             return Ok((StatusCode::OK, Json(body)));
         }
         let closing = || s.closing.load(std::sync::atomic::Ordering::SeqCst);
-        match tokio::time::timeout_at(deadline, rx.changed()).await {
+        let parked = Parked::new(&s.parked);
+        let woken = tokio::time::timeout_at(deadline, rx.changed()).await;
+        drop(parked);
+        match woken {
             Ok(Ok(())) if !closing() => continue,
             _ => {
                 let mut body =
@@ -434,12 +436,31 @@ async fn phase_start(
     }
 }
 
+/// Counts a long-poll as parked while it lives (also when its request is dropped mid-wait).
+struct Parked<'a>(&'a std::sync::atomic::AtomicU64);
+
+impl<'a> Parked<'a> {
+    fn new(count: &'a std::sync::atomic::AtomicU64) -> Self {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Parked(count)
+    }
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FinishBody {
     duration_s: f64,
     #[serde(default)]
     meta: Option<serde_json::Value>,
+    /// The admission the phase was granted under (the grant's `uid`): refused if it has ended.
+    #[serde(default)]
+    uid: Option<u32>,
 }
 
 async fn phase_finish(
@@ -457,7 +478,17 @@ async fn phase_finish(
     }
     let duration_us = (b.duration_s * 1e6).round() as u64;
     let job = key.clone();
-    commit(&s, &c, move |time_us| Record::Finish { time_us, job, phase, iteration, duration_us, meta: b.meta }).await?;
+    let admission = b.uid;
+    commit(&s, &c, move |time_us| Record::Finish {
+        time_us,
+        job,
+        phase,
+        iteration,
+        duration_us,
+        meta: b.meta,
+        admission,
+    })
+    .await?;
     visible(&s, &c, &key).map(|(_, v)| Json(v))
 }
 
@@ -595,7 +626,9 @@ async fn metrics(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<
     let c = caller(&s, &headers)?;
     let g = s.lock();
     let text = if c.admin {
-        crate::metrics::render(&g.plane)
+        let mut text = crate::metrics::render(&g.plane);
+        crate::metrics::parked(&mut text, s.parked.load(std::sync::atomic::Ordering::SeqCst));
+        text
     } else {
         crate::metrics::render_tenant(&g.plane, &c.tenant, c.job.as_deref())
     };

@@ -112,3 +112,9 @@ pub fn render(plane: &Plane) -> String {
     tenants(&mut out, plane, None);
     out
 }
+
+/// Long-polls waiting for a phase grant right now (held connections, not jobs).
+pub fn parked(out: &mut String, n: u64) {
+    family(out, "weave_parked_phase_requests", "gauge", "Phase-start long-polls waiting for a grant now.");
+    let _ = writeln!(out, "weave_parked_phase_requests {n}");
+}

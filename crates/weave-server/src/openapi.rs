@@ -54,7 +54,9 @@ pub fn document() -> Value {
                     }
                 },
                 "Finish": { "type": "object", "required": ["duration_s"], "additionalProperties": false,
-                            "properties": { "duration_s": { "type": "number", "minimum": 0 }, "meta": { "type": "object" } } }
+                            "properties": { "duration_s": { "type": "number", "minimum": 0 }, "meta": { "type": "object" },
+                                            "uid": { "type": "integer", "minimum": 0,
+                                                     "description": "The admission the phase was granted under (the grant's uid); refused with 409 if it has ended." } } }
             }
         },
         "paths": {

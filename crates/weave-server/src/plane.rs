@@ -214,6 +214,12 @@ pub enum Record {
         iteration: u64,
         duration_us: u64,
         meta: Option<serde_json::Value>,
+        /// The admission (`JobView::uid`) the phase was granted under, when the client says:
+        /// a finish from an admission that has since ended (preempted, failed, moved) is
+        /// refused even if the job was re-admitted and granted the same phase again, so the
+        /// driver hears that it was re-queued and its stale measurement is not kept.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        admission: Option<u32>,
     },
     Fail {
         time_us: u64,
@@ -585,8 +591,18 @@ impl Plane {
                 }
                 Ok(())
             }
-            Record::Finish { job, phase, iteration, .. } => {
+            Record::Finish { job, phase, iteration, admission, .. } => {
                 let j = self.running(job)?;
+                if let Some(a) = admission.filter(|a| *a != j.id.0) {
+                    return Err(PlaneError::Conflict {
+                        job: job.clone(),
+                        reason: format!(
+                            "the phase was granted to admission {a}, which has ended; the job runs as admission {} \
+                             from rollout of iteration {}",
+                            j.id.0, j.completed_iterations
+                        ),
+                    });
+                }
                 if j.granted != Some((*phase, *iteration)) {
                     return Err(PlaneError::Conflict {
                         job: job.clone(),
@@ -662,7 +678,7 @@ impl Plane {
                 self.end(*time_us, job, JobState::Failed, Some(reason.clone()));
                 Ok(())
             }
-            Record::Finish { time_us, job, phase, iteration, duration_us, meta } => {
+            Record::Finish { time_us, job, phase, iteration, duration_us, meta, .. } => {
                 self.finish(*time_us, job, *phase, *iteration, Micros(*duration_us), meta.clone());
                 Ok(())
             }

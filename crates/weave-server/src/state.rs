@@ -147,6 +147,8 @@ pub struct Shared {
     pub job_tokens: JobTokens,
     /// Set when the server starts shutting down: long-polls answer at once.
     pub closing: std::sync::atomic::AtomicBool,
+    /// Phase-start long-polls parked now, waiting for a grant (`weave_parked_phase_requests`).
+    pub parked: std::sync::atomic::AtomicU64,
     /// OpenTelemetry export (`--otlp-endpoint`); `None`: off.
     pub telemetry: Option<crate::telemetry::Telemetry>,
 }
@@ -198,6 +200,7 @@ impl Shared {
             changed,
             job_tokens,
             closing: std::sync::atomic::AtomicBool::new(false),
+            parked: std::sync::atomic::AtomicU64::new(0),
             telemetry: None,
         })
     }

@@ -160,7 +160,8 @@ fn malformed_and_oversized_bodies_are_refused_clearly() {
 
 #[test]
 fn the_gate_enforces_the_barrier_and_interleaves_two_jobs() {
-    let s = TestServer::start(temp_dir("gate"), Duration::from_secs(60));
+    // Long-polls may wait up to 60 s: the one below is answered by g1's finish, not its bound.
+    let s = TestServer::start_with(temp_dir("gate"), Duration::from_secs(60), |c| c.max_wait = Duration::from_secs(60));
     let (st, a) = submit(&s, ALICE, spec("g1", 2));
     assert_eq!(st, 201);
     assert_eq!(a["decision"]["kind"], "isolated");
@@ -189,10 +190,12 @@ fn the_gate_enforces_the_barrier_and_interleaves_two_jobs() {
     assert_eq!(start_phase(&s, ALICE, "g1", "rollout", 0, 0.0).0, 200);
     assert_eq!(start_phase(&s, ALICE, "g2", "rollout", 0, 0.2).0, 202);
     let waiter = {
-        let url = s.url("/v1/jobs/g2/phases/rollout/0/start?wait_s=5");
-        std::thread::spawn(move || body(client().post(url).bearer_auth(ALICE).send().unwrap()).0)
+        let url = s.url("/v1/jobs/g2/phases/rollout/0/start?wait_s=60");
+        let patient = reqwest::blocking::Client::builder().timeout(Duration::from_secs(90)).build().unwrap();
+        std::thread::spawn(move || body(patient.post(url).bearer_auth(ALICE).send().unwrap()).0)
     };
-    std::thread::sleep(Duration::from_millis(200));
+    // g1's rollout ends only once g2's long-poll is parked, so the wake-up path is what runs.
+    wait_until("g2's long-poll to park", Duration::from_secs(50), || (parked(&s) == Some(1)).then_some(()));
     assert_eq!(finish_phase(&s, ALICE, "g1", "rollout", 0, 95.0).0, 200);
     assert_eq!(waiter.join().unwrap(), 200, "the long-poll is answered when the node frees");
     run_rest(&s);
@@ -246,17 +249,18 @@ fn wait_and_finish(s: &TestServer, job: &str, phase: &str, k: u64) {
 
 #[test]
 fn cancel_and_heartbeat_failure_and_readmission() {
-    let s = TestServer::start(temp_dir("fail"), Duration::from_millis(800));
+    // A 3 s timeout: h2's beats, 0.25 s apart, stay well inside it on a loaded machine.
+    let s = TestServer::start(temp_dir("fail"), Duration::from_secs(3));
     let c = client();
     assert_eq!(submit(&s, ALICE, spec("h1", 10)).0, 201);
     assert_eq!(submit(&s, ALICE, spec("h2", 10)).0, 201);
     // h2 keeps beating; h1 goes silent and is failed; the group keeps h2.
-    for _ in 0..8 {
+    let h1 = wait_until("h1 to be failed for silence", Duration::from_secs(60), || {
         assert_eq!(c.post(s.url("/v1/jobs/h2/heartbeat")).bearer_auth(ALICE).send().unwrap().status(), 200);
         std::thread::sleep(Duration::from_millis(250));
-    }
-    let (_, h1) = body(c.get(s.url("/v1/jobs/h1")).bearer_auth(ALICE).send().unwrap());
-    assert_eq!(h1["job"]["state"], "failed", "{h1}");
+        let (_, h1) = body(c.get(s.url("/v1/jobs/h1")).bearer_auth(ALICE).send().unwrap());
+        (h1["job"]["state"] == "failed").then_some(h1)
+    });
     assert!(h1["job"]["failure"].as_str().unwrap().contains("heartbeat"));
     let (_, h2) = body(c.get(s.url("/v1/jobs/h2")).bearer_auth(ALICE).send().unwrap());
     assert_eq!(h2["job"]["state"], "running");

@@ -30,7 +30,15 @@ fn run(p: &mut Plane, records: &mut Vec<Record>, job: &str, n: u64, t: &mut u64)
         assert!(!granted.is_empty(), "nothing granted");
         for (name, phase, iteration) in granted {
             *t += 100_000_000;
-            let r = Record::Finish { time_us: *t, job: name, phase, iteration, duration_us: 100_000_000, meta: None };
+            let r = Record::Finish {
+                time_us: *t,
+                job: name,
+                phase,
+                iteration,
+                duration_us: 100_000_000,
+                meta: None,
+                admission: None,
+            };
             p.apply(&r).unwrap();
             records.push(r);
         }

@@ -30,7 +30,7 @@ fn submit(time_us: u64, id: &str) -> Record {
 /// Measured phases as declared (300 s rollout, 100 s training): re-estimation keeps the plan.
 fn finish(time_us: u64, job: &str, phase: Phase, iteration: u64) -> Record {
     let duration_us = if phase == Phase::Rollout { 300_000_000 } else { 100_000_000 };
-    Record::Finish { time_us, job: job.into(), phase, iteration, duration_us, meta: None }
+    Record::Finish { time_us, job: job.into(), phase, iteration, duration_us, meta: None, admission: None }
 }
 
 fn node(s: &str) -> NodeId {

@@ -46,7 +46,7 @@ fn submit(time_s: u64, tenant: &str, id: &str, priority: &str) -> Record {
 
 fn finish(time_s: u64, job: &str, phase: Phase, iteration: u64) -> Record {
     let duration_us = if phase == Phase::Rollout { 50 * S } else { 60 * S };
-    Record::Finish { time_us: time_s * S, job: job.into(), phase, iteration, duration_us, meta: None }
+    Record::Finish { time_us: time_s * S, job: job.into(), phase, iteration, duration_us, meta: None, admission: None }
 }
 
 fn apply(p: &mut Plane, records: &mut Vec<Record>, r: Record) {
@@ -163,6 +163,41 @@ fn reclaim_borrowed_then_outranked_never_inside_the_minimum_run_and_replay_agree
     assert_eq!(p.job("a1").unwrap().next, (Phase::Rollout, 0));
     assert!(p.may_start("a1", Phase::Rollout, 0).is_ok());
     assert_eq!(queue(&p), ["a2", "a4"]);
+}
+
+/// A driver that took a grant, was preempted and re-admitted before it reported the phase
+/// finished: the same phase is granted again to the new admission, and a finish that names
+/// the old one is refused (its driver must hear that it was re-queued, and the measured
+/// duration, which spans the time it waited, is not kept); the new admission's is accepted.
+#[test]
+fn a_finish_from_an_ended_admission_is_refused_after_re_admission() {
+    let mut p = plane();
+    let mut records = Vec::new();
+    apply(&mut p, &mut records, submit(0, "alice", "a1", "normal"));
+    apply(&mut p, &mut records, submit(1, "alice", "a2", "normal")); // borrows bob's quota
+    let first = p.job("a1").unwrap().id.0;
+    assert_eq!(p.job("a1").unwrap().granted, Some((Phase::Rollout, 0)));
+    // Past the minimum run bob reclaims; both have work in progress, a1 was admitted first.
+    apply(&mut p, &mut records, submit(700, "bob", "b1", "normal"));
+    assert_eq!(state(&p, "a1"), JobState::Preempted);
+    apply(&mut p, &mut records, Record::Cancel { time_us: 710 * S, job: "b1".into() });
+    let again = p.job("a1").unwrap();
+    assert_eq!((again.state, again.granted), (JobState::Running, Some((Phase::Rollout, 0))));
+    let second = again.id.0;
+    assert_ne!(first, second);
+    let finish_as = |admission| Record::Finish {
+        time_us: 720 * S,
+        job: "a1".into(),
+        phase: Phase::Rollout,
+        iteration: 0,
+        duration_us: 50 * S,
+        meta: None,
+        admission: Some(admission),
+    };
+    let refused = p.check(&finish_as(first)).unwrap_err().to_string();
+    assert!(refused.contains(&format!("granted to admission {first}, which has ended")), "{refused}");
+    apply(&mut p, &mut records, finish_as(second));
+    assert_eq!(p.job("a1").unwrap().next, (Phase::Train, 0));
 }
 
 mod properties {

@@ -57,7 +57,7 @@ fn step(p: &Plane, op: (u8, u8, u8), n: usize, t: u64) -> Option<Record> {
             let granted: Vec<_> = p.jobs().filter_map(|j| j.granted.map(|g| (j.name.clone(), g))).collect();
             let (job, (phase, iteration)) = granted.get(a as usize % granted.len().max(1))?.clone();
             let duration_us = (20 + b as u64) * S * if phase == Phase::Rollout { 2 } else { 1 };
-            Some(Record::Finish { time_us, job, phase, iteration, duration_us, meta: None })
+            Some(Record::Finish { time_us, job, phase, iteration, duration_us, meta: None, admission: None })
         }
         6 => Some(Record::Cancel { time_us, job: pick(&running)? }),
         _ => {

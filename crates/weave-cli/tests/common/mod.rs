@@ -80,3 +80,23 @@ pub fn serve_with(d: &Path, extra: &[&str]) -> (Server, String) {
 pub fn client() -> reqwest::blocking::Client {
     reqwest::blocking::Client::builder().timeout(Duration::from_secs(10)).build().unwrap()
 }
+
+/// Polls `ready` until it gives a value or `deadline` passes (then panics naming `what`).
+/// Deadlines are generous: they only bound a hang on a loaded 2-core CI machine, and a
+/// passing run returns as soon as the event happens.
+pub fn wait_until<T>(what: &str, deadline: Duration, mut ready: impl FnMut() -> Option<T>) -> T {
+    let end = std::time::Instant::now() + deadline;
+    loop {
+        if let Some(v) = ready() {
+            return v;
+        }
+        assert!(std::time::Instant::now() < end, "timed out after {deadline:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// One gauge or counter from the admin `/metrics` text, if the server answers.
+pub fn metric(url: &str, name: &str) -> Option<f64> {
+    let text = client().get(format!("{url}/metrics")).bearer_auth(TOKEN).send().ok()?.text().ok()?;
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}

@@ -153,3 +153,22 @@ pub fn run_job(s: &TestServer, token: &str, job: &str, iterations: u64) {
         }
     }
 }
+
+/// Polls `ready` until it gives a value or `deadline` passes (then panics naming `what`).
+/// The deadline only bounds a hang on a loaded 2-core CI machine.
+pub fn wait_until<T>(what: &str, deadline: Duration, mut ready: impl FnMut() -> Option<T>) -> T {
+    let end = std::time::Instant::now() + deadline;
+    loop {
+        if let Some(v) = ready() {
+            return v;
+        }
+        assert!(std::time::Instant::now() < end, "timed out after {deadline:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Phase-start long-polls parked in the server now (admin `/metrics`).
+pub fn parked(s: &TestServer) -> Option<u64> {
+    let text = client().get(s.url("/metrics")).bearer_auth(OPS).send().ok()?.text().ok()?;
+    text.lines().find_map(|l| l.strip_prefix("weave_parked_phase_requests ")?.trim().parse().ok())
+}
