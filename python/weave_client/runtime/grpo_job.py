@@ -1,0 +1,262 @@
+"""The reference RL job: GRPO on the digit-sorting task, as two processes under Weave's gate.
+
+A trainer (rank 0) and a rollout worker (rank 1) run as separate processes, each pinned to
+its own CPU set (its "node"), joined by ``torch.distributed`` (gloo). Iteration ``k``:
+
+1. the rollout worker waits for the gate's rollout ``k``, activates its copy of the weights
+   (warm from host memory), samples with weights version ``k``, offloads, and sends the
+   trajectories (tagged with version ``k``) to the trainer;
+2. the trainer waits for the gate's training ``k``, activates weights and optimizer state,
+   refuses trajectories of any other version, takes the GRPO step and offloads; once the
+   phase is reported finished it sends weights ``k + 1`` (digest-checked, re-sent if
+   refused): the sync step between training and the next rollout;
+3. in its own idle window, outside any granted phase, the trainer writes a checkpoint every
+   ``--checkpoint-every`` iterations (the copy was taken inside the phase; the disk write is
+   slack work), and the rollout worker publishes the received weights into its host copy.
+
+Each phase reports to Weave its measured duration and, as metadata, the switch it made
+(``warm``/``cold`` and seconds), the bytes held in host memory, the sync, the versions used
+and the mean reward. Every process also appends the same records to ``--log`` (JSON lines).
+
+Run one job::
+
+    python -m weave_client.runtime.grpo_job --server URL --token T --job sort-a --iterations 400 \\
+        --rollout-cpus 0 --train-cpus 1 --port 29511 --dir /tmp/sort-a --submit
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+TRAINER, ROLLOUT = 0, 1
+
+
+def _args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--server", required=True)
+    ap.add_argument("--token", default=os.environ.get("WEAVE_TOKEN"))
+    ap.add_argument("--job", required=True)
+    ap.add_argument("--iterations", type=int, default=400)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--digits", type=int, default=4)
+    ap.add_argument("--prompts", type=int, default=32)
+    ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--epochs", type=int, default=1, help="GRPO passes over each batch (PPO-style clipping)")
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--rollout-cpus", default="0", help="CPU set of the rollout node, e.g. 0 or 0-1")
+    ap.add_argument("--train-cpus", default="1", help="CPU set of the training node")
+    ap.add_argument("--port", type=int, required=True, help="TCP port for the job's process group")
+    ap.add_argument("--dir", required=True, help="the job's checkpoint and log directory")
+    ap.add_argument("--checkpoint-every", type=int, default=10)
+    ap.add_argument("--log", help="JSON lines of every phase (default: DIR/phases.jsonl)")
+    ap.add_argument("--submit", action="store_true", help="submit the job to Weave first")
+    ap.add_argument("--slo", type=float, default=2.0)
+    ap.add_argument("--rollout-s", type=float, help="declared rollout seconds (placement estimate)")
+    ap.add_argument("--train-s", type=float, help="declared training seconds (placement estimate)")
+    ap.add_argument("--corrupt-sync-once", action="store_true", help="fault injection: damage the first sync")
+    ap.add_argument("--role", choices=["trainer", "rollout"], help=argparse.SUPPRESS)
+    return ap.parse_args(argv)
+
+
+def cpus(spec: str) -> List[int]:
+    out: List[int] = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def checkpoint_path(d: str) -> str:
+    return os.path.join(d, "trainer.pt")
+
+
+def _log(path: str, record: Dict[str, Any]) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def _setup(a: argparse.Namespace, rank: int, cpu_spec: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cpus(cpu_spec))
+    torch.set_num_threads(len(cpus(cpu_spec)))
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{a.port}", rank=rank, world_size=2)
+
+
+def _configs(a: argparse.Namespace):
+    from .policy import GrpoConfig, PolicyConfig
+
+    return PolicyConfig(digits=a.digits, seed=a.seed), GrpoConfig(
+        prompts=a.prompts, group=a.group, lr=a.lr, epochs=a.epochs
+    )
+
+
+def run_trainer(a: argparse.Namespace) -> None:
+    import torch
+
+    from weave_client import WeaveClient
+
+    from .policy import build_policy, make_optimizer, train_step
+    from .resident import ResidentState, save_checkpoint
+    from .sync import recv_batch, send_weights
+
+    _setup(a, TRAINER, a.train_cpus)
+    pcfg, gcfg = _configs(a)
+
+    def build():
+        p = build_policy(pcfg)
+        return {"policy": p}, {"adam": make_optimizer(p, gcfg)}
+
+    state = ResidentState(f"{a.job}/trainer", build)
+    ckpt = checkpoint_path(a.dir)
+    cold = state.activate(ckpt if os.path.exists(ckpt) else None)
+    start = state.version
+    log = a.log or os.path.join(a.dir, "phases.jsonl")
+    _log(log, {"job": a.job, "role": "trainer", "event": "start", "iteration": start, "switch": cold.kind,
+               "switch_s": cold.seconds, "bytes": cold.bytes})
+    first = send_weights(state.parameters_flat(), start, ROLLOUT)
+    state.offload()
+    client = WeaveClient(a.server, a.token)
+    pending = None  # (iteration, state dicts) copied in the phase, written in the slack
+    with client.keepalive(a.job, interval_s=1.0):
+        for k in range(start, a.iterations):
+            version, batch = recv_batch(ROLLOUT)
+            if version != k:
+                raise RuntimeError(f"{a.job}: trajectories of weights {version} for training {k}")
+            with client.phase(a.job, "train", k) as meta:
+                t0 = time.perf_counter()
+                sw = state.activate()
+                loss = train_step(state.modules["policy"], state.optimizers["adam"], batch, gcfg)
+                state.version = k + 1
+                flat = state.parameters_flat()
+                if (k + 1) % a.checkpoint_every == 0 or k + 1 == a.iterations:
+                    pending = (k + 1, _snapshot(state))
+                off = state.offload()
+                meta.update({
+                    "trajectory_version": version, "new_weights_version": k + 1, "loss": round(loss, 6),
+                    "switch": sw.kind, "switch_s": sw.seconds, "offload_s": off.seconds,
+                    "host_bytes": state.host_bytes(), "compute_s": time.perf_counter() - t0,
+                })
+            # The sync follows the training phase (the dispatcher's sync step): the rollout
+            # worker asks for its next rollout only once the new version has arrived intact.
+            synced: Dict[str, Any] = {}
+            if k + 1 < a.iterations:
+                sync = send_weights(flat, k + 1, ROLLOUT, corrupt_first=a.corrupt_sync_once and k == start)
+                synced = {"sync_s": sync.seconds, "sync_bytes": sync.bytes, "sync_attempts": sync.attempts}
+            _log(log, {"job": a.job, "role": "trainer", "phase": "train", "iteration": k, **meta, **synced})
+            if pending is not None:
+                # Slack: the job's own idle window (its rollout runs), never inside a phase.
+                t0 = time.perf_counter()
+                save_checkpoint(ckpt, pending[1])
+                _log(log, {"job": a.job, "role": "trainer", "event": "checkpoint", "iteration": pending[0],
+                           "seconds": time.perf_counter() - t0, "slack": True})
+                pending = None
+    _log(log, {"job": a.job, "role": "trainer", "event": "done", "first_sync_s": first.seconds})
+    _teardown()
+
+
+def _snapshot(state) -> Dict[str, Any]:
+    """The active state copied into host memory (cheap, inside the phase) for a later write."""
+    import copy
+
+    return {
+        "name": state.name,
+        "version": state.version,
+        "modules": {k: {n: t.detach().clone() for n, t in m.state_dict().items()} for k, m in state.modules.items()},
+        "optimizers": {k: copy.deepcopy(o.state_dict()) for k, o in state.optimizers.items()},
+        "extra": {},
+    }
+
+
+def run_rollout(a: argparse.Namespace) -> None:
+    import torch
+
+    from weave_client import WeaveClient
+
+    from .policy import build_policy, rollout
+    from .resident import ResidentState
+    from .sync import recv_weights, send_batch
+
+    _setup(a, ROLLOUT, a.rollout_cpus)
+    pcfg, gcfg = _configs(a)
+    state = ResidentState(f"{a.job}/rollout", lambda: ({"policy": build_policy(pcfg)}, {}))
+    cold = state.activate()
+    got = recv_weights(TRAINER)
+    state.load_parameters(got.flat, got.version)
+    state.offload()
+    log = a.log or os.path.join(a.dir, "phases.jsonl")
+    _log(log, {"job": a.job, "role": "rollout", "event": "start", "iteration": got.version, "switch": cold.kind,
+               "switch_s": cold.seconds, "bytes": cold.bytes})
+    client = WeaveClient(a.server, a.token)
+    received = got
+    for k in range(got.version, a.iterations):
+        with client.phase(a.job, "rollout", k) as meta:
+            t0 = time.perf_counter()
+            sw = state.activate()
+            if state.version != k:
+                raise RuntimeError(f"{a.job}: rollout {k} would sample from weights {state.version}")
+            # One named stream per iteration: a resumed job draws the same prompts again.
+            rng = torch.Generator().manual_seed(a.seed * 1_000_003 + k)
+            batch = rollout(state.modules["policy"], rng, gcfg)
+            off = state.offload()
+            meta.update({
+                "weights_version": k, "mean_reward": round(float(batch["reward"].mean()), 6),
+                "switch": sw.kind, "switch_s": sw.seconds, "offload_s": off.seconds,
+                "host_bytes": state.host_bytes(), "compute_s": time.perf_counter() - t0,
+                "received_sync_s": received.stats.seconds, "refused_syncs": received.refused,
+            })
+        _log(log, {"job": a.job, "role": "rollout", "phase": "rollout", "iteration": k, **meta})
+        send_batch(batch, k, TRAINER)
+        if k + 1 < a.iterations:
+            received = recv_weights(TRAINER)
+            # Published between phases, after the digest check: never a half-updated model.
+            state.load_parameters(received.flat, received.version)
+    _teardown()
+
+
+def _teardown() -> None:
+    import torch.distributed as dist
+
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def launch(a: argparse.Namespace, argv: List[str]) -> int:
+    """Starts the trainer and the rollout worker; returns the first non-zero exit code."""
+    os.makedirs(a.dir, exist_ok=True)
+    if a.submit:
+        from weave_client import WeaveClient
+
+        spec: Dict[str, Any] = {"id": a.job, "type": "3B_4k", "iterations": a.iterations, "slo": a.slo}
+        if a.rollout_s is not None:
+            spec["rollout_s"] = a.rollout_s
+        if a.train_s is not None:
+            spec["train_s"] = a.train_s
+        WeaveClient(a.server, a.token).submit(spec)
+    procs = [subprocess.Popen([sys.executable, "-m", "weave_client.runtime.grpo_job", *argv, "--role", role])
+             for role in ("trainer", "rollout")]
+    codes = [p.wait() for p in procs]
+    return next((c for c in codes if c != 0), 0)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    a = _args(argv)
+    if a.role == "trainer":
+        run_trainer(a)
+        return 0
+    if a.role == "rollout":
+        run_rollout(a)
+        return 0
+    argv = [x for x in argv if x != "--submit"]
+    return launch(a, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
