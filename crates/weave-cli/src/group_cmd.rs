@@ -59,6 +59,14 @@ struct MemberEntry {
     rollout_s: Option<f64>,
     train_s: Option<f64>,
     nodes: Vec<u32>,
+    /// Measured switch costs and sync, seconds, in place of the model's (what Weave's
+    /// runtime reports of a real job).
+    #[serde(default)]
+    switch_warm_s: Option<f64>,
+    #[serde(default)]
+    switch_cold_s: Option<f64>,
+    #[serde(default)]
+    sync_s: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -134,7 +142,16 @@ fn parse_member_flag(s: &str) -> Result<MemberEntry> {
         .split(',')
         .map(|n| n.trim().parse::<u32>().with_context(|| format!("node `{n}` is not an index")))
         .collect::<Result<Vec<u32>>>()?;
-    let mut entry = MemberEntry { job_type: None, model: None, rollout_s: None, train_s: None, nodes };
+    let mut entry = MemberEntry {
+        job_type: None,
+        model: None,
+        rollout_s: None,
+        train_s: None,
+        nodes,
+        switch_warm_s: None,
+        switch_cold_s: None,
+        sync_s: None,
+    };
     match what.split_once(':') {
         Some((r, t)) => {
             entry.rollout_s = Some(r.trim().parse().with_context(|| format!("rollout seconds `{r}`"))?);
@@ -190,6 +207,27 @@ fn job_of(i: usize, e: &MemberEntry, profile: &ProfileModel) -> Result<(JobSpec,
     Ok((job, times, nodes))
 }
 
+/// `m` with the entry's measured switch costs and sync in place of the model's.
+fn with_measured_costs(i: usize, e: &MemberEntry, mut m: TimingMember) -> Result<TimingMember> {
+    let secs = |field: &str, v: Option<f64>| -> Result<Option<Micros>> {
+        match v {
+            Some(s) if s.is_finite() && s >= 0.0 => Ok(Some(Micros::from_secs_f64(s))),
+            Some(s) => bail!("member {}: `{field}` must be non-negative seconds, got {s}", i + 1),
+            None => Ok(None),
+        }
+    };
+    if let Some(w) = secs("switch_warm_s", e.switch_warm_s)? {
+        (m.costs.rollout_warm, m.costs.train_warm) = (w, w);
+    }
+    if let Some(c) = secs("switch_cold_s", e.switch_cold_s)? {
+        (m.costs.rollout_cold, m.costs.train_cold) = (c, c);
+    }
+    if let Some(s) = secs("sync_s", e.sync_s)? {
+        m.sync = s;
+    }
+    Ok(m)
+}
+
 fn analyze(entries: &[MemberEntry], cluster: &ClusterConfig, resident: bool) -> Result<(Report, Vec<TimingMember>)> {
     let profile = ProfileModel::builtin();
     let limits = GroupLimits { rollout_dram: cluster.rollout.host_dram(), train_dram: cluster.training.host_dram() };
@@ -202,7 +240,7 @@ fn analyze(entries: &[MemberEntry], cluster: &ClusterConfig, resident: bool) -> 
         dispatcher
             .handle(Micros::ZERO, Input::Join(member_spec(&job, nodes.clone(), cluster, resident, None)))
             .with_context(|| format!("member {} cannot join", i + 1))?;
-        members.push(timing_member(&job, times, nodes.clone(), cluster, resident));
+        members.push(with_measured_costs(i, e, timing_member(&job, times, nodes.clone(), cluster, resident))?);
         rows.push(MemberRow {
             job: job.id,
             job_type: job.job_type.to_string(),

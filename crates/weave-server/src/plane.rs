@@ -55,6 +55,14 @@ pub struct SubmitSpec {
     pub rollout_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub train_s: Option<f64>,
+    /// Switch costs and sync time the job measured of itself (Weave's runtime reports them
+    /// with every phase), seconds: they replace the model's estimate for its model size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switch_warm_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switch_cold_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_s: Option<f64>,
     /// Re-admission from a checkpoint: iterations already done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_from: Option<u64>,
@@ -182,6 +190,13 @@ impl SubmitSpec {
         for (field, v) in [("rollout_s", self.rollout_s), ("train_s", self.train_s)] {
             if v.is_some_and(|t| !(t.is_finite() && t > 0.0 && t <= limits::MAX_PHASE_S)) {
                 return bad(field, format!("seconds in (0, {}]", limits::MAX_PHASE_S));
+            }
+        }
+        for (field, v) in
+            [("switch_warm_s", self.switch_warm_s), ("switch_cold_s", self.switch_cold_s), ("sync_s", self.sync_s)]
+        {
+            if v.is_some_and(|t| !(t.is_finite() && (0.0..=limits::MAX_PHASE_S).contains(&t))) {
+                return bad(field, format!("seconds in [0, {}]", limits::MAX_PHASE_S));
             }
         }
         if self.slo.is_some_and(|v| !(v.is_finite() && (1.0..=limits::MAX_SLO).contains(&v))) {
@@ -540,8 +555,21 @@ impl Plane {
         self.names.get(id.0 as usize).map(String::as_str)
     }
 
-    fn place_job(&self, spec: &JobSpec, slo: f64) -> PlaceJob {
-        PlaceJob::from_spec(spec, slo, &self.profile, &self.cluster)
+    /// The job as placement sees it: the model's estimate, with what the submission says it
+    /// measured of itself in place of the model's switch costs and sync.
+    fn place_job(&self, spec: &JobSpec, slo: f64, submit: &SubmitSpec) -> PlaceJob {
+        let mut place = PlaceJob::from_spec(spec, slo, &self.profile, &self.cluster);
+        let us = |s: f64| Micros::from_secs_f64(s);
+        if let Some(w) = submit.switch_warm_s.filter(|s| s.is_finite() && *s >= 0.0) {
+            (place.costs.rollout_warm, place.costs.train_warm) = (us(w), us(w));
+        }
+        if let Some(c) = submit.switch_cold_s.filter(|s| s.is_finite() && *s >= 0.0) {
+            (place.costs.rollout_cold, place.costs.train_cold) = (us(c), us(c));
+        }
+        if let Some(sync) = submit.sync_s.filter(|s| s.is_finite() && *s >= 0.0) {
+            place.sync = us(sync);
+        }
+        place
     }
 
     /// Checks a record without changing anything: only records that pass are made durable.
@@ -556,7 +584,7 @@ impl Plane {
                 let id = JobId(self.names.len() as u32);
                 let spec = job.to_spec(id, Micros(*time_us))?;
                 let slo = spec.slo.map(|s| s.get()).unwrap_or(DEFAULT_SLO);
-                match self.placer.preview(&self.place_job(&spec, slo)) {
+                match self.placer.preview(&self.place_job(&spec, slo, job)) {
                     Ok(_) => Ok(()),
                     // Fixed pools full now: it waits, unless it can never fit.
                     Err(PlaceError::NoCapacity(_) | PlaceError::Infeasible { .. }) => self.may_queue(job, *time_us),
@@ -780,7 +808,7 @@ impl Plane {
         let id = JobId(self.names.len() as u32);
         let spec = submit.to_spec(id, Micros(time_us))?;
         let slo = spec.slo.map(|s| s.get()).unwrap_or(DEFAULT_SLO);
-        let mut place = self.place_job(&spec, slo);
+        let mut place = self.place_job(&spec, slo, submit);
         let start = submit.resume_from.unwrap_or(0);
         let remaining = submit.iterations.map(|n| n.saturating_sub(start));
         let fresh = carried.is_none();

@@ -1,0 +1,192 @@
+"""Weave's PyTorch runtime: resident state, checkpoints, versioned weight sync, GRPO.
+
+Skipped where torch is not installed (the stdlib client's own tests run without it);
+``.ci/run`` installs the ``torch`` extra, so they run there.
+"""
+
+import os
+import socket
+import tempfile
+import unittest
+
+try:
+    import torch
+    import torch.multiprocessing as mp
+except ImportError:  # pragma: no cover - exercised on machines without the extra
+    torch = None
+
+if torch is not None:
+    from weave_client.runtime import CheckpointError, ResidentState
+    from weave_client.runtime.policy import (
+        GrpoConfig,
+        PolicyConfig,
+        advantages,
+        build_policy,
+        make_optimizer,
+        reward,
+        rollout,
+        train_step,
+    )
+
+
+def _build():
+    cfg, g = PolicyConfig(), GrpoConfig(prompts=8, group=4)
+    p = build_policy(cfg)
+    return {"policy": p}, {"adam": make_optimizer(p, g)}
+
+
+def _trained_state(name="job/trainer"):
+    torch.set_num_threads(1)
+    s = ResidentState(name, _build)
+    s.activate()
+    g = GrpoConfig(prompts=8, group=4)
+    rng = torch.Generator().manual_seed(3)
+    train_step(s.modules["policy"], s.optimizers["adam"], rollout(s.modules["policy"], rng, g), g)
+    return s
+
+
+def _snapshot(s):
+    state = {f"p.{k}": v.clone() for k, v in s.modules["policy"].state_dict().items()}
+    for i, st in enumerate(s.optimizers["adam"].state.values()):
+        for k, v in st.items():
+            state[f"o.{i}.{k}"] = v.clone()
+    return state
+
+
+@unittest.skipIf(torch is None, "needs the torch extra: pip install './python[torch]'")
+class ResidentStateTest(unittest.TestCase):
+    def test_offload_releases_the_working_copy_and_warm_restores_it_exactly(self):
+        s = _trained_state()
+        before = _snapshot(s)
+        held = s.state_bytes()
+        off = s.offload()
+        self.assertEqual(off.kind, "offload")
+        self.assertEqual(s.host_bytes(), held, "the host buffer holds the whole state")
+        for p in s.modules["policy"].parameters():
+            self.assertEqual(p.untyped_storage().nbytes(), 0, "the working copy is released")
+        sw = s.activate()
+        self.assertEqual(sw.kind, "warm")
+        after = _snapshot(s)
+        self.assertEqual(before.keys(), after.keys())
+        for k in before:
+            self.assertTrue(torch.equal(before[k], after[k]), k)
+
+    def test_cold_load_from_a_checkpoint_is_exact_and_damage_is_named(self):
+        s = _trained_state()
+        s.version = 7
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "trainer.pt")
+            s.save(path)
+            cold = ResidentState("job/trainer", _build)
+            self.assertEqual(cold.activate(path).kind, "cold")
+            self.assertEqual(cold.version, 7)
+            want, got = _snapshot(s), _snapshot(cold)
+            for k in want:
+                self.assertTrue(torch.equal(want[k], got[k]), k)
+            # Its optimizer state can be offloaded like any other (loaded storage is not).
+            cold.offload()
+            self.assertEqual(cold.activate().kind, "warm")
+            # Another job's checkpoint is refused, naming both.
+            with self.assertRaisesRegex(CheckpointError, "not `other/trainer`"):
+                ResidentState("other/trainer", _build).activate(path)
+            # One flipped byte: refused with the file's name, nothing loaded.
+            with open(path, "r+b") as f:
+                f.seek(100)
+                b = f.read(1)
+                f.seek(100)
+                f.write(bytes([b[0] ^ 0xFF]))
+            with self.assertRaisesRegex(CheckpointError, "trainer.pt: damaged"):
+                ResidentState("job/trainer", _build).activate(path)
+            with self.assertRaisesRegex(CheckpointError, "no such checkpoint"):
+                ResidentState("job/trainer", _build).activate(os.path.join(d, "missing.pt"))
+            os.remove(path + ".sha256")
+            with self.assertRaisesRegex(CheckpointError, "digest"):
+                ResidentState("job/trainer", _build).activate(path)
+
+    def test_weights_published_into_an_offloaded_state_appear_on_activation(self):
+        s = ResidentState("job/rollout", lambda: ({"policy": build_policy(PolicyConfig())}, {}))
+        s.activate()
+        s.offload()
+        new = torch.arange(sum(p.numel() for p in s.modules["policy"].parameters()), dtype=torch.float32)
+        s.load_parameters(new, 5)
+        s.activate()
+        self.assertEqual(s.version, 5)
+        self.assertTrue(torch.equal(s.parameters_flat(), new))
+        with self.assertRaisesRegex(ValueError, "weights received"):
+            s.load_parameters(new[:10], 6)
+        self.assertEqual(s.version, 5, "a refused update changes nothing")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _sync_peer(rank, port, flat, corrupt, out):
+    import torch.distributed as dist
+
+    from weave_client.runtime.sync import recv_weights, send_weights
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    if rank == 0:
+        stats = send_weights(flat, 3, 1, corrupt_first=corrupt)
+        out.put(("sent", stats.attempts))
+    else:
+        got = recv_weights(0)
+        out.put(("received", got.version, got.refused, torch.equal(got.flat, flat)))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@unittest.skipIf(torch is None, "needs the torch extra: pip install './python[torch]'")
+class SyncTest(unittest.TestCase):
+    def test_a_damaged_copy_is_refused_and_sent_again(self):
+        flat = torch.randn(10_000, generator=torch.Generator().manual_seed(1))
+        for corrupt, attempts in ((False, 1), (True, 2)):
+            ctx = mp.get_context("spawn")
+            q = ctx.Queue()
+            port = _free_port()
+            procs = [ctx.Process(target=_sync_peer, args=(r, port, flat, corrupt, q)) for r in (0, 1)]
+            for p in procs:
+                p.start()
+            msgs = sorted([q.get(timeout=120), q.get(timeout=120)])
+            for p in procs:
+                p.join(timeout=120)
+                self.assertEqual(p.exitcode, 0)
+            self.assertEqual(msgs[0], ("received", 3, attempts - 1, True))
+            self.assertEqual(msgs[1], ("sent", attempts))
+
+
+@unittest.skipIf(torch is None, "needs the torch extra: pip install './python[torch]'")
+class GrpoTest(unittest.TestCase):
+    def test_reward_and_advantages(self):
+        prompt = torch.tensor([[3, 1, 2, 0]])
+        self.assertEqual(reward(prompt, torch.tensor([[0, 1, 2, 3]])).item(), 1.0)
+        self.assertEqual(reward(prompt, torch.tensor([[0, 1, 3, 2]])).item(), 0.5)
+        a = advantages(torch.tensor([1.0, 0.0, 0.5, 0.5, 0.2, 0.2, 0.2, 0.2]), 4)
+        self.assertAlmostEqual(a[:4].sum().item(), 0.0, places=5)
+        self.assertTrue(torch.equal(a[4:], torch.zeros(4)), "a group with equal rewards teaches nothing")
+
+    def test_a_fixed_seed_learns_the_same_way_twice_and_improves(self):
+        torch.set_num_threads(1)
+
+        def run():
+            g = GrpoConfig()
+            p = build_policy(PolicyConfig())
+            opt = make_optimizer(p, g)
+            rewards = []
+            for k in range(60):
+                b = rollout(p, torch.Generator().manual_seed(1_000_003 + k), g)
+                rewards.append(b["reward"].mean().item())
+                train_step(p, opt, b, g)
+            return rewards
+
+        first, second = run(), run()
+        self.assertEqual(first, second, "bit-for-bit reproducible for a seed")
+        self.assertLess(sum(first[:10]) / 10, 0.15, "starts near the random policy's 0.1")
+        self.assertGreater(sum(first[-10:]) / 10, sum(first[:10]) / 10 + 0.03, "and learns")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,352 @@
+"""Real jobs under ``weave serve``, measured against the model (``python -m
+weave_client.runtime.experiment``).
+
+A miniature cluster on this machine: one rollout node (CPU set ``--rollout-cpus``) and one
+training node (``--train-cpus``), as fixed pools of one node each. Two GRPO jobs that
+complement each other (A: long generation, one update pass; B: short generation, several
+update passes) run
+
+1. solo, one after the other, each alone on both nodes (what a cluster without Weave does);
+2. co-executed: submitted together with what their solo runs measured (phase durations,
+   warm/cold switch, the gap between phases), so Weave packs them into one group, and run
+   side by side under its gate.
+
+It prints (and writes as JSON with ``--json``) iterations per node-hour of both, the measured
+meta-iteration against what ``weave group analyze`` predicts from the measured durations,
+warm against cold switch for the same state, the weight syncs (and a damaged sync refused and
+re-sent), and, with ``--learn N``, the reference job's reward curve over N iterations.
+
+Correctness is checked on every run, whatever its size: every rollout sampled with the
+weights of its own iteration, every training consumed its own iteration's trajectories, both
+jobs completed every iteration once.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from typing import Any, Dict, List, Optional
+
+from weave_client import WeaveClient
+
+TOKEN = "experiment-admin-token"
+
+
+def say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+class Serve:
+    """``weave serve`` on fixed pools of one rollout and one training node."""
+
+    def __init__(self, weave: str, work: str) -> None:
+        self.weave, self.work = weave, work
+        config = subprocess.run([weave, "config", "show"], check=True, capture_output=True, text=True).stdout
+        self.cluster = os.path.join(work, "cluster.toml")
+        with open(self.cluster, "w") as f:
+            f.write(re.sub(r"(?m)^nodes = \d+$", "nodes = 1", config))
+        digest = subprocess.run([weave, "token", "hash", TOKEN], check=True, capture_output=True, text=True).stdout
+        self.tenants = os.path.join(work, "tenants.toml")
+        with open(self.tenants, "w") as f:
+            f.write(f'[[tenant]]\nname = "ops"\ntoken_sha256 = "{digest.strip()}"\nadmin = true\n')
+        self.proc: Optional[subprocess.Popen] = None
+        self.url = ""
+
+    def start(self) -> str:
+        """Starts the server; again on the same address and store after :meth:`kill`."""
+        addr = self.url[len("http://"):] if self.url else "127.0.0.1:0"
+        cmd = [self.weave, "serve", "--addr", addr, "--fixed-capacity", "--cluster", self.cluster,
+               "--tenants", self.tenants, "--data", os.path.join(self.work, "data"), "--heartbeat-timeout-s", "120"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        line = self.proc.stdout.readline().strip()
+        if not line.startswith("listening "):
+            raise RuntimeError(f"weave serve did not start: {line!r}")
+        self.url = "http://" + line.split()[1]
+        return self.url
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no flush beyond what was acknowledged."""
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+
+
+JOBS = {
+    # Long generation (8 digits), one update pass: rollout-heavy.
+    "A": ["--digits", "8", "--epochs", "1"],
+    # Short generation (4 digits), five clipped update passes: training-heavy.
+    "B": ["--digits", "4", "--epochs", "5"],
+}
+
+
+def job_cmd(a, url: str, name: str, kind: str, port: int, extra: List[str]) -> List[str]:
+    return [sys.executable, "-W", "ignore", "-m", "weave_client.runtime.grpo_job", "--server", url,
+            "--token", TOKEN, "--job", name, "--iterations", str(a.iterations), "--prompts", str(a.prompts),
+            "--rollout-cpus", a.rollout_cpus, "--train-cpus", a.train_cpus, "--port", str(port),
+            "--dir", os.path.join(a.work, name), *JOBS[kind], *extra]
+
+
+def start_jobs(cmds: List[List[str]]) -> List["tuple[List[str], subprocess.Popen]"]:
+    return [(c, subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)) for c in cmds]
+
+
+def wait_jobs(jobs: List["tuple[List[str], subprocess.Popen]"]) -> None:
+    for c, p in jobs:
+        out, _ = p.communicate(timeout=3600)
+        if p.returncode != 0:
+            raise RuntimeError(f"job failed ({' '.join(c[4:12])}):\n{out[-4000:]}")
+
+
+def run_jobs(cmds: List[List[str]]) -> None:
+    wait_jobs(start_jobs(cmds))
+
+
+def wait_until(ready, timeout_s: float) -> None:
+    """Polls ``ready`` every 0.2 s; the deadline only bounds a hang."""
+    deadline = time.time() + timeout_s
+    while not ready():
+        if time.time() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s")
+        time.sleep(0.2)
+
+
+def phases(work: str, name: str) -> List[Dict[str, Any]]:
+    with open(os.path.join(work, name, "phases.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def check_versions(events: List[Dict[str, Any]], name: str, n: int) -> None:
+    """Every iteration trained once, each rollout on its own weights, each training on its
+    own trajectories."""
+    fin = [e for e in events if e["job"] == name and e["kind"] == "finish"]
+    trained = sorted(e["iteration"] for e in fin if e["phase"] == "train")
+    assert trained == list(range(n)), f"{name}: trained iterations {trained}"
+    for e in fin:
+        k, meta = e["iteration"], e.get("meta") or {}
+        if e["phase"] == "rollout":
+            assert meta.get("weights_version") == k, f"{name}: rollout {k} used {meta}"
+        else:
+            assert meta.get("trajectory_version") == k and meta.get("new_weights_version") == k + 1, \
+                f"{name}: training {k} consumed {meta}"
+
+
+def span_s(events: List[Dict[str, Any]], work: str, names: List[str]) -> float:
+    """From the start of the first phase of any of ``names`` to their last finish: the time
+    their work held the nodes (process start-up, the same for solo and co-executed runs, left
+    out; the wall clock with it is reported beside)."""
+    starts, ends = [], []
+    for name in names:
+        fin = [e for e in events if e["job"] == name and e["kind"] == "finish"]
+        first = min(fin, key=lambda e: e["time_us"])
+        log = next(r for r in phases(work, name) if r.get("phase") == first["phase"] and r["iteration"] == first["iteration"])
+        starts.append(first["time_us"] / 1e6 - log["compute_s"])
+        ends.append(max(e["time_us"] for e in fin) / 1e6)
+    return max(ends) - min(starts)
+
+
+def periods(events: List[Dict[str, Any]], name: str, trim: int) -> List[float]:
+    """Seconds between consecutive training finishes, without the first and last ``trim``."""
+    t = [e["time_us"] for e in events if e["job"] == name and e["kind"] == "finish" and e["phase"] == "train"]
+    d = [(b - a) / 1e6 for a, b in zip(t, t[1:])]
+    return d[trim: len(d) - trim] if len(d) > 2 * trim + 2 else d
+
+
+def profile(events: List[Dict[str, Any]], logs: List[Dict[str, Any]], name: str) -> Dict[str, float]:
+    # A phase's duration as the job measured it (activation, work and offload: the time it
+    # held the node), which is also what it reported to Weave.
+    rollout = statistics.median(r["compute_s"] for r in logs if r.get("phase") == "rollout")
+    train = statistics.median(r["compute_s"] for r in logs if r.get("phase") == "train")
+    period = statistics.median(periods(events, name, 2))
+    warm = statistics.median(r["switch_s"] for r in logs if r.get("switch") == "warm")
+    sync = statistics.median(r["sync_s"] for r in logs if "sync_s" in r)
+    return {"rollout_s": rollout, "train_s": train, "period_s": period, "gap_s": max(period - rollout - train, 0.0),
+            "warm_s": warm, "sync_s": sync}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--weave", default=shutil.which("weave") or "target/release/weave")
+    ap.add_argument("--iterations", type=int, default=60)
+    ap.add_argument("--prompts", type=int, default=64)
+    ap.add_argument("--rollout-cpus", default="0")
+    ap.add_argument("--train-cpus", default="1")
+    ap.add_argument("--learn", type=int, default=0, help="also run the reference job this many iterations")
+    ap.add_argument("--work", help="working directory (default: a new temporary one)")
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--kill-serve", action="store_true", help="SIGKILL and restart weave serve halfway through the pair")
+    a = ap.parse_args(argv)
+    a.work = a.work or tempfile.mkdtemp(prefix="weave-real-")
+    os.makedirs(a.work, exist_ok=True)
+    serve = Serve(a.weave, a.work)
+    url = serve.start()
+    ops = WeaveClient(url, TOKEN)
+    out: Dict[str, Any] = {"iterations": a.iterations, "prompts": a.prompts}
+    try:
+        say(f"weave serve at {url}; rollout node = CPUs {a.rollout_cpus}, training node = CPUs {a.train_cpus}")
+        # 1. Solo, one after the other (the first sync is damaged once: refused and re-sent).
+        t0 = time.time()
+        run_jobs([job_cmd(a, url, "solo-A", "A", 29610, ["--submit", "--corrupt-sync-once"])])
+        run_jobs([job_cmd(a, url, "solo-B", "B", 29611, ["--submit"])])
+        solo_wall = time.time() - t0
+        events = ops.events()
+        prof = {}
+        for kind in "AB":
+            name = f"solo-{kind}"
+            check_versions(events, name, a.iterations)
+            prof[kind] = profile(events, phases(a.work, name), name)
+        refused = sum(r.get("refused_syncs", 0) for r in phases(a.work, "solo-A"))
+        assert refused >= 1, "the damaged sync was not refused"
+        solo_span = span_s(events, a.work, ["solo-A"]) + span_s(events, a.work, ["solo-B"])
+
+        # 2. The same two jobs, submitted with what they measured, co-executed.
+        for kind in "AB":
+            p = prof[kind]
+            spec = {"id": f"pair-{kind}", "type": "3B_4k", "iterations": a.iterations, "slo": 2.0,
+                    "rollout_s": p["rollout_s"], "train_s": p["train_s"], "switch_warm_s": p["warm_s"],
+                    "sync_s": p["gap_s"]}
+            decision = ops.submit(spec)
+            out[f"decision_{kind}"] = decision["decision"]["kind"]
+            assert decision["job"]["state"] == "running", f"pair-{kind} was not admitted: {decision['job']}"
+        groups = {ops.job(f"pair-{k}")["job"]["group"] for k in "AB"}
+        assert len(groups) == 1, f"the pair was not packed into one group: {groups}"
+        t0 = time.time()
+        pair = start_jobs([job_cmd(a, url, f"pair-{k}", k, 29620 + i, []) for i, k in enumerate("AB")])
+        if a.kill_serve:
+            # SIGKILL weave serve mid-run and start it again on its store: the jobs' gate
+            # calls ride it out and nothing acknowledged is lost (checked below).
+            wait_until(lambda: ops.job("pair-A")["job"]["completed_iterations"] >= a.iterations // 2, 600)
+            serve.kill()
+            time.sleep(1.0)  # down for a moment, as a crashed server is
+            serve.start()
+            out["serve_killed_at"] = ops.job("pair-A")["job"]["completed_iterations"]
+        wait_jobs(pair)
+        pair_wall = time.time() - t0
+        events = ops.events()
+        for k in "AB":
+            check_versions(events, f"pair-{k}", a.iterations)
+        pair_span = span_s(events, a.work, ["pair-A", "pair-B"])
+        pair_prof = {k: profile(events, phases(a.work, f"pair-{k}"), f"pair-{k}") for k in "AB"}
+        meta_measured = statistics.median(periods(events, "pair-A", 3) + periods(events, "pair-B", 3))
+
+        # 3. The model's prediction: from what the solo runs measured (what admission was
+        # told) and from the durations measured in the co-executed run itself (the schedule
+        # model checked on its own inputs, machine noise between runs left out).
+        # A job's own time between its phases (sync, gate round trips) is what its solo run
+        # showed; in the pair the same gap also holds waits for the other job.
+        for k in "AB":
+            pair_prof[k]["gap_s"] = prof[k]["gap_s"]
+        predicted = {when: predict(a, p, f"group-{when}.json") for when, p in (("solo", prof), ("pair", pair_prof))}
+
+        # 4. Warm against cold for the same state (A's trainer: weights and Adam state).
+        switches = measure_trainer_switches(a, "solo-A")
+
+        nodes = 2
+        per_node_hour = lambda seconds: 2 * a.iterations / (nodes * seconds / 3600)
+        out.update({
+            "profile": prof, "solo_span_s": solo_span, "pair_span_s": pair_span, "solo_wall_s": solo_wall,
+            "pair_wall_s": pair_wall, "solo_iterations_per_node_hour": per_node_hour(solo_span),
+            "pair_iterations_per_node_hour": per_node_hour(pair_span), "gain": solo_span / pair_span,
+            "gain_wall": solo_wall / pair_wall, "meta_measured_s": meta_measured, "meta_predicted_s": predicted["solo"][0],
+            "meta_predicted_from_pair_s": predicted["pair"][0], "predicted_method": predicted["pair"][1],
+            "meta_error": meta_measured / predicted["pair"][0] - 1,
+            "meta_error_from_solo": meta_measured / predicted["solo"][0] - 1,
+            "gain_steady": (prof["A"]["period_s"] + prof["B"]["period_s"]) / meta_measured,
+            "switch": switches, "refused_syncs": refused,
+        })
+        if a.learn:
+            out["learn"] = learn(a, url)
+        report(out)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(out, f, indent=2)
+    finally:
+        serve.stop()
+    return 0
+
+
+def predict(a, prof: Dict[str, Dict[str, float]], file: str) -> "tuple[float, str]":
+    """``weave group analyze`` on the two jobs' measured durations, switches and gaps."""
+    group = {"member": [{"rollout_s": prof[k]["rollout_s"], "train_s": prof[k]["train_s"], "nodes": [0],
+                         "switch_warm_s": prof[k]["warm_s"], "sync_s": prof[k]["gap_s"]} for k in "AB"]}
+    path = os.path.join(a.work, file)
+    with open(path, "w") as f:
+        json.dump(group, f)
+    analyzed = json.loads(subprocess.run([a.weave, "group", "analyze", "--file", path, "--json"],
+                                         check=True, capture_output=True, text=True).stdout)
+    return analyzed["timing"]["meta_iteration"] / 1e6, analyzed["timing"]["method"]
+
+
+def measure_trainer_switches(a, name: str) -> Dict[str, float]:
+    from .grpo_job import _args, _configs, checkpoint_path
+    from .policy import build_policy, make_optimizer
+    from .resident import measure_switches
+
+    ja = _args(["--server", "x", "--job", name, "--port", "1", "--dir", os.path.join(a.work, name),
+                "--prompts", str(a.prompts), *JOBS[name[-1]]])
+    pcfg, gcfg = _configs(ja)
+
+    def build():
+        p = build_policy(pcfg)
+        return {"policy": p}, {"adam": make_optimizer(p, gcfg)}
+
+    return measure_switches(f"{name}/trainer", build, checkpoint_path(ja.dir))
+
+
+def learn(a, url: str) -> Dict[str, Any]:
+    """The reference job (4 digits, 32 prompts x 8) for ``a.learn`` iterations under Weave."""
+    name = "learn"
+    cmd = [sys.executable, "-W", "ignore", "-m", "weave_client.runtime.grpo_job", "--server", url, "--token", TOKEN,
+           "--job", name, "--iterations", str(a.learn), "--rollout-cpus", a.rollout_cpus, "--train-cpus",
+           a.train_cpus, "--port", "29630", "--dir", os.path.join(a.work, name), "--submit", "--checkpoint-every", "50"]
+    t0 = time.time()
+    run_jobs([cmd])
+    minutes = (time.time() - t0) / 60
+    rewards = [r["mean_reward"] for r in phases(a.work, name) if r.get("phase") == "rollout"]
+    window = 10
+    smooth = [statistics.mean(rewards[max(0, i - window + 1): i + 1]) for i in range(len(rewards))]
+    reached = next((i for i, r in enumerate(smooth) if i >= window - 1 and r >= 0.9), None)
+    return {"iterations": a.learn, "minutes": minutes, "first_reward": rewards[0],
+            "final_reward_10": smooth[-1], "iteration_reaching_0.9_10": reached}
+
+
+def report(o: Dict[str, Any]) -> None:
+    p = o["profile"]
+    rows = [
+        ("job A (rollout-heavy) rollout / train / gap s", f"{p['A']['rollout_s']:.3f} / {p['A']['train_s']:.3f} / {p['A']['gap_s']:.3f}"),
+        ("job B (training-heavy) rollout / train / gap s", f"{p['B']['rollout_s']:.3f} / {p['B']['train_s']:.3f} / {p['B']['gap_s']:.3f}"),
+        ("placement of the pair", f"A {o['decision_A']}, B {o['decision_B']}"),
+        ("iterations per node-hour, solo one after the other", f"{o['solo_iterations_per_node_hour']:.0f}"),
+        ("iterations per node-hour, co-executed", f"{o['pair_iterations_per_node_hour']:.0f}"),
+        ("gain: work span; steady state; wall clock incl. start-up",
+         f"{o['gain']:.2f}x; {o['gain_steady']:.2f}x; {o['gain_wall']:.2f}x"),
+        ("meta-iteration measured s", f"{o['meta_measured_s']:.3f}"),
+        ("  predicted from the pair's measured phases", f"{o['meta_predicted_from_pair_s']:.3f} ({o['meta_error']:+.1%}, {o['predicted_method']})"),
+        ("  predicted from the solo runs (admission's view)", f"{o['meta_predicted_s']:.3f} ({o['meta_error_from_solo']:+.1%})"),
+        ("switch of A's trainer state, warm / cold s", f"{o['switch']['warm_s']:.4f} / {o['switch']['cold_s']:.4f} ({o['switch']['cold_s'] / o['switch']['warm_s']:.0f}x, {o['switch']['bytes']} B)"),
+        ("weight sync A / B, median s", f"{p['A']['sync_s']:.4f} / {p['B']['sync_s']:.4f}"),
+        ("damaged syncs refused and re-sent", f"{o['refused_syncs']}"),
+        ("weave serve SIGKILLed during the pair after A's iteration",
+         f"{o.get('serve_killed_at', 'not asked')}; every iteration of both trained once, on its own version"),
+    ]
+    if "learn" in o:
+        le = o["learn"]
+        rows.append(("reference job: reward first / last 10", f"{le['first_reward']:.3f} / {le['final_reward_10']:.3f}"))
+        rows.append(("  iteration where the 10-mean reaches 0.9; minutes", f"{le['iteration_reaching_0.9_10']}; {le['minutes']:.1f} for {le['iterations']}"))
+    width = max(len(r[0]) for r in rows)
+    for k, v in rows:
+        say(f"{k:<{width}}  {v}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
