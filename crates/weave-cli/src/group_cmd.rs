@@ -29,7 +29,8 @@ pub struct AnalyzeArgs {
     #[arg(long = "member", value_name = "SPEC")]
     members: Vec<String>,
     /// A group file: `[[member]]` tables with `type` or `rollout_s`/`train_s` (and optional
-    /// `model` for switch costs) and `nodes`. TOML, or JSON when the name ends in .json.
+    /// `model` for switch costs, or measured `switch_warm_s`/`switch_cold_s`/`sync_s`) and
+    /// `nodes`. TOML, or JSON when the name ends in .json.
     #[arg(long, value_name = "FILE")]
     file: Option<PathBuf>,
     /// Cold time slicing: states are not kept in host DRAM, every switch is cold.

@@ -184,95 +184,112 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--learn", type=int, default=0, help="also run the reference job this many iterations")
     ap.add_argument("--work", help="working directory (default: a new temporary one)")
     ap.add_argument("--json", help="write the results here")
-    ap.add_argument("--kill-serve", action="store_true", help="SIGKILL and restart weave serve halfway through the pair")
+    ap.add_argument("--kill-serve", action="store_true", help="SIGKILL and restart weave serve halfway through the first pair")
+    ap.add_argument("--rounds", type=int, default=3, help="solo-solo-pair rounds; ratios are medians over rounds")
     a = ap.parse_args(argv)
     a.work = a.work or tempfile.mkdtemp(prefix="weave-real-")
     os.makedirs(a.work, exist_ok=True)
     serve = Serve(a.weave, a.work)
     url = serve.start()
     ops = WeaveClient(url, TOKEN)
-    out: Dict[str, Any] = {"iterations": a.iterations, "prompts": a.prompts}
+    out: Dict[str, Any] = {"iterations": a.iterations, "prompts": a.prompts, "rounds": []}
     try:
         say(f"weave serve at {url}; rollout node = CPUs {a.rollout_cpus}, training node = CPUs {a.train_cpus}")
-        # 1. Solo, one after the other (the first sync is damaged once: refused and re-sent).
-        t0 = time.time()
-        run_jobs([job_cmd(a, url, "solo-A", "A", 29610, ["--submit", "--corrupt-sync-once"])])
-        run_jobs([job_cmd(a, url, "solo-B", "B", 29611, ["--submit"])])
-        solo_wall = time.time() - t0
-        events = ops.events()
-        prof = {}
-        for kind in "AB":
-            name = f"solo-{kind}"
-            check_versions(events, name, a.iterations)
-            prof[kind] = profile(events, phases(a.work, name), name)
-        refused = sum(r.get("refused_syncs", 0) for r in phases(a.work, "solo-A"))
-        assert refused >= 1, "the damaged sync was not refused"
-        solo_span = span_s(events, a.work, ["solo-A"]) + span_s(events, a.work, ["solo-B"])
-
-        # 2. The same two jobs, submitted with what they measured, co-executed.
-        for kind in "AB":
-            p = prof[kind]
-            spec = {"id": f"pair-{kind}", "type": "3B_4k", "iterations": a.iterations, "slo": 2.0,
-                    "rollout_s": p["rollout_s"], "train_s": p["train_s"], "switch_warm_s": p["warm_s"],
-                    "sync_s": p["gap_s"]}
-            decision = ops.submit(spec)
-            out[f"decision_{kind}"] = decision["decision"]["kind"]
-            assert decision["job"]["state"] == "running", f"pair-{kind} was not admitted: {decision['job']}"
-        groups = {ops.job(f"pair-{k}")["job"]["group"] for k in "AB"}
-        assert len(groups) == 1, f"the pair was not packed into one group: {groups}"
-        t0 = time.time()
-        pair = start_jobs([job_cmd(a, url, f"pair-{k}", k, 29620 + i, []) for i, k in enumerate("AB")])
-        if a.kill_serve:
-            # SIGKILL weave serve mid-run and start it again on its store: the jobs' gate
-            # calls ride it out and nothing acknowledged is lost (checked below).
-            wait_until(lambda: ops.job("pair-A")["job"]["completed_iterations"] >= a.iterations // 2, 600)
-            serve.kill()
-            time.sleep(1.0)  # down for a moment, as a crashed server is
-            serve.start()
-            out["serve_killed_at"] = ops.job("pair-A")["job"]["completed_iterations"]
-        wait_jobs(pair)
-        pair_wall = time.time() - t0
-        events = ops.events()
-        for k in "AB":
-            check_versions(events, f"pair-{k}", a.iterations)
-        pair_span = span_s(events, a.work, ["pair-A", "pair-B"])
-        pair_prof = {k: profile(events, phases(a.work, f"pair-{k}"), f"pair-{k}") for k in "AB"}
-        meta_measured = statistics.median(periods(events, "pair-A", 3) + periods(events, "pair-B", 3))
-
-        # 3. The model's prediction: from what the solo runs measured (what admission was
-        # told) and from the durations measured in the co-executed run itself (the schedule
-        # model checked on its own inputs, machine noise between runs left out).
-        # A job's own time between its phases (sync, gate round trips) is what its solo run
-        # showed; in the pair the same gap also holds waits for the other job.
-        for k in "AB":
-            pair_prof[k]["gap_s"] = prof[k]["gap_s"]
-        predicted = {when: predict(a, p, f"group-{when}.json") for when, p in (("solo", prof), ("pair", pair_prof))}
-
-        # 4. Warm against cold for the same state (A's trainer: weights and Adam state).
-        switches = measure_trainer_switches(a, "solo-A")
-
-        nodes = 2
-        per_node_hour = lambda seconds: 2 * a.iterations / (nodes * seconds / 3600)
-        out.update({
-            "profile": prof, "solo_span_s": solo_span, "pair_span_s": pair_span, "solo_wall_s": solo_wall,
-            "pair_wall_s": pair_wall, "solo_iterations_per_node_hour": per_node_hour(solo_span),
-            "pair_iterations_per_node_hour": per_node_hour(pair_span), "gain": solo_span / pair_span,
-            "gain_wall": solo_wall / pair_wall, "meta_measured_s": meta_measured, "meta_predicted_s": predicted["solo"][0],
-            "meta_predicted_from_pair_s": predicted["pair"][0], "predicted_method": predicted["pair"][1],
-            "meta_error": meta_measured / predicted["pair"][0] - 1,
-            "meta_error_from_solo": meta_measured / predicted["solo"][0] - 1,
-            "gain_steady": (prof["A"]["period_s"] + prof["B"]["period_s"]) / meta_measured,
-            "switch": switches, "refused_syncs": refused,
-        })
+        # Solo and co-executed runs alternate, round by round, so a slow spell of the machine
+        # lands on both sides; each round's ratio is taken within the round.
+        for r in range(1, a.rounds + 1):
+            rnd = one_round(a, serve, ops, r)
+            out["rounds"].append(rnd)
+            say(f"round {r}: gain {rnd['gain']:.2f}x (steady {rnd['gain_steady']:.2f}x), meta-iteration "
+                f"{rnd['meta_measured_s']:.3f} s vs {rnd['meta_predicted_from_pair_s']:.3f} predicted")
+        rounds = out["rounds"]
+        for key in ("gain", "gain_steady", "gain_wall", "meta_error", "meta_error_from_solo",
+                    "solo_iterations_per_node_hour", "pair_iterations_per_node_hour"):
+            out[key] = statistics.median(x[key] for x in rounds)
+        out["switch"] = measure_trainer_switches(a, "solo-A-1", "A")
         if a.learn:
             out["learn"] = learn(a, url)
-        report(out)
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(out, f, indent=2)
+        report(out)
     finally:
         serve.stop()
     return 0
+
+
+def one_round(a, serve: Serve, ops: WeaveClient, r: int) -> Dict[str, Any]:
+    """Solo A, then solo B, then the pair co-executed; job names end in ``-r``."""
+    url, out = serve.url, {}
+    solo = {k: f"solo-{k}-{r}" for k in "AB"}
+    pair = {k: f"pair-{k}-{r}" for k in "AB"}
+    port = 29600 + 10 * r
+    # 1. Solo, one after the other (round 1's first sync is damaged once: refused and re-sent).
+    t0 = time.time()
+    run_jobs([job_cmd(a, url, solo["A"], "A", port, ["--submit"] + (["--corrupt-sync-once"] if r == 1 else []))])
+    run_jobs([job_cmd(a, url, solo["B"], "B", port + 1, ["--submit"])])
+    solo_wall = time.time() - t0
+    events = ops.events()
+    prof = {}
+    for k in "AB":
+        check_versions(events, solo[k], a.iterations)
+        prof[k] = profile(events, phases(a.work, solo[k]), solo[k])
+    refused = sum(x.get("refused_syncs", 0) for x in phases(a.work, solo["A"]))
+    assert refused >= (r == 1), "the damaged sync was not refused"
+    solo_span = span_s(events, a.work, [solo["A"]]) + span_s(events, a.work, [solo["B"]])
+
+    # 2. The same two jobs, submitted with what they measured, co-executed.
+    for k in "AB":
+        p = prof[k]
+        spec = {"id": pair[k], "type": "3B_4k", "iterations": a.iterations, "slo": 2.0,
+                "rollout_s": p["rollout_s"], "train_s": p["train_s"], "switch_warm_s": p["warm_s"],
+                "sync_s": p["gap_s"]}
+        decision = ops.submit(spec)
+        out[f"decision_{k}"] = decision["decision"]["kind"]
+        assert decision["job"]["state"] == "running", f"{pair[k]} was not admitted: {decision['job']}"
+    groups = {ops.job(pair[k])["job"]["group"] for k in "AB"}
+    assert len(groups) == 1, f"the pair was not packed into one group: {groups}"
+    t0 = time.time()
+    running = start_jobs([job_cmd(a, url, pair[k], k, port + 2 + i, []) for i, k in enumerate("AB")])
+    if a.kill_serve and r == 1:
+        # SIGKILL weave serve mid-run and start it again on its store: the jobs' gate
+        # calls ride it out and nothing acknowledged is lost (checked below).
+        wait_until(lambda: ops.job(pair["A"])["job"]["completed_iterations"] >= a.iterations // 2, 600)
+        serve.kill()
+        time.sleep(1.0)  # down for a moment, as a crashed server is
+        serve.start()
+        out["serve_killed_at"] = ops.job(pair["A"])["job"]["completed_iterations"]
+    wait_jobs(running)
+    pair_wall = time.time() - t0
+    events = ops.events()
+    for k in "AB":
+        check_versions(events, pair[k], a.iterations)
+    pair_span = span_s(events, a.work, list(pair.values()))
+    pair_prof = {k: profile(events, phases(a.work, pair[k]), pair[k]) for k in "AB"}
+    meta_measured = statistics.median(periods(events, pair["A"], 3) + periods(events, pair["B"], 3))
+
+    # 3. The model's prediction: from what the solo runs measured (what admission was told)
+    # and from the durations measured in the co-executed run itself (the schedule model
+    # checked on its own inputs). A job's own time between its phases (sync, gate round
+    # trips) is what its solo run showed; in the pair the same gap also holds waits.
+    for k in "AB":
+        pair_prof[k]["gap_s"] = prof[k]["gap_s"]
+    predicted = {w: predict(a, p, f"group-{w}-{r}.json") for w, p in (("solo", prof), ("pair", pair_prof))}
+
+    per_node_hour = lambda seconds: 2 * a.iterations / (2 * seconds / 3600)  # two nodes
+    out.update({
+        "profile": prof, "pair_profile": pair_prof, "solo_span_s": solo_span, "pair_span_s": pair_span,
+        "solo_wall_s": solo_wall, "pair_wall_s": pair_wall,
+        "solo_iterations_per_node_hour": per_node_hour(solo_span),
+        "pair_iterations_per_node_hour": per_node_hour(pair_span), "gain": solo_span / pair_span,
+        "gain_wall": solo_wall / pair_wall, "meta_measured_s": meta_measured,
+        "meta_predicted_s": predicted["solo"][0], "meta_predicted_from_pair_s": predicted["pair"][0],
+        "predicted_method": predicted["pair"][1], "meta_error": meta_measured / predicted["pair"][0] - 1,
+        "meta_error_from_solo": meta_measured / predicted["solo"][0] - 1,
+        "gain_steady": (prof["A"]["period_s"] + prof["B"]["period_s"]) / meta_measured,
+        "refused_syncs": refused,
+    })
+    return out
 
 
 def predict(a, prof: Dict[str, Dict[str, float]], file: str) -> "tuple[float, str]":
@@ -287,13 +304,13 @@ def predict(a, prof: Dict[str, Dict[str, float]], file: str) -> "tuple[float, st
     return analyzed["timing"]["meta_iteration"] / 1e6, analyzed["timing"]["method"]
 
 
-def measure_trainer_switches(a, name: str) -> Dict[str, float]:
+def measure_trainer_switches(a, name: str, kind: str) -> Dict[str, float]:
     from .grpo_job import _args, _configs, checkpoint_path
     from .policy import build_policy, make_optimizer
     from .resident import measure_switches
 
     ja = _args(["--server", "x", "--job", name, "--port", "1", "--dir", os.path.join(a.work, name),
-                "--prompts", str(a.prompts), *JOBS[name[-1]]])
+                "--prompts", str(a.prompts), *JOBS[kind]])
     pcfg, gcfg = _configs(ja)
 
     def build():
@@ -321,28 +338,39 @@ def learn(a, url: str) -> Dict[str, Any]:
 
 
 def report(o: Dict[str, Any]) -> None:
-    p = o["profile"]
+    first = o["rounds"][0]
+    p = first["profile"]
+    each = lambda key, fmt: ", ".join(fmt.format(x[key]) for x in o["rounds"])
     rows = [
-        ("job A (rollout-heavy) rollout / train / gap s", f"{p['A']['rollout_s']:.3f} / {p['A']['train_s']:.3f} / {p['A']['gap_s']:.3f}"),
-        ("job B (training-heavy) rollout / train / gap s", f"{p['B']['rollout_s']:.3f} / {p['B']['train_s']:.3f} / {p['B']['gap_s']:.3f}"),
-        ("placement of the pair", f"A {o['decision_A']}, B {o['decision_B']}"),
+        ("job A (rollout-heavy) rollout / train / gap s, round 1",
+         f"{p['A']['rollout_s']:.3f} / {p['A']['train_s']:.3f} / {p['A']['gap_s']:.3f}"),
+        ("job B (training-heavy) rollout / train / gap s, round 1",
+         f"{p['B']['rollout_s']:.3f} / {p['B']['train_s']:.3f} / {p['B']['gap_s']:.3f}"),
+        ("placement of the pair", f"A {first['decision_A']}, B {first['decision_B']}"),
         ("iterations per node-hour, solo one after the other", f"{o['solo_iterations_per_node_hour']:.0f}"),
         ("iterations per node-hour, co-executed", f"{o['pair_iterations_per_node_hour']:.0f}"),
-        ("gain: work span; steady state; wall clock incl. start-up",
-         f"{o['gain']:.2f}x; {o['gain_steady']:.2f}x; {o['gain_wall']:.2f}x"),
-        ("meta-iteration measured s", f"{o['meta_measured_s']:.3f}"),
-        ("  predicted from the pair's measured phases", f"{o['meta_predicted_from_pair_s']:.3f} ({o['meta_error']:+.1%}, {o['predicted_method']})"),
-        ("  predicted from the solo runs (admission's view)", f"{o['meta_predicted_s']:.3f} ({o['meta_error_from_solo']:+.1%})"),
-        ("switch of A's trainer state, warm / cold s", f"{o['switch']['warm_s']:.4f} / {o['switch']['cold_s']:.4f} ({o['switch']['cold_s'] / o['switch']['warm_s']:.0f}x, {o['switch']['bytes']} B)"),
-        ("weight sync A / B, median s", f"{p['A']['sync_s']:.4f} / {p['B']['sync_s']:.4f}"),
-        ("damaged syncs refused and re-sent", f"{o['refused_syncs']}"),
-        ("weave serve SIGKILLed during the pair after A's iteration",
-         f"{o.get('serve_killed_at', 'not asked')}; every iteration of both trained once, on its own version"),
+        ("gain over the work span, median (each round)", f"{o['gain']:.2f}x ({each('gain', '{:.2f}')})"),
+        ("  steady state; wall clock incl. start-up", f"{o['gain_steady']:.2f}x; {o['gain_wall']:.2f}x"),
+        ("meta-iteration measured s (each round)", each("meta_measured_s", "{:.3f}")),
+        ("  predicted from the pair's measured phases", f"{each('meta_predicted_from_pair_s', '{:.3f}')} "
+         f"(median error {o['meta_error']:+.1%}, {first['predicted_method']})"),
+        ("  predicted from the solo runs (admission's view)", f"{each('meta_predicted_s', '{:.3f}')} "
+         f"(median error {o['meta_error_from_solo']:+.1%})"),
+        ("switch of A's trainer state, warm / cold s", f"{o['switch']['warm_s']:.4f} / {o['switch']['cold_s']:.4f} "
+         f"({o['switch']['cold_s'] / o['switch']['warm_s']:.0f}x, {o['switch']['bytes']} B)"),
+        ("weight sync A / B, median s, round 1", f"{p['A']['sync_s']:.4f} / {p['B']['sync_s']:.4f}"),
+        ("damaged syncs refused and re-sent", f"{first['refused_syncs']}"),
+        ("weave serve SIGKILLed during pair 1 after A's iteration",
+         f"{first.get('serve_killed_at', 'not asked')}; every iteration trained once, on its own version"),
     ]
+    if any(x["gain"] > 2.0 for x in o["rounds"]):
+        rows.append(("WARNING", "a round's gain is above the 2.0 a perfect pair allows: the machine's speed "
+                                "changed between its runs; trust the median less"))
     if "learn" in o:
         le = o["learn"]
         rows.append(("reference job: reward first / last 10", f"{le['first_reward']:.3f} / {le['final_reward_10']:.3f}"))
-        rows.append(("  iteration where the 10-mean reaches 0.9; minutes", f"{le['iteration_reaching_0.9_10']}; {le['minutes']:.1f} for {le['iterations']}"))
+        rows.append(("  iteration where the 10-mean reaches 0.9; minutes",
+                     f"{le['iteration_reaching_0.9_10']}; {le['minutes']:.1f} for {le['iterations']}"))
     width = max(len(r[0]) for r in rows)
     for k, v in rows:
         say(f"{k:<{width}}  {v}")
