@@ -7,8 +7,9 @@
 #                                      # running beside them (in a second clone, in a loop)
 #   FULL=1 scripts/ci-repeat.sh 3      # each round is the whole of .ci/run (installs, fmt, clippy)
 #
-# The clone is built once; each round then runs the README's test command, the ignored tests
-# (Ray, root, Python) and the Python client's unit tests, with the environment .ci/run sets.
+# The clone is built once; each round then runs the Python client's unit tests, the README's
+# test command, the ignored tests (Ray, root, Python) and the short real-jobs run, with the
+# environment .ci/run sets. Ray must be installed already (.ci/run installs it).
 set -uo pipefail
 n="${1:-10}"
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -30,7 +31,8 @@ if [[ "${FULL:-0}" != 1 ]]; then
   echo "== building the clone once ($work/clone)"
   cargo test --workspace --locked --no-run -q 2>&1 | tail -3
   venv="$work/venv"
-  python3 -m venv "$venv" && "$venv/bin/pip" install --quiet --disable-pip-version-check "./python[otel]" "opentelemetry-sdk==1.45.2"
+  python3 -m venv "$venv" && "$venv/bin/pip" install --quiet --disable-pip-version-check "./python[otel,torch]" "opentelemetry-sdk==1.45.2"
+  cargo build --locked -q -p weave-cli
 fi
 
 declare -A failed
@@ -44,11 +46,13 @@ for ((i = 1; i <= n; i++)); do
     {
       "$venv/bin/python" -m unittest discover -s python/tests -p 'test_*.py' &&
         cargo test --workspace --locked &&
-        cargo test --workspace --locked -- --ignored
+        cargo test --workspace --locked -- --ignored &&
+        "$venv/bin/python" -W ignore -m weave_client.runtime.experiment --weave target/debug/weave \
+          --iterations 8 --prompts 16 --rounds 1 --kill-serve
     } >"$log" 2>&1
   fi
   rc=$?
-  names="$(grep -E '^test .* \.\.\. FAILED$' "$log" | sed -E 's/^test (.*) \.\.\. FAILED$/\1/'; grep -E '^(FAIL|ERROR): ' "$log" | sed -E 's/^(FAIL|ERROR): //')"
+  names="$(grep -E '^test .* \.\.\. FAILED$' "$log" | sed -E 's/^test (.*) \.\.\. FAILED$/\1/'; grep -E '^(FAIL|ERROR): ' "$log" | sed -E 's/^(FAIL|ERROR): //'; grep -qE '^(Traceback|AssertionError)' "$log" && tail -1 "$log" | cut -c1-120 | sed 's/^/real jobs: /')"
   if [[ $rc -ne 0 ]]; then
     rounds_failed=$((rounds_failed + 1))
     [[ -z "$names" ]] && names="(round failed with rc $rc, no test named: see $log)"
