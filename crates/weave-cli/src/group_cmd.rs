@@ -217,15 +217,8 @@ fn with_measured_costs(i: usize, e: &MemberEntry, mut m: TimingMember) -> Result
             None => Ok(None),
         }
     };
-    if let Some(w) = secs("switch_warm_s", e.switch_warm_s)? {
-        (m.costs.rollout_warm, m.costs.train_warm) = (w, w);
-    }
-    if let Some(c) = secs("switch_cold_s", e.switch_cold_s)? {
-        (m.costs.rollout_cold, m.costs.train_cold) = (c, c);
-    }
-    if let Some(s) = secs("sync_s", e.sync_s)? {
-        m.sync = s;
-    }
+    m.costs = m.costs.with_measured(secs("switch_warm_s", e.switch_warm_s)?, secs("switch_cold_s", e.switch_cold_s)?);
+    m.sync = secs("sync_s", e.sync_s)?.unwrap_or(m.sync);
     Ok(m)
 }
 

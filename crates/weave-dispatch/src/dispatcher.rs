@@ -49,6 +49,14 @@ pub struct SwitchCosts {
 }
 
 impl SwitchCosts {
+    /// These costs with a job's measured warm and cold switch (one figure per kind, both
+    /// pools) in place of the model's where given.
+    pub fn with_measured(self, warm: Option<Micros>, cold: Option<Micros>) -> SwitchCosts {
+        let (rollout_warm, train_warm) = warm.map_or((self.rollout_warm, self.train_warm), |w| (w, w));
+        let (rollout_cold, train_cold) = cold.map_or((self.rollout_cold, self.train_cold), |c| (c, c));
+        SwitchCosts { rollout_warm, rollout_cold, train_warm, train_cold }
+    }
+
     pub fn get(&self, phase: Phase, kind: SwitchKind) -> Micros {
         match (phase, kind) {
             (Phase::Rollout, SwitchKind::Warm) => self.rollout_warm,
@@ -611,6 +619,27 @@ impl Dispatcher {
 mod tests {
     use super::*;
     use ciborium::Value;
+
+    #[test]
+    fn measured_switches_replace_the_models_only_where_given() {
+        let model = SwitchCosts {
+            rollout_warm: Micros(1),
+            rollout_cold: Micros(2),
+            train_warm: Micros(3),
+            train_cold: Micros(4),
+        };
+        assert_eq!(model.with_measured(None, None), model);
+        let warm = model.with_measured(Some(Micros(9)), None);
+        assert_eq!(
+            (warm.rollout_warm, warm.train_warm, warm.rollout_cold, warm.train_cold),
+            (Micros(9), Micros(9), Micros(2), Micros(4))
+        );
+        let cold = model.with_measured(None, Some(Micros(7)));
+        assert_eq!(
+            (cold.rollout_warm, cold.train_warm, cold.rollout_cold, cold.train_cold),
+            (Micros(1), Micros(3), Micros(7), Micros(7))
+        );
+    }
 
     fn member(job: u32, nodes: &[u32]) -> MemberSpec {
         MemberSpec {

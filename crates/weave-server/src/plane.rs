@@ -559,16 +559,10 @@ impl Plane {
     /// measured of itself in place of the model's switch costs and sync.
     fn place_job(&self, spec: &JobSpec, slo: f64, submit: &SubmitSpec) -> PlaceJob {
         let mut place = PlaceJob::from_spec(spec, slo, &self.profile, &self.cluster);
-        let us = |s: f64| Micros::from_secs_f64(s);
-        if let Some(w) = submit.switch_warm_s.filter(|s| s.is_finite() && *s >= 0.0) {
-            (place.costs.rollout_warm, place.costs.train_warm) = (us(w), us(w));
-        }
-        if let Some(c) = submit.switch_cold_s.filter(|s| s.is_finite() && *s >= 0.0) {
-            (place.costs.rollout_cold, place.costs.train_cold) = (us(c), us(c));
-        }
-        if let Some(sync) = submit.sync_s.filter(|s| s.is_finite() && *s >= 0.0) {
-            place.sync = us(sync);
-        }
+        // check_limits refused negative and non-finite figures before they were recorded.
+        let us = |s: Option<f64>| s.filter(|s| s.is_finite() && *s >= 0.0).map(Micros::from_secs_f64);
+        place.costs = place.costs.with_measured(us(submit.switch_warm_s), us(submit.switch_cold_s));
+        place.sync = us(submit.sync_s).unwrap_or(place.sync);
         place
     }
 

@@ -136,7 +136,7 @@ def run_trainer(a: argparse.Namespace) -> None:
                 state.version = k + 1
                 flat = state.parameters_flat()
                 if (k + 1) % a.checkpoint_every == 0 or k + 1 == a.iterations:
-                    pending = (k + 1, _snapshot(state))
+                    pending = (k + 1, state.snapshot())
                 off = state.offload()
                 meta.update({
                     "trajectory_version": version, "new_weights_version": k + 1, "loss": round(loss, 6),
@@ -159,19 +159,6 @@ def run_trainer(a: argparse.Namespace) -> None:
                 pending = None
     _log(log, {"job": a.job, "role": "trainer", "event": "done", "first_sync_s": first.seconds})
     _teardown()
-
-
-def _snapshot(state) -> Dict[str, Any]:
-    """The active state copied into host memory (cheap, inside the phase) for a later write."""
-    import copy
-
-    return {
-        "name": state.name,
-        "version": state.version,
-        "modules": {k: {n: t.detach().clone() for n, t in m.state_dict().items()} for k, m in state.modules.items()},
-        "optimizers": {k: copy.deepcopy(o.state_dict()) for k, o in state.optimizers.items()},
-        "extra": {},
-    }
 
 
 def run_rollout(a: argparse.Namespace) -> None:

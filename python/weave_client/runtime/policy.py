@@ -12,7 +12,6 @@ of PPO on those advantages (no critic, no KL term); with ``epochs = 1`` it is ex
 """
 
 import dataclasses
-import math
 from typing import Dict, Tuple
 
 import torch
@@ -132,11 +131,6 @@ def make_optimizer(policy: Policy, grpo: GrpoConfig) -> torch.optim.Optimizer:
     return opt
 
 
-def random_policy_reward(digits: int) -> float:
-    """The expected reward of a uniform policy: each position right with probability 0.1."""
-    return 0.1 if digits > 0 else math.nan
-
-
 __all__ = [
     "GrpoConfig",
     "Policy",
@@ -144,7 +138,6 @@ __all__ = [
     "advantages",
     "build_policy",
     "make_optimizer",
-    "random_policy_reward",
     "reward",
     "rollout",
     "train_step",

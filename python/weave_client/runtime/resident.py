@@ -12,6 +12,7 @@ temporary file renamed into place), so a damaged or half-written checkpoint is r
 clear error instead of being loaded.
 """
 
+import copy
 import dataclasses
 import hashlib
 import os
@@ -27,7 +28,7 @@ class CheckpointError(Exception):
 
 @dataclasses.dataclass
 class Switch:
-    kind: str  # "warm", "cold" or "none" (already active)
+    kind: str  # "warm", "cold", "offload", or "none" (nothing to do)
     seconds: float
     bytes: int
 
@@ -201,15 +202,21 @@ class ResidentState:
         if not self.active:
             raise RuntimeError(f"{self.name}: save needs the state active")
         t0 = time.perf_counter()
-        payload = {
+        save_checkpoint(path, self.snapshot(extra))
+        return time.perf_counter() - t0
+
+    def snapshot(self, extra: Optional[dict] = None) -> dict:
+        """The active state as a checkpoint payload, copied into host memory: cheap enough to
+        take inside a phase, written to disk later (:func:`save_checkpoint`) in the slack."""
+        if not self.active:
+            raise RuntimeError(f"{self.name}: a snapshot needs the state active")
+        return {
             "name": self.name,
             "version": self.version,
-            "modules": {k: m.state_dict() for k, m in self.modules.items()},
-            "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
+            "modules": {k: {n: t.detach().clone() for n, t in m.state_dict().items()} for k, m in self.modules.items()},
+            "optimizers": {k: copy.deepcopy(o.state_dict()) for k, o in self.optimizers.items()},
             "extra": extra or {},
         }
-        save_checkpoint(path, payload)
-        return time.perf_counter() - t0
 
 
 def save_checkpoint(path: str, payload: dict) -> None:
