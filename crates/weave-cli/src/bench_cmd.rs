@@ -27,6 +27,9 @@ pub enum BenchCommand {
     Soak(crate::soak_bench::SoakArgs),
     /// Restart time of `weave serve` (store replay) by records in its store.
     Restart(crate::restart_bench::RestartArgs),
+    /// Exact group timing vs the dispatcher it predicts, on many random groups; what the
+    /// cyclic order changes against first-come round-robin; timing's speed.
+    Timing(crate::timing_bench::TimingArgs),
     /// Holds connections to a server open like slow clients (half a request header each) until
     /// stdin closes; `weave bench serve --slow-connections` runs it as a separate process.
     #[command(hide = true)]
@@ -105,6 +108,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Restart(args) => crate::restart_bench::run(args),
         BenchCommand::Chaos(args) => crate::chaos_bench::run(args),
         BenchCommand::Soak(args) => crate::soak_bench::run(args),
+        BenchCommand::Timing(args) => crate::timing_bench::run(args),
         BenchCommand::SlowClients(args) => crate::serve_bench::slow_clients(args),
     }
 }

@@ -22,6 +22,7 @@ mod sync_bench;
 mod sync_cmd;
 mod table;
 mod tenants_cmd;
+mod timing_bench;
 mod trace_cmd;
 mod waterfall_cmd;
 

@@ -114,7 +114,7 @@ fn group_analyze_reports_timing_and_memory() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     // Unsaturated: the meta-iteration is the longest solo cycle (rollout + train + sync).
     assert_eq!(v["timing"]["saturated"], false);
-    assert_eq!(v["timing"]["method"], "closed-form");
+    assert_eq!(v["timing"]["method"], "cycle-mean");
     let meta = v["timing"]["meta_iteration"].as_u64().unwrap();
     let solo0 = v["timing"]["members"][0]["solo"].as_u64().unwrap();
     assert!(meta >= solo0 && meta < solo0 + 10_000_000, "{meta} vs {solo0}");

@@ -8,14 +8,20 @@
 //! Round-robin: every resource (the training pool, each rollout node) counts the phases it
 //! served per member. A member may take a resource only if it is not ahead of any other member
 //! sharing that resource, so in each meta-iteration every member runs one rollout and one
-//! training phase [paper, Theorem 1]. Among eligible members, the one ready first goes first
-//! (FIFO). A free resource never idles while an eligible member is ready for it. The member
-//! with the fewest completed iterations is always eligible everywhere, so nobody starves.
+//! training phase [paper, Theorem 1]. Within a round the resource follows the group's cyclic
+//! order ([`Input::Reorder`], the order [`crate::order::best`] finds): the member due next is
+//! the one with the fewest phases served and, among those, the earliest in the order. A
+//! resource waits for its due member (greedy first-come order can settle into a slower cycle:
+//! `tests/counterexample.rs`), so the group runs exactly the schedule whose period
+//! [`crate::cycle`] computes. Members not yet in the order are served first-come among
+//! themselves, after the ordered ones. A member joins level with the most-served member on
+//! every resource it uses, so a round is the same round on all resources.
 //!
 //! Sync is a network transfer into the job's host buffers: it occupies neither pool's GPUs,
 //! only the job's own critical path.
 
 use crate::memory::{GroupLimits, MemoryLedger};
+use crate::order::GroupOrder;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use thiserror::Error;
@@ -92,6 +98,9 @@ pub struct MemberSpec {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub enum Input {
     Join(MemberSpec),
+    /// The cyclic order each resource serves its members in (from the placer's prediction;
+    /// jobs that are not members and nodes no member uses are ignored).
+    Reorder(GroupOrder),
     /// Long-tail migration: the job's rollout stragglers moved to a few of its workers, so
     /// its rollout nodes are free for the next member although the rollout has not finished.
     RolloutReleased {
@@ -208,28 +217,39 @@ struct Resource {
     loaded: BTreeSet<JobId>,
     /// Phases served per current member (round-robin fairness).
     served: BTreeMap<JobId, u64>,
+    /// Place of each member in the round (the group's cyclic order); unordered members last.
+    #[serde(default)]
+    rank: BTreeMap<JobId, u32>,
 }
 
 impl Resource {
+    /// Whether `job` is due: no member has been served fewer phases, and none served as many
+    /// comes before it in the order.
     fn eligible(&self, job: JobId) -> bool {
-        let mine = self.served.get(&job).copied().unwrap_or(0);
-        self.served.values().all(|&s| mine <= s)
+        let mine = (self.served.get(&job).copied().unwrap_or(0), self.rank_of(job));
+        self.served.iter().all(|(&o, &s)| o == job || (s, self.rank_of(o)) >= mine)
     }
 
-    fn add_member(&mut self, job: JobId) {
-        // A newcomer joins at the back of the current round on every resource it shares (level
-        // with the most-served member): it never blocks members that are already a phase
-        // ahead, and its place in the cyclic order is the same on the training pool and on its
-        // rollout nodes. Starting it at the front instead (level with the least served) can
-        // order it before a partner on the pool but after it on their shared rollout node, and
-        // round-robin then serialises the two for good (rollout, rollout, train, train: a
-        // 444 s meta-iteration became 683 s in a wild-trace replay).
-        let level = self.served.values().copied().max().unwrap_or(0);
+    fn rank_of(&self, job: JobId) -> u32 {
+        self.rank.get(&job).copied().unwrap_or(u32::MAX)
+    }
+
+    /// The most phases any current member has been served.
+    fn level(&self) -> u64 {
+        self.served.values().copied().max().unwrap_or(0)
+    }
+
+    fn add_member(&mut self, job: JobId, level: u64) {
         self.served.insert(job, level);
+    }
+
+    fn set_order(&mut self, order: &[JobId]) {
+        self.rank = order.iter().filter(|j| self.served.contains_key(j)).zip(0u32..).map(|(&j, r)| (j, r)).collect();
     }
 
     fn remove_member(&mut self, job: JobId) {
         self.served.remove(&job);
+        self.rank.remove(&job);
         self.loaded.remove(&job);
         if self.holder == Some(job) {
             self.holder = None;
@@ -284,6 +304,13 @@ pub struct Dispatcher {
     #[serde(deserialize_with = "rollout_resources")]
     rollout: BTreeMap<u32, Resource>,
     memory: MemoryLedger,
+    /// The cyclic order last given ([`Input::Reorder`]).
+    #[serde(default)]
+    order: GroupOrder,
+    /// The dispatcher before cyclic orders: a newcomer joins level with each resource's own
+    /// most-served member (kept only as the baseline `weave bench timing` measures against).
+    #[serde(default)]
+    per_resource_join: bool,
     fairness: Fairness,
     seq: u64,
     now: Micros,
@@ -298,6 +325,8 @@ impl Dispatcher {
             train: Resource::default(),
             rollout: BTreeMap::new(),
             memory: MemoryLedger::new(limits),
+            order: GroupOrder::default(),
+            per_resource_join: false,
             fairness: Fairness::RoundRobin,
             seq: 0,
             now: Micros::ZERO,
@@ -309,6 +338,12 @@ impl Dispatcher {
     /// Chooses how ready members are ordered (round-robin unless told otherwise).
     pub fn set_fairness(&mut self, fairness: Fairness) {
         self.fairness = fairness;
+    }
+
+    /// Makes newcomers join level per resource, as the first-come dispatcher before cyclic
+    /// orders did (a measurement baseline; see the field).
+    pub fn set_per_resource_join(&mut self, on: bool) {
+        self.per_resource_join = on;
     }
 
     /// Turns the decision log on or off (long simulations that need no timeline turn it off).
@@ -337,9 +372,18 @@ impl Dispatcher {
     /// Whether a member other than `job` is ready for a rollout that needs rollout node `node`
     /// (so handing the node on early would let it start).
     pub fn rollout_waiting(&self, node: u32, job: JobId) -> bool {
+        let Some(r) = self.rollout.get(&node) else { return false };
         self.members.values().any(|m| {
-            m.spec.job != job && m.stage == Stage::Ready(Phase::Rollout) && m.spec.rollout_nodes.contains(&node)
+            m.spec.job != job
+                && m.stage == Stage::Ready(Phase::Rollout)
+                && m.spec.rollout_nodes.contains(&node)
+                && self.due(r, m.spec.job)
         })
+    }
+
+    /// The cyclic order the resources follow, as last given.
+    pub fn order(&self) -> &GroupOrder {
+        &self.order
     }
 
     /// Completed iterations of a member.
@@ -362,6 +406,7 @@ impl Dispatcher {
         let actions = out;
         match input {
             Input::Join(spec) => self.join(spec)?,
+            Input::Reorder(order) => self.reorder(order),
             Input::Leave { job } => self.leave(job)?,
             Input::SwitchFinished { job, phase, iteration } => self.switch_finished(job, phase, iteration, actions)?,
             Input::PhaseFinished { job, phase, iteration } => self.phase_finished(job, phase, iteration, actions)?,
@@ -388,15 +433,40 @@ impl Dispatcher {
                 .admit(job, &spec.rollout_nodes, spec.rollout_state, spec.train_state)
                 .map_err(|reason| DispatchError::Residency { job, reason })?;
         }
-        self.train.add_member(job);
+        // A newcomer joins at the back of the round in progress (one less than the most
+        // served: the members at that level are already through it), at one level on every
+        // resource it uses, so its k-th rollout and k-th training fall in the same round
+        // everywhere (the timing model's rounds) and it starts without waiting a round.
+        // Levels taken per resource instead can order it before a partner on the pool but
+        // after it on their shared rollout node; first-come round-robin then serialised the
+        // two for good (a 444 s meta-iteration became 683 s in a wild-trace replay).
+        let level = spec
+            .rollout_nodes
+            .iter()
+            .filter_map(|n| self.rollout.get(n).map(Resource::level))
+            .fold(self.train.level(), u64::max)
+            .saturating_sub(1);
+        let per_resource = self.per_resource_join;
+        let level_on = |r: &Resource| if per_resource { r.level() } else { level };
+        self.train.add_member(job, level_on(&self.train));
         for &n in &spec.rollout_nodes {
-            self.rollout.entry(n).or_default().add_member(job);
+            let r = self.rollout.entry(n).or_default();
+            let l = level_on(r);
+            r.add_member(job, l);
         }
         self.record(job, LogKind::Join, None, spec.start_iteration, &spec.rollout_nodes, None);
         let seq = self.next_seq();
         let iteration = spec.start_iteration;
         self.members.insert(job, Member { spec, iteration, stage: Stage::Ready(Phase::Rollout), ready_seq: seq });
         Ok(())
+    }
+
+    fn reorder(&mut self, order: GroupOrder) {
+        self.train.set_order(&order.train);
+        for (n, r) in &mut self.rollout {
+            r.set_order(order.rollout.get(n).map_or(&[][..], |v| v.as_slice()));
+        }
+        self.order = order;
     }
 
     fn leave(&mut self, job: JobId) -> Result<(), DispatchError> {

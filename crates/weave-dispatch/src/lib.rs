@@ -5,13 +5,17 @@
 //! every member's on-policy barrier, serves each pool in cyclic round-robin order, and charges
 //! warm or cold switch time whenever a pool changes hands.
 //!
-//! [`timing`] predicts a candidate group's steady state (closed form where the brief's theorem
-//! applies, otherwise by driving the real dispatcher), [`memory`] checks host-DRAM residency,
-//! and [`rollout`] models a rollout request by request, with long-tail migration.
+//! [`order`] chooses the cyclic order each resource serves a group's members in, and
+//! [`cycle`] gives a fixed order's exact steady-state period (the maximum cycle mean of its
+//! timed event graph); [`timing`] turns that into the group's prediction, the one admission
+//! uses and the dispatcher runs. [`memory`] checks host-DRAM residency, and [`rollout`] models
+//! a rollout request by request, with long-tail migration.
 
+pub mod cycle;
 mod dispatcher;
 pub mod from_model;
 pub mod memory;
+pub mod order;
 pub mod rollout;
 pub mod timing;
 

@@ -9,8 +9,12 @@
 //! the group is saturated when `T_load >= T_cycle`; otherwise the meta-iteration lasts
 //! `T_cycle` and every member completes one iteration per meta-iteration.
 //!
-//! Saturated groups are evaluated by driving the real [`Dispatcher`] with deterministic
-//! durations and measuring its steady state.
+//! The closed form is a bound, not a prediction: the dispatcher's greedy first-come order can
+//! miss it (`tests/counterexample.rs`). What the group really runs is predicted by
+//! [`evaluate`]: the cyclic order that minimises the period ([`crate::order::best`]) and that
+//! order's exact period, the maximum cycle mean of its event graph ([`crate::cycle`]). The
+//! dispatcher follows the same order, so the prediction is what it runs with deterministic
+//! durations; [`simulate`] drives it event by event, the test oracle.
 
 use crate::dispatcher::{Action, Dispatcher, Fairness, Input, MemberSpec, Phase, SwitchCosts};
 use crate::memory::GroupLimits;
@@ -93,6 +97,13 @@ struct Loads {
     t_load: Micros,
 }
 
+/// Each member's rollout and training switch in steady state: a rollout switches when a node
+/// is shared, a training phase when the group has other members.
+pub fn overheads(members: &[TimingMember]) -> (Vec<Micros>, Vec<Micros>) {
+    let l = loads(members);
+    (l.roll_sw, l.train_sw)
+}
+
 fn loads(members: &[TimingMember]) -> Loads {
     loads_scaled(members, None)
 }
@@ -157,8 +168,13 @@ pub fn closed_form(members: &[TimingMember]) -> Option<GroupTiming> {
     if l.t_load >= l.t_cycle {
         return None;
     }
-    let meta = l.t_cycle;
-    let frac = |t: Micros| t.0 as f64 / meta.0 as f64;
+    Some(steady(members, &l, l.t_cycle, "closed-form"))
+}
+
+/// A group in which every member runs one iteration per `meta` (one phase per round on every
+/// resource).
+fn steady(members: &[TimingMember], l: &Loads, meta: Micros, method: &'static str) -> GroupTiming {
+    let frac = |t: Micros| t.0 as f64 / meta.0.max(1) as f64;
     let mut pools = Vec::new();
     let train_busy: Micros = members.iter().map(|m| m.train).sum();
     let train_sw: Micros = l.train_sw.iter().copied().sum();
@@ -172,15 +188,15 @@ pub fn closed_form(members: &[TimingMember]) -> Option<GroupTiming> {
         }
     }
     pools.extend(nodes.into_iter().map(|(n, (b, s))| pool_use(format!("r{n}"), frac(b), frac(s))));
-    Some(GroupTiming {
+    GroupTiming {
         meta_iteration: meta,
         t_cycle: l.t_cycle,
         t_load: l.t_load,
-        saturated: false,
-        method: "closed-form",
+        saturated: l.t_load >= l.t_cycle,
+        method,
         members: members.iter().map(|m| member_timing(m, meta)).collect(),
         pools,
-    })
+    }
 }
 
 fn pool_use(resource: String, busy: f64, switching: f64) -> PoolUse {
@@ -192,36 +208,17 @@ fn member_timing(m: &TimingMember, coexec: Micros) -> MemberTiming {
     MemberTiming { job: m.job, solo, coexec, slowdown: coexec.0 as f64 / solo.0.max(1) as f64 }
 }
 
-/// Whether the closed form is known to give the dispatcher's steady state for this group:
-/// every two members' rollout node sets are equal or disjoint.
-///
-/// Theorem 1 as stated does not hold for our FIFO round-robin dispatcher when node sets
-/// partially overlap (a member spanning nodes that two others use separately): there the
-/// dispatcher can settle into a cyclic order slower than `T_cycle` although a periodic
-/// schedule achieving it exists (`tests/counterexample.rs`: 611 s against 475 s). Sampling
-/// 20,000 random groups per shape, run 400 iterations each
-/// (`ITERS=400 cargo run --release -p weave-dispatch --example theorem_probe single|blocks|any`),
-/// found no mismatch for equal-or-disjoint node sets and 77 among 4,875 unsaturated groups
-/// with arbitrary overlaps. Such groups are evaluated by driving the dispatcher.
-pub fn closed_form_applies(members: &[TimingMember]) -> bool {
-    members.iter().enumerate().all(|(i, a)| {
-        members[i + 1..].iter().all(|b| a.nodes == b.nodes || a.nodes.iter().all(|n| !b.nodes.contains(n)))
-    })
-}
-
-/// Closed form where it is trusted, the event-level evaluation otherwise.
+/// The group's steady state under the order the dispatcher follows ([`crate::order::best`]):
+/// its exact period, every member one iteration per period.
 pub fn evaluate(members: &[TimingMember]) -> GroupTiming {
-    let closed = if closed_form_applies(members) { closed_form(members) } else { None };
-    closed.unwrap_or_else(|| simulate(members, DEFAULT_ITERATIONS))
+    let (_, period) = crate::order::best(members);
+    steady(members, &loads(members), Micros(period.ceil_micros()), "cycle-mean")
 }
 
-/// Iterations per member the event-level evaluation runs; the first half is warm-up. Near
-/// saturation the dispatcher can take dozens of iterations to settle, so this measures an
-/// average over the second half rather than a proven steady state.
-pub const DEFAULT_ITERATIONS: u64 = 48;
-
-/// Event-level evaluation: drives the real dispatcher with deterministic durations for
-/// `iterations` per member and measures the second half.
+/// Event-level evaluation, the oracle [`evaluate`] is tested against: drives the real
+/// dispatcher (in the order [`crate::order::best`] chooses) with deterministic durations for
+/// `iterations` per member and averages the second half, which after the transient is the
+/// exact period up to the window's rounding.
 ///
 /// Memoised per thread: the run is a pure function of the members' durations, costs, node
 /// sets and the order of their ids (the dispatcher looks at ids only to order members), so
@@ -250,8 +247,8 @@ pub fn simulate(members: &[TimingMember], iterations: u64) -> GroupTiming {
     t
 }
 
-/// Entries the per-thread memo of [`simulate`] holds before it starts over.
-const MEMO_LIMIT: usize = 1 << 16;
+/// Entries a per-thread memo holds before it starts over.
+pub(crate) const MEMO_LIMIT: usize = 1 << 16;
 
 thread_local! {
     static SIMULATED: std::cell::RefCell<std::collections::HashMap<Vec<u64>, GroupTiming>> =
@@ -260,7 +257,7 @@ thread_local! {
 
 /// Everything [`simulate`]'s result depends on: per member (in order) the rank of its id,
 /// its durations, costs, residency and nodes; and the iteration count.
-fn memo_key(members: &[TimingMember], iterations: u64) -> Vec<u64> {
+pub(crate) fn memo_key(members: &[TimingMember], iterations: u64) -> Vec<u64> {
     let mut key = Vec::with_capacity(members.len() * 10 + 1);
     key.push(iterations);
     for m in members {
@@ -311,6 +308,21 @@ fn simulate_uncached(members: &[TimingMember], iterations: u64) -> GroupTiming {
         members: out,
         pools,
     }
+}
+
+/// The exact period a run settled into, from one member's training ends: the smallest `c` such
+/// that the last `c * SETTLED` iterations before the final three (where members finish) all
+/// advance by the same amount every `c` iterations; `None` if no `c <= max_cycle` shows that.
+pub fn settled_period(ends: &[Micros], max_cycle: usize) -> Option<crate::cycle::Period> {
+    const SETTLED: usize = 6;
+    let hi = ends.len().checked_sub(3)?;
+    (1..=max_cycle).find_map(|c| {
+        let lo = hi.checked_sub(c * SETTLED)?;
+        let step = ends[lo + c].0.checked_sub(ends[lo].0)?;
+        (lo..hi - c)
+            .all(|i| ends[i + c].0.checked_sub(ends[i].0) == Some(step))
+            .then(|| crate::cycle::Period::new(step, c as u64))
+    })
 }
 
 /// A resource of a group: the training pool or one rollout node. Orders training first.
@@ -368,18 +380,25 @@ pub fn run_group(members: &[TimingMember], iterations: u64) -> GroupRun {
 /// [`run_group`] with a choice of fairness. Under `Fifo` (the prototype's rules) same-instant
 /// events are ordered by (time, event kind, job id).
 pub fn run_group_with(members: &[TimingMember], iterations: u64, fairness: Fairness) -> GroupRun {
-    run_logged(members, iterations, fairness, true)
+    run_logged(members, iterations, fairness, true, true)
+}
+
+/// The dispatcher before cyclic orders: round-robin with ties going to the member ready first
+/// and newcomers joining level per resource (kept to measure what the order changes).
+pub fn run_group_first_come(members: &[TimingMember], iterations: u64) -> GroupRun {
+    run_logged(members, iterations, Fairness::RoundRobin, false, false)
 }
 
 /// [`run_group_with`] without the decision log (predictions do not need it).
 pub fn run_group_unlogged(members: &[TimingMember], iterations: u64, fairness: Fairness) -> GroupRun {
-    run_logged(members, iterations, fairness, false)
+    run_logged(members, iterations, fairness, false, true)
 }
 
-fn run_logged(members: &[TimingMember], iterations: u64, fairness: Fairness, log: bool) -> GroupRun {
+fn run_logged(members: &[TimingMember], iterations: u64, fairness: Fairness, log: bool, ordered: bool) -> GroupRun {
     let mut d = Dispatcher::new(GroupLimits::UNLIMITED);
     d.set_fairness(fairness);
     d.set_logging(log);
+    d.set_per_resource_join(!ordered);
     let by_job_id = fairness == Fairness::Fifo;
     let by_job: BTreeMap<JobId, &TimingMember> = members.iter().map(|m| (m.job, m)).collect();
     let mut queue: EventQueue<Input> = EventQueue::new();
@@ -399,6 +418,10 @@ fn run_logged(members: &[TimingMember], iterations: u64, fairness: Fairness, log
         };
         pending.extend(d.handle(Micros::ZERO, Input::Join(spec)).expect("distinct members join"));
         run.train_ends.insert(m.job, Vec::new());
+    }
+    if fairness == Fairness::RoundRobin && ordered {
+        let (order, _) = crate::order::best(members);
+        pending.extend(d.handle(Micros::ZERO, Input::Reorder(order)).expect("a reorder is always accepted"));
     }
     let mut now = Micros::ZERO;
     loop {
@@ -459,17 +482,16 @@ fn schedule(
             run.intervals.push((Lane::Rollout(*n), now, end, is_switch));
         }
     }
-    let key = if by_job_id { input_job(&input).0 as u64 } else { 0 };
+    let key = if by_job_id { action_job(a).0 as u64 } else { 0 };
     queue.push_keyed(end, class, key, input);
 }
 
-fn input_job(i: &Input) -> JobId {
-    match i {
-        Input::Join(s) => s.job,
-        Input::Leave { job }
-        | Input::SwitchFinished { job, .. }
-        | Input::PhaseFinished { job, .. }
-        | Input::SyncFinished { job, .. }
-        | Input::RolloutReleased { job, .. } => *job,
+fn action_job(a: &Action) -> JobId {
+    match a {
+        Action::BeginSwitch { job, .. }
+        | Action::StartRollout { job, .. }
+        | Action::StartTraining { job, .. }
+        | Action::BeginSync { job, .. }
+        | Action::Completed { job, .. } => *job,
     }
 }

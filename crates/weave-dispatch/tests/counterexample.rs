@@ -4,12 +4,18 @@
 //!
 //! Job B spans rollout nodes {2, 3}; A runs on {2} and C on {3}. Loads: training 462 s,
 //! node 2 420 s, node 3 427 s, against T_cycle = 475 s (C alone): unsaturated. The dispatcher
-//! settles into a 611 s meta-iteration, yet a periodic schedule with period 475 s exists
-//! (built and checked below). The timing model therefore evaluates groups with partially
-//! overlapping node sets by driving the dispatcher, not with the closed form.
+//! settles into a 611 s meta-iteration first-come, yet a periodic schedule with period 475 s
+//! exists (built and checked below). Admission therefore predicts neither with the closed form
+//! nor from first-come: the dispatcher follows a cyclic order chosen for the group, and the
+//! prediction is that order's exact period (its event graph's maximum cycle mean).
 
 use weave_core::{JobId, Micros};
-use weave_dispatch::timing::{closed_form, closed_form_applies, evaluate, simulate};
+use weave_dispatch::cycle::Period;
+use weave_dispatch::order;
+use weave_dispatch::timing::{
+    closed_form, evaluate, run_group_first_come, run_group_unlogged, settled_period, simulate,
+};
+use weave_dispatch::Fairness;
 use weave_dispatch::{SwitchCosts, TimingMember};
 
 fn member(job: u32, roll: u64, train: u64, nodes: &[u32]) -> TimingMember {
@@ -35,11 +41,50 @@ fn fifo_round_robin_settles_slower_than_t_cycle() {
     assert_eq!(cf.meta_iteration, Micros::from_secs(475));
     assert_eq!(cf.t_load, Micros::from_secs(462));
     for iterations in [100, 400] {
-        let ev = simulate(&g, iterations);
-        assert_eq!(ev.meta_iteration, Micros::from_secs(611), "after {iterations} iterations");
+        let run = run_group_first_come(&g, iterations);
+        let settled = settled_period(&run.train_ends[&JobId(0)], 8).expect("settled");
+        assert_eq!(Micros(settled.ceil_micros()), Micros::from_secs(611), "after {iterations} iterations");
     }
-    assert!(!closed_form_applies(&g));
-    assert_eq!(evaluate(&g).meta_iteration, Micros::from_secs(611));
+}
+
+/// The cyclic order admission chooses reaches the 475 s lower bound, and the dispatcher
+/// following it settles there (first-come: 611 s).
+#[test]
+fn the_chosen_order_runs_at_its_exact_period() {
+    let g = group();
+    let (_, period) = order::best(&g);
+    assert_eq!(period, Period::new(475_000_000, 1), "T_cycle, the lower bound, is reached");
+    assert_eq!(evaluate(&g).meta_iteration, Micros(period.ceil_micros()));
+    assert_eq!(simulate(&g, 400).meta_iteration, Micros(period.ceil_micros()));
+    let run = run_group_unlogged(&g, 400, Fairness::RoundRobin);
+    for m in &g {
+        assert_eq!(settled_period(&run.train_ends[&m.job], 8), Some(period));
+    }
+}
+
+/// The counterexample to "equal node sets: Theorem 1's closed form is what runs": two
+/// members on one node, no switch costs. First-come settles at 7 s; the chosen order runs the
+/// 6 s the closed form promises, and admission predicts exactly that.
+#[test]
+fn shared_node_first_come_loses_a_second_the_order_does_not() {
+    let mut a = member(0, 3, 1, &[0]);
+    a.sync = Micros::ZERO;
+    let mut b = member(1, 1, 2, &[0]);
+    b.sync = Micros::from_secs(3);
+    let g = vec![a, b];
+    assert_eq!(closed_form(&g).expect("unsaturated").meta_iteration, Micros::from_secs(6));
+    let first = run_group_first_come(&g, 300);
+    assert_eq!(
+        settled_period(&first.train_ends[&JobId(0)], 4).map(|p| Micros(p.ceil_micros())),
+        Some(Micros::from_secs(7))
+    );
+    let (_, period) = order::best(&g);
+    assert_eq!(Micros(period.ceil_micros()), Micros::from_secs(6));
+    let run = run_group_unlogged(&g, 300, Fairness::RoundRobin);
+    for m in &g {
+        assert_eq!(settled_period(&run.train_ends[&m.job], 4), Some(period));
+    }
+    assert_eq!(evaluate(&g).meta_iteration, Micros::from_secs(6));
 }
 
 /// A periodic schedule with period 475 s, checked for exclusive resources and each job's

@@ -4,11 +4,12 @@
 use crate::job::PlaceJob;
 use serde::{Deserialize, Serialize};
 use weave_core::{Bytes, GroupId, JobId, Micros, NodeId};
-use weave_dispatch::timing::{self, bounds, closed_form_applies};
+use weave_dispatch::order::GroupOrder;
+use weave_dispatch::timing::{self, bounds};
 use weave_dispatch::TimingMember;
 
 /// Rollout nodes used together: every member of a block runs its rollout on all of them.
-/// Blocks never partially overlap, which keeps the closed-form timing exact.
+/// Blocks never partially overlap (members sharing a node share all of the block's nodes).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Block {
     /// Group-local id, never reused within the group (the dispatcher's rollout node index).
@@ -34,6 +35,9 @@ pub struct Prediction {
     pub saturated: bool,
     /// Share of the training pool's time that is busy (training or switching).
     pub train_busy: f64,
+    /// The cyclic order the group's dispatcher follows to run this prediction.
+    #[serde(default)]
+    pub order: GroupOrder,
 }
 
 impl Prediction {
@@ -51,7 +55,13 @@ impl Prediction {
     /// A job co-located on its own training nodes; `None` without a co-located profile.
     pub fn colocated(job: &PlaceJob) -> Option<Prediction> {
         let it = job.colo_iteration()?;
-        Some(Prediction { meta_iteration: it, coexec: vec![it], saturated: true, train_busy: 1.0 })
+        Some(Prediction {
+            meta_iteration: it,
+            coexec: vec![it],
+            saturated: true,
+            train_busy: 1.0,
+            order: GroupOrder { train: vec![job.id], rollout: Default::default() },
+        })
     }
 }
 
@@ -290,8 +300,8 @@ pub fn stochastic_slowdowns(members: &[TimingMember], jobs: &[&PlaceJob], p: &Pr
         .collect()
 }
 
-/// The group's steady state: closed form where it is exact, otherwise the dispatcher driven
-/// event by event.
+/// The group's steady state: the cyclic order with the shortest period and that period,
+/// exact ([`weave_dispatch::order::best`]); the dispatcher follows the same order.
 pub fn predict(members: &[TimingMember]) -> Prediction {
     predict_with_bounds(members, bounds(members))
 }
@@ -299,21 +309,15 @@ pub fn predict(members: &[TimingMember]) -> Prediction {
 /// [`predict`] given `(T_cycle, T_load)` already computed (admission computes them first for
 /// its cheap rejection).
 pub fn predict_with_bounds(members: &[TimingMember], (t_cycle, t_load): (Micros, Micros)) -> Prediction {
-    let train_load: Micros = members.iter().map(|m| m.train).sum();
-    if t_load < t_cycle && closed_form_applies(members) {
-        return Prediction {
-            meta_iteration: t_cycle,
-            coexec: vec![t_cycle; members.len()],
-            saturated: false,
-            train_busy: train_load.0 as f64 / t_cycle.0.max(1) as f64,
-        };
-    }
-    let t = timing::simulate(members, timing::DEFAULT_ITERATIONS);
-    let train_busy = t.pools.iter().find(|p| p.resource == "training").map_or(1.0, |p| p.busy + p.switching);
+    let (order, period) = weave_dispatch::order::best(members);
+    let meta = Micros(period.ceil_micros());
+    let (_, train_switches) = weave_dispatch::timing::overheads(members);
+    let train_load: Micros = members.iter().map(|m| m.train).sum::<Micros>() + train_switches.into_iter().sum();
     Prediction {
-        meta_iteration: t.meta_iteration,
-        coexec: t.members.iter().map(|m| m.coexec).collect(),
-        saturated: t.saturated,
-        train_busy,
+        meta_iteration: meta,
+        coexec: vec![meta; members.len()],
+        saturated: t_load >= t_cycle,
+        train_busy: train_load.0 as f64 / meta.0.max(1) as f64,
+        order,
     }
 }

@@ -922,6 +922,7 @@ impl Plane {
         if let Some(g) = group {
             self.drive(time_us, g, Input::Leave { job: id });
             self.depart(g, id);
+            self.follow_order(time_us, g);
         }
         let placed = self.submit(time_us, &tenant, &resubmit, carried.clone(), Some(target));
         if let Err(e) = placed {
@@ -1015,6 +1016,7 @@ impl Plane {
         if let Some(g) = group {
             self.drive(time_us, g, Input::Leave { job: id });
             self.depart(g, id);
+            self.follow_order(time_us, g);
         }
         if state != JobState::Preempted {
             self.ended(name);
@@ -1070,6 +1072,17 @@ impl Plane {
                     }
                 }
             }
+        }
+        self.follow_order(time_us, g);
+    }
+
+    /// The group's dispatcher follows the cyclic order of the placer's current prediction
+    /// (what admission predicted is what runs): after a join, a departure or re-estimation.
+    fn follow_order(&mut self, time_us: u64, g: GroupId) {
+        let (Some(group), Some(d)) = (self.placer.group(g), self.dispatchers.get(&g)) else { return };
+        if d.order() != &group.prediction.order {
+            let order = group.prediction.order.clone();
+            self.drive(time_us, g, Input::Reorder(order));
         }
     }
 

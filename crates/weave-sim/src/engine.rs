@@ -683,7 +683,20 @@ impl<'a> Engine<'a> {
         let actions =
             d.handle(self.now, Input::Join(spec)).expect("the placer checked residency with the same figures");
         self.apply(decision.group, actions);
+        self.follow_order(decision.group);
         Ok(())
+    }
+
+    /// The group's dispatcher follows the cyclic order of the placer's current prediction
+    /// (what admission predicted is what runs).
+    fn follow_order(&mut self, g: GroupId) {
+        let (Some(group), Some(d)) = (self.placer.group(g), self.dispatchers.get_mut(&g)) else { return };
+        if d.order() == &group.prediction.order {
+            return;
+        }
+        let order = group.prediction.order.clone();
+        let actions = d.handle(self.now, Input::Reorder(order)).expect("a reorder is always accepted");
+        self.apply(g, actions);
     }
 
     /// Feeds one input to a group's dispatcher; true if a job completed.
@@ -710,6 +723,10 @@ impl<'a> Engine<'a> {
             if let Some(p) = self.states[i].as_ref().and_then(|s| s.placed) {
                 self.repair(p.group);
             }
+        }
+        if finished_iteration.is_some() && self.cfg.reestimate {
+            // Re-estimation may have changed the best order.
+            self.follow_order(g);
         }
         completed
     }
@@ -904,6 +921,7 @@ impl<'a> Engine<'a> {
                 self.dispatchers.remove(&g);
             }
         }
+        self.follow_order(g);
         if self.colocation() && !self.consolidating && self.placer.group(g).is_some_and(|grp| grp.runs_alone()) {
             let ev = Done { group: g, job: JobId(u32::MAX), what: What::ConsolidateGroup, iteration: 0, epoch: 0 };
             self.queue.push(self.now, CLASS_OTHER, ev);

@@ -1,0 +1,228 @@
+//! Max-plus timing of a cyclic schedule: the exact steady-state period of a group whose
+//! resources serve their members in a fixed order, round after round.
+//!
+//! A group run by the dispatcher under fixed orders is a timed event graph. Its events are
+//! "member j acquires its rollout nodes" (`R_j`) and "member j acquires the training pool"
+//! (`T_j`), once per iteration. An arc `u -> v` with weight `w` and `k` tokens says event `v`
+//! of round `n` happens no earlier than `w` after event `u` of round `n - k`:
+//!
+//! - `R_j -> T_j`, weight rollout switch + rollout, 0 tokens (the barrier);
+//! - `T_j -> R_j`, weight training switch + training + sync, 1 token (the next rollout needs
+//!   the synced weights);
+//! - on every resource with order `p_0 .. p_m`: `p_i -> p_(i+1)` weighted by `p_i`'s
+//!   occupation, 0 tokens, and `p_m -> p_0`, 1 token (the next round).
+//!
+//! Events fire as early as their arcs allow (the dispatcher never idles a resource whose due
+//! member is ready), so the schedule is the max-plus recurrence `x(n) = A0 x(n) + A1 x(n-1)`
+//! and its period is the graph's maximum cycle mean (weight over tokens) [Baccelli et al.,
+//! Synchronization and Linearity, Thm 3.23], computed here exactly with Karp's algorithm on
+//! `A0* A1`. A cycle without tokens is a deadlock: those orders are never chosen.
+
+use std::cmp::Ordering;
+
+/// A period as an exact fraction: `total` microseconds per `rounds` rounds.
+#[derive(Clone, Copy, Debug, Eq)]
+pub struct Period {
+    pub total: u64,
+    pub rounds: u64,
+}
+
+impl Period {
+    pub fn new(total: u64, rounds: u64) -> Period {
+        Period { total, rounds: rounds.max(1) }
+    }
+
+    /// Microseconds per round, rounded up (a prediction never undershoots).
+    pub fn ceil_micros(self) -> u64 {
+        self.total.div_ceil(self.rounds)
+    }
+}
+
+impl PartialEq for Period {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Ord for Period {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.total as u128 * other.rounds as u128).cmp(&(other.total as u128 * self.rounds as u128))
+    }
+}
+
+impl PartialOrd for Period {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// One arc of a timed event graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Arc {
+    pub from: usize,
+    pub to: usize,
+    pub weight: u64,
+    pub tokens: u32,
+}
+
+const NONE: i64 = i64::MIN;
+
+/// The maximum cycle mean of an event graph on `events` events, or `None` if a cycle carries
+/// no token (a deadlock) or the graph has no cycle. Arcs with more than one token are split
+/// into chains of one-token arcs through extra events.
+pub fn max_cycle_mean(events: usize, arcs: &[Arc]) -> Option<Period> {
+    let (n, zero, one) = split(events, arcs);
+    let closure = longest_zero_token_paths(n, &zero)?;
+    // M[u][v]: the longest way from u in round n-1 to v in round n (one token, then any
+    // zero-token path).
+    let mut m = vec![NONE; n * n];
+    for &(u, w, weight) in &one {
+        for v in 0..n {
+            let p = closure[w * n + v];
+            if p != NONE {
+                let cand = weight + p;
+                if cand > m[u * n + v] {
+                    m[u * n + v] = cand;
+                }
+            }
+        }
+    }
+    karp(n, &m)
+}
+
+/// Zero-token and one-token arcs as (from, to, weight), multi-token arcs split into chains.
+#[allow(clippy::type_complexity)]
+fn split(events: usize, arcs: &[Arc]) -> (usize, Vec<(usize, usize, i64)>, Vec<(usize, usize, i64)>) {
+    let mut n = events;
+    let (mut zero, mut one) = (Vec::new(), Vec::new());
+    for a in arcs {
+        let w = a.weight as i64;
+        match a.tokens {
+            0 => zero.push((a.from, a.to, w)),
+            1 => one.push((a.from, a.to, w)),
+            k => {
+                // from -(w, 1)-> x1 -(0, 1)-> x2 ... -> to
+                let mut prev = a.from;
+                for i in 0..k {
+                    let next = if i + 1 == k { a.to } else { n };
+                    if next == n {
+                        n += 1;
+                    }
+                    one.push((prev, next, if i == 0 { w } else { 0 }));
+                    prev = next;
+                }
+            }
+        }
+    }
+    (n, zero, one)
+}
+
+/// All-pairs longest paths over zero-token arcs (each event reaches itself with 0); `None`
+/// if those arcs close a cycle.
+fn longest_zero_token_paths(n: usize, zero: &[(usize, usize, i64)]) -> Option<Vec<i64>> {
+    let mut p = vec![NONE; n * n];
+    for &(u, v, w) in zero {
+        if u == v {
+            return None;
+        }
+        p[u * n + v] = p[u * n + v].max(w);
+    }
+    for k in 0..n {
+        for i in 0..n {
+            let ik = p[i * n + k];
+            if ik == NONE {
+                continue;
+            }
+            for j in 0..n {
+                let kj = p[k * n + j];
+                if kj != NONE && ik + kj > p[i * n + j] {
+                    p[i * n + j] = ik + kj;
+                }
+            }
+        }
+    }
+    if (0..n).any(|v| p[v * n + v] != NONE) {
+        return None;
+    }
+    for v in 0..n {
+        p[v * n + v] = 0;
+    }
+    Some(p)
+}
+
+/// Karp's maximum cycle mean of the dense max-plus matrix `m` (`m[u * n + v]`, arc u -> v).
+fn karp(n: usize, m: &[i64]) -> Option<Period> {
+    // d[k * n + v]: the heaviest walk of exactly k arcs ending at v, from anywhere.
+    let mut d = vec![NONE; (n + 1) * n];
+    d[..n].fill(0);
+    for k in 1..=n {
+        for u in 0..n {
+            let du = d[(k - 1) * n + u];
+            if du == NONE {
+                continue;
+            }
+            for v in 0..n {
+                let w = m[u * n + v];
+                if w != NONE && du + w > d[k * n + v] {
+                    d[k * n + v] = du + w;
+                }
+            }
+        }
+    }
+    let mut best: Option<Period> = None;
+    for v in 0..n {
+        let dn = d[n * n + v];
+        if dn == NONE {
+            continue;
+        }
+        // min over k of (d_n - d_k) / (n - k)
+        let mut worst: Option<Period> = None;
+        for k in 0..n {
+            let dk = d[k * n + v];
+            if dk == NONE {
+                continue;
+            }
+            let p = Period::new((dn - dk).max(0) as u64, (n - k) as u64);
+            worst = Some(worst.map_or(p, |w| w.min(p)));
+        }
+        if let Some(w) = worst {
+            best = Some(best.map_or(w, |b| b.max(w)));
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arc(from: usize, to: usize, weight: u64, tokens: u32) -> Arc {
+        Arc { from, to, weight, tokens }
+    }
+
+    #[test]
+    fn a_single_loop_is_its_weight_over_its_tokens() {
+        assert_eq!(max_cycle_mean(1, &[arc(0, 0, 7, 1)]), Some(Period::new(7, 1)));
+        assert_eq!(max_cycle_mean(2, &[arc(0, 1, 3, 0), arc(1, 0, 4, 2)]), Some(Period::new(7, 2)));
+    }
+
+    #[test]
+    fn the_heaviest_cycle_per_token_wins() {
+        // cycle a: 0 <-> 1, 10 per 1 token; cycle b: 1 <-> 2, 9 per 1 token... plus 0 -> 2.
+        let arcs = [arc(0, 1, 4, 0), arc(1, 0, 6, 1), arc(1, 2, 5, 0), arc(2, 1, 7, 1), arc(0, 2, 1, 1)];
+        assert_eq!(max_cycle_mean(3, &arcs), Some(Period::new(12, 1)));
+    }
+
+    #[test]
+    fn a_cycle_without_tokens_is_a_deadlock() {
+        assert_eq!(max_cycle_mean(2, &[arc(0, 1, 1, 0), arc(1, 0, 1, 0)]), None);
+        assert_eq!(max_cycle_mean(1, &[arc(0, 0, 1, 0)]), None);
+    }
+
+    #[test]
+    fn periods_compare_as_fractions() {
+        assert_eq!(Period::new(6, 2), Period::new(3, 1));
+        assert!(Period::new(7, 2) < Period::new(4, 1));
+        assert_eq!(Period::new(7, 2).ceil_micros(), 4);
+    }
+}

@@ -1,0 +1,381 @@
+//! The cyclic order a group's resources serve their members in, and the order that makes the
+//! group's period shortest.
+//!
+//! Every resource (the training pool, each rollout node) serves each of its members once per
+//! round, in a fixed order (the round-robin of [`crate::Dispatcher`] with the ties broken by
+//! this order). Rollout nodes used by the same members form one class with one order (two
+//! nodes of a class in opposite orders would deadlock the members that need both). The
+//! period of every order is exact ([`crate::cycle`]); [`best`] searches the orders.
+
+use crate::cycle::{max_cycle_mean, Arc, Period};
+use crate::timing::{bounds, memo_key, overheads, TimingMember, MEMO_LIMIT};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use weave_core::{JobId, Micros};
+
+/// Round order of each resource of a group, by job.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupOrder {
+    pub train: Vec<JobId>,
+    pub rollout: BTreeMap<u32, Vec<JobId>>,
+}
+
+/// Candidate orders [`best`] tries at most exhaustively; larger groups search orders that
+/// follow one ranking of the members on every resource, then improve by swaps.
+pub const EXACT_CANDIDATES: usize = 20_000;
+
+/// Orders by member index: the training pool's, and one per class of rollout nodes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct IndexOrder {
+    train: Vec<usize>,
+    classes: Vec<Vec<usize>>,
+}
+
+/// Rollout nodes grouped by the members that use them (members by index, ascending).
+fn node_classes(members: &[TimingMember]) -> Vec<(Vec<usize>, Vec<u32>)> {
+    let mut by_node: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for (j, m) in members.iter().enumerate() {
+        for &n in &m.nodes {
+            by_node.entry(n).or_default().push(j);
+        }
+    }
+    let mut classes: BTreeMap<Vec<usize>, Vec<u32>> = BTreeMap::new();
+    for (n, users) in by_node {
+        classes.entry(users).or_default().push(n);
+    }
+    classes.into_iter().collect()
+}
+
+/// The event graph of `members` under `order`: event `2j` is member j's rollout start, `2j+1`
+/// its training start.
+fn arcs(members: &[TimingMember], order: &IndexOrder) -> Vec<Arc> {
+    let (roll_sw, train_sw) = overheads(members);
+    let roll_occ = |j: usize| (members[j].rollout + roll_sw[j]).0;
+    let train_occ = |j: usize| (members[j].train + train_sw[j]).0;
+    let mut arcs = Vec::with_capacity(members.len() * 4);
+    for (j, m) in members.iter().enumerate() {
+        arcs.push(Arc { from: 2 * j, to: 2 * j + 1, weight: roll_occ(j), tokens: 0 });
+        arcs.push(Arc { from: 2 * j + 1, to: 2 * j, weight: train_occ(j) + m.sync.0, tokens: 1 });
+    }
+    ring(&order.train, |j| 2 * j + 1, train_occ, &mut arcs);
+    for class in &order.classes {
+        ring(class, |j| 2 * j, roll_occ, &mut arcs);
+    }
+    arcs
+}
+
+/// A resource's round: each member hands over to the next, the last to the first of the next
+/// round.
+fn ring(order: &[usize], event: impl Fn(usize) -> usize, occupation: impl Fn(usize) -> u64, arcs: &mut Vec<Arc>) {
+    for (i, &j) in order.iter().enumerate() {
+        let (next, tokens) = if i + 1 < order.len() { (order[i + 1], 0) } else { (order[0], 1) };
+        arcs.push(Arc { from: event(j), to: event(next), weight: occupation(j), tokens });
+    }
+}
+
+fn period(members: &[TimingMember], order: &IndexOrder) -> Option<Period> {
+    max_cycle_mean(2 * members.len(), &arcs(members, order))
+}
+
+/// The exact steady-state period of `members` under `order`, or `None` if the order
+/// deadlocks or does not cover every member on every resource it uses.
+pub fn period_of(members: &[TimingMember], order: &GroupOrder) -> Option<Period> {
+    period(members, &to_index(members, order)?)
+}
+
+fn to_index(members: &[TimingMember], order: &GroupOrder) -> Option<IndexOrder> {
+    let index: BTreeMap<JobId, usize> = members.iter().enumerate().map(|(j, m)| (m.job, j)).collect();
+    let indices = |jobs: &[JobId]| jobs.iter().map(|j| index.get(j).copied()).collect::<Option<Vec<usize>>>();
+    let train = indices(&order.train)?;
+    let mut classes = Vec::new();
+    for (users, nodes) in node_classes(members) {
+        let o = indices(order.rollout.get(&nodes[0])?)?;
+        if nodes[1..].iter().any(|n| order.rollout.get(n) != order.rollout.get(&nodes[0])) || !same_set(&o, &users) {
+            return None;
+        }
+        classes.push(o);
+    }
+    let all: Vec<usize> = (0..members.len()).collect();
+    same_set(&train, &all).then_some(IndexOrder { train, classes })
+}
+
+/// Whether `order` lists exactly the members of `set` (ascending), each once.
+fn same_set(order: &[usize], set: &[usize]) -> bool {
+    let mut sorted = order.to_vec();
+    sorted.sort_unstable();
+    sorted == set
+}
+
+fn to_jobs(members: &[TimingMember], classes: &[(Vec<usize>, Vec<u32>)], order: &IndexOrder) -> GroupOrder {
+    let jobs = |v: &[usize]| v.iter().map(|&j| members[j].job).collect::<Vec<_>>();
+    let mut rollout = BTreeMap::new();
+    for ((_, nodes), o) in classes.iter().zip(&order.classes) {
+        for &n in nodes {
+            rollout.insert(n, jobs(o));
+        }
+    }
+    GroupOrder { train: jobs(&order.train), rollout }
+}
+
+/// The orders with the shortest period, and that period. Ties go to the first order found,
+/// starting from the order first-come round-robin starts with. Exhaustive over all orders when
+/// there are at most [`EXACT_CANDIDATES`]; it stops early at an order reaching the lower bound
+/// `max(T_cycle, T_load)` that no schedule beats.
+///
+/// Memoised per thread: the result depends only on the members' timing views in their listed
+/// order (admission and consolidation ask about the same group shapes over and over).
+pub fn best(members: &[TimingMember]) -> (GroupOrder, Period) {
+    let classes = node_classes(members);
+    let key = memo_key(members, 0);
+    if let Some((order, p)) = BEST.with(|m| m.borrow().get(&key).cloned()) {
+        return (to_jobs(members, &classes, &order), p);
+    }
+    let (order, p) = search(members, &classes);
+    BEST.with(|m| {
+        let mut m = m.borrow_mut();
+        if m.len() >= MEMO_LIMIT {
+            m.clear();
+        }
+        m.insert(key, (order.clone(), p));
+    });
+    (to_jobs(members, &classes, &order), p)
+}
+
+/// [`best`] without the memo (benchmarks time the search itself).
+pub fn best_uncached(members: &[TimingMember]) -> (GroupOrder, Period) {
+    let classes = node_classes(members);
+    let (order, p) = search(members, &classes);
+    (to_jobs(members, &classes, &order), p)
+}
+
+thread_local! {
+    static BEST: std::cell::RefCell<std::collections::HashMap<Vec<u64>, (IndexOrder, Period)>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+fn search(members: &[TimingMember], classes: &[(Vec<usize>, Vec<u32>)]) -> (IndexOrder, Period) {
+    if members.is_empty() {
+        return (IndexOrder { train: Vec::new(), classes: Vec::new() }, Period::new(0, 1));
+    }
+    let (t_cycle, t_load) = bounds(members);
+    let floor = Period::new(t_cycle.max(t_load).0, 1);
+    let mut search = Search { members, floor, best: None };
+    let sizes: Vec<usize> =
+        std::iter::once(members.len()).chain(classes.iter().map(|(users, _)| users.len())).collect();
+    let candidates = sizes.iter().try_fold(1usize, |acc, &k| acc.checked_mul(factorial(k)));
+    let start =
+        IndexOrder { train: first_rollout_ends(members), classes: classes.iter().map(|c| c.0.clone()).collect() };
+    if candidates.is_some_and(|c| c <= EXACT_CANDIDATES) {
+        search.exhaustive(start);
+    } else {
+        search.ranked_then_swaps(start);
+    }
+    search.best.expect("orders that follow one ranking never deadlock")
+}
+
+/// Members in the order their first rollouts end when every node serves them as listed,
+/// starting cold: the order first-come round-robin starts training in. Searches start there,
+/// so among orders with the same period the group starts without idling.
+fn first_rollout_ends(members: &[TimingMember]) -> Vec<usize> {
+    let mut free: BTreeMap<u32, Micros> = BTreeMap::new();
+    let mut ends = Vec::with_capacity(members.len());
+    for (j, m) in members.iter().enumerate() {
+        let start =
+            m.nodes.iter().map(|n| free.get(n).copied().unwrap_or(Micros::ZERO)).fold(Micros::ZERO, Micros::max);
+        let end = start + m.costs.rollout_cold + m.rollout;
+        for &n in &m.nodes {
+            free.insert(n, end);
+        }
+        ends.push((end, j));
+    }
+    ends.sort();
+    ends.into_iter().map(|(_, j)| j).collect()
+}
+
+fn factorial(k: usize) -> usize {
+    (1..=k).try_fold(1usize, |a, b| a.checked_mul(b)).unwrap_or(usize::MAX)
+}
+
+struct Search<'a> {
+    members: &'a [TimingMember],
+    floor: Period,
+    best: Option<(IndexOrder, Period)>,
+}
+
+impl Search<'_> {
+    /// Records `order` if it beats the best so far; true once the floor is reached.
+    fn try_order(&mut self, order: &IndexOrder) -> bool {
+        if let Some(p) = period(self.members, order) {
+            if self.best.as_ref().is_none_or(|(_, b)| p < *b) {
+                self.best = Some((order.clone(), p));
+            }
+        }
+        self.best.as_ref().is_some_and(|(_, b)| *b <= self.floor)
+    }
+
+    /// Every combination of a training order and one order per node class, starting from
+    /// `start` (permutations of positions in `start`'s lists, so every one is visited).
+    fn exhaustive(&mut self, start: IndexOrder) {
+        let mut positions: Vec<Vec<usize>> = std::iter::once(start.train.len())
+            .chain(start.classes.iter().map(Vec::len))
+            .map(|k| (0..k).collect())
+            .collect();
+        let mut order = start.clone();
+        loop {
+            let lists = std::iter::once(&mut order.train).chain(order.classes.iter_mut());
+            let bases = std::iter::once(&start.train).chain(start.classes.iter());
+            for ((list, base), pos) in lists.zip(bases).zip(&positions) {
+                for (slot, &p) in list.iter_mut().zip(pos) {
+                    *slot = base[p];
+                }
+            }
+            if self.try_order(&order) {
+                return;
+            }
+            // Odometer: advance the last resource's permutation; on wrap-around, the one
+            // before it.
+            let mut r = positions.len();
+            loop {
+                if r == 0 {
+                    return;
+                }
+                r -= 1;
+                if next_permutation(&mut positions[r]) {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Orders that follow one ranking of the members everywhere (never a deadlock), then
+    /// swaps of neighbours on one resource while they help.
+    fn ranked_then_swaps(&mut self, start: IndexOrder) {
+        let mut rank: Vec<usize> = start.train.clone();
+        let mut tried = 0;
+        loop {
+            let order = ranked(&rank, &start.classes);
+            if self.try_order(&order) {
+                return;
+            }
+            tried += 1;
+            if tried >= EXACT_CANDIDATES || !next_permutation(&mut rank) {
+                break;
+            }
+        }
+        let mut improved = true;
+        while improved {
+            improved = false;
+            let Some((current, p)) = self.best.clone() else { return };
+            for r in 0..=current.classes.len() {
+                let len = if r == 0 { current.train.len() } else { current.classes[r - 1].len() };
+                for i in 0..len.saturating_sub(1) {
+                    let mut o = current.clone();
+                    let perm = if r == 0 { &mut o.train } else { &mut o.classes[r - 1] };
+                    perm.swap(i, i + 1);
+                    if self.try_order(&o) {
+                        return;
+                    }
+                    if self.best.as_ref().is_some_and(|(_, b)| *b < p) {
+                        improved = true;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Every resource serves its members in the order of `rank`.
+fn ranked(rank: &[usize], classes: &[Vec<usize>]) -> IndexOrder {
+    let pos: BTreeMap<usize, usize> = rank.iter().enumerate().map(|(p, &j)| (j, p)).collect();
+    let classes = classes
+        .iter()
+        .map(|c| {
+            let mut c = c.clone();
+            c.sort_by_key(|j| pos[j]);
+            c
+        })
+        .collect();
+    IndexOrder { train: rank.to_vec(), classes }
+}
+
+/// Advances `v` to its next permutation in lexicographic order; false (and `v` sorted) after
+/// the last.
+fn next_permutation(v: &mut [usize]) -> bool {
+    let n = v.len();
+    if n < 2 {
+        return false;
+    }
+    let mut i = n - 1;
+    while i > 0 && v[i - 1] >= v[i] {
+        i -= 1;
+    }
+    if i == 0 {
+        v.reverse();
+        return false;
+    }
+    let mut j = n - 1;
+    while v[j] <= v[i - 1] {
+        j -= 1;
+    }
+    v.swap(i - 1, j);
+    v[i..].reverse();
+    true
+}
+
+/// `period` in whole microseconds, rounded up.
+pub fn micros(p: Period) -> Micros {
+    Micros(p.ceil_micros())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SwitchCosts;
+
+    fn member(job: u32, roll: u64, train: u64, sync: u64, nodes: &[u32]) -> TimingMember {
+        TimingMember {
+            job: JobId(job),
+            rollout: Micros::from_secs(roll),
+            train: Micros::from_secs(train),
+            nodes: nodes.to_vec(),
+            costs: SwitchCosts::default(),
+            sync: Micros::from_secs(sync),
+            resident: true,
+        }
+    }
+
+    #[test]
+    fn permutations_run_through_all_orders_once() {
+        let mut v = vec![0, 1, 2];
+        let mut seen = vec![v.clone()];
+        while next_permutation(&mut v) {
+            seen.push(v.clone());
+        }
+        assert_eq!(seen.len(), 6);
+        assert_eq!(v, [0, 1, 2]);
+    }
+
+    /// The counterexample: greedy FIFO settles at 7 s; an order reaches T_cycle = 6 s.
+    #[test]
+    fn two_members_on_one_node_reach_t_cycle() {
+        let g = [member(0, 3, 1, 0, &[0]), member(1, 1, 2, 3, &[0])];
+        let (order, p) = best(&g);
+        assert_eq!(p, Period::new(6_000_000, 1));
+        assert_eq!(period_of(&g, &order), Some(p));
+    }
+
+    #[test]
+    fn a_solo_member_runs_its_own_iteration() {
+        let g = [member(0, 3, 1, 2, &[0, 1])];
+        assert_eq!(best(&g).1, Period::new(6_000_000, 1));
+    }
+
+    #[test]
+    fn opposite_orders_on_one_node_class_are_refused() {
+        let g = [member(0, 3, 1, 0, &[0, 1]), member(1, 1, 2, 3, &[0, 1])];
+        let mut order = best(&g).0;
+        order.rollout.insert(1, vec![JobId(1), JobId(0)]);
+        order.rollout.insert(0, vec![JobId(0), JobId(1)]);
+        assert_eq!(period_of(&g, &order), None);
+    }
+}
