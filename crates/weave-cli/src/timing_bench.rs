@@ -21,6 +21,10 @@ pub struct TimingArgs {
     /// Largest group (members).
     #[arg(long, default_value_t = 5)]
     max_members: u32,
+    /// Largest bounded staleness a member may draw (0: every member on-policy; otherwise
+    /// each member draws 0 with probability 1/2, else uniformly from 1 to this).
+    #[arg(long, default_value_t = 0)]
+    max_staleness: u32,
     /// Iterations each group's dispatcher runs (the transient must end well before).
     #[arg(long, default_value_t = 400)]
     iterations: u64,
@@ -58,7 +62,7 @@ struct Comparison {
     best_ratio: f64,
 }
 
-fn random_group(rng: &mut impl Rng, max_members: u32) -> Vec<TimingMember> {
+fn random_group(rng: &mut impl Rng, max_members: u32, max_staleness: u32) -> Vec<TimingMember> {
     let m = rng.random_range(2..=max_members.max(2));
     let nodes_in_use = rng.random_range(1..=4u32);
     let shape = rng.random_range(0..3);
@@ -96,6 +100,11 @@ fn random_group(rng: &mut impl Rng, max_members: u32) -> Vec<TimingMember> {
                 },
                 sync: Micros::from_secs(rng.random_range(0..4)),
                 resident,
+                staleness: if max_staleness > 0 && rng.random_bool(0.5) {
+                    rng.random_range(1..=max_staleness)
+                } else {
+                    0
+                },
             }
         })
         .collect()
@@ -121,7 +130,7 @@ pub fn run(args: TimingArgs) -> Result<()> {
     let mut out = Outcome { seed, groups: args.groups, vs_first_come: best_ratio_init(), ..Outcome::default() };
     let (mut search_total, mut periods5, mut n5) = (0f64, 0f64, 0u64);
     for g in 0..args.groups {
-        let members = random_group(&mut rng, args.max_members);
+        let members = random_group(&mut rng, args.max_members, args.max_staleness);
         let t = Instant::now();
         let (order, predicted) = best_uncached(&members);
         let us = t.elapsed().as_secs_f64() * 1e6;
@@ -170,8 +179,8 @@ pub fn run(args: TimingArgs) -> Result<()> {
     }
     let c = &out.vs_first_come;
     println!(
-        "seed {} ({} random groups of 2..{} members, {} iterations each)",
-        seed, out.groups, args.max_members, args.iterations
+        "seed {} ({} random groups of 2..{} members, staleness up to {}, {} iterations each)",
+        seed, out.groups, args.max_members, args.max_staleness, args.iterations
     );
     println!(
         "ordered dispatcher vs exact prediction: {} mismatches ({} unsettled), worst measured/predicted {:.9}",

@@ -92,7 +92,15 @@ pub struct MemberSpec {
     pub iterations: Option<u64>,
     /// Iterations already done (a job re-admitted from a checkpoint resumes there).
     pub start_iteration: u64,
+    /// Bounded staleness k: rollout n may start once weights version n - k are synced (the
+    /// trainings before n - k done and synced), so up to k rollouts run ahead of training.
+    /// 0 is on-policy (rollout n waits for training n - 1 and its sync).
+    #[serde(default)]
+    pub staleness: u32,
 }
+
+/// The largest staleness a member may have (rollouts further ahead are refused at join).
+pub const MAX_STALENESS: u32 = 8;
 
 /// Inputs: what happened.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -191,7 +199,92 @@ pub enum Fairness {
     Fifo,
 }
 
+/// What one of a member's two lanes (its rollouts, its trainings) is doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum LaneState {
+    Idle,
+    Switching,
+    Running,
+    /// Training lane only: the weights of the training just done are being synced.
+    Syncing,
+}
+
+/// A member: two lanes, rollouts and trainings. Rollout n needs weights version n - k synced
+/// (`n <= iteration + staleness`); training n needs rollout n finished (`rolled > n`). At
+/// staleness 0 the lanes alternate, rollout, training, sync, which is the on-policy barrier.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(from = "MemberRecord")]
+struct Member {
+    spec: MemberSpec,
+    /// Trainings done and synced: the next training's iteration and the newest weights.
+    iteration: u64,
+    /// Rollouts finished: the next rollout's iteration (or the running one's).
+    rolled: u64,
+    rollout: LaneState,
+    train: LaneState,
+    /// When each lane's next phase became startable (FIFO order among ready members).
+    rollout_seq: u64,
+    train_seq: u64,
+}
+
+impl Member {
+    fn rollout_ready(&self) -> bool {
+        self.rollout == LaneState::Idle
+            && self.spec.iterations.is_none_or(|n| self.rolled < n)
+            && self.rolled <= self.iteration + u64::from(self.spec.staleness)
+    }
+
+    fn train_ready(&self) -> bool {
+        self.train == LaneState::Idle && self.rolled > self.iteration
+    }
+
+    fn lane(&self, phase: Phase) -> LaneState {
+        match phase {
+            Phase::Rollout => self.rollout,
+            Phase::Train => self.train,
+        }
+    }
+
+    fn lane_mut(&mut self, phase: Phase) -> &mut LaneState {
+        match phase {
+            Phase::Rollout => &mut self.rollout,
+            Phase::Train => &mut self.train,
+        }
+    }
+
+    /// The iteration the lane's current or next phase belongs to.
+    fn lane_iteration(&self, phase: Phase) -> u64 {
+        match phase {
+            Phase::Rollout => self.rolled,
+            Phase::Train => self.iteration,
+        }
+    }
+}
+
+/// A member as stored: the two-lane form, or the single-stage form snapshots written before
+/// bounded staleness hold (on-policy only), read into the same state.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum MemberRecord {
+    Lanes {
+        spec: MemberSpec,
+        iteration: u64,
+        rolled: u64,
+        rollout: LaneState,
+        train: LaneState,
+        rollout_seq: u64,
+        train_seq: u64,
+    },
+    Staged {
+        spec: MemberSpec,
+        iteration: u64,
+        stage: Stage,
+        ready_seq: u64,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 enum Stage {
     Ready(Phase),
     Switching(Phase),
@@ -199,13 +292,27 @@ enum Stage {
     Syncing,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
-struct Member {
-    spec: MemberSpec,
-    iteration: u64,
-    stage: Stage,
-    /// When the member became ready for its pending phase (FIFO order).
-    ready_seq: u64,
+impl From<MemberRecord> for Member {
+    fn from(r: MemberRecord) -> Member {
+        match r {
+            MemberRecord::Lanes { spec, iteration, rolled, rollout, train, rollout_seq, train_seq } => {
+                Member { spec, iteration, rolled, rollout, train, rollout_seq, train_seq }
+            }
+            MemberRecord::Staged { spec, iteration, stage, ready_seq } => {
+                use LaneState::{Idle, Running, Switching, Syncing};
+                let (rolled, rollout, train) = match stage {
+                    Stage::Ready(Phase::Rollout) => (iteration, Idle, Idle),
+                    Stage::Switching(Phase::Rollout) => (iteration, Switching, Idle),
+                    Stage::Running(Phase::Rollout) => (iteration, Running, Idle),
+                    Stage::Ready(Phase::Train) => (iteration + 1, Idle, Idle),
+                    Stage::Switching(Phase::Train) => (iteration + 1, Idle, Switching),
+                    Stage::Running(Phase::Train) => (iteration + 1, Idle, Running),
+                    Stage::Syncing => (iteration + 1, Idle, Syncing),
+                };
+                Member { spec, iteration, rolled, rollout, train, rollout_seq: ready_seq, train_seq: ready_seq }
+            }
+        }
+    }
 }
 
 /// A training pool or one rollout node.
@@ -374,10 +481,7 @@ impl Dispatcher {
     pub fn rollout_waiting(&self, node: u32, job: JobId) -> bool {
         let Some(r) = self.rollout.get(&node) else { return false };
         self.members.values().any(|m| {
-            m.spec.job != job
-                && m.stage == Stage::Ready(Phase::Rollout)
-                && m.spec.rollout_nodes.contains(&node)
-                && self.due(r, m.spec.job)
+            m.spec.job != job && m.rollout_ready() && m.spec.rollout_nodes.contains(&node) && self.due(r, m.spec.job)
         })
     }
 
@@ -428,6 +532,10 @@ impl Dispatcher {
         if spec.iterations.is_some_and(|n| spec.start_iteration >= n) {
             return Err(DispatchError::BadSpec { job, reason: "no iterations left to run".into() });
         }
+        if spec.staleness > MAX_STALENESS {
+            let reason = format!("staleness {} is above the largest allowed, {MAX_STALENESS}", spec.staleness);
+            return Err(DispatchError::BadSpec { job, reason });
+        }
         if spec.resident {
             self.memory
                 .admit(job, &spec.rollout_nodes, spec.rollout_state, spec.train_state)
@@ -457,7 +565,9 @@ impl Dispatcher {
         self.record(job, LogKind::Join, None, spec.start_iteration, &spec.rollout_nodes, None);
         let seq = self.next_seq();
         let iteration = spec.start_iteration;
-        self.members.insert(job, Member { spec, iteration, stage: Stage::Ready(Phase::Rollout), ready_seq: seq });
+        let (rollout, train) = (LaneState::Idle, LaneState::Idle);
+        let member = Member { spec, iteration, rolled: iteration, rollout, train, rollout_seq: seq, train_seq: seq };
+        self.members.insert(job, member);
         Ok(())
     }
 
@@ -489,12 +599,22 @@ impl Dispatcher {
         self.memory.evict(job);
     }
 
-    fn member_in(&mut self, job: JobId, want: Stage, iteration: u64) -> Result<&mut Member, DispatchError> {
+    /// The member, if its `phase` lane is in state `want` for `iteration`; a barrier error
+    /// otherwise.
+    fn member_in(
+        &mut self,
+        job: JobId,
+        phase: Phase,
+        want: LaneState,
+        iteration: u64,
+    ) -> Result<&mut Member, DispatchError> {
         let m = self.members.get_mut(&job).ok_or(DispatchError::UnknownJob(job))?;
-        if m.stage != want || m.iteration != iteration {
+        let (state, at) = (m.lane(phase), m.lane_iteration(phase));
+        if state != want || at != iteration {
             let reason = format!(
-                "expected {:?} of iteration {iteration}, but the job is {:?} in iteration {}",
-                want, m.stage, m.iteration
+                "expected {phase:?} {want:?} of iteration {iteration}, but that lane is {state:?} in iteration {at} \
+                 (trainings done {}, rollouts done {})",
+                m.iteration, m.rolled
             );
             return Err(DispatchError::Barrier { job, reason });
         }
@@ -508,8 +628,8 @@ impl Dispatcher {
         iteration: u64,
         actions: &mut Vec<Action>,
     ) -> Result<(), DispatchError> {
-        let m = self.member_in(job, Stage::Switching(phase), iteration)?;
-        m.stage = Stage::Running(phase);
+        let m = self.member_in(job, phase, LaneState::Switching, iteration)?;
+        *m.lane_mut(phase) = LaneState::Running;
         let nodes = m.spec.rollout_nodes.clone();
         actions.push(self.start_action(job, phase, iteration, nodes));
         Ok(())
@@ -530,16 +650,16 @@ impl Dispatcher {
         iteration: u64,
         actions: &mut Vec<Action>,
     ) -> Result<(), DispatchError> {
-        let seq = self.seq;
-        let m = self.member_in(job, Stage::Running(phase), iteration)?;
+        let m = self.member_in(job, phase, LaneState::Running, iteration)?;
         let (sync, last) = (m.spec.sync, m.spec.iterations == Some(iteration + 1));
         match phase {
             Phase::Rollout => {
-                m.stage = Stage::Ready(Phase::Train);
-                m.ready_seq = seq;
+                let before = (m.rollout_ready(), m.train_ready());
+                m.rollout = LaneState::Idle;
+                m.rolled += 1;
                 // Borrowed out and back to release the nodes without cloning the list.
                 let nodes = std::mem::take(&mut m.spec.rollout_nodes);
-                self.seq += 1;
+                self.mark_ready(job, before, true);
                 for &n in &nodes {
                     self.node(n).release(job);
                 }
@@ -558,7 +678,7 @@ impl Dispatcher {
                     actions.push(Action::Completed { job, iterations: iteration + 1 });
                 } else {
                     if let Some(m) = self.members.get_mut(&job) {
-                        m.stage = Stage::Syncing;
+                        m.train = LaneState::Syncing;
                     }
                     self.record(job, LogKind::SyncStart, None, iteration, &[], None);
                     actions.push(Action::BeginSync { job, iteration, duration: sync });
@@ -568,8 +688,37 @@ impl Dispatcher {
         Ok(())
     }
 
+    /// Stamps the FIFO place of each lane of `job` that has just become ready (`before`: the
+    /// lanes' readiness before the change). A finished rollout stamps training first, with
+    /// the current sequence number; a finished sync stamps rollouts first, with the next.
+    fn mark_ready(&mut self, job: JobId, before: (bool, bool), train_first: bool) {
+        let Some(m) = self.members.get(&job) else { return };
+        let now = (m.rollout_ready(), m.train_ready());
+        let mut stamps = [(Phase::Train, now.1 && !before.1), (Phase::Rollout, now.0 && !before.0)];
+        if !train_first {
+            stamps.reverse();
+        }
+        for (phase, newly) in stamps {
+            if !newly {
+                continue;
+            }
+            let seq = if train_first && phase == Phase::Train {
+                let s = self.seq;
+                self.seq += 1;
+                s
+            } else {
+                self.next_seq()
+            };
+            let m = self.members.get_mut(&job).expect("member checked above");
+            match phase {
+                Phase::Rollout => m.rollout_seq = seq,
+                Phase::Train => m.train_seq = seq,
+            }
+        }
+    }
+
     fn rollout_released(&mut self, job: JobId, iteration: u64) -> Result<(), DispatchError> {
-        let m = self.member_in(job, Stage::Running(Phase::Rollout), iteration)?;
+        let m = self.member_in(job, Phase::Rollout, LaneState::Running, iteration)?;
         let nodes = m.spec.rollout_nodes.clone();
         for &n in &nodes {
             self.node(n).release(job);
@@ -579,11 +728,11 @@ impl Dispatcher {
     }
 
     fn sync_finished(&mut self, job: JobId, iteration: u64) -> Result<(), DispatchError> {
-        let seq = self.next_seq();
-        let m = self.member_in(job, Stage::Syncing, iteration)?;
+        let m = self.member_in(job, Phase::Train, LaneState::Syncing, iteration)?;
+        let before = (m.rollout_ready(), m.train_ready());
         m.iteration += 1;
-        m.stage = Stage::Ready(Phase::Rollout);
-        m.ready_seq = seq;
+        m.train = LaneState::Idle;
+        self.mark_ready(job, before, false);
         self.record(job, LogKind::SyncEnd, None, iteration, &[], None);
         Ok(())
     }
@@ -605,8 +754,8 @@ impl Dispatcher {
             let next = self
                 .members
                 .values()
-                .filter(|m| m.stage == Stage::Ready(Phase::Train) && self.due(&self.train, m.spec.job))
-                .min_by_key(|m| m.ready_seq)
+                .filter(|m| m.train_ready() && self.due(&self.train, m.spec.job))
+                .min_by_key(|m| m.train_seq)
                 .map(|m| m.spec.job);
             if let Some(job) = next {
                 self.start(job, Phase::Train, actions);
@@ -618,8 +767,8 @@ impl Dispatcher {
         while let Some(job) = self
             .members
             .values()
-            .filter(|m| m.stage == Stage::Ready(Phase::Rollout) && self.can_start_rollout(m))
-            .min_by_key(|m| m.ready_seq)
+            .filter(|m| m.rollout_ready() && self.can_start_rollout(m))
+            .min_by_key(|m| m.rollout_seq)
             .map(|m| m.spec.job)
         {
             self.start(job, Phase::Rollout, actions);
@@ -640,7 +789,7 @@ impl Dispatcher {
 
     fn start(&mut self, job: JobId, phase: Phase, actions: &mut Vec<Action>) {
         let m = &self.members[&job];
-        let (resident, costs, iteration) = (m.spec.resident, m.spec.costs, m.iteration);
+        let (resident, costs, iteration) = (m.spec.resident, m.spec.costs, m.lane_iteration(phase));
         // Only a rollout names nodes; the training pool is the group's whole pool.
         let nodes = if phase == Phase::Rollout { m.spec.rollout_nodes.clone() } else { Vec::new() };
         let switch = match phase {
@@ -657,13 +806,13 @@ impl Dispatcher {
         let m = self.members.get_mut(&job).expect("member exists");
         match switch {
             Some(kind) => {
-                m.stage = Stage::Switching(phase);
+                *m.lane_mut(phase) = LaneState::Switching;
                 let duration = costs.get(phase, kind);
                 self.record(job, LogKind::SwitchStart, Some(phase), iteration, &nodes, Some(kind));
                 actions.push(Action::BeginSwitch { job, phase, iteration, kind, duration, nodes });
             }
             None => {
-                m.stage = Stage::Running(phase);
+                *m.lane_mut(phase) = LaneState::Running;
                 let a = self.start_action(job, phase, iteration, nodes);
                 actions.push(a);
             }
@@ -718,6 +867,7 @@ mod tests {
             costs: SwitchCosts::default(),
             sync: Micros(1),
             resident: true,
+            staleness: 0,
             rollout_state: Bytes(1),
             train_state: Bytes(1),
             iterations: Some(3),
@@ -745,6 +895,59 @@ mod tests {
         d.handle(Micros(2), Input::Leave { job: JobId(0) }).unwrap();
         assert!(d.rollout.is_empty());
         assert_eq!(d.memory().usage().len(), 1, "only the training nodes");
+    }
+
+    /// Snapshots written before bounded staleness hold each member as one stage; they still
+    /// restore, to the same lanes.
+    #[test]
+    fn the_earlier_single_stage_form_still_reads() {
+        let mut d = Dispatcher::new(GroupLimits::UNLIMITED);
+        let mut actions = Vec::new();
+        for j in 0..3 {
+            actions.extend(d.handle(Micros(0), Input::Join(member(j, &[j]))).unwrap());
+        }
+        // Member 0 is in its first training switch, the others in their rollout switches.
+        let first = actions.iter().find(|a| matches!(a, Action::BeginSwitch { job: JobId(0), .. })).unwrap().clone();
+        let Action::BeginSwitch { phase, iteration, .. } = first else { unreachable!() };
+        d.handle(Micros(1), Input::SwitchFinished { job: JobId(0), phase, iteration }).unwrap();
+        d.handle(Micros(2), Input::PhaseFinished { job: JobId(0), phase, iteration }).unwrap();
+        let text = |v: &Value| v.as_text().map(str::to_owned);
+        let phase_value = |p: Phase| -> Value { ciborium::from_reader(cbor(&p).as_slice()).unwrap() };
+        let mut value: Value = ciborium::from_reader(cbor(&d).as_slice()).unwrap();
+        let Value::Map(fields) = &mut value else { panic!("a dispatcher is a map") };
+        let (_, members) = fields.iter_mut().find(|(k, _)| k.as_text() == Some("members")).unwrap();
+        let Value::Map(members) = members else { panic!("members by job") };
+        for (_, m) in members.iter_mut() {
+            let Value::Map(f) = m else { panic!("a member is a map") };
+            let get = |name: &str| f.iter().find(|(k, _)| k.as_text() == Some(name)).unwrap().1.clone();
+            let int = |v: Value| u64::try_from(v.as_integer().unwrap()).unwrap();
+            let (rollout, train) = (text(&get("rollout")).unwrap(), text(&get("train")).unwrap());
+            let ahead = int(get("rolled")) > int(get("iteration"));
+            let tagged = |tag: &str, p: Phase| Value::Map(vec![(Value::Text(tag.into()), phase_value(p))]);
+            let stage = match (rollout.as_str(), train.as_str()) {
+                (_, "syncing") => Value::Text("Syncing".into()),
+                (_, "switching") => tagged("Switching", Phase::Train),
+                (_, "running") => tagged("Running", Phase::Train),
+                ("switching", _) => tagged("Switching", Phase::Rollout),
+                ("running", _) => tagged("Running", Phase::Rollout),
+                _ if ahead => tagged("Ready", Phase::Train),
+                _ => tagged("Ready", Phase::Rollout),
+            };
+            let seq = get(if ahead { "train_seq" } else { "rollout_seq" });
+            let keep = ["spec", "iteration"];
+            f.retain(|(k, _)| keep.contains(&k.as_text().unwrap_or("")));
+            f.push((Value::Text("stage".into()), stage));
+            f.push((Value::Text("ready_seq".into()), seq));
+        }
+        let restored: Dispatcher = ciborium::from_reader(cbor(&value).as_slice()).unwrap();
+        for (job, m) in &d.members {
+            let r = &restored.members[job];
+            assert_eq!(
+                (r.iteration, r.rolled, r.rollout, r.train),
+                (m.iteration, m.rolled, m.rollout, m.train),
+                "{job}"
+            );
+        }
     }
 
     /// Snapshots written before the change hold the rollout resources as a vector indexed by

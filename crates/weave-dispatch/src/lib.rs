@@ -21,6 +21,7 @@ pub mod timing;
 
 pub use dispatcher::{
     Action, DispatchError, Dispatcher, Fairness, Input, LogEntry, LogKind, MemberSpec, Phase, SwitchCosts,
+    MAX_STALENESS,
 };
 pub use memory::{GroupLimits, MemoryUse};
 pub use timing::{GroupTiming, MemberTiming, PoolUse, TimingMember};

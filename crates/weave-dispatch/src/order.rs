@@ -54,8 +54,15 @@ fn arcs(members: &[TimingMember], order: &IndexOrder) -> Vec<Arc> {
     let train_occ = |j: usize| (members[j].train + train_sw[j]).0;
     let mut arcs = Vec::with_capacity(members.len() * 4);
     for (j, m) in members.iter().enumerate() {
+        // Training n needs rollout n; rollout n needs training n - k - 1 and its sync.
+        let lag = m.staleness + 1;
         arcs.push(Arc { from: 2 * j, to: 2 * j + 1, weight: roll_occ(j), tokens: 0 });
-        arcs.push(Arc { from: 2 * j + 1, to: 2 * j, weight: train_occ(j) + m.sync.0, tokens: 1 });
+        arcs.push(Arc { from: 2 * j + 1, to: 2 * j, weight: train_occ(j) + m.sync.0, tokens: lag });
+        if m.staleness > 0 {
+            // Each lane runs one phase at a time (at k = 0 the barrier already implies it).
+            arcs.push(Arc { from: 2 * j, to: 2 * j, weight: roll_occ(j), tokens: 1 });
+            arcs.push(Arc { from: 2 * j + 1, to: 2 * j + 1, weight: train_occ(j) + m.sync.0, tokens: 1 });
+        }
     }
     ring(&order.train, |j| 2 * j + 1, train_occ, &mut arcs);
     for class in &order.classes {
@@ -334,6 +341,7 @@ mod tests {
 
     fn member(job: u32, roll: u64, train: u64, sync: u64, nodes: &[u32]) -> TimingMember {
         TimingMember {
+            staleness: 0,
             job: JobId(job),
             rollout: Micros::from_secs(roll),
             train: Micros::from_secs(train),

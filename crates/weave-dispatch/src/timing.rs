@@ -35,12 +35,17 @@ pub struct TimingMember {
     pub sync: Micros,
     /// State cached in host DRAM (warm switches); `false` = every switch is cold.
     pub resident: bool,
+    /// Bounded staleness k (0: on-policy); see [`crate::MemberSpec::staleness`].
+    pub staleness: u32,
 }
 
 impl TimingMember {
-    /// Solo iteration: the job alone on its own nodes never switches.
+    /// Solo iteration: the job alone on its own nodes never switches. With staleness k its
+    /// rollouts run up to k iterations ahead, so the period is the longest of the rollout,
+    /// the training with its sync, and the whole iteration spread over k + 1 iterations
+    /// (rounded up to the microsecond).
     pub fn solo(&self) -> Micros {
-        self.rollout + self.train + self.sync
+        pipelined(self.rollout, self.train + self.sync, self.staleness, true)
     }
 
     fn switch(&self, phase: Phase) -> Micros {
@@ -83,6 +88,16 @@ impl GroupTiming {
     pub fn max_slowdown(&self) -> f64 {
         self.members.iter().map(|m| m.slowdown).fold(0.0, f64::max)
     }
+}
+
+/// The period of one job's two lanes on their own: rollouts `roll` apart, trainings (with
+/// sync) `train` apart, and rollout n waiting for training n - k - 1: max(roll, train,
+/// (roll + train) / (k + 1)), the last rounded up or down.
+fn pipelined(roll: Micros, train: Micros, staleness: u32, round_up: bool) -> Micros {
+    let k1 = u64::from(staleness) + 1;
+    let total = (roll + train).0;
+    let spread = if round_up { total.div_ceil(k1) } else { total / k1 };
+    Micros(spread).max(roll).max(train)
 }
 
 fn rollout_shared(members: &[TimingMember], j: usize) -> bool {
@@ -129,7 +144,8 @@ fn loads_scaled(members: &[TimingMember], factors: Option<&[(f64, f64)]>) -> Loa
     let mut node_load: BTreeMap<u32, Micros> = BTreeMap::new();
     for (j, m) in members.iter().enumerate() {
         let (roll, train) = scaled(j);
-        t_cycle = t_cycle.max(roll + roll_sw[j] + train + train_sw[j] + m.sync);
+        // A lower bound: the spread over k + 1 iterations rounds down.
+        t_cycle = t_cycle.max(pipelined(roll + roll_sw[j], train + train_sw[j] + m.sync, m.staleness, false));
         train_load += train + train_sw[j];
         for n in &m.nodes {
             *node_load.entry(*n).or_default() += roll + roll_sw[j];
@@ -411,6 +427,7 @@ fn run_logged(members: &[TimingMember], iterations: u64, fairness: Fairness, log
             costs: m.costs,
             sync: m.sync,
             resident: m.resident,
+            staleness: m.staleness,
             rollout_state: Bytes(0),
             train_state: Bytes(0),
             iterations: Some(iterations),

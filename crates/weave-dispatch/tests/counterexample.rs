@@ -27,6 +27,7 @@ fn member(job: u32, roll: u64, train: u64, nodes: &[u32]) -> TimingMember {
         costs: SwitchCosts::default(),
         sync: Micros::ZERO,
         resident: true,
+        staleness: 0,
     }
 }
 

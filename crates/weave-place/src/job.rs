@@ -160,6 +160,7 @@ impl PlaceJob {
             costs: self.costs,
             sync: self.sync,
             resident,
+            staleness: 0,
         }
     }
 }

@@ -664,6 +664,7 @@ impl<'a> Engine<'a> {
             // Co-located: the update is local (the profile includes it).
             sync: if colocated { Micros::ZERO } else { job.sync },
             resident: self.resident,
+            staleness: 0,
             rollout_state: job.place.rollout_state,
             train_state: weave_core::Bytes(job.place.train_state_total.0 / placed.pool_width.max(1) as u64),
             // Fixed lifetimes: the job runs until its lifetime is over.

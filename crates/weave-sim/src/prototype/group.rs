@@ -99,6 +99,7 @@ fn simulate(jobs: &[PJob], nodes: &[u32], members: &[(usize, Vec<u32>)], iterati
             costs: SwitchCosts::default(),
             sync: Micros::ZERO,
             resident: true,
+            staleness: 0,
         })
         .collect();
     let run = run_group_unlogged(&tm, iterations, Fairness::Fifo);
