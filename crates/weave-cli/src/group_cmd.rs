@@ -68,6 +68,9 @@ struct MemberEntry {
     switch_cold_s: Option<f64>,
     #[serde(default)]
     sync_s: Option<f64>,
+    /// Bounded staleness k (rollouts may use weights up to k versions old); 0 by default.
+    #[serde(default)]
+    staleness: u32,
 }
 
 #[derive(Deserialize)]
@@ -152,6 +155,7 @@ fn parse_member_flag(s: &str) -> Result<MemberEntry> {
         switch_warm_s: None,
         switch_cold_s: None,
         sync_s: None,
+        staleness: 0,
     };
     match what.split_once(':') {
         Some((r, t)) => {
@@ -193,7 +197,16 @@ fn job_of(i: usize, e: &MemberEntry, profile: &ProfileModel) -> Result<(JobSpec,
         phase_times: None,
         tenant: None,
         priority: Default::default(),
+        staleness: e.staleness,
     };
+    if e.staleness > weave_core::MAX_STALENESS {
+        bail!(
+            "member {}: `staleness` {} is above the largest allowed, {}",
+            i + 1,
+            e.staleness,
+            weave_core::MAX_STALENESS
+        );
+    }
     let times = match (e.rollout_s, e.train_s) {
         (Some(r), Some(t)) => {
             if !(r.is_finite() && r > 0.0 && t.is_finite() && t > 0.0) {

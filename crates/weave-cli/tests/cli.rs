@@ -107,6 +107,28 @@ fn missing_files_are_clear_errors() {
     assert!(stderr(&o).contains("cannot read trace /nonexistent/x.trace"), "{}", stderr(&o));
 }
 
+/// A member with staleness 1 is timed as one-step off-policy: alone it would run at its
+/// rollout's pace (300 s), not rollout + training (400 s).
+#[test]
+fn group_analyze_times_bounded_staleness_and_the_replay_refuses_it() {
+    let group = "[[member]]\nrollout_s = 300\ntrain_s = 100\nnodes = [0]\nstaleness = 1\n\n\
+                 [[member]]\nrollout_s = 100\ntrain_s = 200\nnodes = [1]\n";
+    let p = temp_file("stale.toml", group);
+    let o = weave(&["group", "analyze", "--file", p.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["timing"]["members"][0]["solo"].as_u64(), Some(300_000_000));
+    assert!(v["timing"]["members"][1]["solo"].as_u64().unwrap() > 300_000_000, "on-policy: rollout + training + sync");
+    let p = temp_file("too-stale.toml", &group.replace("staleness = 1", "staleness = 9"));
+    let o = weave(&["group", "analyze", "--file", p.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("member 1: `staleness` 9"), "{}", stderr(&o));
+    let t = temp_file("stale.jsonl", r#"{"id":"a","arrival_s":0,"type":"7B_8k","iterations":5,"staleness":1}"#);
+    let o = weave(&["simulate", "--trace", t.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("job `a`: `staleness` 1: the replay does not run"), "{}", stderr(&o));
+}
+
 #[test]
 fn group_analyze_reports_timing_and_memory() {
     let o = weave(&["group", "analyze", "--member", "300:100@0", "--member", "100:200@1", "--json"]);

@@ -257,6 +257,17 @@ pub struct JobSpec {
     pub tenant: Option<String>,
     #[serde(default)]
     pub priority: Priority,
+    /// Bounded staleness k: rollout n may use weights up to k versions old (0, the default,
+    /// is on-policy). At most [`MAX_STALENESS`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub staleness: u32,
+}
+
+/// The largest bounded staleness a job may declare.
+pub const MAX_STALENESS: u32 = 8;
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 impl JobSpec {
@@ -293,6 +304,9 @@ impl JobSpec {
             if p.rollout == Micros::ZERO || p.train == Micros::ZERO {
                 return invalid("phase_times", "rollout and training durations must be positive");
             }
+        }
+        if self.staleness > MAX_STALENESS {
+            return invalid("staleness", "must be at most 8 (versions a rollout may lag the trainer)");
         }
         Ok(())
     }

@@ -15,6 +15,7 @@ pub use events::EventQueue;
 pub use hardware::{GpuKind, GpuSpec, GPUS_PER_NODE};
 pub use job::{
     parse_tokens, Algorithm, JobId, JobSpec, JobSpecError, JobType, Lifetime, ModelSize, PhaseTimes, Priority, Slo,
+    MAX_STALENESS,
 };
 pub use placement::{GroupId, NodeId, Placement, Pool};
 pub use units::{Bandwidth, Bytes, Micros, Money, Price};

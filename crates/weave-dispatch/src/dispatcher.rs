@@ -100,7 +100,7 @@ pub struct MemberSpec {
 }
 
 /// The largest staleness a member may have (rollouts further ahead are refused at join).
-pub const MAX_STALENESS: u32 = 8;
+pub use weave_core::MAX_STALENESS;
 
 /// Inputs: what happened.
 #[derive(Clone, Debug, PartialEq, Serialize)]

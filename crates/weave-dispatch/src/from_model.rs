@@ -37,7 +37,7 @@ pub fn timing_member(
         costs: switch_costs(job.job_type.model),
         sync: job_sync(job, cluster),
         resident,
-        staleness: 0,
+        staleness: job.staleness,
     }
 }
 
@@ -59,6 +59,6 @@ pub fn member_spec(
         train_state: job_training_state(job),
         iterations,
         start_iteration: 0,
-        staleness: 0,
+        staleness: job.staleness,
     }
 }

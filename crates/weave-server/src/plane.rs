@@ -130,6 +130,8 @@ impl SubmitSpec {
             // The server takes the tenant from the token, not from the submission.
             tenant: None,
             priority: self.priority.clone(),
+            // The gate grants one phase at a time per job: served jobs are on-policy.
+            staleness: None,
         };
         let mut spec =
             row.to_spec().map_err(|(field, reason)| PlaneError::Invalid { field: field.to_string(), reason })?;

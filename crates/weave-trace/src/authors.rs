@@ -110,6 +110,7 @@ impl<'a> Events<'a> {
             phase_times: open.phase_times,
             tenant: None,
             priority: Default::default(),
+            staleness: 0,
         };
         self.left.insert(id.to_string(), line);
         self.done.push((open.line, spec));

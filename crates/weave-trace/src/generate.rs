@@ -178,6 +178,7 @@ fn make_job(cfg: &GenConfig, profile: &ProfileModel, index: usize, arrival: Micr
         phase_times,
         tenant: None,
         priority: Default::default(),
+        staleness: 0,
     };
     let life_h = LogNormal::new(cfg.lifetime_median_h.max(0.01).ln(), LIFETIME_SIGMA)
         .map(|d| d.sample(&mut rng))

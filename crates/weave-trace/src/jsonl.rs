@@ -50,6 +50,10 @@ pub struct JsonlJob {
     /// `low`, `normal` (default) or `high`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<String>,
+    /// Bounded staleness k, a whole number 0..=8 (absent: 0, on-policy). Read as any JSON
+    /// value so a negative, fractional or huge one is refused naming this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staleness: Option<serde_json::Value>,
 }
 
 type FieldResult<T> = Result<T, (&'static str, String)>;
@@ -85,6 +89,15 @@ impl JsonlJob {
                 return Err(("tenant", format!("`{t}`: 1-64 letters, digits, `-`, `_` or `.`")));
             }
         }
+        let staleness = match &self.staleness {
+            None => 0,
+            Some(v) => {
+                v.as_u64().and_then(|k| u32::try_from(k).ok()).filter(|k| *k <= weave_core::MAX_STALENESS).ok_or((
+                    "staleness",
+                    format!("expected a whole number from 0 to {}, got {v}", weave_core::MAX_STALENESS),
+                ))?
+            }
+        };
         let width = JobSpec::default_width(job_type.model);
         let spec = JobSpec {
             id: JobId(0),
@@ -100,6 +113,7 @@ impl JsonlJob {
             phase_times,
             tenant: self.tenant.clone(),
             priority,
+            staleness,
         };
         spec.validate().map_err(|e| match e {
             weave_core::JobSpecError::Invalid { field, reason } => (field, reason),
@@ -148,6 +162,7 @@ impl JsonlJob {
             train_s: job.phase_times.map(|p| p.train.as_secs_f64()),
             tenant: job.tenant.clone(),
             priority: (job.priority != Priority::default()).then(|| job.priority.to_string()),
+            staleness: (job.staleness > 0).then(|| job.staleness.into()),
             ..Default::default()
         }
     }

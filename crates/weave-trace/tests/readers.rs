@@ -140,6 +140,14 @@ fn jsonl_errors_name_line_and_field() {
         (r#"{"id":"b","arrival_s":5,"type":"7B_8k","departure_s":5}"#, Some("departure"), "after the arrival"),
         (r#"{"id":"a","arrival_s":0,"type":"7B_8k","iterations":10}"#, Some("id"), "duplicate job id `a`"),
         (r#"{"id":"b","arrival_s":0,"type":"7B_8k","iterations":10"#, None, "EOF"),
+        (r#"{"id":"b","arrival_s":0,"type":"7B_8k","iterations":10,"staleness":-1}"#, Some("staleness"), "-1"),
+        (r#"{"id":"b","arrival_s":0,"type":"7B_8k","iterations":10,"staleness":0.5}"#, Some("staleness"), "0.5"),
+        (r#"{"id":"b","arrival_s":0,"type":"7B_8k","iterations":10,"staleness":9}"#, Some("staleness"), "0 to 8"),
+        (
+            r#"{"id":"b","arrival_s":0,"type":"7B_8k","iterations":10,"staleness":"1"}"#,
+            Some("staleness"),
+            "whole number",
+        ),
     ];
     for (bad, field, want) in cases {
         let text = format!("# header\n{ok}\n{bad}\n");
@@ -150,6 +158,12 @@ fn jsonl_errors_name_line_and_field() {
     }
     let t = read(&format!("{ok}\n{}\n", r#"{"id":"b","arrival_s":1,"model":"1.5B","max_tokens":"16k","batch":256,"algorithm":"PPO","slo":1.3,"departure_s":3600,"rollout_s":60,"train_s":40}"#), Format::Jsonl).unwrap();
     assert_eq!(t.jobs[1].job_type.to_string(), "1.5B_16k");
+    // Bounded staleness reads, and writes back only where set.
+    let stale = r#"{"id":"b","arrival_s":0,"type":"7B_8k","iterations":10,"staleness":2}"#;
+    let t = read(&format!("{ok}\n{stale}\n"), Format::Jsonl).unwrap();
+    assert_eq!((t.jobs[0].staleness, t.jobs[1].staleness), (0, 2));
+    let line = |j| serde_json::to_string(&weave_trace::JsonlJob::from_spec(j)).unwrap();
+    assert!(!line(&t.jobs[0]).contains("staleness") && line(&t.jobs[1]).contains(r#""staleness":2"#));
 }
 
 #[test]
