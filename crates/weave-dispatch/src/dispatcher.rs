@@ -146,6 +146,19 @@ pub enum Action {
     Completed { job: JobId, iterations: u64 },
 }
 
+impl Action {
+    /// The job the action is for.
+    pub fn job(&self) -> JobId {
+        match self {
+            Action::BeginSwitch { job, .. }
+            | Action::StartRollout { job, .. }
+            | Action::StartTraining { job, .. }
+            | Action::BeginSync { job, .. }
+            | Action::Completed { job, .. } => *job,
+        }
+    }
+}
+
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum DispatchError {
     #[error("job {0} is not a member of this group")]

@@ -499,16 +499,6 @@ fn schedule(
             run.intervals.push((Lane::Rollout(*n), now, end, is_switch));
         }
     }
-    let key = if by_job_id { action_job(a).0 as u64 } else { 0 };
+    let key = if by_job_id { a.job().0 as u64 } else { 0 };
     queue.push_keyed(end, class, key, input);
-}
-
-fn action_job(a: &Action) -> JobId {
-    match a {
-        Action::BeginSwitch { job, .. }
-        | Action::StartRollout { job, .. }
-        | Action::StartTraining { job, .. }
-        | Action::BeginSync { job, .. }
-        | Action::Completed { job, .. } => *job,
-    }
 }

@@ -775,8 +775,7 @@ impl<'a> Engine<'a> {
             }
         }
         let actions: Vec<Action> = actions.into_iter().collect();
-        let epoch =
-            |e: &Self, a: &Action| e.states[action_job(a).0 as usize].as_ref().map(|s| (s.epoch, s.placed.is_some()));
+        let epoch = |e: &Self, a: &Action| e.states[a.job().0 as usize].as_ref().map(|s| (s.epoch, s.placed.is_some()));
         let at_start: Vec<_> = actions.iter().map(|a| epoch(self, a)).collect();
         for (a, start) in actions.into_iter().zip(at_start) {
             // An action computed before its job left (preempted, failed or moved by an earlier
@@ -1242,15 +1241,4 @@ fn median(v: &VecDeque<PhaseTimes>) -> PhaseTimes {
     r.sort_unstable();
     t.sort_unstable();
     PhaseTimes { rollout: r[r.len() / 2], train: t[t.len() / 2] }
-}
-
-/// The job an action is for.
-fn action_job(a: &Action) -> JobId {
-    match a {
-        Action::BeginSwitch { job, .. }
-        | Action::BeginSync { job, .. }
-        | Action::StartRollout { job, .. }
-        | Action::StartTraining { job, .. }
-        | Action::Completed { job, .. } => *job,
-    }
 }
