@@ -341,7 +341,6 @@ mod tests {
 
     fn member(job: u32, roll: u64, train: u64, sync: u64, nodes: &[u32]) -> TimingMember {
         TimingMember {
-            staleness: 0,
             job: JobId(job),
             rollout: Micros::from_secs(roll),
             train: Micros::from_secs(train),
@@ -349,6 +348,7 @@ mod tests {
             costs: SwitchCosts::default(),
             sync: Micros::from_secs(sync),
             resident: true,
+            staleness: 0,
         }
     }
 
@@ -370,6 +370,18 @@ mod tests {
         let (order, p) = best(&g);
         assert_eq!(p, Period::new(6_000_000, 1));
         assert_eq!(period_of(&g, &order), Some(p));
+    }
+
+    /// The memo tells groups apart by staleness: the same shape one-step off-policy is faster.
+    #[test]
+    fn the_memo_keeps_staleness_apart() {
+        let on_policy = vec![member(0, 300, 100, 0, &[0]), member(1, 100, 200, 0, &[1])];
+        let mut stale = on_policy.clone();
+        stale[0].staleness = 1;
+        let (_, slow) = best(&on_policy);
+        let (_, fast) = best(&stale);
+        assert_eq!((slow, fast), (best_uncached(&on_policy).1, best_uncached(&stale).1));
+        assert!(fast < slow, "{fast:?} vs {slow:?}");
     }
 
     #[test]

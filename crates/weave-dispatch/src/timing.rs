@@ -271,8 +271,9 @@ thread_local! {
         std::cell::RefCell::new(std::collections::HashMap::new());
 }
 
-/// Everything [`simulate`]'s result depends on: per member (in order) the rank of its id,
-/// its durations, costs, residency and nodes; and the iteration count.
+/// Everything [`simulate`]'s (and the order search's) result depends on: per member (in
+/// order) the rank of its id, its durations, costs, residency, staleness and nodes; and the
+/// iteration count.
 pub(crate) fn memo_key(members: &[TimingMember], iterations: u64) -> Vec<u64> {
     let mut key = Vec::with_capacity(members.len() * 10 + 1);
     key.push(iterations);
@@ -290,6 +291,7 @@ pub(crate) fn memo_key(members: &[TimingMember], iterations: u64) -> Vec<u64> {
             c.train_cold.0,
         ]);
         key.push(m.resident as u64);
+        key.push(u64::from(m.staleness));
         key.push(m.nodes.len() as u64);
         key.extend(m.nodes.iter().map(|&n| n as u64));
     }
