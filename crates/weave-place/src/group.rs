@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use weave_core::{Bytes, GroupId, JobId, Micros, NodeId};
 use weave_dispatch::order::GroupOrder;
 use weave_dispatch::timing::{self, bounds};
-use weave_dispatch::TimingMember;
+use weave_dispatch::{Dispatcher, Input, TimingMember};
 
 /// Rollout nodes used together: every member of a block runs its rollout on all of them.
 /// Blocks never partially overlap (members sharing a node share all of the block's nodes).
@@ -94,6 +94,13 @@ pub struct Residency {
 }
 
 impl Group {
+    /// The input that makes `dispatcher` (this group's) follow the cyclic order of the
+    /// current prediction, if it does not already: what admission predicted is what runs.
+    /// The replay and the server give it after a join, a departure and re-estimation.
+    pub fn reorder(&self, dispatcher: &Dispatcher) -> Option<Input> {
+        (dispatcher.order() != &self.prediction.order).then(|| Input::Reorder(self.prediction.order.clone()))
+    }
+
     pub fn train_width(&self) -> u32 {
         self.training_nodes.len() as u32
     }

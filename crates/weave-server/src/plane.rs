@@ -1082,9 +1082,8 @@ impl Plane {
     /// (what admission predicted is what runs): after a join, a departure or re-estimation.
     fn follow_order(&mut self, time_us: u64, g: GroupId) {
         let (Some(group), Some(d)) = (self.placer.group(g), self.dispatchers.get(&g)) else { return };
-        if d.order() != &group.prediction.order {
-            let order = group.prediction.order.clone();
-            self.drive(time_us, g, Input::Reorder(order));
+        if let Some(reorder) = group.reorder(d) {
+            self.drive(time_us, g, reorder);
         }
     }
 

@@ -692,11 +692,8 @@ impl<'a> Engine<'a> {
     /// (what admission predicted is what runs).
     fn follow_order(&mut self, g: GroupId) {
         let (Some(group), Some(d)) = (self.placer.group(g), self.dispatchers.get_mut(&g)) else { return };
-        if d.order() == &group.prediction.order {
-            return;
-        }
-        let order = group.prediction.order.clone();
-        let actions = d.handle(self.now, Input::Reorder(order)).expect("a reorder is always accepted");
+        let Some(reorder) = group.reorder(d) else { return };
+        let actions = d.handle(self.now, reorder).expect("a reorder is always accepted");
         self.apply(g, actions);
     }
 
