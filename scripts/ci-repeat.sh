@@ -31,7 +31,7 @@ if [[ "${FULL:-0}" != 1 ]]; then
   echo "== building the clone once ($work/clone)"
   cargo test --workspace --locked --no-run -q 2>&1 | tail -3
   venv="$work/venv"
-  python3 -m venv "$venv" && "$venv/bin/pip" install --quiet --disable-pip-version-check "./python[otel,torch]" "opentelemetry-sdk==1.45.2"
+  python3 -m venv "$venv" && "$venv/bin/pip" install --quiet --no-cache-dir --disable-pip-version-check "./python[otel,torch]" "opentelemetry-sdk==1.45.2"
   cargo build --locked -q -p weave-cli
 fi
 
