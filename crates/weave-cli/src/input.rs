@@ -24,25 +24,21 @@ pub struct TraceArgs {
 impl TraceArgs {
     pub fn load(&self, profile: &ProfileModel) -> Result<Trace> {
         match &self.trace {
-            Some(path) => {
-                let trace = read_trace(path, self.format, &ReadOptions { philly_default_type: self.philly_type })?;
-                on_policy_only(&trace, path)?;
-                Ok(trace)
-            }
+            Some(path) => read_trace(path, self.format, &ReadOptions { philly_default_type: self.philly_type }),
             None => Ok(generate::generate(&GenConfig::default_workload(), profile)),
         }
     }
 }
 
-/// The replay runs on-policy jobs only: the dispatcher and the timing model take bounded
-/// staleness, but the replay's per-iteration draws, co-located mode and baselines do not yet
-/// (issue #30), so such a trace is refused rather than replayed wrongly.
-fn on_policy_only(trace: &Trace, path: &Path) -> Result<()> {
+/// Prototype mode and the waterfall reproduce the research code, which runs on-policy jobs
+/// only: a trace with bounded-staleness jobs is refused there rather than replayed as if
+/// they were synchronous (the faithful replay runs them).
+pub fn on_policy_only(trace: &Trace, what: &str) -> Result<()> {
     if let Some(j) = trace.jobs.iter().find(|j| j.staleness > 0) {
         anyhow::bail!(
-            "{}: job `{}`: `staleness` {}: the replay does not run bounded-staleness jobs yet \
-             (`weave group analyze` times them; `weave trace show` reads them)",
-            path.display(),
+            "{}: job `{}` has `staleness` {}: {what} reproduces the research prototype, which runs \
+             on-policy jobs only (the faithful replay, `--model faithful`, runs it)",
+            trace.source,
             j.name,
             j.staleness
         );

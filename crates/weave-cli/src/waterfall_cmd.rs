@@ -51,6 +51,7 @@ pub fn run(args: WaterfallArgs) -> Result<()> {
     let profile = ProfileModel::builtin();
     let cluster = load_cluster(args.cluster.as_deref())?;
     let trace = args.trace.load(&profile)?;
+    crate::input::on_policy_only(&trace, "the waterfall")?;
     let cfg = WaterfallConfig { seed: args.seed, max_group_size: args.max_group_size };
     let rows = waterfall::run(&trace, &cluster, &profile, &cfg);
     let out = Output {

@@ -110,7 +110,7 @@ fn missing_files_are_clear_errors() {
 /// A member with staleness 1 is timed as one-step off-policy: alone it would run at its
 /// rollout's pace (300 s), not rollout + training (400 s).
 #[test]
-fn group_analyze_times_bounded_staleness_and_the_replay_refuses_it() {
+fn group_analyze_times_bounded_staleness() {
     let group = "[[member]]\nrollout_s = 300\ntrain_s = 100\nnodes = [0]\nstaleness = 1\n\n\
                  [[member]]\nrollout_s = 100\ntrain_s = 200\nnodes = [1]\n";
     let p = temp_file("stale.toml", group);
@@ -123,10 +123,45 @@ fn group_analyze_times_bounded_staleness_and_the_replay_refuses_it() {
     let o = weave(&["group", "analyze", "--file", p.to_str().unwrap()]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("member 1: `staleness` 9"), "{}", stderr(&o));
-    let t = temp_file("stale.jsonl", r#"{"id":"a","arrival_s":0,"type":"7B_8k","iterations":5,"staleness":1}"#);
-    let o = weave(&["simulate", "--trace", t.to_str().unwrap()]);
+}
+
+/// The replay runs bounded-staleness jobs: solo-async overlaps their phases (rollouts lag by
+/// up to k versions), the synchronous baselines run them on-policy (never behind), and
+/// prototype mode, which reproduces on-policy research code, refuses them.
+#[test]
+fn simulate_runs_bounded_staleness_jobs() {
+    let lines = [
+        r#"{"id":"a","arrival_s":0,"type":"7B_8k","iterations":20,"staleness":1}"#,
+        r#"{"id":"b","arrival_s":60,"type":"7B_16k","iterations":20}"#,
+        r#"{"id":"c","arrival_s":120,"type":"14B_8k","iterations":20,"staleness":2}"#,
+    ];
+    let t = temp_file("stale.jsonl", &lines.join("\n"));
+    let args = ["simulate", "--trace", t.to_str().unwrap(), "--policy", "weave,solo-async,solo-disagg,colocated"];
+    let o = weave(&[&args[..], &["--json", "--per-job"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let policy = |name: &str| v["policies"].as_array().unwrap().iter().find(|p| p["policy"] == name).unwrap().clone();
+    let (solo_async, solo) = (policy("solo-async"), policy("solo-disagg"));
+    assert_eq!(solo_async["vs_solo_async"], 1.0);
+    assert!(solo_async["vs_solo_disagg"].as_f64().unwrap() > 1.0, "overlapping phases pays: {solo_async}");
+    let job = |p: &serde_json::Value, name: &str| {
+        p["per_job"].as_array().unwrap().iter().find(|j| j["name"] == name).unwrap().clone()
+    };
+    let a = job(&solo_async, "a");
+    assert_eq!(a["staleness"], 1);
+    let behind = a["versions_behind"].as_f64().unwrap();
+    assert!(behind > 0.0 && behind <= 1.0, "{a}");
+    assert!(job(&solo_async, "c")["versions_behind"].as_f64().unwrap() <= 2.0);
+    assert!(job(&solo_async, "b").get("staleness").is_none(), "on-policy jobs carry no staleness fields");
+    assert!(job(&solo, "a").get("versions_behind").is_none(), "solo-disagg runs every job on-policy");
+    for p in v["policies"].as_array().unwrap() {
+        assert_eq!(p["slo_attainment_jobs"], 1.0, "{}", p["policy"]);
+    }
+    let text = weave(&args);
+    assert!(stdout(&text).contains("vs solo-async"), "{}", stdout(&text));
+    let o = weave(&["simulate", "--trace", t.to_str().unwrap(), "--model", "prototype"]);
     assert!(!o.status.success());
-    assert!(stderr(&o).contains("job `a`: `staleness` 1: the replay does not run"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("job `a` has `staleness` 1: prototype mode reproduces"), "{}", stderr(&o));
 }
 
 #[test]

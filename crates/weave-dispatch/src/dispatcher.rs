@@ -139,11 +139,36 @@ pub enum Input {
 /// reports their end with the matching input.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub enum Action {
-    BeginSwitch { job: JobId, phase: Phase, iteration: u64, kind: SwitchKind, duration: Micros, nodes: Vec<u32> },
-    StartRollout { job: JobId, iteration: u64, nodes: Vec<u32> },
-    StartTraining { job: JobId, iteration: u64 },
-    BeginSync { job: JobId, iteration: u64, duration: Micros },
-    Completed { job: JobId, iterations: u64 },
+    BeginSwitch {
+        job: JobId,
+        phase: Phase,
+        iteration: u64,
+        kind: SwitchKind,
+        duration: Micros,
+        nodes: Vec<u32>,
+    },
+    /// Rollout `iteration` samples with weights version `weights` (trainings done and synced
+    /// when it starts): `iteration - weights` is how many versions it lags, at most the job's
+    /// staleness (always 0 on-policy).
+    StartRollout {
+        job: JobId,
+        iteration: u64,
+        weights: u64,
+        nodes: Vec<u32>,
+    },
+    StartTraining {
+        job: JobId,
+        iteration: u64,
+    },
+    BeginSync {
+        job: JobId,
+        iteration: u64,
+        duration: Micros,
+    },
+    Completed {
+        job: JobId,
+        iterations: u64,
+    },
 }
 
 impl Action {
@@ -651,7 +676,10 @@ impl Dispatcher {
     fn start_action(&mut self, job: JobId, phase: Phase, iteration: u64, nodes: Vec<u32>) -> Action {
         self.record(job, LogKind::PhaseStart, Some(phase), iteration, &nodes, None);
         match phase {
-            Phase::Rollout => Action::StartRollout { job, iteration, nodes },
+            Phase::Rollout => {
+                let weights = self.members.get(&job).map_or(iteration, |m| m.iteration);
+                Action::StartRollout { job, iteration, weights, nodes }
+            }
             Phase::Train => Action::StartTraining { job, iteration },
         }
     }

@@ -45,7 +45,7 @@ impl TimingMember {
     /// the training with its sync, and the whole iteration spread over k + 1 iterations
     /// (rounded up to the microsecond).
     pub fn solo(&self) -> Micros {
-        pipelined(self.rollout, self.train + self.sync, self.staleness, true)
+        solo_period(self.rollout, self.train + self.sync, self.staleness)
     }
 
     fn switch(&self, phase: Phase) -> Micros {
@@ -88,6 +88,12 @@ impl GroupTiming {
     pub fn max_slowdown(&self) -> f64 {
         self.members.iter().map(|m| m.slowdown).fold(0.0, f64::max)
     }
+}
+
+/// A job's solo period: rollouts `roll` apart, trainings with their sync `train` apart, with
+/// staleness k (see [`TimingMember::solo`]); `roll + train` when k = 0.
+pub fn solo_period(roll: Micros, train: Micros, staleness: u32) -> Micros {
+    pipelined(roll, train, staleness, true)
 }
 
 /// The period of one job's two lanes on their own: rollouts `roll` apart, trainings (with
@@ -476,7 +482,7 @@ fn schedule(
             let input = Input::PhaseFinished { job: *job, phase: Phase::Train, iteration: *iteration };
             (0, input, by_job[job].train, TRAINING, true, false)
         }
-        Action::StartRollout { job, iteration, nodes } => {
+        Action::StartRollout { job, iteration, nodes, .. } => {
             let input = Input::PhaseFinished { job: *job, phase: Phase::Rollout, iteration: *iteration };
             (1, input, by_job[job].rollout, nodes.as_slice(), true, false)
         }

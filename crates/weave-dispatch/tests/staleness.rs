@@ -54,7 +54,12 @@ impl Observer {
                 self.start(*job, *phase, *iteration);
                 Some(Pending::Switch(*job, *phase, *iteration))
             }
-            Action::StartRollout { job, iteration, .. } => {
+            Action::StartRollout { job, iteration, weights, .. } => {
+                // The version the rollout is told to use is the newest synced one, and it
+                // lags the iteration by at most the staleness (0 on-policy).
+                let k = u64::from(self.members[job.0 as usize].staleness);
+                assert_eq!(*weights, self.seen[job].synced, "weights version of rollout {iteration}");
+                assert!(iteration - weights <= k, "rollout {iteration} on weights {weights}, staleness {k}");
                 if self.seen[job].rolling != Some(*iteration) {
                     self.start(*job, Phase::Rollout, *iteration);
                 }

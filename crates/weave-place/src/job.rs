@@ -26,6 +26,11 @@ pub struct PlaceJob {
     pub colo: Option<PhaseTimes>,
     /// How the job's iterations vary around `times`, for admission's SLO check.
     pub variation: Variation,
+    /// Bounded staleness k (0: on-policy). Its slowdown is against its own solo run with the
+    /// same staleness (rollout and training overlapping), except co-located, which is
+    /// on-policy.
+    #[serde(default)]
+    pub staleness: u32,
 }
 
 /// What admission knows about a job's run-time variation: sampled iterations relative to the
@@ -124,6 +129,7 @@ impl PlaceJob {
             sync: job_sync(job, cluster),
             colo: Some(profile.estimate(Deployment::Colo, job).times),
             variation: Variation::default(),
+            staleness: job.staleness,
         }
     }
 
@@ -139,9 +145,10 @@ impl PlaceJob {
         self.colo.map(|c| c.rollout + c.train)
     }
 
-    /// Solo iteration on its own nodes: no switches.
+    /// Solo iteration on its own nodes: no switches; with staleness its rollout overlaps the
+    /// training of earlier iterations (the period of the solo-async run).
     pub fn solo(&self) -> Micros {
-        self.times.rollout + self.times.train + self.sync
+        weave_dispatch::timing::solo_period(self.times.rollout, self.times.train + self.sync, self.staleness)
     }
 
     /// Training time on a pool of `pool_width` nodes (data parallelism adjusted to the pool).
@@ -160,7 +167,7 @@ impl PlaceJob {
             costs: self.costs,
             sync: self.sync,
             resident,
-            staleness: 0,
+            staleness: self.staleness,
         }
     }
 }

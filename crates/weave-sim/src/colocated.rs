@@ -104,6 +104,8 @@ fn run_job(job: &SimJob, cfg: &SimConfig, m: &mut Metrics, gpus_per_node: u32, s
         reclaimed: 0,
         outranked: 0,
         passed_over: false,
+        staleness: 0,
+        versions_behind: None,
     });
     life
 }

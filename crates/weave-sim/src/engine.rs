@@ -97,10 +97,12 @@ struct Placed {
 struct JobState {
     rng: Stream,
     fail_rng: Stream,
-    /// Durations of the current iteration (disaggregated, at the job's own widths).
-    current: PhaseTimes,
-    /// The same iteration co-located (used when the job runs co-located).
-    current_colo: PhaseTimes,
+    /// Each started iteration's drawn durations (disaggregated at the job's own widths, and
+    /// co-located), from its rollout's start until it is done: with bounded staleness later
+    /// rollouts start before an iteration trains.
+    draws: BTreeMap<u64, (PhaseTimes, PhaseTimes)>,
+    /// Versions behind summed over its rollouts, and the rollouts counted (bounded staleness).
+    lag: (u64, u64),
     first_admitted: Micros,
     last_train_end: Micros,
     solo_sum: Micros,
@@ -136,6 +138,12 @@ struct JobState {
 }
 
 impl JobState {
+    /// Iteration `k`'s drawn durations, disaggregated and co-located (the estimates if it has
+    /// not started).
+    fn drawn(&self, k: u64, job: &SimJob) -> (PhaseTimes, PhaseTimes) {
+        self.draws.get(&k).copied().unwrap_or((job.disagg, job.colo))
+    }
+
     /// Its checkpoint is now: a later preemption or failure resumes here, and its SLO's solo
     /// reference and unsaved training time roll back to here.
     fn save_checkpoint(&mut self) {
@@ -464,8 +472,9 @@ impl<'a> Engine<'a> {
         }
         let d = s.rollout_plain;
         let delay = d.scale(job.migration.end - 1.0);
-        let this = job.solo_iteration(s.current, iteration);
-        let rest_of_iteration = s.rollout_started + d + s.current.train + job.sync;
+        let (drawn, _) = s.drawn(iteration, job);
+        let this = job.solo_iteration(drawn, iteration);
+        let rest_of_iteration = s.rollout_started + d + drawn.train + job.sync;
         let life = (rest_of_iteration + delay).saturating_sub(s.first_admitted);
         life.0 as f64 <= MIGRATION_SLO_MARGIN * job.slo * (s.solo_sum + this).0 as f64
     }
@@ -480,11 +489,12 @@ impl<'a> Engine<'a> {
         self.placer.group(g).is_some_and(|grp| grp.is_lone())
     }
 
-    /// Job `i`'s current training phase on its group's training nodes: its own data
+    /// Job `i`'s training of `iteration` on its group's training nodes: its own data
     /// parallelism scaled to the group's pool.
-    fn training_time(&self, i: usize, placed: Placed) -> Micros {
+    fn training_time(&self, i: usize, placed: Placed, iteration: u64) -> Micros {
         let s = self.states[i].as_ref().expect("running job");
-        let train = if placed.colocated { s.current_colo.train } else { s.current.train };
+        let (disagg, colo) = s.drawn(iteration, &self.jobs[i]);
+        let train = if placed.colocated { colo.train } else { disagg.train };
         Micros(train.0 * self.jobs[i].spec.train_nodes as u64 / placed.pool_width.max(1) as u64)
     }
 
@@ -609,8 +619,8 @@ impl<'a> Engine<'a> {
         let s = self.states[i].get_or_insert_with(|| JobState {
             rng: job.runtime_stream(seed),
             fail_rng: named_stream(seed, "job-failure", i as u64),
-            current: job.disagg,
-            current_colo: job.colo,
+            draws: BTreeMap::new(),
+            lag: (0, 0),
             first_admitted: now,
             last_train_end: now,
             solo_sum: Micros::ZERO,
@@ -664,7 +674,8 @@ impl<'a> Engine<'a> {
             // Co-located: the update is local (the profile includes it).
             sync: if colocated { Micros::ZERO } else { job.sync },
             resident: self.resident,
-            staleness: 0,
+            // Co-located, both phases take turns on the same GPUs: on-policy.
+            staleness: if colocated { 0 } else { job.spec.staleness },
             rollout_state: job.place.rollout_state,
             train_state: weave_core::Bytes(job.place.train_state_total.0 / placed.pool_width.max(1) as u64),
             // Fixed lifetimes: the job runs until its lifetime is over.
@@ -733,7 +744,8 @@ impl<'a> Engine<'a> {
         let job = &self.jobs[i];
         let s = self.states[i].as_mut().expect("running job");
         let took = self.now.saturating_sub(s.last_train_end);
-        let mut solo = job.solo_iteration(s.current, iteration);
+        let (drawn, _) = s.draws.remove(&iteration).unwrap_or((job.disagg, job.colo));
+        let mut solo = job.solo_iteration(drawn, iteration);
         if s.fresh && iteration > 0 && s.excused {
             // A restart after a failure paid a cold start, as a solo restart would.
             solo += job.cold_start;
@@ -754,7 +766,7 @@ impl<'a> Engine<'a> {
         if every.is_some_and(|e| s.done.is_multiple_of(e.max(1))) {
             s.save_checkpoint();
         }
-        s.measured.push_back(s.current);
+        s.measured.push_back(drawn);
         if s.measured.len() > MEASURED_KEPT {
             s.measured.pop_front();
         }
@@ -801,12 +813,13 @@ impl<'a> Engine<'a> {
                 }
                 self.push(self.now + duration, class, i, What::Switch(phase), iteration);
             }
-            Action::StartRollout { job, iteration, .. } => {
+            Action::StartRollout { job, iteration, weights, .. } => {
                 let i = job.0 as usize;
                 let s = self.states[i].as_mut().expect("running job");
                 let (disagg, colo) = draw_iteration(&self.jobs[i], &self.cfg.runtime, iteration, &mut s.rng);
-                s.current = disagg;
-                s.current_colo = colo;
+                s.draws.insert(iteration, (disagg, colo));
+                s.lag.0 += iteration.saturating_sub(weights);
+                s.lag.1 += 1;
                 let p = s.placed.expect("placed");
                 if p.colocated {
                     s.rollout_started = self.now;
@@ -843,7 +856,7 @@ impl<'a> Engine<'a> {
                 s.train_started = self.now;
                 let placed = s.placed.expect("placed");
                 let pool = placed.pool_width;
-                let d = self.training_time(i, placed);
+                let d = self.training_time(i, placed, iteration);
                 self.charge_training(i, placed.group, pool * gpus.1, d);
                 self.push(self.now + d, 0, i, What::Phase(Phase::Train), iteration);
             }
@@ -903,6 +916,8 @@ impl<'a> Engine<'a> {
             reclaimed: s.preempted.0,
             outranked: s.preempted.1,
             passed_over: self.share.as_ref().is_some_and(|sh| sh.passed_over.contains(&i)),
+            staleness: spec.spec.staleness,
+            versions_behind: (spec.spec.staleness > 0).then(|| s.lag.0 as f64 / s.lag.1.max(1) as f64),
         });
         if failed {
             self.metrics.events.failed_permanently += 1;

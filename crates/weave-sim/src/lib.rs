@@ -116,6 +116,14 @@ pub fn replay(
     cfg: &SimConfig,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Replay {
+    // The synchronous baselines run every job on-policy, judged against its on-policy solo run.
+    let on_policy: Vec<SimJob>;
+    let jobs = if !policy.runs_stale() && jobs.iter().any(|j| j.spec.staleness > 0) {
+        on_policy = jobs.iter().map(SimJob::on_policy).collect();
+        &on_policy[..]
+    } else {
+        jobs
+    };
     match policy.placement() {
         None => {
             let m = colocated::run(jobs, cluster, cfg);
@@ -155,10 +163,12 @@ pub fn compare(
     };
     let solo = baseline(Policy::SoloDisagg, &out);
     let colo = baseline(Policy::Colocated, &out);
+    let solo_async = jobs.iter().any(|j| j.spec.staleness > 0).then(|| baseline(Policy::SoloAsync, &out));
     for r in &mut out {
         let e = r.report.iterations_per_k_dollars;
         r.report.vs_solo_disagg = (solo > 0.0).then(|| e / solo);
         r.report.vs_colocated = (colo > 0.0).then(|| e / colo);
+        r.report.vs_solo_async = solo_async.filter(|&a| a > 0.0).map(|a| e / a);
     }
     out
 }

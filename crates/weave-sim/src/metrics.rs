@@ -101,6 +101,14 @@ pub struct JobOutcome {
     /// take existed, and the queue passed it over.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub passed_over: bool,
+    /// Bounded staleness it declared, as the policy ran it (the synchronous baselines run every
+    /// job on-policy; co-located members run on-policy too: `versions_behind` tells).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub staleness: u32,
+    /// Its effective staleness: the mean over its rollouts of how many weight versions each
+    /// lagged the iteration it produced (at most `staleness`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versions_behind: Option<f64>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -268,6 +276,7 @@ impl Metrics {
             max_queue_delay_h: queued.iter().copied().fold(0.0, f64::max),
             vs_solo_disagg: None,
             vs_colocated: None,
+            vs_solo_async: None,
             events: self.events,
             gpu_series: self.downsampled(1_000),
             per_job: self.jobs.clone(),
@@ -383,6 +392,10 @@ pub struct PolicyReport {
     /// Cost efficiency (iterations per $) relative to solo-disagg and colocated.
     pub vs_solo_disagg: Option<f64>,
     pub vs_colocated: Option<f64>,
+    /// Against solo-async: only when some job declares bounded staleness (otherwise
+    /// solo-async is solo-disagg).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vs_solo_async: Option<f64>,
     /// Flattened: the counters stay top-level fields of the JSON report.
     #[serde(flatten)]
     pub events: DynamicsCounts,

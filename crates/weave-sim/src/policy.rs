@@ -21,8 +21,13 @@ pub enum Policy {
     WeaveNoScaling,
     /// Weave's groups without host-DRAM residency: every switch is cold.
     WeaveCold,
-    /// Every job on its own rollout and training nodes for its whole life.
+    /// Every job on its own rollout and training nodes for its whole life, on-policy (a
+    /// bounded-staleness job runs synchronously).
     SoloDisagg,
+    /// Every job on its own rollout and training nodes, with its declared staleness: its
+    /// rollouts overlap its trainings (the AReaL / veRL one-step-off-policy way). The same as
+    /// `solo-disagg` for on-policy jobs.
+    SoloAsync,
     /// Every job on its own H800 node(s) running both phases (the `colo` profile).
     Colocated,
     /// Co-execution groups, random feasible placement.
@@ -32,13 +37,14 @@ pub enum Policy {
 }
 
 impl Policy {
-    pub const ALL: [Policy; 9] = [
+    pub const ALL: [Policy; 10] = [
         Policy::Weave,
         Policy::WeaveDisaggOnly,
         Policy::WeaveNoMigration,
         Policy::WeaveNoScaling,
         Policy::WeaveCold,
         Policy::SoloDisagg,
+        Policy::SoloAsync,
         Policy::Colocated,
         Policy::Random,
         Policy::MostIdle,
@@ -62,6 +68,7 @@ impl Policy {
             Policy::WeaveNoScaling => "weave-no-scaling",
             Policy::WeaveCold => "weave-cold",
             Policy::SoloDisagg => "solo-disagg",
+            Policy::SoloAsync => "solo-async",
             Policy::Colocated => "colocated",
             Policy::Random => "random",
             Policy::MostIdle => "most-idle",
@@ -74,7 +81,7 @@ impl Policy {
             Policy::Colocated => None,
             Policy::Random => Some(PlacePolicy::Random),
             Policy::MostIdle => Some(PlacePolicy::MostIdle),
-            Policy::SoloDisagg => Some(PlacePolicy::Isolate),
+            Policy::SoloDisagg | Policy::SoloAsync => Some(PlacePolicy::Isolate),
             _ => Some(PlacePolicy::Weave),
         }
     }
@@ -96,7 +103,14 @@ impl Policy {
     /// Long-tail migration on shared rollout blocks: every co-execution policy but the
     /// `weave-no-migration` ablation (solo jobs never share a block; colocated has none).
     pub fn migration(self) -> bool {
-        !matches!(self, Policy::WeaveNoMigration | Policy::SoloDisagg | Policy::Colocated)
+        !matches!(self, Policy::WeaveNoMigration | Policy::SoloDisagg | Policy::SoloAsync | Policy::Colocated)
+    }
+
+    /// Whether jobs run with their declared bounded staleness: every group policy but the
+    /// synchronous solo baseline; the co-located baseline is on-policy too (both phases take
+    /// turns on the same GPUs).
+    pub fn runs_stale(self) -> bool {
+        !matches!(self, Policy::SoloDisagg | Policy::Colocated)
     }
 }
 

@@ -138,11 +138,23 @@ pub fn variation_samples(
 
 impl SimJob {
     /// Iteration `k` of a solo disaggregated run with durations `d`: the first pays the cold
-    /// loads, every one but the last ends with a weight sync.
+    /// loads, every one but the last ends with a weight sync. With staleness (solo-async),
+    /// every iteration after the first overlaps its rollout with earlier trainings: it takes
+    /// the pipelined period at these durations.
     pub fn solo_iteration(&self, d: PhaseTimes, k: u64) -> Micros {
         let sync = if k + 1 < self.iterations { self.sync } else { Micros::ZERO };
-        let cold = if k == 0 { self.cold_start } else { Micros::ZERO };
-        d.solo() + sync + cold
+        if k == 0 {
+            return d.solo() + sync + self.cold_start;
+        }
+        weave_dispatch::timing::solo_period(d.rollout, d.train + sync, self.spec.staleness)
+    }
+
+    /// The same job run on-policy (what the synchronous baselines run).
+    pub fn on_policy(&self) -> SimJob {
+        let mut j = self.clone();
+        j.spec.staleness = 0;
+        j.place.staleness = 0;
+        j
     }
 
     /// A `high` job's bound on its wait for a first start when capacity it may preempt

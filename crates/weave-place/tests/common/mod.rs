@@ -17,6 +17,7 @@ pub fn job(id: u32, roll: u64, train: u64, slo: f64) -> PlaceJob {
         sync: Micros::from_secs_f64(0.9),
         colo: None,
         variation: Default::default(),
+        staleness: 0,
     }
 }
 

@@ -372,7 +372,7 @@ impl Engine<'_> {
     fn earliest_iteration_end(&self, v: usize) -> Micros {
         let s = self.states[v].as_ref().expect("a victim runs");
         let Some(p) = s.placed else { return self.now };
-        let train = self.training_time(v, p);
+        let train = self.training_time(v, p, s.done);
         if s.train_started > s.rollout_started {
             return s.train_started + train;
         }
