@@ -304,7 +304,27 @@ pub fn render(reports: &[&PolicyReport]) -> String {
         ]);
     }
     table::align_numbers(&mut service);
-    format!("{cost}\n{service}\n{}", render_money(reports))
+    format!("{cost}\n{service}\n{}{}", render_money(reports), render_staleness(reports))
+}
+
+/// Bounded-staleness jobs, when the trace has any: how far behind their rollouts ran under
+/// each policy (the synchronous baselines run them on-policy).
+pub fn render_staleness(reports: &[&PolicyReport]) -> String {
+    if reports.iter().all(|r| r.vs_solo_async.is_none() && r.staleness.is_none()) {
+        return String::new();
+    }
+    let mut t = table::new(&["policy", "stale jobs", "declared k (mean)", "versions behind (mean)", "vs solo-async"]);
+    for r in reports {
+        let (jobs, declared, behind) = match &r.staleness {
+            Some(s) => {
+                (s.jobs.to_string(), format!("{:.2}", s.mean_declared), format!("{:.2}", s.mean_versions_behind))
+            }
+            None => ("0 (run on-policy)".into(), "-".into(), "-".into()),
+        };
+        t.add_row(vec![r.policy.clone(), jobs, declared, behind, ratio(r.vs_solo_async)]);
+    }
+    table::align_numbers(&mut t);
+    format!("{t}\n")
 }
 
 /// Where the money goes: each policy's cost split by what the held GPUs did.

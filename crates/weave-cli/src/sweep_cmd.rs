@@ -8,7 +8,7 @@ use serde::Serialize;
 use std::path::PathBuf;
 use weave_core::ClusterConfig;
 use weave_model::ProfileModel;
-use weave_sim::{compare, prepare, Policy, PolicyReport, SimConfig, SloSetting};
+use weave_sim::{compare, prepare, with_staleness, Policy, PolicyReport, SimConfig, SloSetting};
 use weave_trace::{generate, GenConfig, GenMode, ProfileClass, SizeClass, Trace};
 
 #[derive(clap::Subcommand)]
@@ -21,6 +21,9 @@ pub enum SweepCommand {
     Link(SweepArgs),
     /// Profile-class workloads: balanced, rollout-heavy, training-heavy, mixed.
     Classes(SweepArgs),
+    /// Bounded staleness: 0 to 100% of the jobs at k = 1, then at k = 2 (solo-async, the
+    /// best solo run of a stale job, is added to the policies).
+    Staleness(SweepArgs),
 }
 
 #[derive(clap::Args)]
@@ -60,10 +63,14 @@ pub fn run(cmd: SweepCommand) -> Result<()> {
         SweepCommand::Price(a) => ("price", a),
         SweepCommand::Link(a) => ("link", a),
         SweepCommand::Classes(a) => ("classes", a),
+        SweepCommand::Staleness(a) => ("staleness", a),
     };
     let profile = ProfileModel::builtin();
     let base_cluster = load_cluster(args.cluster.as_deref())?;
-    let policies = parse_policies(&args.policy)?;
+    let mut policies = parse_policies(&args.policy)?;
+    if kind == "staleness" && !policies.contains(&Policy::SoloAsync) {
+        policies.push(Policy::SoloAsync);
+    }
     let base = SimConfig { seed: args.seed, ..SimConfig::default() };
     let mut rows = Vec::new();
     match kind {
@@ -102,6 +109,19 @@ pub fn run(cmd: SweepCommand) -> Result<()> {
                 rows.push(run_setting(format!("{gbps} Gb/s per stream"), &trace, &c, &policies, &base));
             }
         }
+        "staleness" => {
+            let trace = args.trace.load(&profile)?;
+            for k in [1, 2] {
+                for share in [0.0, 0.25, 0.5, 0.75, 1.0] {
+                    if k > 1 && share == 0.0 {
+                        continue; // the same on-policy run as k = 1's
+                    }
+                    let stale = with_staleness(&trace, share, k, args.seed);
+                    let name = format!("{:.0}% of jobs at k = {k}", share * 100.0);
+                    rows.push(run_setting(name, &stale, &base_cluster, &policies, &base));
+                }
+            }
+        }
         _ => {
             let classes = [
                 ("balanced", ProfileClass::Balanced),
@@ -132,12 +152,12 @@ fn render(kind: &str, rows: &[Row], policies: &[Policy]) -> String {
     for p in policies {
         header.push(format!("{p} iters/$1k"));
     }
-    header.extend([
-        "weave vs solo".into(),
-        "weave vs colo".into(),
-        "weave SLO met (jobs)".into(),
-        "weave SLO met (iters)".into(),
-    ]);
+    let stale = kind == "staleness";
+    header.extend(["weave vs solo".into(), "weave vs colo".into()]);
+    if stale {
+        header.extend(["weave vs solo-async".into(), "weave vs best".into(), "weave versions behind".into()]);
+    }
+    header.extend(["weave SLO met (jobs)".into(), "weave SLO met (iters)".into()]);
     let refs: Vec<&str> = header.iter().map(String::as_str).collect();
     let mut t = table::new(&refs);
     for r in rows {
@@ -150,6 +170,16 @@ fn render(kind: &str, rows: &[Row], policies: &[Policy]) -> String {
         let fmt = |v: Option<f64>| v.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into());
         cells.push(fmt(weave.and_then(|w| w.vs_solo_disagg)));
         cells.push(fmt(weave.and_then(|w| w.vs_colocated)));
+        if stale {
+            cells.push(fmt(weave.and_then(|w| w.vs_solo_async)));
+            // Against the best of the baselines a user could run instead.
+            let best = weave.and_then(|w| {
+                [w.vs_solo_disagg, w.vs_colocated, w.vs_solo_async].into_iter().flatten().reduce(f64::min)
+            });
+            cells.push(fmt(best));
+            let behind = weave.and_then(|w| w.staleness.as_ref()).map(|s| format!("{:.2}", s.mean_versions_behind));
+            cells.push(behind.unwrap_or_else(|| "-".into()));
+        }
         let pct = |v: Option<f64>| v.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "-".into());
         cells.push(pct(weave.map(|w| w.slo_attainment_jobs)));
         cells.push(pct(weave.map(|w| w.slo_attainment_iterations)));

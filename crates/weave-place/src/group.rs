@@ -246,7 +246,8 @@ pub fn shape(job: &PlaceJob) -> [u64; 10] {
         job.times.train.0,
         job.sync.0,
         job.rollout_width as u64,
-        job.train_width as u64,
+        // The staleness shares a slot with the width (both small): equal shapes must time alike.
+        job.train_width as u64 | (u64::from(job.staleness) << 32),
         c.rollout_warm.0,
         c.rollout_cold.0,
         c.train_warm.0 ^ (c.train_cold.0 << 32),
@@ -278,9 +279,11 @@ pub fn stochastic_slowdowns(members: &[TimingMember], jobs: &[&PlaceJob], p: &Pr
         for (j, job) in jobs.iter().enumerate() {
             let s = &job.variation.samples;
             factors[j] = if s.is_empty() { (1.0, 1.0) } else { s[k % s.len()] };
-            let solo =
-                job.times.rollout.0 as f64 * factors[j].0 + job.times.train.0 as f64 * factors[j].1 + job.sync.0 as f64;
-            solos[j].push(solo);
+            // Its solo run at these durations, pipelined with its staleness (see `PlaceJob::solo`).
+            let scaled = |t: Micros, f: f64| Micros::from_secs_f64(t.as_secs_f64() * f);
+            let roll = scaled(job.times.rollout, factors[j].0);
+            let train = scaled(job.times.train, factors[j].1) + job.sync;
+            solos[j].push(weave_dispatch::timing::solo_period(roll, train, job.staleness).0 as f64);
         }
         periods.push(timing::bound_scaled(members, &factors).0 as f64);
     }

@@ -158,3 +158,14 @@ fn a_move_costs_a_cold_start_and_half_an_iteration_on_the_jobs_own_nodes() {
     let lost = 71.5 + 100.45;
     assert!((m.once.as_dollars() - lost * 57.04 / 3600.0).abs() < 1e-5, "{:?}", m.once);
 }
+
+/// Predictions are shared between jobs of equal shape: a stale job and its on-policy twin
+/// time differently, so their shapes differ (a shared prediction gave one the other's period).
+#[test]
+fn staleness_is_part_of_a_jobs_shape() {
+    let a = job(0, 100, 100, 1.5);
+    let mut b = a.clone();
+    b.staleness = 1;
+    assert_ne!(weave_place::group::shape(&a), weave_place::group::shape(&b));
+    assert!(b.solo() < a.solo(), "solo-async overlaps the phases");
+}

@@ -52,6 +52,10 @@ pub fn render(data: &ReportData) -> String {
     }
     h.push_str("<h2>Headline</h2>");
     h.push_str(&headline_table(data.reports));
+    if let Some(t) = staleness_table(data.reports) {
+        h.push_str("<h2>Bounded staleness</h2><p class=\"muted\">Jobs that declared a staleness k: their rollouts may use weights up to k versions old. Versions behind: the mean over their rollouts of how many versions each lagged (0 where a policy ran them on-policy: solo-disagg, colocated, and co-located members).</p>");
+        h.push_str(&t);
+    }
     h.push_str("<h2>Total cost per policy</h2><p class=\"muted\">Bars: what was paid. Dashed line: the lower bound, what the GPUs actually kept busy would cost.</p>");
     h.push_str(&charts::cost_bars(data.reports));
     h.push_str("<h2>Where the money goes</h2><p class=\"muted\">Every GPU-hour held, by what it did: running a phase, loading a job's state, rollout GPUs waiting for their own job's weight sync, idle in a group with a single member (fragmentation), other idle (dependency bubbles and imbalance in shared groups).</p>");
@@ -105,6 +109,33 @@ fn headline_table(reports: &[PolicyReport]) -> String {
     }
     t.push_str("</table>");
     t
+}
+
+/// Per policy: its stale jobs, their declared and effective staleness, and the ratio to
+/// solo-async; `None` when every job is on-policy.
+fn staleness_table(reports: &[PolicyReport]) -> Option<String> {
+    if reports.iter().all(|r| r.staleness.is_none() && r.vs_solo_async.is_none()) {
+        return None;
+    }
+    let mut t = String::from(
+        "<table><tr><th>policy</th><th>stale jobs</th><th>declared k (mean)</th><th>versions behind (mean)</th><th>vs solo-async</th></tr>",
+    );
+    for r in reports {
+        let (jobs, declared, behind) = match &r.staleness {
+            Some(s) => {
+                (s.jobs.to_string(), format!("{:.2}", s.mean_declared), format!("{:.2}", s.mean_versions_behind))
+            }
+            None => ("0 (run on-policy)".into(), "-".into(), "-".into()),
+        };
+        let vs = r.vs_solo_async.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into());
+        let _ = write!(
+            t,
+            "<tr><td>{}</td><td>{jobs}</td><td>{declared}</td><td>{behind}</td><td>{vs}</td></tr>",
+            escape(&r.policy)
+        );
+    }
+    t.push_str("</table>");
+    Some(t)
 }
 
 /// A page's start: the document head, the title and its notes.

@@ -6,7 +6,7 @@
 
 use crate::dynamics::{exp_wait, Regroup};
 use crate::metrics::{JobOutcome, Metrics};
-use crate::workload::{draw_iteration, SimJob};
+use crate::workload::{draw_iteration, SimJob, SoloPipeline};
 use crate::{CapacityMode, EventRecord, SimConfig};
 use rand::Rng;
 use std::collections::{BTreeMap, VecDeque};
@@ -109,9 +109,12 @@ struct JobState {
     within_slo: u64,
     done: u64,
     checkpoint: u64,
-    /// `solo_sum` and `within_slo` at the last checkpoint: a preemption rolls them back with
-    /// the work, since a solo run would never have lost it (a failure does not: solo fails too).
-    at_checkpoint: (Micros, u64),
+    /// A bounded-staleness job's solo run on its own draws (its solo reference).
+    solo_pipeline: SoloPipeline,
+    /// `solo_sum`, `within_slo` and the solo pipeline at the last checkpoint: a preemption
+    /// rolls them back with the work, since a solo run would never have lost it (a failure
+    /// does not: solo fails too).
+    at_checkpoint: (Micros, u64, SoloPipeline),
     /// Times preempted: to reclaim borrowed capacity, and outranked within its tenant.
     preempted: (u32, u32),
     /// Training GPU-time charged busy since its last checkpoint (what a preemption wastes).
@@ -148,7 +151,7 @@ impl JobState {
     /// reference and unsaved training time roll back to here.
     fn save_checkpoint(&mut self) {
         self.checkpoint = self.done;
-        self.at_checkpoint = (self.solo_sum, self.within_slo);
+        self.at_checkpoint = (self.solo_sum, self.within_slo, self.solo_pipeline.clone());
         self.train_busy_unsaved = 0;
     }
 }
@@ -625,7 +628,8 @@ impl<'a> Engine<'a> {
             last_train_end: now,
             solo_sum: Micros::ZERO,
             within_slo: 0,
-            at_checkpoint: (Micros::ZERO, 0),
+            solo_pipeline: SoloPipeline::default(),
+            at_checkpoint: (Micros::ZERO, 0, SoloPipeline::default()),
             preempted: (0, 0),
             train_busy_unsaved: 0,
             done: 0,
@@ -745,11 +749,24 @@ impl<'a> Engine<'a> {
         let s = self.states[i].as_mut().expect("running job");
         let took = self.now.saturating_sub(s.last_train_end);
         let (drawn, _) = s.draws.remove(&iteration).unwrap_or((job.disagg, job.colo));
-        let mut solo = job.solo_iteration(drawn, iteration);
-        if s.fresh && iteration > 0 && s.excused {
+        let restart = s.fresh && iteration > 0 && s.excused;
+        let solo = if job.spec.staleness == 0 {
+            let solo = job.solo_iteration(drawn, iteration);
             // A restart after a failure paid a cold start, as a solo restart would.
-            solo += job.cold_start;
-        }
+            solo + if restart { job.cold_start } else { Micros::ZERO }
+        } else {
+            if restart {
+                // A solo run restarting from its checkpoint refills its pipeline too.
+                s.solo_pipeline = SoloPipeline::default();
+            }
+            let mut d = drawn;
+            if iteration == 0 || restart {
+                // Each lane loads its state cold before its first phase, as the solo run's do.
+                d.rollout += job.place.costs.rollout_cold;
+                d.train += job.place.costs.train_cold;
+            }
+            s.solo_pipeline.next(job.spec.staleness, d, job.sync_after(iteration))
+        };
         s.fresh = false;
         s.excused = false;
         s.solo_sum += solo;

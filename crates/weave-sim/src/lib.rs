@@ -17,7 +17,7 @@ pub mod workload;
 
 pub use metrics::{DynamicsCounts, MoneySplit, PolicyReport, PoolReport, SplitPart};
 pub use policy::Policy;
-pub use workload::{prepare, SimJob, SloSetting};
+pub use workload::{prepare, with_staleness, SimJob, SloSetting};
 
 use serde::Serialize;
 use weave_core::{ClusterConfig, GroupId};

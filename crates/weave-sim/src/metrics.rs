@@ -277,6 +277,7 @@ impl Metrics {
             vs_solo_disagg: None,
             vs_colocated: None,
             vs_solo_async: None,
+            staleness: StalenessReport::of(&self.jobs),
             events: self.events,
             gpu_series: self.downsampled(1_000),
             per_job: self.jobs.clone(),
@@ -284,6 +285,30 @@ impl Metrics {
             backfill: self.backfill,
             preempted_training_gpu_hours: self.preempted_training_gpu_hours,
         }
+    }
+}
+
+/// Bounded-staleness jobs in one replay.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StalenessReport {
+    /// Jobs that declared a staleness above 0.
+    pub jobs: usize,
+    /// Their mean declared staleness.
+    pub mean_declared: f64,
+    /// Their mean effective staleness: versions behind per rollout, averaged over jobs
+    /// (0 when the policy ran them on-policy).
+    pub mean_versions_behind: f64,
+}
+
+impl StalenessReport {
+    fn of(jobs: &[JobOutcome]) -> Option<StalenessReport> {
+        let stale: Vec<&JobOutcome> = jobs.iter().filter(|j| j.staleness > 0).collect();
+        let n = stale.len();
+        (n > 0).then(|| StalenessReport {
+            jobs: n,
+            mean_declared: stale.iter().map(|j| f64::from(j.staleness)).sum::<f64>() / n as f64,
+            mean_versions_behind: stale.iter().map(|j| j.versions_behind.unwrap_or(0.0)).sum::<f64>() / n as f64,
+        })
     }
 }
 
@@ -396,6 +421,10 @@ pub struct PolicyReport {
     /// solo-async is solo-disagg).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vs_solo_async: Option<f64>,
+    /// Jobs that declared bounded staleness and how far behind their rollouts ran (omitted
+    /// when every job is on-policy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staleness: Option<StalenessReport>,
     /// Flattened: the counters stay top-level fields of the JSON report.
     #[serde(flatten)]
     pub events: DynamicsCounts,

@@ -3,6 +3,7 @@
 
 use rand::Rng;
 use serde::Serialize;
+use std::collections::VecDeque;
 use weave_core::{ClusterConfig, JobSpec, Micros, PhaseTimes, Pool};
 use weave_dispatch::from_model::job_sync;
 use weave_model::{iterations, named_stream, switch_time, Deployment, ProfileModel, RuntimeModel, Stream, SwitchKind};
@@ -149,6 +150,15 @@ impl SimJob {
         weave_dispatch::timing::solo_period(d.rollout, d.train + sync, self.spec.staleness)
     }
 
+    /// Iteration `k`'s weight sync in a solo run: every iteration's but the last.
+    pub fn sync_after(&self, k: u64) -> Micros {
+        if k + 1 < self.iterations {
+            self.sync
+        } else {
+            Micros::ZERO
+        }
+    }
+
     /// The same job run on-policy (what the synchronous baselines run).
     pub fn on_policy(&self) -> SimJob {
         let mut j = self.clone();
@@ -183,6 +193,38 @@ impl SimJob {
     /// sequence for the same job.
     pub fn runtime_stream(&self, seed: u64) -> Stream {
         named_stream(seed, "runtime", self.spec.id.0 as u64)
+    }
+}
+
+/// A bounded-staleness job's solo run (its own nodes, rollout n waiting only for weights
+/// n - k - 1), replayed on the durations the job really drew: how long each of its
+/// iterations would have taken alone. Exact under variation, where the per-iteration
+/// pipelined period is not (a long rollout delays the next ones too). Times are the solo
+/// run's own, from its start.
+#[derive(Clone, Debug, Default)]
+pub struct SoloPipeline {
+    rollout_end: Micros,
+    train_end: Micros,
+    /// When the last trainings' weights were synced, oldest first (at most k + 1 kept).
+    synced: VecDeque<Micros>,
+}
+
+impl SoloPipeline {
+    /// Runs the next iteration (rollout, training, then `sync`) with staleness `k`; returns
+    /// the time from the previous training's end to this one's.
+    pub fn next(&mut self, k: u32, d: PhaseTimes, sync: Micros) -> Micros {
+        let k1 = k as usize + 1;
+        // Rollout n needs the weights of training n - k - 1: the oldest kept, once k + 1 are.
+        let gate = if self.synced.len() == k1 { self.synced[0] } else { Micros::ZERO };
+        self.rollout_end = self.rollout_end.max(gate) + d.rollout;
+        let trainer_free = self.synced.back().copied().unwrap_or(Micros::ZERO);
+        let before = self.train_end;
+        self.train_end = trainer_free.max(self.rollout_end) + d.train;
+        if self.synced.len() == k1 {
+            self.synced.pop_front();
+        }
+        self.synced.push_back(self.train_end + sync);
+        self.train_end.saturating_sub(before)
     }
 }
 
@@ -255,10 +297,61 @@ fn prepare_jobs(
         .collect()
 }
 
+/// The trace with a `share` of its jobs at staleness `k` and the rest on-policy: each job
+/// draws once from its own stream, so the stale jobs at a smaller share are among those at a
+/// larger one (and k = 1 and k = 2 pick the same jobs).
+pub fn with_staleness(trace: &Trace, share: f64, k: u32, seed: u64) -> Trace {
+    let mut out = trace.clone();
+    for job in &mut out.jobs {
+        let u: f64 = named_stream(seed, "staleness-share", u64::from(job.id.0)).random();
+        job.staleness = if u < share { k } else { 0 };
+    }
+    out
+}
+
 fn draw(rng: &mut Stream, lo: f64, hi: f64) -> f64 {
     if hi > lo {
         rng.random_range(lo..=hi)
     } else {
         lo
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SoloPipeline;
+    use weave_core::{Micros, PhaseTimes};
+
+    fn secs(rollout: u64, train: u64) -> PhaseTimes {
+        PhaseTimes { rollout: Micros::from_secs(rollout), train: Micros::from_secs(train) }
+    }
+
+    #[test]
+    fn on_policy_pipeline_is_the_serial_run() {
+        let mut p = SoloPipeline::default();
+        let sync = Micros::from_secs(5);
+        // The first iteration: rollout then training; later ones also wait for the sync.
+        assert_eq!(p.next(0, secs(30, 20), sync), Micros::from_secs(50));
+        assert_eq!(p.next(0, secs(30, 20), sync), Micros::from_secs(55));
+        assert_eq!(p.next(0, secs(10, 40), sync), Micros::from_secs(55));
+    }
+
+    #[test]
+    fn stale_pipeline_settles_at_the_pipelined_period() {
+        let sync = Micros::from_secs(5);
+        // Rollout-bound with k = 1: max(30, 20 + 5, 55 / 2) = 30 s per iteration.
+        let mut p = SoloPipeline::default();
+        let steps: Vec<Micros> = (0..6).map(|_| p.next(1, secs(30, 20), sync)).collect();
+        assert_eq!(steps[0], Micros::from_secs(50));
+        assert!(steps[2..].iter().all(|&s| s == Micros::from_secs(30)), "{steps:?}");
+        // A 90 s rollout costs its own length once; the rollouts after it follow back to back.
+        let mut p = SoloPipeline::default();
+        let d: Vec<Micros> = [30, 30, 90, 30, 30, 30].iter().map(|&r| p.next(1, secs(r, 20), sync)).collect();
+        assert_eq!(d[2], Micros::from_secs(90));
+        assert_eq!(d[3], Micros::from_secs(30));
+        // k = 2 with a training-bound job: period = train + sync.
+        let mut p = SoloPipeline::default();
+        let t: Vec<Micros> = (0..8).map(|_| p.next(2, secs(10, 40), sync)).collect();
+        assert!(t[3..].iter().all(|&s| s == Micros::from_secs(45)), "{t:?}");
     }
 }

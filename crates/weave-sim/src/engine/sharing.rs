@@ -223,7 +223,7 @@ impl Engine<'_> {
         let wasted = std::mem::take(&mut s.train_busy_unsaved);
         let lost = s.done - s.checkpoint;
         s.done = s.checkpoint;
-        (s.solo_sum, s.within_slo) = s.at_checkpoint;
+        (s.solo_sum, s.within_slo, s.solo_pipeline) = s.at_checkpoint.clone();
         self.metrics.events.lost_iterations += lost;
         self.metrics.events.preemptions += 1;
         let share = self.share.as_mut().expect("sharing");
