@@ -79,7 +79,9 @@ fn arrive(placer: &mut Placer, job: PlaceJob, full: bool) -> Result<Option<Place
     }
     let best = placer.best_option(&job)?;
     let mut churn = Churn::new(ChurnLimits { cooldown: weave_core::Micros(0), max_moves_per_hour: u32::MAX });
-    let movable = consolidate::movable(placer, &mut churn, weave_core::Micros(0), |_| Some(400));
+    let movable = consolidate::movable(placer, &mut churn, weave_core::Micros(0), |_| {
+        Some(consolidate::Progress { remaining: 400, slack: None })
+    });
     let Some(pair) = consolidate::pair_for_arrival(placer, &job, best, &movable) else {
         placer.admit(job)?;
         return Ok(None);

@@ -16,7 +16,12 @@ pub struct ServeArgs {
     /// Directory for the durable store.
     #[arg(long, value_name = "DIR", default_value = "weave-data")]
     data: PathBuf,
-    /// Tenants and their token hashes (TOML: [[tenant]] name, token_sha256, admin).
+    /// Tenants: who may call and what each may use (TOML: `[[tenant]]` name, token_sha256,
+    /// admin; with --fixed-capacity also a quota, `rollout_nodes`, `training_nodes`, and a
+    /// `borrow_limit`; a `[sharing]` table with `preemption`, `backfill` and `min_run_s`
+    /// lets a waiting job preempt borrowed capacity and lower-priority jobs, and start jobs
+    /// behind a blocked one when that does not delay it). Jobs carry a `priority` (low, normal,
+    /// high) in their submission.
     #[arg(long, value_name = "FILE")]
     tenants: Option<PathBuf>,
     /// Run without authentication (one implicit admin). Local experiments only.
@@ -25,7 +30,9 @@ pub struct ServeArgs {
     /// Cluster config (TOML); the paper's testbed when omitted.
     #[arg(long, value_name = "FILE")]
     cluster: Option<PathBuf>,
-    /// Limit nodes to the configured pools instead of renting on demand.
+    /// Limit nodes to the configured pools instead of renting on demand. A job that does not
+    /// fit waits in a queue (with quotas: by priority, then its tenant's dominant share, then
+    /// arrival; `weave job list` shows its position) and starts when capacity frees.
     #[arg(long)]
     fixed_capacity: bool,
     /// A job whose heartbeats stop for this long is marked failed.

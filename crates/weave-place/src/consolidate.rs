@@ -30,9 +30,33 @@ pub struct MoveCost {
     pub once: Money,
     /// The job's expected remaining run time.
     pub horizon: Micros,
+    /// The time the move costs the job itself: its cold start and the lost partial iteration.
+    pub delay: Micros,
+    /// Iterations it still has to run, and the SLO slack it has banked (see [`Progress`]).
+    pub remaining: u64,
+    pub slack: Option<Micros>,
+}
+
+/// What the driver knows of a job that may move.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Progress {
+    /// Iterations it still has to run.
+    pub remaining: u64,
+    /// How much longer its SLO allows it to have taken than it has (its allowed slowdown
+    /// times its solo time so far, less its life so far); `None`: not known, not checked.
+    pub slack: Option<Micros>,
 }
 
 impl MoveCost {
+    /// Whether the job's SLO absorbs the move to a place where an iteration takes `period`:
+    /// the slack banked so far plus what the target leaves on each remaining iteration covers
+    /// the move's delay. (The target's steady state alone is what admission checks.)
+    pub fn affordable(&self, job: &PlaceJob, period: Micros) -> bool {
+        let Some(banked) = self.slack else { return true };
+        let per_iteration = job.slo * job.solo().0 as f64 - period.0 as f64;
+        banked.0 as f64 + self.remaining as f64 * per_iteration >= self.delay.0 as f64
+    }
+
     /// The one-time cost as dollars per hour over the horizon.
     fn per_hour(&self) -> f64 {
         let h = self.horizon.as_hours_f64();
@@ -48,12 +72,19 @@ impl MoveCost {
     /// A move costs the job a cold start on its new nodes and, on average, half an
     /// iteration of lost work, both at the price of its own nodes; the saving lasts for its
     /// remaining iterations at its solo pace.
-    pub fn estimate(job: &PlaceJob, remaining_iterations: u64, prices: (Money, Money)) -> MoveCost {
+    pub fn estimate(job: &PlaceJob, progress: Progress, prices: (Money, Money)) -> MoveCost {
+        let remaining_iterations = progress.remaining;
         let solo = job.solo();
         let lost = job.costs.rollout_cold + job.costs.train_cold + Micros(solo.0 / 2);
         let per_hour = prices.0 .0 * job.rollout_width as i64 + prices.1 .0 * job.train_width as i64;
         let once = Money((per_hour as i128 * lost.0 as i128 / Micros::PER_HOUR as i128) as i64);
-        MoveCost { once, horizon: Micros(solo.0.saturating_mul(remaining_iterations)) }
+        MoveCost {
+            once,
+            horizon: Micros(solo.0.saturating_mul(remaining_iterations)),
+            delay: lost,
+            remaining: remaining_iterations,
+            slack: progress.slack,
+        }
     }
 }
 
@@ -119,9 +150,14 @@ impl Churn {
 }
 
 /// The jobs that may move at `now`: running alone (co-located or the only member of a group),
-/// out of their cooldown, while the hourly budget lasts; `remaining` gives a job's
-/// iterations still to run (`None`: not movable).
-pub fn movable(placer: &Placer, churn: &mut Churn, now: Micros, remaining: impl Fn(JobId) -> Option<u64>) -> Movable {
+/// out of their cooldown, while the hourly budget lasts; `progress` gives what the driver
+/// knows of a job (`None`: not movable).
+pub fn movable(
+    placer: &Placer,
+    churn: &mut Churn,
+    now: Micros,
+    progress: impl Fn(JobId) -> Option<Progress>,
+) -> Movable {
     let mut out = Movable::new();
     if !churn.budget_left(now) {
         return out;
@@ -132,8 +168,8 @@ pub fn movable(placer: &Placer, churn: &mut Churn, now: Micros, remaining: impl 
         if churn.cooling(job.id, now) {
             continue;
         }
-        if let Some(left) = remaining(job.id) {
-            out.insert(job.id, MoveCost::estimate(job, left, prices));
+        if let Some(p) = progress(job.id) {
+            out.insert(job.id, MoveCost::estimate(job, p, prices));
         }
     }
     out
@@ -226,7 +262,7 @@ pub fn pair_for_arrival(placer: &Placer, job: &PlaceJob, best: OptionCost, movab
     if best.cost_per_hour == Money::ZERO {
         return None;
     }
-    best_partner(placer, job, (best.cost_per_hour.as_dollars(), best.work), 0.0, movable)
+    best_partner(placer, job, (best.cost_per_hour.as_dollars(), best.work), None, movable)
 }
 
 /// Two jobs that both run alone may do better together: `job` (running alone, movable)
@@ -234,19 +270,20 @@ pub fn pair_for_arrival(placer: &Placer, job: &PlaceJob, best: OptionCost, movab
 pub fn pair_alone(placer: &Placer, job: JobId, movable: &Movable) -> Option<Pairing> {
     let mc = movable.get(&job)?;
     let me = alone(placer, movable).into_iter().find(|a| a.job.id == job)?;
-    best_partner(placer, me.job, (me.cost, me.work), mc.per_hour(), movable)
+    best_partner(placer, me.job, (me.cost, me.work), Some(mc), movable)
 }
 
 /// The partner among movable jobs running alone that saves most when it moves onto a group
 /// `opener` opens (on the opener's block or a new one), given what the opener costs and
-/// yields where it would be otherwise (`opener_now`) and its own move cost per hour.
+/// yields where it would be otherwise (`opener_now`) and its own move cost if it moves too.
 fn best_partner(
     placer: &Placer,
     opener: &PlaceJob,
     opener_now: (f64, f64),
-    opener_move: f64,
+    opener_moves: Option<&MoveCost>,
     movable: &Movable,
 ) -> Option<Pairing> {
+    let opener_move = opener_moves.map_or(0.0, MoveCost::per_hour);
     let (pr, pt) = prices(placer);
     let res = placer.config().residency;
     let opened = opened_by(placer, opener);
@@ -285,7 +322,10 @@ fn best_partner(
         let jobs = [opener, a.job];
         let (t_cycle, t_load) = within_lower_bound(&members, &jobs)?;
         let p = &memo[&(shape(a.job), direct)];
-        slo_holds(&members, &jobs, p, t_cycle.max(t_load)).then_some(Pairing {
+        // Every mover's SLO must also absorb its move.
+        let affordable = movable[&a.job.id].affordable(a.job, p.meta_iteration)
+            && opener_moves.is_none_or(|m| m.affordable(opener, p.meta_iteration));
+        (affordable && slo_holds(&members, &jobs, p, t_cycle.max(t_load))).then_some(Pairing {
             partner: a.job.id,
             direct,
             before,
@@ -337,6 +377,9 @@ pub fn for_lone_group(placer: &Placer, lonely: GroupId, movable: &Movable) -> Op
         let a = &alone[k];
         let target = Target::Group { group: lonely, block };
         let o = placer.option_at(a.job, target)?;
+        if !movable[&a.job.id].affordable(a.job, o.period) {
+            return None;
+        }
         let after = ratio(g_cost + o.cost_per_hour.as_dollars() + movable[&a.job.id].per_hour(), g_work + o.work);
         Some(Move { job: a.job.id, target, before: before_of(a), after })
     });
@@ -346,13 +389,11 @@ pub fn for_lone_group(placer: &Placer, lonely: GroupId, movable: &Movable) -> Op
     // Or move the member out.
     let member = &g.members[0].job;
     if let Some(mc) = movable.get(&member.id) {
-        if let Some(o) = placer.option_at(member, Target::Colocated) {
+        if let Some(o) = placer.option_at(member, Target::Colocated).filter(|o| mc.affordable(member, o.period)) {
             let after = ratio(o.cost_per_hour.as_dollars() + mc.per_hour(), o.work);
             consider(Move { job: member.id, target: Target::Colocated, before: ratio(g_cost, g_work), after });
         }
-        if let Some(m) =
-            best_group_move(placer, member, lonely, (g_cost, g_work), mc.per_hour(), &mut Predictions::new())
-        {
+        if let Some(m) = best_group_move(placer, member, lonely, (g_cost, g_work), mc, &mut Predictions::new()) {
             consider(m);
         }
     }
@@ -366,7 +407,7 @@ pub fn for_colocated(placer: &Placer, job: JobId, movable: &Movable, memo: &mut 
     let g = placer.group(gid).filter(|g| g.colocated)?;
     let (pr, pt) = prices(placer);
     let own = (g.hourly_cost(pr, pt).as_dollars(), g.work());
-    best_group_move(placer, &g.members[0].job, gid, own, mc.per_hour(), memo)
+    best_group_move(placer, &g.members[0].job, gid, own, mc, memo)
 }
 
 /// The best move of `job` (now in group `except`, costing and yielding `own`) into another
@@ -381,9 +422,10 @@ fn best_group_move(
     job: &PlaceJob,
     except: GroupId,
     own: (f64, f64),
-    move_per_hour: f64,
+    mc: &MoveCost,
     memo: &mut Predictions,
 ) -> Option<Move> {
+    let move_per_hour = mc.per_hour();
     let (pr, pt) = prices(placer);
     let res = placer.config().residency;
     // (bound on the cost per unit of work, group, block, the group's cost and work now)
@@ -421,7 +463,7 @@ fn best_group_move(
         let jobs = g.jobs_with(job);
         let Some(b) = within_lower_bound(&members, &jobs) else { continue };
         let p = memo.entry((group, block, shape(job))).or_insert_with(|| predict_with_bounds(&members, b));
-        if !slo_holds(&members, &jobs, p, b.0.max(b.1)) {
+        if !mc.affordable(job, p.meta_iteration) || !slo_holds(&members, &jobs, p, b.0.max(b.1)) {
             continue;
         }
         let added = p.work(jobs.iter().copied()) - view.1;

@@ -152,7 +152,8 @@ struct Candidate {
 impl Candidate {
     /// What the option adds per hour and the work rate it buys.
     fn price(&self) -> OptionCost {
-        OptionCost { kind: self.kind, cost_per_hour: self.cost, work: self.work }
+        let period = self.prediction.coexec.last().copied().unwrap_or(self.prediction.meta_iteration);
+        OptionCost { kind: self.kind, cost_per_hour: self.cost, work: self.work, period }
     }
 
     fn score(&self) -> f64 {
@@ -166,6 +167,8 @@ pub struct OptionCost {
     pub kind: DecisionKind,
     pub cost_per_hour: Money,
     pub work: f64,
+    /// The job's predicted iteration time there.
+    pub period: Micros,
 }
 
 impl OptionCost {

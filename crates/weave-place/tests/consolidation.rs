@@ -33,7 +33,7 @@ fn placer() -> Placer {
 /// Every job that runs alone may move, with a day of work left.
 fn all_movable(p: &Placer) -> Movable {
     let mut churn = Churn::new(ChurnLimits { cooldown: Micros(0), max_moves_per_hour: u32::MAX });
-    consolidate::movable(p, &mut churn, Micros(0), |_| Some(400))
+    consolidate::movable(p, &mut churn, Micros(0), |_| Some(consolidate::Progress { remaining: 400, slack: None }))
 }
 
 /// Every group within DRAM and every member within its SLO under the model.
@@ -129,7 +129,7 @@ proptest! {
         let mut history: Vec<(JobId, Micros)> = Vec::new();
         for (x, dt) in moves {
             now += Micros::from_secs(dt);
-            let movable = consolidate::movable(&p, &mut churn, now, |_| Some(10));
+            let movable = consolidate::movable(&p, &mut churn, now, |_| Some(consolidate::Progress { remaining: 10, slack: None }));
             let recent = history.iter().filter(|(_, t)| now.saturating_sub(*t) < Micros::from_secs(3_600)).count();
             if recent >= 5 {
                 prop_assert!(movable.is_empty(), "budget spent");
@@ -152,7 +152,11 @@ proptest! {
 fn a_move_costs_a_cold_start_and_half_an_iteration_on_the_jobs_own_nodes() {
     let j = job(0, 100, 100, 1.5);
     let c = config(PlacePolicy::Weave);
-    let m = MoveCost::estimate(&j, 10, (c.rollout_node_price, c.train_node_price));
+    let m = MoveCost::estimate(
+        &j,
+        consolidate::Progress { remaining: 10, slack: None },
+        (c.rollout_node_price, c.train_node_price),
+    );
     // 7B: 38.8 s + 32.7 s cold; solo 200.9 s (0.9 s sync) -> 100.45 s; at $57.04/h.
     assert_eq!(m.horizon, Micros(10 * 200_900_000));
     let lost = 71.5 + 100.45;
@@ -168,4 +172,26 @@ fn staleness_is_part_of_a_jobs_shape() {
     b.staleness = 1;
     assert_ne!(weave_place::group::shape(&a), weave_place::group::shape(&b));
     assert!(b.solo() < a.solo(), "solo-async overlaps the phases");
+}
+
+/// A move costs the mover its cold start and a lost half iteration: its SLO must absorb
+/// that from the slack it banked plus what the target leaves on each remaining iteration.
+#[test]
+fn a_move_must_fit_in_the_movers_slo() {
+    let j = job(0, 100, 100, 1.5); // solo 200.9 s, allowed 301.35 s an iteration
+    let cost = |remaining, slack| {
+        MoveCost::estimate(&j, consolidate::Progress { remaining, slack }, (Default::default(), Default::default()))
+    };
+    let delay = cost(10, None).delay;
+    assert_eq!(delay, Micros(71_500_000 + 100_450_000));
+    // Unknown slack (the server): not checked.
+    assert!(cost(0, None).affordable(&j, Micros::from_secs(10_000)));
+    // A target at the SLO's limit leaves nothing: the banked slack alone must pay.
+    let at_limit = Micros(301_350_000);
+    assert!(!cost(100, Some(Micros(delay.0 - 1))).affordable(&j, at_limit));
+    assert!(cost(100, Some(delay)).affordable(&j, at_limit));
+    // A faster target pays the move back over the remaining iterations (100.45 s each here).
+    let solo_pace = Micros(200_900_000);
+    assert!(!cost(1, Some(Micros::ZERO)).affordable(&j, solo_pace));
+    assert!(cost(2, Some(Micros::ZERO)).affordable(&j, solo_pace));
 }

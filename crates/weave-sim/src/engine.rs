@@ -1161,7 +1161,11 @@ impl Engine<'_> {
         let jobs = self.jobs;
         consolidate::movable(&self.placer, &mut self.churn, self.now, |j| {
             let s = states[j.0 as usize].as_ref()?;
-            Some(jobs[j.0 as usize].iterations.saturating_sub(s.done))
+            let job = &jobs[j.0 as usize];
+            // What its SLO allows for the iterations done, less the life they took (the
+            // iteration in progress is the move's lost partial iteration).
+            let slack = s.solo_sum.scale(job.slo).saturating_sub(s.last_train_end.saturating_sub(s.first_admitted));
+            Some(consolidate::Progress { remaining: job.iterations.saturating_sub(s.done), slack: Some(slack) })
         })
     }
 
