@@ -14,6 +14,7 @@ profile=(--release)
 [[ "${DEBUG:-0}" == 1 ]] && profile=()
 targets=(
   "weave-dispatch properties"
+  "weave-dispatch staleness"
   "weave-place properties"
   "weave-place consolidation"
   "weave-sim sharing"
