@@ -279,11 +279,11 @@ pub fn stochastic_slowdowns(members: &[TimingMember], jobs: &[&PlaceJob], p: &Pr
         for (j, job) in jobs.iter().enumerate() {
             let s = &job.variation.samples;
             factors[j] = if s.is_empty() { (1.0, 1.0) } else { s[k % s.len()] };
-            // Its solo run at these durations, pipelined with its staleness (see `PlaceJob::solo`).
-            let scaled = |t: Micros, f: f64| Micros::from_secs_f64(t.as_secs_f64() * f);
-            let roll = scaled(job.times.rollout, factors[j].0);
-            let train = scaled(job.times.train, factors[j].1) + job.sync;
-            solos[j].push(weave_dispatch::timing::solo_period(roll, train, job.staleness).0 as f64);
+            // Its solo run at these durations, pipelined with its staleness (as `PlaceJob::solo`).
+            let roll = job.times.rollout.0 as f64 * factors[j].0;
+            let train = job.times.train.0 as f64 * factors[j].1 + job.sync.0 as f64;
+            let spread = (roll + train) / f64::from(job.staleness + 1);
+            solos[j].push(if job.staleness == 0 { roll + train } else { spread.max(roll).max(train) });
         }
         periods.push(timing::bound_scaled(members, &factors).0 as f64);
     }
