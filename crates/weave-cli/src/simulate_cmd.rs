@@ -310,17 +310,12 @@ pub fn render(reports: &[&PolicyReport]) -> String {
 /// Bounded-staleness jobs, when the trace has any: how far behind their rollouts ran under
 /// each policy (the synchronous baselines run them on-policy).
 pub fn render_staleness(reports: &[&PolicyReport]) -> String {
-    if reports.iter().all(|r| r.vs_solo_async.is_none() && r.staleness.is_none()) {
+    if !reports.iter().any(|r| r.shows_staleness()) {
         return String::new();
     }
     let mut t = table::new(&["policy", "stale jobs", "declared k (mean)", "versions behind (mean)", "vs solo-async"]);
     for r in reports {
-        let (jobs, declared, behind) = match &r.staleness {
-            Some(s) => {
-                (s.jobs.to_string(), format!("{:.2}", s.mean_declared), format!("{:.2}", s.mean_versions_behind))
-            }
-            None => ("0 (run on-policy)".into(), "-".into(), "-".into()),
-        };
+        let [jobs, declared, behind] = r.staleness_cells();
         t.add_row(vec![r.policy.clone(), jobs, declared, behind, ratio(r.vs_solo_async)]);
     }
     table::align_numbers(&mut t);

@@ -96,6 +96,15 @@ pub fn solo_period(roll: Micros, train: Micros, staleness: u32) -> Micros {
     pipelined(roll, train, staleness, true)
 }
 
+/// [`solo_period`] in floating point, unrounded (admission's variation samples scale
+/// durations by factors): `roll + train` when k = 0, exactly.
+pub fn solo_period_f64(roll: f64, train: f64, staleness: u32) -> f64 {
+    if staleness == 0 {
+        return roll + train;
+    }
+    ((roll + train) / f64::from(staleness + 1)).max(roll).max(train)
+}
+
 /// The period of one job's two lanes on their own: rollouts `roll` apart, trainings (with
 /// sync) `train` apart, and rollout n waiting for training n - k - 1: max(roll, train,
 /// (roll + train) / (k + 1)), the last rounded up or down.

@@ -282,8 +282,7 @@ pub fn stochastic_slowdowns(members: &[TimingMember], jobs: &[&PlaceJob], p: &Pr
             // Its solo run at these durations, pipelined with its staleness (as `PlaceJob::solo`).
             let roll = job.times.rollout.0 as f64 * factors[j].0;
             let train = job.times.train.0 as f64 * factors[j].1 + job.sync.0 as f64;
-            let spread = (roll + train) / f64::from(job.staleness + 1);
-            solos[j].push(if job.staleness == 0 { roll + train } else { spread.max(roll).max(train) });
+            solos[j].push(timing::solo_period_f64(roll, train, job.staleness));
         }
         periods.push(timing::bound_scaled(members, &factors).0 as f64);
     }

@@ -114,19 +114,14 @@ fn headline_table(reports: &[PolicyReport]) -> String {
 /// Per policy: its stale jobs, their declared and effective staleness, and the ratio to
 /// solo-async; `None` when every job is on-policy.
 fn staleness_table(reports: &[PolicyReport]) -> Option<String> {
-    if reports.iter().all(|r| r.staleness.is_none() && r.vs_solo_async.is_none()) {
+    if !reports.iter().any(PolicyReport::shows_staleness) {
         return None;
     }
     let mut t = String::from(
         "<table><tr><th>policy</th><th>stale jobs</th><th>declared k (mean)</th><th>versions behind (mean)</th><th>vs solo-async</th></tr>",
     );
     for r in reports {
-        let (jobs, declared, behind) = match &r.staleness {
-            Some(s) => {
-                (s.jobs.to_string(), format!("{:.2}", s.mean_declared), format!("{:.2}", s.mean_versions_behind))
-            }
-            None => ("0 (run on-policy)".into(), "-".into(), "-".into()),
-        };
+        let [jobs, declared, behind] = r.staleness_cells();
         let vs = r.vs_solo_async.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into());
         let _ = write!(
             t,

@@ -300,6 +300,24 @@ pub struct StalenessReport {
     pub mean_versions_behind: f64,
 }
 
+impl PolicyReport {
+    /// Whether the replay had bounded-staleness jobs (the tables then show them).
+    pub fn shows_staleness(&self) -> bool {
+        self.staleness.is_some() || self.vs_solo_async.is_some()
+    }
+
+    /// The staleness table's cells for this policy: stale jobs, mean declared k, mean versions
+    /// behind (the text table and the HTML report show the same).
+    pub fn staleness_cells(&self) -> [String; 3] {
+        match &self.staleness {
+            Some(s) => {
+                [s.jobs.to_string(), format!("{:.2}", s.mean_declared), format!("{:.2}", s.mean_versions_behind)]
+            }
+            None => ["0 (run on-policy)".into(), "-".into(), "-".into()],
+        }
+    }
+}
+
 impl StalenessReport {
     fn of(jobs: &[JobOutcome]) -> Option<StalenessReport> {
         let stale: Vec<&JobOutcome> = jobs.iter().filter(|j| j.staleness > 0).collect();
