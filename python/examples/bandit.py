@@ -9,6 +9,11 @@ shows which weights every step consumed.
 The job checkpoints after every iteration (in memory: the weights and the random stream). If
 Weave re-queues it (preempted for another job, or its node lost), the gate raises
 ``Requeued`` and the job restores the checkpoint of the iteration it resumes from.
+
+With ``--staleness k`` it is a bounded off-policy job (as AReaL's or veRL's one-step
+off-policy): a rollout thread and a training thread, one per lane. Rollout n samples with the
+weights version its grant names (at most k behind), which may be older than the newest; the
+training step corrects for the lag with clipped importance weights and reports it.
 """
 
 import argparse
@@ -16,6 +21,7 @@ import math
 import os
 import random
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -43,17 +49,115 @@ def rollout(policy, rng, n):
     return {"version": policy.version, "actions": actions, "rewards": rewards, "probs": p}
 
 
-def train(policy, traj, lr):
-    if traj["version"] != policy.version:
+def train(policy, traj, lr, staleness=0):
+    lag = policy.version - traj["version"]
+    if not 0 <= lag <= staleness:
         raise RuntimeError(f"off-policy: trajectories of version {traj['version']} for weights {policy.version}")
     baseline = sum(traj["rewards"]) / len(traj["rewards"])
     grad = [0.0] * len(ARMS)
+    now = policy.probs()
     for a, r in zip(traj["actions"], traj["rewards"]):
-        for i, pi in enumerate(traj["probs"]):
-            grad[i] += (r - baseline) * ((1.0 if i == a else 0.0) - pi)
+        # Sampled with older weights: weigh by how much likelier the action is now (clipped).
+        w = min(2.0, now[a] / traj["probs"][a]) if lag else 1.0
+        for i, pi in enumerate(now):
+            grad[i] += w * (r - baseline) * ((1.0 if i == a else 0.0) - pi)
     n = len(traj["actions"])
     policy.theta = [t + lr * g / n for t, g in zip(policy.theta, grad)]
     policy.version += 1
+
+
+class Lanes:
+    """A bounded-staleness run from iteration ``start``: the rollout lane samples with the
+    weights version each grant names, the training lane consumes rollout n's trajectories in
+    order. Either lane's ``Requeued`` stops both; ``run`` then raises it."""
+
+    def __init__(self, client, args, policy, start):
+        self.client, self.args, self.policy, self.start = client, args, policy, start
+        self.versions = {policy.version: list(policy.theta)}  # weights by version, published whole
+        self.trajs = {}
+        self.cond = threading.Condition()
+        self.stop = threading.Event()
+        self.requeued = None
+
+    def _grant(self, phase, n):
+        """Polls the gate for ``phase`` of ``n`` until granted or stopped."""
+        while not self.stop.is_set():
+            g = self.client.try_start(self.args.job, phase, n, wait_s=1.0)
+            if g is not None:
+                return g
+        return None
+
+    def _lane(self, body):
+        try:
+            body()
+        except Requeued as r:
+            self.requeued = self.requeued or r
+            self.stop.set()
+            with self.cond:
+                self.cond.notify_all()
+
+    def rollouts(self):
+        for n in range(self.start, self.args.iterations):
+            g = self._grant("rollout", n)
+            if g is None:
+                return
+            with self.client.phase(self.args.job, "rollout", n, granted=g) as meta:
+                with self.cond:
+                    theta = self.versions[meta.weights]
+                behaviour = Policy()
+                behaviour.theta, behaviour.version = list(theta), meta.weights
+                traj = rollout(behaviour, random.Random(self.args.seed * 1_000_003 + n), self.args.samples)
+                time.sleep(0.15)
+                meta["weights_version"] = meta.weights
+                meta["mean_reward"] = sum(traj["rewards"]) / len(traj["rewards"])
+            with self.cond:
+                self.trajs[n] = traj
+                self.cond.notify_all()
+
+    def trainings(self):
+        for n in range(self.start, self.args.iterations):
+            with self.cond:
+                while n not in self.trajs and not self.stop.is_set():
+                    self.cond.wait(0.5)
+                if self.stop.is_set():
+                    return
+                traj = self.trajs.pop(n)
+            g = self._grant("train", n)
+            if g is None:
+                return
+            with self.client.phase(self.args.job, "train", n, granted=g) as meta:
+                meta["trajectory_version"] = traj["version"]
+                meta["lag"] = self.policy.version - traj["version"]
+                train(self.policy, traj, lr=2.0, staleness=self.args.staleness)
+                time.sleep(0.05)
+                meta["new_weights_version"] = self.policy.version
+                with self.cond:
+                    self.versions[self.policy.version] = list(self.policy.theta)
+
+    def run(self):
+        lanes = [threading.Thread(target=self._lane, args=(f,)) for f in (self.rollouts, self.trainings)]
+        for t in lanes:
+            t.start()
+        for t in lanes:
+            t.join()
+        if self.requeued:
+            raise self.requeued
+
+
+def run_stale(client, args, policy):
+    """Runs both lanes to the end; after ``Requeued``, from the checkpoint it names."""
+    checkpoints = {0: list(policy.theta)}
+    start = 0
+    while True:
+        lanes = Lanes(client, args, policy, start)
+        try:
+            lanes.run()
+            return
+        except Requeued as r:
+            print(f"{args.job}: {r}", flush=True)
+            checkpoints.update({v: th for v, th in lanes.versions.items()})
+            start = r.resume_from
+            policy.theta, policy.version = list(checkpoints[start]), start
 
 
 def main():
@@ -67,14 +171,23 @@ def main():
     ap.add_argument("--rollout-s", type=float, default=100.0, help="declared rollout time (for placement)")
     ap.add_argument("--train-s", type=float, default=100.0, help="declared training time (for placement)")
     ap.add_argument("--no-submit", action="store_true", help="the job was submitted already")
+    ap.add_argument("--staleness", type=int, default=0, help="weights versions a rollout may lag (0: on-policy)")
     args = ap.parse_args()
 
     client = WeaveClient(args.server, args.token)
     if not args.no_submit:
-        client.submit({"id": args.job, "type": "7B_8k", "iterations": args.iterations, "slo": 2.0,
-                       "rollout_s": args.rollout_s, "train_s": args.train_s})
-    rng = random.Random(args.seed)
+        spec = {"id": args.job, "type": "7B_8k", "iterations": args.iterations, "slo": 2.0,
+                "rollout_s": args.rollout_s, "train_s": args.train_s}
+        if args.staleness:
+            spec["staleness"] = args.staleness
+        client.submit(spec)
     policy = Policy()
+    if args.staleness:
+        with client.keepalive(args.job, interval_s=1.0):
+            run_stale(client, args, policy)
+        report(args, policy)
+        return
+    rng = random.Random(args.seed)
     checkpoints = {0: (list(policy.theta), rng.getstate())}
     k = 0
     with client.keepalive(args.job, interval_s=1.0):
@@ -98,6 +211,10 @@ def main():
                 theta, state = checkpoints[k]
                 policy.theta, policy.version = list(theta), k
                 rng.setstate(state)
+    report(args, policy)
+
+
+def report(args, policy):
     best = max(range(len(ARMS)), key=lambda i: policy.theta[i])
     print(f"{args.job}: done, weights version {policy.version}, preferred arm {best}, probs {[round(p, 3) for p in policy.probs()]}")
 

@@ -16,6 +16,12 @@ A training loop wraps each phase in the gate::
 finished with its duration (and any metadata the body put in ``meta``). A request that would
 break the on-policy barrier raises ``WeaveError`` with status 409.
 
+A job submitted with ``"staleness": k`` (bounded off-policy, as AReaL's or veRL's one-step
+off-policy) may run rollout n beside trainings n-k .. n-1, e.g. from two threads, one per
+lane. Each rollout grant names the weights version to sample with, ``meta.weights`` inside
+the ``with`` block (``meta.grant`` is the whole grant); asking for a rollout further ahead
+raises ``WeaveError`` 409. ``examples/bandit.py --staleness 1`` is such a job.
+
 On an owned cluster a job may lose its admission while it runs (preempted for another job,
 or its node was lost) and wait in the queue again. The gate then raises ``Requeued`` with
 ``resume_from``, the job's last completed iteration: restore the checkpoint of that iteration
@@ -51,7 +57,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 JSON = Any
 
-__all__ = ["Requeued", "WeaveClient", "WeaveError", "current_traceparent"]
+__all__ = ["PhaseMeta", "Requeued", "WeaveClient", "WeaveError", "current_traceparent"]
 
 _TRACEPARENT: "contextvars.ContextVar[Optional[str]]" = contextvars.ContextVar("weave_traceparent", default=None)
 
@@ -80,6 +86,22 @@ def _trace_context(traceparent: Optional[str]) -> Iterator[None]:
         if otel_token is not None:
             otel_context.detach(otel_token)
         _TRACEPARENT.reset(token)
+
+
+class PhaseMeta(dict):
+    """What ``WeaveClient.phase`` yields: the phase's metadata to report (a dict), with the
+    grant it runs under as ``grant``."""
+
+    def __init__(self, grant: Dict[str, Any]) -> None:
+        super().__init__()
+        self.grant = grant
+
+    @property
+    def weights(self) -> Optional[int]:
+        """A rollout's weights version: the number of trainings whose weights it samples with
+        (its iteration on-policy; up to ``staleness`` fewer for a bounded-staleness job)."""
+        w = self.grant.get("weights")
+        return None if w is None else int(w)
 
 
 class WeaveError(Exception):
@@ -193,22 +215,31 @@ class WeaveClient:
         self._admission.pop(job_id, None)
         ended = [h for h in answer.get("history", []) if h["kind"] in ("preempted", "failed")]
         reason = (ended[-1].get("meta") or {}).get("reason", "") if ended else view.get("queue_reason", "")
-        return Requeued(job_id, int(view["next"].split()[1]), reason)
+        resume = view.get("completed_iterations", int(view["next"].split()[1]))
+        return Requeued(job_id, int(resume), reason)
 
     def start(self, job_id: str, phase: str, iteration: int, wait_s: float = 25.0) -> JSON:
         """Blocks until ``phase`` of ``iteration`` is granted; raises ``Requeued`` if the job
         waits in the queue again and must resume from an earlier iteration."""
         while True:
-            try:
-                status, body = self._request(
-                    "POST", f"/v1/jobs/{job_id}/phases/{phase}/{iteration}/start?wait_s={wait_s}", retry=True
-                )
-            except WeaveError as e:
-                raise self._requeued(job_id, e) from None
-            if status == 200:
-                if "uid" in body:
-                    self._admission[job_id] = int(body["uid"])
-                return body
+            granted = self.try_start(job_id, phase, iteration, wait_s)
+            if granted is not None:
+                return granted
+
+    def try_start(self, job_id: str, phase: str, iteration: int, wait_s: float = 25.0) -> Optional[JSON]:
+        """Like ``start``, but gives up after ``wait_s`` seconds: the grant, or ``None`` if
+        not yet (a driver with two lanes polls so it can stop a lane in between)."""
+        try:
+            status, body = self._request(
+                "POST", f"/v1/jobs/{job_id}/phases/{phase}/{iteration}/start?wait_s={wait_s}", retry=True
+            )
+        except WeaveError as e:
+            raise self._requeued(job_id, e) from None
+        if status != 200:
+            return None
+        if "uid" in body:
+            self._admission[job_id] = int(body["uid"])
+        return body
 
     def finish(
         self, job_id: str, phase: str, iteration: int, duration_s: float, meta: Optional[Dict[str, Any]] = None
@@ -238,16 +269,22 @@ class WeaveClient:
         except WeaveError as e:
             view = self._request("GET", f"/v1/jobs/{job_id}", retry=True)[1]["job"]
             done = {"rollout": f"train {iteration}", "train": f"rollout {iteration + 1}"}[phase]
-            if e.status == 409 and (view["next"] == done or view["completed_iterations"] > iteration):
+            # A bounded-staleness job's rollout lane runs ahead: its own counter tells.
+            rolled = phase == "rollout" and view.get("next_rollout", -1) > iteration
+            if e.status == 409 and (view["next"] == done or view["completed_iterations"] > iteration or rolled):
                 return view
             raise self._requeued(job_id, e) from None
 
     @contextlib.contextmanager
-    def phase(self, job_id: str, phase: str, iteration: int) -> Iterator[Dict[str, Any]]:
-        """Waits for the gate, runs the body, reports the measured duration. The body may add
-        entries to the yielded dict; they are sent as the phase's metadata."""
-        granted = self.start(job_id, phase, iteration)
-        meta: Dict[str, Any] = {}
+    def phase(
+        self, job_id: str, phase: str, iteration: int, granted: Optional[JSON] = None
+    ) -> Iterator[PhaseMeta]:
+        """Waits for the gate (unless ``granted``, a grant ``try_start`` returned), runs the
+        body, reports the measured duration. The body may add entries to the yielded dict;
+        they are sent as the phase's metadata. Its ``weights`` is a rollout's weights version."""
+        if granted is None:
+            granted = self.start(job_id, phase, iteration)
+        meta = PhaseMeta(granted)
         t0 = time.monotonic()
         with _trace_context(granted.get("traceparent")):
             yield meta

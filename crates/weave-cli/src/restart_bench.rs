@@ -133,7 +133,7 @@ fn build(config: weave_server::ServerConfig, args: &RestartArgs) -> Result<u64> 
         for (i, slot) in slots.iter_mut().enumerate() {
             let job = slot.clone();
             let (state, granted) = match shared.lock().plane.job(&job) {
-                Some(j) => (j.state, j.granted),
+                Some(j) => (j.state, j.granted()),
                 None => continue,
             };
             if state != weave_server::plane::JobState::Running {

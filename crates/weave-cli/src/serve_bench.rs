@@ -58,6 +58,7 @@ pub fn bench_config(data: std::path::PathBuf) -> ServerConfig {
         heartbeat_timeout: Duration::from_secs(3600),
         max_body_bytes: 64 * 1024,
         max_wait: Duration::from_secs(5),
+        max_staleness: weave_core::MAX_STALENESS,
         placement: Default::default(),
         limits: Default::default(),
         snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,

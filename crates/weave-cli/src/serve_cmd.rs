@@ -103,6 +103,10 @@ pub struct ServeArgs {
     /// Ended jobs the server holds (the most recent; an older one's name is free again).
     #[arg(long, default_value_t = weave_server::plane::Retention::default().jobs)]
     keep_ended_jobs: usize,
+    /// The largest bounded staleness a submission may ask for (weights versions a rollout
+    /// may lag training; 0 admits on-policy jobs only; at most 8).
+    #[arg(long, default_value_t = weave_core::MAX_STALENESS, value_parser = clap::value_parser!(u32).range(0..=weave_core::MAX_STALENESS as i64))]
+    max_staleness: u32,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -232,6 +236,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         heartbeat_timeout: Duration::from_secs_f64(args.heartbeat_timeout_s),
         max_body_bytes: args.max_body_bytes,
         max_wait: Duration::from_secs(30),
+        max_staleness: args.max_staleness,
         placement: weave_server::state::PlacementConfig { consolidate: args.consolidate, slo_risk: args.slo_risk },
         limits: connection_limits(&args)?,
         snapshot_every: args.snapshot_every,

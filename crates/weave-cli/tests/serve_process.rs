@@ -117,6 +117,52 @@ fn two_python_rl_jobs_share_a_group_through_the_gate() {
     child.wait().unwrap();
 }
 
+/// A one-step off-policy job (`bandit.py --staleness 1`, a thread per lane) through the gate:
+/// its rollouts run beside the training before them, each samples the weights version its
+/// grant names (at most one behind), and each training consumes exactly its rollout's data.
+#[test]
+#[ignore = "needs python3: .ci/run runs it with --ignored"]
+fn a_one_step_off_policy_python_job_runs_its_lanes_side_by_side() {
+    let Some(py) = python() else {
+        eprintln!("skipped: no python3 on this machine");
+        return;
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python");
+    let d = dir("python-stale");
+    let (mut child, url) = serve(&d);
+    let out = Command::new(py)
+        .arg(root.join("examples/bandit.py"))
+        .args(["--server", &url, "--token", TOKEN, "--job", "stale", "--iterations", "6", "--staleness", "1"])
+        .output()
+        .unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "bandit failed: {said}");
+    let events: serde_json::Value =
+        client().get(format!("{url}/v1/events")).bearer_auth(TOKEN).send().unwrap().json().unwrap();
+    let mine: Vec<&serde_json::Value> = events.as_array().unwrap().iter().filter(|e| e["job"] == "stale").collect();
+    let of = |kind: &str, phase: &str, k: u64| {
+        mine.iter().find(|e| e["kind"] == kind && e["phase"] == phase && e["iteration"] == k).copied()
+    };
+    let mut beside = 0;
+    for k in 0..6u64 {
+        let grant = of("grant", "rollout", k).unwrap_or_else(|| panic!("no grant of rollout {k}"));
+        let w = grant["meta"]["weights"].as_u64().unwrap();
+        assert!(w <= k && k - w <= 1, "rollout {k} granted weights {w}");
+        let rolled = of("finish", "rollout", k).unwrap();
+        assert_eq!(rolled["meta"]["weights_version"], w, "rollout {k} sampled what its grant named");
+        let trained = of("finish", "train", k).unwrap();
+        assert_eq!(trained["meta"]["trajectory_version"], w, "training {k} consumed rollout {k}");
+        assert_eq!(trained["meta"]["new_weights_version"], k + 1);
+        if k > 0 && grant["seq"].as_u64() < of("finish", "train", k - 1).unwrap()["seq"].as_u64() {
+            beside += 1;
+        }
+    }
+    assert!(beside > 0, "no rollout ran beside the training before it: {mine:?}");
+    assert!(mine.iter().any(|e| e["kind"] == "completed"), "{mine:?}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
 /// A new user's path: `pip install ./python` into a fresh virtual environment (pip fetches the
 /// build backend, setuptools, from PyPI), then the README's example runs against `weave serve`
 /// from a directory outside the source tree, so only the installed package can be imported.

@@ -125,6 +125,8 @@ struct Loads {
     train_sw: Vec<Micros>,
     t_cycle: Micros,
     t_load: Micros,
+    /// `t_cycle` as if every member were on-policy (rollout, training and sync in a row).
+    t_cycle_sync: Micros,
 }
 
 /// Each member's rollout and training switch in steady state: a rollout switches when a node
@@ -155,19 +157,21 @@ fn loads_scaled(members: &[TimingMember], factors: Option<&[(f64, f64)]>) -> Loa
     let train_sw: Vec<Micros> =
         members.iter().map(|m| if many { m.switch(Phase::Train) } else { Micros::ZERO }).collect();
     let mut t_cycle = Micros::ZERO;
+    let mut t_cycle_sync = Micros::ZERO;
     let mut train_load = Micros::ZERO;
     let mut node_load: BTreeMap<u32, Micros> = BTreeMap::new();
     for (j, m) in members.iter().enumerate() {
         let (roll, train) = scaled(j);
         // A lower bound: the spread over k + 1 iterations rounds down.
         t_cycle = t_cycle.max(pipelined(roll + roll_sw[j], train + train_sw[j] + m.sync, m.staleness, false));
+        t_cycle_sync = t_cycle_sync.max(roll + roll_sw[j] + train + train_sw[j] + m.sync);
         train_load += train + train_sw[j];
         for n in &m.nodes {
             *node_load.entry(*n).or_default() += roll + roll_sw[j];
         }
     }
     let t_load = node_load.values().copied().fold(train_load, Micros::max);
-    Loads { roll_sw, train_sw, t_cycle, t_load }
+    Loads { roll_sw, train_sw, t_cycle, t_load, t_cycle_sync }
 }
 
 /// `max(T_cycle, T_load)` for one iteration's draws: `factors[j]` scales member j's rollout
@@ -188,6 +192,15 @@ pub fn bounds(members: &[TimingMember]) -> (Micros, Micros) {
 pub fn is_saturated(members: &[TimingMember]) -> bool {
     let l = loads(members);
     l.t_load >= l.t_cycle
+}
+
+/// Whether the group leaves no idle bubble a newcomer could fill: its load reaches its
+/// members' synchronous cycle (the paper's saturation, `is_saturated` when all are on-policy).
+/// A stale member's pipelined cycle equals its bottleneck's load by construction, so judged by
+/// that every group with one would look full, even with a pool mostly idle.
+pub fn is_full(members: &[TimingMember]) -> bool {
+    let l = loads(members);
+    l.t_load >= l.t_cycle_sync
 }
 
 /// The closed form; `None` for a saturated (or empty) group.

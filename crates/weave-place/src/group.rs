@@ -32,6 +32,8 @@ pub struct Prediction {
     pub meta_iteration: Micros,
     /// Co-executed iteration time per member, in member order.
     pub coexec: Vec<Micros>,
+    /// No idle bubble left for a newcomer (the paper's saturation, judged on the members'
+    /// synchronous cycles; see `weave_dispatch::timing::is_full`): placement skips the group.
     pub saturated: bool,
     /// Share of the training pool's time that is busy (training or switching).
     pub train_busy: f64,
@@ -325,7 +327,12 @@ pub fn predict_with_bounds(members: &[TimingMember], (t_cycle, t_load): (Micros,
     Prediction {
         meta_iteration: meta,
         coexec: vec![meta; members.len()],
-        saturated: t_load >= t_cycle,
+        // Closed to newcomers when full; a stale member's own cycle is load-bound (see is_full).
+        saturated: if members.iter().any(|m| m.staleness > 0) {
+            weave_dispatch::timing::is_full(members)
+        } else {
+            t_load >= t_cycle
+        },
         train_busy: train_load.0 as f64 / meta.0.max(1) as f64,
         order,
     }

@@ -96,6 +96,7 @@ fn shared(dir: &std::path::Path) -> Arc<Shared> {
         heartbeat_timeout: Duration::from_secs(600),
         max_body_bytes: 16 * 1024,
         max_wait: Duration::from_secs(1),
+        max_staleness: weave_core::MAX_STALENESS,
         placement: Default::default(),
         limits: Default::default(),
         snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,

@@ -116,8 +116,17 @@ pub struct JobView {
     pub rollout_nodes: Vec<String>,
     pub training_nodes: Vec<String>,
     pub predicted_slowdown: Option<f64>,
+    /// The phases granted now ("rollout 5, train 4": a stale job may hold one of each).
     pub granted: Option<String>,
+    /// The next phase in iteration order (on-policy: the barrier's one next phase).
     pub next: String,
+    /// Bounded staleness the job runs with (absent: 0, on-policy; a co-located job runs
+    /// on-policy whatever it asked for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staleness: Option<u32>,
+    /// A stale job's rollout lane: the next rollout's iteration (up to k ahead of training).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_rollout: Option<u64>,
     pub estimate_rollout_s: f64,
     pub estimate_train_s: f64,
     pub failure: Option<String>,
@@ -130,6 +139,11 @@ pub struct JobView {
     /// running jobs are assumed to take their remaining iterations at their SLO.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimated_start_s: Option<f64>,
+}
+
+fn grants_text(gate: &crate::plane::Gate) -> Option<String> {
+    let grants: Vec<String> = gate.grants().iter().map(|(p, k)| format!("{} {k}", p.name())).collect();
+    (!grants.is_empty()).then(|| grants.join(", "))
 }
 
 pub fn view(j: &JobEntry) -> JobView {
@@ -148,8 +162,10 @@ pub fn view(j: &JobEntry) -> JobView {
         rollout_nodes: d.map(|d| d.rollout_nodes.iter().map(|n| n.to_string()).collect()).unwrap_or_default(),
         training_nodes: d.map(|d| d.training_nodes.iter().map(|n| n.to_string()).collect()).unwrap_or_default(),
         predicted_slowdown: d.and_then(|d| d.slowdowns.iter().find(|(id, _)| *id == j.id).map(|(_, s)| *s)),
-        granted: j.granted.map(|(p, k)| format!("{} {k}", p.name())),
-        next: format!("{} {}", j.next.0.name(), j.next.1),
+        granted: grants_text(&j.gate),
+        next: format!("{} {}", j.gate.next().0.name(), j.gate.next().1),
+        staleness: (j.gate.staleness > 0).then_some(j.gate.staleness),
+        next_rollout: (j.gate.staleness > 0).then_some(j.gate.rolled),
         estimate_rollout_s: j.estimate.rollout.as_secs_f64(),
         estimate_train_s: j.estimate.train.as_secs_f64(),
         failure: j.failure.clone(),
@@ -223,6 +239,8 @@ pub fn queued_view(q: &crate::plane::Queued, position: usize, start_in_us: Optio
         predicted_slowdown: None,
         granted: None,
         next: format!("rollout {first}"),
+        staleness: spec.as_ref().map(|s| s.staleness).filter(|k| *k > 0),
+        next_rollout: spec.as_ref().filter(|s| s.staleness > 0).map(|_| first),
         estimate_rollout_s: 0.0,
         estimate_train_s: 0.0,
         failure: None,
@@ -265,7 +283,9 @@ async fn submit(
         return Err(ApiError::new(StatusCode::FORBIDDEN, "a job token cannot submit jobs"));
     }
     let mut spec = json_body(body)?;
-    spec.check_limits().map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.to_string()))?;
+    spec.check_limits()
+        .and_then(|()| spec.check_staleness(s.cfg.max_staleness))
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.to_string()))?;
     // Names are per tenant: another tenant's job of the same name gets a key of its own.
     let key = s.lock().plane.key_for(&c.tenant, &spec.id);
     let Some(key) = key else {
@@ -407,11 +427,16 @@ async fn phase_start(
         let admission = {
             let g = s.lock();
             // The admission a grant belongs to: the client sends it back with the finish.
-            g.plane.may_start(&key, phase, iteration)?.then(|| g.plane.job(&key).map(|j| j.id.0)).flatten()
+            let granted = g.plane.may_start(&key, phase, iteration)?;
+            granted.then(|| g.plane.job(&key).map(|j| (j.id.0, j.gate.rollout.map(|r| r.weights)))).flatten()
         };
-        if let Some(a) = admission {
+        if let Some((a, weights)) = admission {
             let mut body =
                 json!({ "status": "granted", "job": name, "phase": phase.name(), "iteration": iteration, "uid": a });
+            // The weights version the rollout samples with (the iteration itself on-policy).
+            if let (Phase::Rollout, Some(w)) = (phase, weights) {
+                body["weights"] = json!(w);
+            }
             // With tracing on, the phase span's context: the job's own spans nest under it.
             if s.telemetry.is_some() {
                 body["traceparent"] = json!(crate::telemetry::AdmissionIds::of(&key, a).traceparent(phase, iteration));
@@ -517,7 +542,7 @@ async fn groups(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<J
             .filter_map(|m| g.plane.job_name(m.job.id).and_then(|n| g.plane.job(n)))
             .map(|j| {
                 if c.may_see(&j.tenant, &j.name) {
-                    json!({ "job": shown(&c, &j.name), "granted": j.granted.map(|(p, k)| format!("{} {k}", p.name())) })
+                    json!({ "job": shown(&c, &j.name), "granted": grants_text(&j.gate) })
                 } else {
                     json!({ "job": "(another tenant)" })
                 }

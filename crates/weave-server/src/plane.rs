@@ -17,8 +17,10 @@ use weave_place::consolidate::{self, Churn, ChurnLimits, Movable};
 use weave_place::{Decision, DecisionKind, PlaceError, PlaceJob, Placer, PlacerConfig, Target, Variation};
 use weave_trace::JsonlJob;
 
+mod gate;
 mod queue;
 mod snapshot;
+pub use gate::{Gate, RolloutGrant};
 pub use queue::Queued;
 
 /// Allowed slowdown of a job that does not give one.
@@ -66,6 +68,11 @@ pub struct SubmitSpec {
     /// Re-admission from a checkpoint: iterations already done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_from: Option<u64>,
+    /// Bounded staleness k, a whole number (absent: 0, on-policy): rollout n may run beside
+    /// trainings n-k .. n-1 with the weights they left; each rollout grant names its weights
+    /// version. At most the server's `--max-staleness`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staleness: Option<serde_json::Value>,
     /// `low`, `normal` (default) or `high`: the order among a tenant's waiting jobs when the
     /// pools have quotas.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -130,8 +137,7 @@ impl SubmitSpec {
             // The server takes the tenant from the token, not from the submission.
             tenant: None,
             priority: self.priority.clone(),
-            // The gate grants one phase at a time per job: served jobs are on-policy.
-            staleness: None,
+            staleness: self.staleness.clone(),
         };
         let mut spec =
             row.to_spec().map_err(|(field, reason)| PlaneError::Invalid { field: field.to_string(), reason })?;
@@ -203,6 +209,21 @@ impl SubmitSpec {
         }
         if self.slo.is_some_and(|v| !(v.is_finite() && (1.0..=limits::MAX_SLO).contains(&v))) {
             return bad("slo", format!("an allowed slowdown in [1, {}]", limits::MAX_SLO));
+        }
+        Ok(())
+    }
+
+    /// Refuses a staleness above what this server allows (`--max-staleness`); a malformed one
+    /// is refused with the trace reader's reason.
+    pub fn check_staleness(&self, max: u32) -> Result<(), PlaneError> {
+        let k = self.to_spec(JobId(0), Micros::ZERO)?.staleness;
+        if k > max {
+            let reason = if max == 0 {
+                format!("{k}: this server admits on-policy jobs only (staleness 0; see `weave serve --max-staleness`)")
+            } else {
+                format!("{k} is above this server's largest, {max} (`weave serve --max-staleness`)")
+            };
+            return Err(PlaneError::Invalid { field: "staleness".into(), reason });
         }
         Ok(())
     }
@@ -316,10 +337,15 @@ pub struct JobEntry {
     pub iterations: Option<u64>,
     pub state: JobState,
     pub decision: Option<Decision>,
-    /// The phase the job may run now.
-    pub granted: Option<(Phase, u64)>,
-    /// The phase the job's barrier allows next.
-    pub next: (Phase, u64),
+    /// What the job may run now and ask for next (one phase at a time on-policy; with
+    /// staleness a rollout beside a training).
+    #[serde(default)]
+    pub gate: Gate,
+    /// A snapshot written before lanes held the gate as these two (read once by `restore`).
+    #[serde(default, skip_serializing, rename = "granted")]
+    legacy_granted: Option<(Phase, u64)>,
+    #[serde(default, skip_serializing, rename = "next")]
+    legacy_next: Option<(Phase, u64)>,
     pub completed_iterations: u64,
     pub failure: Option<String>,
     pub submitted_us: u64,
@@ -342,6 +368,16 @@ pub struct JobEntry {
 type Measured = (VecDeque<Micros>, VecDeque<Micros>);
 
 impl JobEntry {
+    /// The phase granted now, rollout first (on-policy the only one; see `gate.grants()`).
+    pub fn granted(&self) -> Option<(Phase, u64)> {
+        self.gate.grants().first().copied()
+    }
+
+    /// The next phase in iteration order (on-policy: the barrier's one next phase).
+    pub fn next(&self) -> (Phase, u64) {
+        self.gate.next()
+    }
+
     /// Whether the estimate comes from the job's own measurements (both phases seen).
     pub fn measured_estimate(&self) -> bool {
         !self.measured.0.is_empty() && !self.measured.1.is_empty()
@@ -627,10 +663,10 @@ impl Plane {
                         ),
                     });
                 }
-                if j.granted != Some((*phase, *iteration)) {
+                if !j.gate.is_granted(*phase, *iteration) {
                     return Err(PlaneError::Conflict {
                         job: job.clone(),
-                        reason: barrier_reason(j, *phase, *iteration, "finish"),
+                        reason: j.gate.order_reason(*phase, *iteration, "finish"),
                     });
                 }
                 Ok(())
@@ -842,6 +878,9 @@ impl Plane {
             member.sync = Micros::ZERO;
         }
         member.start_iteration = start;
+        // A co-located job's phases share its GPUs: it runs on-policy whatever it allows.
+        member.staleness = if decision.kind == DecisionKind::Colocated { 0 } else { spec.staleness };
+        let staleness = member.staleness;
         member.train_state =
             weave_core::Bytes(weave_model::job_training_state(&spec).0 * spec.train_nodes as u64 / pool);
         let group = decision.group;
@@ -857,8 +896,9 @@ impl Plane {
                 iterations,
                 state: JobState::Running,
                 decision: Some(decision),
-                granted: None,
-                next: (Phase::Rollout, start),
+                gate: Gate::new(staleness, start),
+                legacy_granted: None,
+                legacy_next: None,
                 completed_iterations: start,
                 failure: None,
                 submitted_us: time_us,
@@ -959,27 +999,28 @@ impl Plane {
         meta: Option<serde_json::Value>,
     ) {
         let j = self.jobs.get_mut(name).expect("checked");
-        j.granted = None;
+        j.gate.finish(phase, iteration);
         let kept = if phase == Phase::Rollout { &mut j.measured.0 } else { &mut j.measured.1 };
         kept.push_back(duration);
         if kept.len() > MEASURED_KEPT {
             kept.pop_front();
         }
         j.ready_us = time_us;
-        j.next = match phase {
-            Phase::Rollout => (Phase::Train, iteration),
-            Phase::Train => {
-                j.completed_iterations = iteration + 1;
-                let own = j.measured.0.back().copied().unwrap_or(Micros::ZERO) + duration;
-                let wall = time_us.saturating_sub(j.iteration_started_us);
-                self.stats.iterations += 1;
-                if wall as f64 <= j.slo * own.0 as f64 {
-                    self.stats.iterations_within_slo += 1;
-                }
-                j.iteration_started_us = time_us;
-                (Phase::Rollout, iteration + 1)
+        if phase == Phase::Train {
+            j.completed_iterations = iteration + 1;
+            // Its own iteration: what the job would take alone (pipelined with its staleness),
+            // against the time since its last training ended.
+            // Its first iteration has nothing to overlap with.
+            let roll = j.measured.0.back().copied().unwrap_or(Micros::ZERO);
+            let first = iteration == j.submit.resume_from.unwrap_or(0);
+            let own = weave_dispatch::timing::solo_period(roll, duration, if first { 0 } else { j.gate.staleness });
+            let wall = time_us.saturating_sub(j.iteration_started_us);
+            self.stats.iterations += 1;
+            if wall as f64 <= j.slo * own.0 as f64 {
+                self.stats.iterations_within_slo += 1;
             }
-        };
+            j.iteration_started_us = time_us;
+        }
         // Robust re-estimation: the median of recent measurements, once there are some.
         let median = |v: &VecDeque<Micros>| {
             let mut s: Vec<Micros> = v.iter().copied().collect();
@@ -1009,7 +1050,7 @@ impl Plane {
         let group = self.group_of(name);
         let j = self.jobs.get_mut(name).expect("checked");
         j.state = state;
-        j.granted = None;
+        j.gate.withdraw();
         j.failure = failure;
         let id = j.id;
         let kind = format!("{state:?}").to_lowercase();
@@ -1060,11 +1101,11 @@ impl Plane {
                         queue.push_back(Input::SwitchFinished { job, phase, iteration })
                     }
                     Action::BeginSync { job, iteration, .. } => queue.push_back(Input::SyncFinished { job, iteration }),
-                    Action::StartRollout { job, iteration, .. } => {
-                        self.grant(time_us, job, Phase::Rollout, iteration, g, switches.remove(&job))
+                    Action::StartRollout { job, iteration, weights, .. } => {
+                        self.grant(time_us, job, (Phase::Rollout, iteration, weights), g, switches.remove(&job))
                     }
                     Action::StartTraining { job, iteration } => {
-                        self.grant(time_us, job, Phase::Train, iteration, g, switches.remove(&job))
+                        self.grant(time_us, job, (Phase::Train, iteration, 0), g, switches.remove(&job))
                     }
                     Action::Completed { job, .. } => {
                         let name = self.names[job.0 as usize].clone();
@@ -1090,28 +1131,30 @@ impl Plane {
         }
     }
 
-    /// Grants a phase; `switch` is the state load the dispatcher planned before it (the job
-    /// does it at the start of its phase), told in the event's `meta` with the wait when
-    /// grant detail is on.
+    /// Grants `phase` of `iteration` (a rollout sampling weights version `weights`); `switch`
+    /// is the state load the dispatcher planned before it (the job does it at the start of its
+    /// phase), told in the event's `meta` with the wait when grant detail is on. A stale
+    /// job's rollout grant tells its weights version in `meta` always (its driver needs it).
     fn grant(
         &mut self,
         time_us: u64,
         job: JobId,
-        phase: Phase,
-        iteration: u64,
+        (phase, iteration, weights): (Phase, u64, u64),
         g: GroupId,
         switch: Option<(SwitchKind, Micros)>,
     ) {
         let name = self.names[job.0 as usize].clone();
         let mut wait = 0;
+        let mut stale = false;
         if let Some(j) = self.jobs.get_mut(&name) {
-            j.granted = Some((phase, iteration));
+            j.gate.grant(phase, iteration, weights);
+            stale = j.gate.staleness > 0;
             let k = (phase == Phase::Train) as usize;
             wait = time_us.saturating_sub(j.ready_us);
             self.stats.grants[k] += 1;
             self.stats.wait_us[k] += wait;
         }
-        let meta = self.grant_detail.then(|| {
+        let mut meta = self.grant_detail.then(|| {
             let mut meta = serde_json::json!({ "wait_s": wait as f64 / 1e6 });
             if let Some((kind, d)) = switch {
                 meta["switch"] = serde_json::json!(if kind == SwitchKind::Warm { "warm" } else { "cold" });
@@ -1119,23 +1162,22 @@ impl Plane {
             }
             meta
         });
+        if stale && phase == Phase::Rollout {
+            meta.get_or_insert_with(|| serde_json::json!({}))["weights"] = serde_json::json!(weights);
+        }
         self.event(PlaneEvent { meta, ..ev(time_us, &name, "grant", Some(phase), Some(iteration), Some(g)) });
     }
 
     /// Whether `name` may start `phase` of `iteration` now: `Ok(true)` granted, `Ok(false)`
-    /// not yet (it is the job's next phase; wait), `Err` the request breaks the barrier.
+    /// not yet (it is the lane's next phase within the job's staleness bound; wait), `Err`
+    /// the request breaks the barrier or the bound.
     pub fn may_start(&self, name: &str, phase: Phase, iteration: u64) -> Result<bool, PlaneError> {
         if let Some(waiting) = self.queued_may_start(name, phase, iteration) {
             return waiting;
         }
         let j = self.running(name)?;
-        if j.granted == Some((phase, iteration)) {
-            return Ok(true);
-        }
-        if j.next == (phase, iteration) {
-            return Ok(false);
-        }
-        Err(PlaneError::Conflict { job: name.into(), reason: barrier_reason(j, phase, iteration, "start") })
+        j.gate.may_ask(phase, iteration).map_err(|r| PlaneError::Conflict { job: name.into(), reason: r.0 })?;
+        Ok(j.gate.is_granted(phase, iteration))
     }
 }
 
@@ -1156,20 +1198,6 @@ fn measured_variation(measured: &Measured, est: PhaseTimes, remaining: Option<u6
             .collect()
     };
     Variation { samples: samples.into(), iterations: remaining.unwrap_or(100).max(1), z }
-}
-
-fn barrier_reason(j: &JobEntry, phase: Phase, iteration: u64, verb: &str) -> String {
-    let name = |p: Phase| if p == Phase::Rollout { "rollout" } else { "training" };
-    let (np, ni) = j.next;
-    format!(
-        "on-policy barrier: cannot {verb} {} of iteration {iteration}; the job's next phase is {} of iteration {ni}{}",
-        name(phase),
-        name(np),
-        match j.granted {
-            Some((p, k)) => format!(" (granted: {} of iteration {k})", name(p)),
-            None => String::new(),
-        }
-    )
 }
 
 fn ev(

@@ -24,6 +24,9 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// Longest a phase-start request waits before answering "not yet".
     pub max_wait: Duration,
+    /// The largest bounded staleness a new submission may ask for (checked at submission,
+    /// not when records are replayed).
+    pub max_staleness: u32,
     pub placement: PlacementConfig,
     pub limits: ConnectionLimits,
     /// Compact the store (snapshot the plane, drop the records it covers) once this many

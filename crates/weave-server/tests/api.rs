@@ -412,6 +412,7 @@ fn commits_check_ownership_under_the_write_lock() {
         heartbeat_timeout: Duration::from_secs(60),
         max_body_bytes: 16 * 1024,
         max_wait: Duration::from_secs(5),
+        max_staleness: weave_core::MAX_STALENESS,
         placement: Default::default(),
         limits: Default::default(),
         snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,

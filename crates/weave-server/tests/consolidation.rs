@@ -26,7 +26,7 @@ fn submit(time_us: u64, id: &str, iterations: u64) -> Record {
 fn run(p: &mut Plane, records: &mut Vec<Record>, job: &str, n: u64, t: &mut u64) {
     while p.job(job).unwrap().completed_iterations < n && p.job(job).unwrap().state == JobState::Running {
         let granted: Vec<(String, Phase, u64)> =
-            p.jobs().filter_map(|j| j.granted.map(|(ph, k)| (j.name.clone(), ph, k))).collect();
+            p.jobs().flat_map(|j| j.gate.grants().into_iter().map(|(ph, k)| (j.name.clone(), ph, k))).collect();
         assert!(!granted.is_empty(), "nothing granted");
         for (name, phase, iteration) in granted {
             *t += 100_000_000;
@@ -76,7 +76,7 @@ fn a_colocated_job_moves_into_the_group_a_new_job_opens() {
     // Re-admitted from its checkpoint, under a new admission.
     assert_eq!(a.state, JobState::Running);
     assert_eq!(a.completed_iterations, 3);
-    assert_eq!(a.next, (Phase::Rollout, 3));
+    assert_eq!(a.next(), (Phase::Rollout, 3));
     assert_ne!(a.id.0, old_uid);
     let moved = p.events().iter().find(|e| e.kind == "moved" && e.job == "a").expect("a moved");
     assert_eq!(moved.meta.as_ref().unwrap()["resume_from"], 3);

@@ -41,7 +41,7 @@ fn node(s: &str) -> NodeId {
 fn run(p: &mut Plane, records: &mut Vec<Record>, job: &str, n: u64, t: &mut u64) {
     while p.job(job).unwrap().completed_iterations < n {
         let granted: Vec<(String, Phase, u64)> =
-            p.jobs().filter_map(|j| j.granted.map(|(ph, k)| (j.name.clone(), ph, k))).collect();
+            p.jobs().flat_map(|j| j.gate.grants().into_iter().map(|(ph, k)| (j.name.clone(), ph, k))).collect();
         assert!(!granted.is_empty(), "nothing granted");
         for (name, phase, k) in granted {
             *t += 10;
@@ -79,14 +79,14 @@ fn a_lost_node_fails_its_jobs_readmits_them_and_leaves_the_others() {
     assert_eq!(b.submit.resume_from, Some(2));
     assert_eq!(b.completed_iterations, 2);
     assert_eq!(b.decision.as_ref().unwrap().rollout_nodes, vec![node("r2")], "never the lost node");
-    assert_eq!(b.next, (Phase::Rollout, 2));
+    assert_eq!(b.next(), (Phase::Rollout, 2));
     assert!(b.measured_estimate(), "the re-admission keeps what b measured of itself");
     assert_eq!(b.estimate.rollout.as_secs_f64(), 300.0);
     let kinds: Vec<&str> = p.events().iter().filter(|e| e.job == "b").map(|e| e.kind.as_str()).collect();
     assert!(kinds.ends_with(&["failed", "admitted", "grant", "readmitted"]), "{kinds:?}");
     let a = p.job("a").unwrap();
     assert_eq!((a.state, a.id, &a.decision), (JobState::Running, a_before.id, &a_before.decision));
-    assert_eq!((a.next, a.granted), (a_before.next, a_before.granted), "a carries on where it was");
+    assert_eq!((a.next(), a.granted()), (a_before.next(), a_before.granted()), "a carries on where it was");
 
     // A lost node is refused twice; one outside the inventory is refused with its name.
     let again = Record::NodeDown { time_us: 101, node: node("r1"), reason: "x".into() };
@@ -122,7 +122,7 @@ fn a_lost_node_fails_its_jobs_readmits_them_and_leaves_the_others() {
     records.push(up);
     assert!(p.queue().is_empty());
     let b = p.job("b").unwrap();
-    assert_eq!((b.state, b.completed_iterations, b.next), (JobState::Running, 3, (Phase::Rollout, 3)));
+    assert_eq!((b.state, b.completed_iterations, b.next()), (JobState::Running, 3, (Phase::Rollout, 3)));
     assert_eq!(p.job("a").unwrap().state, JobState::Running);
     let c = submit(301, "c");
     p.apply(&c).unwrap();

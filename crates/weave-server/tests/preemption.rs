@@ -98,7 +98,7 @@ fn reclaim_borrowed_then_outranked_never_inside_the_minimum_run_and_replay_agree
     // a2 completes iteration 0 and is granted rollout 1 (work in progress).
     apply(&mut p, &mut records, finish(60, "a2", Phase::Rollout, 0));
     apply(&mut p, &mut records, finish(130, "a2", Phase::Train, 0));
-    assert_eq!(p.job("a2").unwrap().granted, Some((Phase::Rollout, 1)));
+    assert_eq!(p.job("a2").unwrap().granted(), Some((Phase::Rollout, 1)));
 
     // Bob is entitled to the node alice borrows, but a2 has run only 199 s: bob waits.
     apply(&mut p, &mut records, submit(200, "bob", "b1", "normal"));
@@ -149,8 +149,8 @@ fn reclaim_borrowed_then_outranked_never_inside_the_minimum_run_and_replay_agree
     let mut t = 2100;
     for k in 0..4 {
         for ph in [Phase::Rollout, Phase::Train] {
-            while p.job("b1").unwrap().granted != Some((ph, k)) {
-                let (j, phase, it) = p.jobs().find_map(|j| j.granted.map(|(ph, k)| (j.name.clone(), ph, k))).unwrap();
+            while p.job("b1").unwrap().granted() != Some((ph, k)) {
+                let (j, phase, it) = p.jobs().find_map(|j| j.granted().map(|(ph, k)| (j.name.clone(), ph, k))).unwrap();
                 t += 70;
                 apply(&mut p, &mut records, finish(t, &j, phase, it));
             }
@@ -160,7 +160,7 @@ fn reclaim_borrowed_then_outranked_never_inside_the_minimum_run_and_replay_agree
     }
     assert_eq!(state(&p, "b1"), JobState::Completed);
     assert_eq!(state(&p, "a1"), JobState::Running);
-    assert_eq!(p.job("a1").unwrap().next, (Phase::Rollout, 0));
+    assert_eq!(p.job("a1").unwrap().next(), (Phase::Rollout, 0));
     assert!(p.may_start("a1", Phase::Rollout, 0).is_ok());
     assert_eq!(queue(&p), ["a2", "a4"]);
 }
@@ -176,13 +176,13 @@ fn a_finish_from_an_ended_admission_is_refused_after_re_admission() {
     apply(&mut p, &mut records, submit(0, "alice", "a1", "normal"));
     apply(&mut p, &mut records, submit(1, "alice", "a2", "normal")); // borrows bob's quota
     let first = p.job("a1").unwrap().id.0;
-    assert_eq!(p.job("a1").unwrap().granted, Some((Phase::Rollout, 0)));
+    assert_eq!(p.job("a1").unwrap().granted(), Some((Phase::Rollout, 0)));
     // Past the minimum run bob reclaims; both have work in progress, a1 was admitted first.
     apply(&mut p, &mut records, submit(700, "bob", "b1", "normal"));
     assert_eq!(state(&p, "a1"), JobState::Preempted);
     apply(&mut p, &mut records, Record::Cancel { time_us: 710 * S, job: "b1".into() });
     let again = p.job("a1").unwrap();
-    assert_eq!((again.state, again.granted), (JobState::Running, Some((Phase::Rollout, 0))));
+    assert_eq!((again.state, again.granted()), (JobState::Running, Some((Phase::Rollout, 0))));
     let second = again.id.0;
     assert_ne!(first, second);
     let finish_as = |admission| Record::Finish {
@@ -197,7 +197,7 @@ fn a_finish_from_an_ended_admission_is_refused_after_re_admission() {
     let refused = p.check(&finish_as(first)).unwrap_err().to_string();
     assert!(refused.contains(&format!("granted to admission {first}, which has ended")), "{refused}");
     apply(&mut p, &mut records, finish_as(second));
-    assert_eq!(p.job("a1").unwrap().next, (Phase::Train, 0));
+    assert_eq!(p.job("a1").unwrap().next(), (Phase::Train, 0));
 }
 
 mod properties {
@@ -230,10 +230,10 @@ mod properties {
     /// Finishes every granted phase once, `step_s` apart.
     fn finish_granted(p: &mut Plane, records: &mut Vec<Record>, t: &mut u64, step_s: u64) -> bool {
         let granted: Vec<(String, Phase, u64)> =
-            p.jobs().filter_map(|j| j.granted.map(|(ph, k)| (j.name.clone(), ph, k))).collect();
+            p.jobs().flat_map(|j| j.gate.grants().into_iter().map(|(ph, k)| (j.name.clone(), ph, k))).collect();
         for (name, phase, k) in &granted {
             // An earlier finish in this round may have preempted it.
-            if p.job(name).and_then(|j| j.granted) != Some((*phase, *k)) {
+            if p.job(name).and_then(|j| j.granted()) != Some((*phase, *k)) {
                 continue;
             }
             *t += step_s;
@@ -268,7 +268,7 @@ mod properties {
             let mut bound = 10_000;
             while (finish_granted(&mut p, &mut records, &mut t, 70) || !p.queue().is_empty()) && bound > 0 {
                 bound -= 1;
-                if p.jobs().all(|j| j.granted.is_none()) {
+                if p.jobs().all(|j| j.gate.grants().is_empty()) {
                     break;
                 }
             }

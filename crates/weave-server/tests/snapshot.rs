@@ -49,12 +49,15 @@ fn step(p: &Plane, op: (u8, u8, u8), n: usize, t: u64) -> Option<Record> {
             let job: SubmitSpec = serde_json::from_value(serde_json::json!({
                 "id": format!("j{n}"), "type": job_type, "iterations": 1 + b as u64 % 4,
                 "slo": slo, "rollout_s": 40 + a as u64, "train_s": 30 + b as u64, "priority": priority,
+                // Some one-step off-policy: a gate with two grants is state too.
+                "staleness": (a / 3) % 2,
             }))
             .unwrap();
             Some(Record::Submit { time_us, tenant: ["alice", "bob"][b as usize % 2].into(), job })
         }
         3..=5 => {
-            let granted: Vec<_> = p.jobs().filter_map(|j| j.granted.map(|g| (j.name.clone(), g))).collect();
+            let granted: Vec<_> =
+                p.jobs().flat_map(|j| j.gate.grants().into_iter().map(|g| (j.name.clone(), g))).collect();
             let (job, (phase, iteration)) = granted.get(a as usize % granted.len().max(1))?.clone();
             let duration_us = (20 + b as u64) * S * if phase == Phase::Rollout { 2 } else { 1 };
             Some(Record::Finish { time_us, job, phase, iteration, duration_us, meta: None, admission: None })

@@ -308,7 +308,7 @@ impl Plane {
             .filter(|j| j.state == JobState::Running && j.decision.is_some())
             .map(|j| {
                 let held = share::exclusive_nodes(&self.placer, j.id);
-                let started = j.granted.is_some() || j.next.0 == Phase::Train;
+                let started = j.gate.mid_iteration();
                 Running {
                     job: j.id,
                     tenant: Self::tenant_index(policy, &j.tenant),

@@ -155,6 +155,9 @@ impl Plane {
                 entry.measured = j.measured;
                 entry.ready_us = j.ready_us;
                 entry.iteration_started_us = j.iteration_started_us;
+                if let Some(next) = entry.legacy_next.take() {
+                    entry.gate = super::Gate::from_barrier(entry.legacy_granted.take(), next);
+                }
                 (entry.name.clone(), entry)
             })
             .collect();

@@ -52,6 +52,7 @@ impl TestServer {
             heartbeat_timeout: heartbeat,
             max_body_bytes: 16 * 1024,
             max_wait: Duration::from_secs(5),
+            max_staleness: weave_core::MAX_STALENESS,
             placement: Default::default(),
             limits: Default::default(),
             snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,
