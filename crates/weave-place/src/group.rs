@@ -281,34 +281,58 @@ pub fn stochastic_slowdowns(members: &[TimingMember], jobs: &[&PlaceJob], p: &Pr
         for (j, job) in jobs.iter().enumerate() {
             let s = &job.variation.samples;
             factors[j] = if s.is_empty() { (1.0, 1.0) } else { s[k % s.len()] };
-            // Its solo run at these durations, pipelined with its staleness (as `PlaceJob::solo`).
-            let roll = job.times.rollout.0 as f64 * factors[j].0;
-            let train = job.times.train.0 as f64 * factors[j].1 + job.sync.0 as f64;
-            solos[j].push(timing::solo_period_f64(roll, train, job.staleness));
+            solos[j].push(sampled_solo(job, factors[j]));
         }
         periods.push(timing::bound_scaled(members, &factors).0 as f64);
     }
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
-    let mean_period = mean(&periods);
     jobs.iter()
         .enumerate()
         .map(|(j, job)| {
             let excess = p.coexec[j].0 as f64 / bound.0.max(1) as f64;
-            let mean_solo = mean(&solos[j]).max(1.0);
-            let ratio = mean_period / mean_solo;
-            // Spread of the life average: the delta method on (period - ratio x solo).
-            let var = periods.iter().zip(&solos[j]).map(|(b, s)| (b - ratio * s).powi(2)).sum::<f64>()
-                / (n.max(2) - 1) as f64;
-            let spread = var.sqrt() / mean_solo / (job.variation.iterations.max(1) as f64).sqrt();
-            let life = excess * ratio + job.variation.z * spread;
-            // Iterations are promised too: most single iterations stay within the SLO.
-            let mut single: Vec<f64> = periods.iter().zip(&solos[j]).map(|(b, s)| excess * b / s.max(1.0)).collect();
-            single.sort_by(f64::total_cmp);
-            let q =
-                single.get(((single.len() as f64 * ITERATION_QUANTILE) as usize).min(single.len().saturating_sub(1)));
-            life.max(q.copied().unwrap_or(0.0))
+            slowdown_at_risk(job, &periods, &solos[j], excess)
         })
         .collect()
+}
+
+/// A co-located job's slowdown under its sampled variation, as [`stochastic_slowdowns`] for a
+/// group: its co-located iteration (rollout then training on its GPUs) over its solo run at
+/// the same draws. A stale job's solo overlaps its phases and a co-located one cannot, so the
+/// ratio moves with the draws; `None` without samples.
+pub fn colocated_slowdown(job: &PlaceJob) -> Option<f64> {
+    let colo = job.colo?;
+    let samples = &job.variation.samples;
+    if samples.is_empty() {
+        return None;
+    }
+    let periods: Vec<f64> = samples.iter().map(|f| colo.rollout.0 as f64 * f.0 + colo.train.0 as f64 * f.1).collect();
+    let solos: Vec<f64> = samples.iter().map(|f| sampled_solo(job, *f)).collect();
+    Some(slowdown_at_risk(job, &periods, &solos, 1.0))
+}
+
+/// Its solo run at these durations, pipelined with its staleness (as `PlaceJob::solo`).
+fn sampled_solo(job: &PlaceJob, (fr, ft): (f64, f64)) -> f64 {
+    let roll = job.times.rollout.0 as f64 * fr;
+    let train = job.times.train.0 as f64 * ft + job.sync.0 as f64;
+    timing::solo_period_f64(roll, train, job.staleness)
+}
+
+/// The slowdown admission promises for `job` given its sampled `periods` and `solos` (paired
+/// by draw) and the deterministic schedule's `excess` over the sampled bound: the life average
+/// at the job's confidence, and at least most single iterations.
+fn slowdown_at_risk(job: &PlaceJob, periods: &[f64], solos: &[f64], excess: f64) -> f64 {
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let n = periods.len();
+    let mean_solo = mean(solos).max(1.0);
+    let ratio = mean(periods) / mean_solo;
+    // Spread of the life average: the delta method on (period - ratio x solo).
+    let var = periods.iter().zip(solos).map(|(b, s)| (b - ratio * s).powi(2)).sum::<f64>() / (n.max(2) - 1) as f64;
+    let spread = var.sqrt() / mean_solo / (job.variation.iterations.max(1) as f64).sqrt();
+    let life = excess * ratio + job.variation.z * spread;
+    // Iterations are promised too: most single iterations stay within the SLO.
+    let mut single: Vec<f64> = periods.iter().zip(solos).map(|(b, s)| excess * b / s.max(1.0)).collect();
+    single.sort_by(f64::total_cmp);
+    let q = single.get(((single.len() as f64 * ITERATION_QUANTILE) as usize).min(single.len().saturating_sub(1)));
+    life.max(q.copied().unwrap_or(0.0))
 }
 
 /// The group's steady state: the cyclic order with the shortest period and that period,

@@ -426,6 +426,10 @@ impl Placer {
         if prediction.coexec[0].0 as f64 > job.slo * job.solo().0 as f64 {
             return None;
         }
+        // Under its variation too, as for a group (a stale job's solo overlaps its phases).
+        if crate::group::colocated_slowdown(job).is_some_and(|s| s > job.slo) {
+            return None;
+        }
         let work = prediction.work([job]);
         let cost = Money(self.cfg.train_node_price.0 * job.train_width as i64);
         Some(Candidate { kind: DecisionKind::Colocated, group: None, block: None, cost, prediction, work })

@@ -139,3 +139,41 @@ fn fixed_pools_reuse_released_nodes_and_never_hand_out_a_down_one() {
     let d = p.admit(job(4, 400, 50, 1.2)).unwrap();
     assert_eq!(d.rollout_nodes, vec![r(2)]);
 }
+
+/// A stale job's co-located option is checked under its sampled variation as a group is: its
+/// solo overlaps rollout and training and the co-located run cannot, so draws that trade one
+/// phase for the other cost it more than the estimate shows.
+#[test]
+fn a_colocated_option_is_checked_under_variation() {
+    use weave_core::{Micros, PhaseTimes};
+    let mut cfg = config(PlacePolicy::Weave);
+    cfg.colocate = true;
+    let p = Placer::new(cfg);
+    let mut j = job(0, 100, 100, 1.5);
+    j.staleness = 1;
+    j.colo = Some(PhaseTimes { rollout: Micros::from_secs(50), train: Micros::from_secs(100) });
+    // 150 s co-located against a solo-async 100.9 s: within 1.5 as estimated.
+    assert_eq!(weave_place::group::colocated_slowdown(&j), None, "no samples, nothing to check");
+    let colocated = weave_place::Target::Colocated;
+    assert!(p.option_at(&j, colocated).is_some());
+    j.variation = weave_place::Variation { samples: vec![(1.5, 0.5), (0.5, 1.5)].into(), iterations: 1, z: 2.33 };
+    let risky = weave_place::group::colocated_slowdown(&j).unwrap();
+    assert!(risky > 1.5, "{risky}");
+    assert!(p.option_at(&j, colocated).is_none(), "refused at its slowdown under variation, {risky}");
+}
+
+/// A lone stale job keeps its bottleneck busy by construction (its pipelined period is that
+/// pool's load) but leaves the other pool mostly idle: its group is open to a job that fills
+/// that bubble (saturation is judged on the members' synchronous cycles).
+#[test]
+fn a_stale_jobs_group_takes_a_complementary_job() {
+    let mut p = Placer::new(config(PlacePolicy::Weave));
+    let mut a = job(0, 100, 20, 2.0);
+    a.staleness = 1;
+    let first = p.admit(a).unwrap();
+    assert!(!p.group(first.group).unwrap().prediction.saturated);
+    let mut b = job(1, 20, 100, 2.0);
+    b.staleness = 1;
+    let second = p.admit(b).unwrap();
+    assert_eq!((second.kind, second.group), (DecisionKind::Direct, first.group));
+}

@@ -1,6 +1,8 @@
 //! `weave serve`: the control plane. Admits real jobs, tells each where to run and gates
 //! their phases at run time, on the same placer and dispatcher as the simulator, with every
 //! acknowledged input durable in an embedded store.
+// The OpenAPI document is one `json!` literal deeper than the default limit allows.
+#![recursion_limit = "256"]
 
 pub mod auth;
 pub mod http;

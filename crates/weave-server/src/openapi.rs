@@ -16,6 +16,8 @@ pub fn document() -> Value {
     let phase = json!({ "name": "phase", "in": "path", "required": true, "schema": { "type": "string", "enum": ["rollout", "train"] } });
     let iteration =
         json!({ "name": "iteration", "in": "path", "required": true, "schema": { "type": "integer", "minimum": 0 } });
+    let staleness = json!({ "type": "integer", "minimum": 0, "maximum": 8,
+        "description": "Bounded staleness k: rollout n may run beside trainings n-k .. n-1 (at most weave serve --max-staleness; 0, on-policy, by default)." });
     json!({
         "openapi": "3.0.3",
         "info": { "title": "Weave control plane", "version": env!("CARGO_PKG_VERSION"),
@@ -43,6 +45,7 @@ pub fn document() -> Value {
                         "sync_s": { "type": "number", "minimum": 0, "description": "Measured weight sync, seconds (replaces the model's)." },
                         "train_s": { "type": "number" },
                         "resume_from": { "type": "integer", "minimum": 0 },
+                        "staleness": staleness,
                         "priority": { "type": "string", "enum": ["low", "normal", "high"],
                                       "description": "Order among the tenant's own waiting jobs when the pools have quotas." },
                         "launch": {
@@ -81,7 +84,7 @@ pub fn document() -> Value {
             "/v1/jobs/{id}/phases/{phase}/{iteration}/start": {
                 "post": { "summary": "Ask to start a phase; long-polls up to wait_s", "security": auth,
                           "parameters": [job_id, phase, iteration, { "name": "wait_s", "in": "query", "schema": { "type": "number" } }],
-                          "responses": { "200": ok("granted; with tracing on (--otlp-endpoint), `traceparent` is the phase span's W3C trace context"), "202": ok("not yet: ask again"), "401": err(), "404": err(), "409": err() } }
+                          "responses": { "200": ok("granted; a rollout's `weights` is the weights version it samples with (trainings done; up to the job's staleness behind its iteration); with tracing on (--otlp-endpoint), `traceparent` is the phase span's W3C trace context"), "202": ok("not yet: ask again"), "401": err(), "404": err(), "409": err() } }
             },
             "/v1/jobs/{id}/phases/{phase}/{iteration}/finish": {
                 "post": { "summary": "Report a granted phase finished, with its measured duration", "security": auth, "parameters": [job_id, phase, iteration],
