@@ -378,6 +378,18 @@ impl JobEntry {
         self.gate.next()
     }
 
+    /// How much longer its SLO allows this admission to have taken than it has: its allowed
+    /// slowdown times its solo time for the iterations done (at its current estimate, with its
+    /// staleness), less the time from admission to its last training's end. Slack banked by
+    /// earlier admissions is not carried (a move is judged more strictly, never less).
+    pub fn banked_slack(&self) -> Micros {
+        let done = self.completed_iterations.saturating_sub(self.submit.resume_from.unwrap_or(0));
+        let solo = weave_dispatch::timing::solo_period(self.estimate.rollout, self.estimate.train, self.gate.staleness);
+        let allowed = Micros(solo.0.saturating_mul(done)).scale(self.slo);
+        let taken = if done == 0 { 0 } else { self.iteration_started_us.saturating_sub(self.submitted_us) };
+        allowed.saturating_sub(Micros(taken))
+    }
+
     /// Whether the estimate comes from the job's own measurements (both phases seen).
     pub fn measured_estimate(&self) -> bool {
         !self.measured.0.is_empty() && !self.measured.1.is_empty()
@@ -935,9 +947,7 @@ impl Plane {
         consolidate::movable(&self.placer, churn, Micros(time_us), |id| {
             let j = jobs.get(names.get(id.0 as usize)?)?;
             let remaining = j.iterations.map_or(100, |n| n.saturating_sub(j.completed_iterations));
-            // The plane keeps no solo reference per job (phases are measured with their
-            // switches): a move's delay is not checked against its SLO here.
-            Some(consolidate::Progress { remaining, slack: None })
+            Some(consolidate::Progress { remaining, slack: Some(j.banked_slack()) })
         })
     }
 

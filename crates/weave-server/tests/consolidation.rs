@@ -62,6 +62,9 @@ fn a_colocated_job_moves_into_the_group_a_new_job_opens() {
     assert!(tokens.authenticate(Some(&old_token), current(&p)).is_some());
     let mut t = 0;
     run(&mut p, &mut records, "a", 3, &mut t);
+    // 3 iterations of 100 s + 100 s, alone, under an SLO of 1.5: 900 s allowed, 600 s taken.
+    // A move must fit in what is left plus what the target leaves on each later iteration.
+    assert_eq!(p.job("a").unwrap().banked_slack(), weave_core::Micros::from_secs(300));
 
     // b arrives: it opens a disaggregated group and a moves onto its rollout node.
     t += 1;
