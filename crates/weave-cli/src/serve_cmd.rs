@@ -63,12 +63,21 @@ pub struct ServeArgs {
     /// `resources` (the fallback, forced).
     #[arg(long, value_parser = ["auto", "labels", "resources"])]
     ray_pin: Option<String>,
-    /// Full Weave placement: co-located mode as an option and consolidation moves (jobs that
-    /// run alone are paired into groups). A move re-admits the job from its last completed
-    /// iteration under a new admission, so drivers must follow re-admissions (the Ray
-    /// backend relaunches them); off, the server places as the paper's Weave.
+    /// Place as the paper's Weave (disaggregated groups only, nothing ever moves), for
+    /// drivers that cannot follow a re-admission. By default the server runs full Weave, as
+    /// `weave simulate` measures it: co-located mode as an option and consolidation moves
+    /// (jobs that run alone are paired into groups, on arrivals, departures and a periodic
+    /// pass). A move re-admits the job from its last completed iteration under a new
+    /// admission: its driver hears `Requeued` and resumes there (the Ray backend relaunches).
     #[arg(long)]
+    disagg_only: bool,
+    /// Full Weave placement (the default; kept for scripts written before it was).
+    #[arg(long, hide = true, conflicts_with = "disagg_only")]
     consolidate: bool,
+    /// How often the periodic consolidation pass looks at every job that runs alone, in
+    /// seconds (besides arrivals and departures).
+    #[arg(long, default_value_t = 1800.0)]
+    consolidate_every_s: f64,
     /// Admission's allowed risk that a job's life slowdown exceeds its SLO under variation.
     #[arg(long, default_value_t = weave_place::DEFAULT_SLO_EPSILON)]
     slo_risk: f64,
@@ -212,6 +221,9 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     if !(args.heartbeat_timeout_s.is_finite() && args.heartbeat_timeout_s > 0.0) {
         bail!("--heartbeat-timeout-s must be positive");
     }
+    if !(args.consolidate_every_s.is_finite() && args.consolidate_every_s > 0.0 && args.consolidate_every_s <= 1e9) {
+        bail!("--consolidate-every-s must be in (0, 1e9] seconds, got {}", args.consolidate_every_s);
+    }
     if !(args.ray_grace_s.is_finite() && args.ray_grace_s >= 0.0) {
         bail!("--ray-grace-s must be non-negative");
     }
@@ -237,7 +249,11 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         max_body_bytes: args.max_body_bytes,
         max_wait: Duration::from_secs(30),
         max_staleness: args.max_staleness,
-        placement: weave_server::state::PlacementConfig { consolidate: args.consolidate, slo_risk: args.slo_risk },
+        placement: weave_server::state::PlacementConfig {
+            consolidate: !args.disagg_only,
+            consolidate_every: std::time::Duration::from_secs_f64(args.consolidate_every_s),
+            slo_risk: args.slo_risk,
+        },
         limits: connection_limits(&args)?,
         snapshot_every: args.snapshot_every,
         retention: weave_server::plane::Retention { events: args.keep_events, jobs: args.keep_ended_jobs },

@@ -17,6 +17,9 @@
 //! the churn budget not spent) ever move. Every target is checked by the placer with the
 //! same residency and SLO rules as admission.
 
+mod drive;
+pub use drive::{lone_group, pairing_on_arrival, partner_joins, periodic_pass, ConsolidationDriver};
+
 use crate::group::{predict_with_bounds, shape, slo_holds, within_lower_bound, Block, Group, Member, Prediction};
 use crate::job::PlaceJob;
 use crate::placer::{OptionCost, Placer, Target};
@@ -95,6 +98,10 @@ pub type Movable = BTreeMap<JobId, MoveCost>;
 /// while the placer does not change, so a scan over many jobs predicts each case once. Clear
 /// it after every move.
 pub type Predictions = BTreeMap<(GroupId, Option<u32>, [u64; 10]), Prediction>;
+
+/// Besides arrivals and departures, jobs that run alone are looked at this often (the
+/// replay's default and the server's `--consolidate-every`).
+pub const PASS_INTERVAL: Micros = Micros(Micros::PER_HOUR / 2);
 
 /// How much moving consolidation may do.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]

@@ -45,7 +45,11 @@ pub async fn serve(
             tokio::time::sleep(tick).await;
             let r = reaper.clone();
             // The store's fsync blocks: keep it off the async workers.
-            let _ = tokio::task::spawn_blocking(move || r.expire_heartbeats()).await;
+            let _ = tokio::task::spawn_blocking(move || {
+                r.expire_heartbeats();
+                r.consolidate_if_due();
+            })
+            .await;
             // Tokens idle long enough to be back at full burst are forgotten.
             if let Some(l) = limiter.as_ref().filter(|_| last_sweep.elapsed() > Duration::from_secs(60)) {
                 l.limiter().retain_recent();

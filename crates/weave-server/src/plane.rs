@@ -13,10 +13,11 @@ use weave_core::{ClusterConfig, GroupId, JobId, JobSpec, Micros, NodeId, PhaseTi
 use weave_dispatch::from_model::member_spec;
 use weave_dispatch::{Action, Dispatcher, GroupLimits, Input, Phase};
 use weave_model::{ProfileModel, SwitchKind};
-use weave_place::consolidate::{self, Churn, ChurnLimits, Movable};
+use weave_place::consolidate::{Churn, ChurnLimits};
 use weave_place::{Decision, DecisionKind, PlaceError, PlaceJob, Placer, PlacerConfig, Target, Variation};
 use weave_trace::JsonlJob;
 
+mod consolidation;
 mod gate;
 mod queue;
 mod snapshot;
@@ -282,6 +283,10 @@ pub enum Record {
         rollout: u32,
         training: u32,
     },
+    /// The periodic consolidation pass over every job that runs alone.
+    Consolidate {
+        time_us: u64,
+    },
 }
 
 impl Record {
@@ -293,7 +298,8 @@ impl Record {
             | Record::Fail { time_us, .. }
             | Record::NodeDown { time_us, .. }
             | Record::NodeUp { time_us, .. }
-            | Record::Inventory { time_us, .. } => *time_us,
+            | Record::Inventory { time_us, .. }
+            | Record::Consolidate { time_us } => *time_us,
         }
     }
 }
@@ -449,6 +455,9 @@ pub struct Plane {
     share: Option<weave_place::share::SharePolicy>,
     /// Time of the last applied record (the server's clock continues from it).
     last_time_us: Option<u64>,
+    /// Times of the first record and of the last periodic consolidation pass.
+    first_time_us: Option<u64>,
+    last_pass_us: Option<u64>,
     /// Sequence number of the first event still held (older ones were let go).
     events_base: u64,
     /// Ended admissions, oldest first: let go (with their events' visibility) beyond
@@ -508,6 +517,8 @@ impl Plane {
             grant_detail: false,
             queue: Vec::new(),
             last_time_us: None,
+            first_time_us: None,
+            last_pass_us: None,
             events_base: 0,
             ended: VecDeque::new(),
             retention: Retention::default(),
@@ -656,6 +667,11 @@ impl Plane {
                 }
                 Ok(())
             }
+            Record::Consolidate { .. } if self.churn.is_none() => Err(PlaneError::Invalid {
+                field: "consolidate".into(),
+                reason: "consolidation is off (the server runs with --disagg-only)".into(),
+            }),
+            Record::Consolidate { .. } => Ok(()),
             Record::NodeUp { node, .. } => {
                 self.in_inventory(*node)?;
                 if !self.placer.is_down(*node) {
@@ -724,6 +740,7 @@ impl Plane {
     pub fn apply_checked(&mut self, rec: &Record) -> Result<(), PlaneError> {
         self.version += 1;
         self.last_time_us = Some(self.last_time_us.unwrap_or(0).max(rec.time_us()));
+        self.first_time_us.get_or_insert(rec.time_us());
         self.advance_usage_history(rec.time_us());
         let applied = self.apply_record(rec);
         self.consolidate_pending(rec.time_us());
@@ -762,6 +779,10 @@ impl Plane {
                 self.placer.grow_capacity((*rollout, *training));
                 let meta = serde_json::json!({ "rollout": rollout, "training": training });
                 self.event(PlaneEvent { meta: Some(meta), ..ev(*time_us, "", "inventory", None, None, None) });
+                Ok(())
+            }
+            Record::Consolidate { time_us } => {
+                self.consolidation_pass(*time_us);
                 Ok(())
             }
             Record::NodeUp { time_us, node } => {
@@ -866,14 +887,11 @@ impl Plane {
         };
         let estimate = place.times;
         // A new job may open a group that a job running alone moves into.
-        let pairing = match (&self.churn, target, fresh) {
-            (Some(_), None, true) => self.placer.best_option(&place).ok().and_then(|best| {
-                let movable = self.movable(time_us);
-                consolidate::pair_for_arrival(&self.placer, &place, best, &movable)
-            }),
+        let pairing = match (target, fresh) {
+            (None, true) => self.pairing_on_arrival(time_us, &place),
             _ => None,
         };
-        let target = target.or(pairing.map(|_| Target::Isolated));
+        let target = target.or(pairing.as_ref().map(|_| Target::Isolated));
         let decision = match target {
             Some(t) => match self.placer.admit_to(place.clone(), t) {
                 Ok(d) => Ok(d),
@@ -932,71 +950,10 @@ impl Plane {
             d
         });
         self.drive(time_us, group, Input::Join(member));
-        if let Some(p) = pairing.filter(|_| self.placer.group(group).is_some_and(|g| g.runs_alone())) {
-            let partner = self.names[p.partner.0 as usize].clone();
-            self.relocate(time_us, &partner, Target::Group { group, block: p.direct.then_some(0) });
+        if let Some((pair, movable)) = pairing {
+            self.partner_joins(time_us, group, pair, &movable);
         }
         Ok(())
-    }
-
-    /// Jobs consolidation may move at `time_us`: running alone, out of their cooldown, while
-    /// the hourly budget lasts; a job without an iteration count is valued over 100 more.
-    fn movable(&mut self, time_us: u64) -> Movable {
-        let Some(churn) = self.churn.as_mut() else { return Movable::new() };
-        let (names, jobs) = (&self.names, &self.jobs);
-        consolidate::movable(&self.placer, churn, Micros(time_us), |id| {
-            let j = jobs.get(names.get(id.0 as usize)?)?;
-            let remaining = j.iterations.map_or(100, |n| n.saturating_sub(j.completed_iterations));
-            Some(consolidate::Progress { remaining, slack: Some(j.banked_slack()) })
-        })
-    }
-
-    /// Consolidation for the groups the last record left with one member.
-    fn consolidate_pending(&mut self, time_us: u64) {
-        while let Some(g) = self.lone_pending.pop() {
-            if self.churn.is_none() {
-                continue;
-            }
-            let movable = self.movable(time_us);
-            if let Some(m) = consolidate::for_lone_group(&self.placer, g, &movable) {
-                let name = self.names[m.job.0 as usize].clone();
-                self.relocate(time_us, &name, m.target);
-            }
-        }
-    }
-
-    /// Moves a running job to `target`: its admission ends, and it is re-admitted there from
-    /// its last completed iteration with its measurements (as after a node failure, but not
-    /// counted as a failure). Admission decides if the target no longer takes it.
-    fn relocate(&mut self, time_us: u64, name: &str, target: Target) {
-        let Some(j) = self.jobs.get(name).filter(|j| j.state == JobState::Running) else { return };
-        let (resubmit, carried) = j.resubmission();
-        let (tenant, id, group) = (j.tenant.clone(), j.id, self.group_of(name));
-        let meta = serde_json::json!({ "to": target, "resume_from": resubmit.resume_from.unwrap_or(0) });
-        self.event(PlaneEvent { meta: Some(meta), ..ev(time_us, name, "moved", None, None, group) });
-        if let Some(g) = group {
-            self.drive(time_us, g, Input::Leave { job: id });
-            self.depart(g, id);
-            self.follow_order(time_us, g);
-        }
-        let placed = self.submit(time_us, &tenant, &resubmit, carried.clone(), Some(target));
-        if let Err(e) = placed {
-            let reason = format!("re-admission after a consolidation move failed: {e}");
-            if let Some(j) = self.jobs.get_mut(name) {
-                j.state = JobState::Failed;
-                j.failure = Some(reason.clone());
-            }
-            self.event(PlaneEvent {
-                meta: Some(serde_json::json!({ "reason": reason })),
-                ..ev(time_us, name, "failed", None, None, None)
-            });
-            self.ended(name);
-            return;
-        }
-        let new_id = self.jobs[name].id;
-        if let Some(c) = self.churn.as_mut() {
-            c.record(new_id, Micros(time_us));
-        }
     }
 
     fn finish(

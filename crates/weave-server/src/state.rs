@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use thiserror::Error;
 use tokio::sync::watch;
-use weave_core::ClusterConfig;
+use weave_core::{ClusterConfig, Micros};
 use weave_place::{PlacePolicy, PlacerConfig};
 use weave_store::{Store, StoreError};
 
@@ -68,16 +68,23 @@ impl Default for ConnectionLimits {
 /// How the plane places jobs beyond the paper's rules.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PlacementConfig {
-    /// Co-located mode and consolidation moves (`--consolidate`). Off by default: a move
-    /// re-admits a job, so its driver must follow re-admissions (the Ray backend relaunches).
+    /// Co-located mode and consolidation moves: full Weave, as the replay measures it (on
+    /// by default; `--disagg-only` places as the paper's Weave). A move re-admits a job, so
+    /// its driver must follow re-admissions (`Requeued`; the Ray backend relaunches).
     pub consolidate: bool,
+    /// How often the periodic consolidation pass runs (`--consolidate-every`).
+    pub consolidate_every: Duration,
     /// Admission's allowed risk that a job's life slowdown exceeds its SLO (`--slo-risk`).
     pub slo_risk: f64,
 }
 
 impl Default for PlacementConfig {
     fn default() -> Self {
-        PlacementConfig { consolidate: false, slo_risk: weave_place::DEFAULT_SLO_EPSILON }
+        PlacementConfig {
+            consolidate: true,
+            consolidate_every: Duration::from_micros(weave_place::consolidate::PASS_INTERVAL.0),
+            slo_risk: weave_place::DEFAULT_SLO_EPSILON,
+        }
     }
 }
 
@@ -293,7 +300,7 @@ impl Shared {
                     heartbeats.insert(j.name.clone(), now);
                 }
             }
-            Record::NodeUp { .. } | Record::Inventory { .. } => {}
+            Record::NodeUp { .. } | Record::Inventory { .. } | Record::Consolidate { .. } => {}
         }
         let version = g.plane.version;
         self.compact_if_due(&mut g);
@@ -314,6 +321,17 @@ impl Shared {
         // failure is kept by the store and reported by `/readyz` (see `Store::ready`).
         let Inner { plane, store, .. } = g;
         let _ = store.compact_with(|out| plane.write_snapshot(out));
+    }
+
+    /// Runs the periodic consolidation pass when it is due (a durable record, so replay
+    /// makes the same moves). A pass the disk refused is tried again on the next round.
+    pub fn consolidate_if_due(&self) {
+        let every = self.cfg.placement.consolidate_every;
+        let due = |plane: &Plane, time_us| plane.consolidation_due(time_us, Micros(every.as_micros() as u64));
+        if !self.cfg.placement.consolidate || !due(&self.lock().plane, self.now_us()) {
+            return;
+        }
+        let _ = self.commit(|time_us| Record::Consolidate { time_us });
     }
 
     /// Marks jobs whose heartbeats stopped as failed (they leave their groups).

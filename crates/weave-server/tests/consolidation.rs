@@ -2,8 +2,9 @@
 //! opens, re-admitted from its checkpoint under a new admission (its old driver's token stops
 //! working); a group left with one member pulls in a job that runs alone; replay rebuilds it.
 
-use weave_core::ClusterConfig;
+use weave_core::{ClusterConfig, Micros};
 use weave_dispatch::Phase;
+use weave_place::consolidate::ChurnLimits;
 use weave_place::{DecisionKind, PlacePolicy, PlacerConfig};
 use weave_server::auth::JobTokens;
 use weave_server::plane::{JobState, Plane, Record, SubmitSpec};
@@ -134,4 +135,70 @@ fn a_group_left_with_one_member_pulls_in_a_job_that_runs_alone() {
     assert_eq!(c.decision.as_ref().unwrap().group, group, "c was pulled into b's group");
     assert!(p.events().iter().any(|e| e.kind == "moved" && e.job == "c"));
     assert_eq!(c.state, JobState::Running);
+}
+
+/// With one move allowed per hour, the first arrival pairing spends the budget: the next two
+/// jobs run co-located, alone, until the periodic pass (a durable record) pairs them. A
+/// replay of the log and a restart from a snapshot taken before the pass make the same moves.
+#[test]
+fn the_periodic_pass_pairs_jobs_that_run_alone_and_replays_the_same() {
+    let plane = || {
+        let cluster = ClusterConfig::default();
+        let cfg = PlacerConfig::for_cluster(&cluster, PlacePolicy::Weave, true, true, 0);
+        let limits = ChurnLimits { max_moves_per_hour: 1, ..Default::default() };
+        Plane::new(cluster, cfg).with_consolidation(limits)
+    };
+    let mut p = plane();
+    let mut records: Vec<Record> = ["a", "b", "c", "d"].iter().zip(0..).map(|(n, t)| submit(t, n, 40)).collect();
+    for r in &records {
+        p.apply(r).unwrap();
+    }
+    let group = |p: &Plane, name: &str| p.job(name).unwrap().decision.as_ref().unwrap().group;
+    let kind = |p: &Plane, name: &str| p.job(name).unwrap().decision.as_ref().unwrap().kind;
+    assert_eq!(group(&p, "a"), group(&p, "b"), "the first pairing");
+    for name in ["c", "d"] {
+        assert_eq!(kind(&p, name), DecisionKind::Colocated, "{name} runs alone: the hour's move is spent");
+    }
+    assert_ne!(group(&p, "c"), group(&p, "d"));
+    let mut t = 3;
+    run(&mut p, &mut records, "c", 6, &mut t);
+    assert_eq!(p.events().iter().filter(|e| e.kind == "moved").count(), 1, "nothing moved but a");
+    let every = weave_place::consolidate::PASS_INTERVAL;
+    assert!(!p.consolidation_due(every.0 - 1, every), "not due before the interval");
+    t = t.max(Micros::PER_HOUR + 10);
+    assert!(p.consolidation_due(t, every));
+    let cut = records.len();
+    let pass = Record::Consolidate { time_us: t };
+    p.apply(&pass).unwrap();
+    records.push(pass);
+    assert_eq!(group(&p, "c"), group(&p, "d"), "the pass paired them");
+    assert!(!p.consolidation_due(t + 1, every), "the pass resets the interval");
+    run(&mut p, &mut records, "c", 9, &mut t);
+
+    let mut replayed = plane();
+    for r in &records {
+        replayed.apply(r).unwrap();
+    }
+    assert_eq!(p.events(), replayed.events());
+    assert!(p.snapshot() == replayed.snapshot(), "replay rebuilds the same plane");
+    let mut head = plane();
+    for r in &records[..cut] {
+        head.apply(r).unwrap();
+    }
+    let mut restarted = plane().restore(&head.snapshot()).unwrap();
+    for r in &records[cut..] {
+        restarted.apply(r).unwrap();
+    }
+    assert_eq!(p.events(), restarted.events());
+    assert!(p.snapshot() == restarted.snapshot(), "a restart before the pass makes the same moves");
+}
+
+#[test]
+fn a_pass_is_refused_where_consolidation_is_off() {
+    let cluster = ClusterConfig::default();
+    let cfg = PlacerConfig::for_cluster(&cluster, PlacePolicy::Weave, true, true, 0);
+    let p = Plane::new(cluster, cfg);
+    let err = p.check(&Record::Consolidate { time_us: 5 }).unwrap_err().to_string();
+    assert!(err.contains("consolidat"), "{err}");
+    assert!(!p.consolidation_due(u64::MAX, weave_place::consolidate::PASS_INTERVAL));
 }

@@ -67,7 +67,7 @@ pub struct Consolidation {
 
 impl Default for Consolidation {
     fn default() -> Self {
-        Consolidation { interval: Micros(Micros::PER_HOUR / 2), churn: Default::default() }
+        Consolidation { interval: weave_place::consolidate::PASS_INTERVAL, churn: Default::default() }
     }
 }
 

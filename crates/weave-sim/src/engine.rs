@@ -13,9 +13,10 @@ use std::collections::{BTreeMap, VecDeque};
 use weave_core::{ClusterConfig, EventQueue, GroupId, JobId, Micros, PhaseTimes, Pool};
 use weave_dispatch::{Action, Dispatcher, GroupLimits, Input, MemberSpec, Phase};
 use weave_model::{named_stream, Stream, SwitchKind};
-use weave_place::consolidate::{self, Movable, Move};
+use weave_place::consolidate;
 use weave_place::{PlaceError, PlaceJob, PlacePolicy, Placer, PlacerConfig, Target};
 
+mod consolidation;
 mod sharing;
 
 /// An event. Kept small: the heap moves these around a lot.
@@ -349,17 +350,14 @@ impl<'a> Engine<'a> {
                 false
             }
             What::ConsolidateTick => {
-                self.consolidate_tick();
+                consolidate::periodic_pass(self);
                 if self.work_left() {
                     self.push(self.now + self.cfg.consolidation.interval, CLASS_OTHER, 0, What::ConsolidateTick, 0);
                 }
                 false
             }
             What::ConsolidateGroup => {
-                let movable = self.movable();
-                if let Some(m) = consolidate::for_lone_group(&self.placer, ev.group, &movable) {
-                    self.carry_out(m, &movable);
-                }
+                consolidate::lone_group(self, ev.group);
                 false
             }
             What::NodeFailure => {
@@ -1151,119 +1149,6 @@ impl<'a> Engine<'a> {
             self.admit_or_wait(i);
         }
         self.metrics.events.repacks += 1;
-    }
-}
-
-impl Engine<'_> {
-    /// Jobs consolidation may move now (see [`consolidate::movable`]).
-    fn movable(&mut self) -> Movable {
-        let states = &self.states;
-        let jobs = self.jobs;
-        consolidate::movable(&self.placer, &mut self.churn, self.now, |j| {
-            let s = states[j.0 as usize].as_ref()?;
-            let job = &jobs[j.0 as usize];
-            // What its SLO allows for the iterations done, less the life they took (the
-            // iteration in progress is the move's lost partial iteration).
-            let slack = s.solo_sum.scale(job.slo).saturating_sub(s.last_train_end.saturating_sub(s.first_admitted));
-            Some(consolidate::Progress { remaining: job.iterations.saturating_sub(s.done), slack: Some(slack) })
-        })
-    }
-
-    /// Carries out a planned move: the job leaves (its partial iteration is lost) and is
-    /// placed at the target; if the target no longer takes it, admission decides.
-    fn carry_out(&mut self, m: Move, movable: &Movable) {
-        let i = m.job.0 as usize;
-        // Only jobs that run alone move: if the target no longer takes it (fixed pools can be
-        // short of a new block), it goes back to running alone on the nodes it just freed,
-        // never to the queue.
-        let alone_as = match self.states[i].as_ref().and_then(|s| s.placed) {
-            Some(p) if p.colocated => Target::Colocated,
-            _ => Target::Isolated,
-        };
-        self.consolidating = true;
-        self.unplace(i);
-        let placed = self.admit_at(i, Some(m.target)).is_ok()
-            || self.admit_at(i, Some(alone_as)).is_ok()
-            || self.admit(i).is_ok();
-        if !placed {
-            self.waiting.push_back(i);
-        }
-        self.consolidating = false;
-        self.admit_waiting();
-        self.moved(i, movable);
-    }
-
-    fn moved(&mut self, i: usize, movable: &Movable) {
-        self.churn.record(JobId(i as u32), self.now);
-        self.metrics.events.consolidation_moves += 1;
-        if let Some(c) = movable.get(&JobId(i as u32)) {
-            self.metrics.events.consolidation_cost_estimate += c.once;
-        }
-    }
-
-    /// On arrival: if pairing with a job that runs alone beats where admission would put the
-    /// new job, the new job opens a group and the partner moves in. True if done.
-    fn pair_on_arrival(&mut self, i: usize) -> bool {
-        if !self.colocation() {
-            return false;
-        }
-        let place = self.place_job(i);
-        let Ok(best) = self.placer.best_option(&place) else { return false };
-        let movable = self.movable();
-        let Some(pair) = consolidate::pair_for_arrival(&self.placer, &place, best, &movable) else { return false };
-        if self.admit_at(i, Some(Target::Isolated)).is_err() {
-            return false;
-        }
-        let Some(group) = self.placer.group_of(JobId(i as u32)) else { return true };
-        let target = Target::Group { group, block: pair.direct.then_some(0) };
-        self.carry_out(Move { job: pair.partner, target, before: pair.before, after: pair.after }, &movable);
-        true
-    }
-
-    /// The bounded schedule: every lone group and every co-located job is looked at once.
-    fn consolidate_tick(&mut self) {
-        let candidates: Vec<(GroupId, JobId, bool)> =
-            self.placer.groups().filter(|g| g.runs_alone()).map(|g| (g.id, g.members[0].job.id, g.colocated)).collect();
-        // Predictions and the movable jobs stay valid until something moves.
-        let mut memo = consolidate::Predictions::new();
-        let mut movable = self.movable();
-        for (g, job, colocated) in candidates {
-            if movable.is_empty() {
-                return;
-            }
-            if self.placer.group_of(job) != Some(g) {
-                continue;
-            }
-            let planned = if colocated {
-                consolidate::for_colocated(&self.placer, job, &movable, &mut memo)
-            } else {
-                consolidate::for_lone_group(&self.placer, g, &movable)
-            };
-            let moved = if let Some(m) = planned {
-                self.carry_out(m, &movable);
-                true
-            } else if let Some(pair) = consolidate::pair_alone(&self.placer, job, &movable) {
-                self.carry_out_pair(job, pair, &movable);
-                true
-            } else {
-                false
-            };
-            if moved {
-                memo.clear();
-                movable = self.movable();
-            }
-        }
-    }
-
-    /// `opener` (running alone) moves to a new group of its own and the partner moves in.
-    fn carry_out_pair(&mut self, opener: JobId, pair: consolidate::Pairing, movable: &Movable) {
-        let m = Move { job: opener, target: Target::Isolated, before: pair.before, after: pair.after };
-        self.carry_out(m, movable);
-        let Some(group) = self.placer.group_of(opener) else { return };
-        if self.placer.group(group).is_some_and(|g| g.is_lone()) {
-            let target = Target::Group { group, block: pair.direct.then_some(0) };
-            self.carry_out(Move { job: pair.partner, target, before: pair.before, after: pair.after }, movable);
-        }
     }
 }
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use weave_core::ClusterConfig;
 use weave_server::auth::{hex, sha256};
+use weave_server::state::PlacementConfig;
 use weave_server::{ServerConfig, Shared, Tenants};
 
 pub const ALICE: &str = "alice-token";
@@ -53,7 +54,10 @@ impl TestServer {
             max_body_bytes: 16 * 1024,
             max_wait: Duration::from_secs(5),
             max_staleness: weave_core::MAX_STALENESS,
-            placement: Default::default(),
+            // The gate's, the API's and durability's tests expect the paper's placements (a
+            // second job joins the first's group); full Weave, the server's default, has tests
+            // of its own (`consolidation.rs`).
+            placement: PlacementConfig { consolidate: false, ..Default::default() },
             limits: Default::default(),
             snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,
             retention: Default::default(),

@@ -1,0 +1,98 @@
+//! The server's default placement is full Weave, as `weave simulate` measures it: a job that
+//! runs alone co-located is moved into the group a new job opens, and its driver, whose
+//! admission ended under it, hears so on its next report and resumes from the iteration the
+//! move names.
+
+mod common;
+use common::*;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+fn spec(id: &str) -> Value {
+    json!({ "id": id, "type": "7B_8k", "iterations": 6, "slo": 1.5 })
+}
+
+fn job(s: &TestServer, name: &str) -> Value {
+    let (st, v) = body(client().get(s.url(&format!("/v1/jobs/{name}"))).bearer_auth(ALICE).send().unwrap());
+    assert_eq!(st, 200, "{v}");
+    v
+}
+
+/// Asks for a phase until it is granted; the grant's admission.
+fn granted(s: &TestServer, name: &str, phase: &str, k: u64) -> u64 {
+    loop {
+        let (st, v) = start_phase(s, ALICE, name, phase, k, 2.0);
+        match st {
+            200 => return v["uid"].as_u64().expect("a grant names its admission"),
+            202 => continue,
+            _ => panic!("{name} {phase} {k}: {st} {v}"),
+        }
+    }
+}
+
+fn finish(s: &TestServer, name: &str, phase: &str, k: u64, uid: u64) -> (u16, Value) {
+    body(
+        client()
+            .post(s.url(&format!("/v1/jobs/{name}/phases/{phase}/{k}/finish")))
+            .bearer_auth(ALICE)
+            .json(&json!({ "duration_s": 100.0, "uid": uid }))
+            .send()
+            .unwrap(),
+    )
+}
+
+#[test]
+fn a_lone_job_is_paired_on_arrival_and_its_driver_resumes_where_the_move_says() {
+    // The server's own default placement (the shared test setup pins the paper's).
+    let s = TestServer::start_with(temp_dir("full-weave"), Duration::from_secs(600), |cfg| {
+        cfg.placement = Default::default();
+    });
+    let (st, v) = submit(&s, ALICE, spec("a"));
+    assert_eq!((st, &v["decision"]["kind"]), (201, &json!("colocated")), "alone, co-located is cheapest: {v}");
+    // Three iterations of 100 s phases bank SLO slack for a move.
+    for k in 0..3 {
+        for phase in ["rollout", "train"] {
+            let uid = granted(&s, "a", phase, k);
+            assert_eq!(finish(&s, "a", phase, k, uid).0, 200);
+        }
+    }
+    // a's driver holds rollout 3 when b arrives.
+    let old_uid = granted(&s, "a", "rollout", 3);
+    let (st, v) = submit(&s, ALICE, spec("b"));
+    assert_eq!((st, &v["decision"]["kind"]), (201, &json!("isolated")), "b opens a group: {v}");
+    let a = job(&s, "a");
+    assert_eq!(a["job"]["group"], v["job"]["group"], "a moved into b's group: {a}");
+    assert_ne!(a["job"]["uid"].as_u64(), Some(old_uid), "a new admission");
+    let moved = a["history"].as_array().unwrap().iter().find(|e| e["kind"] == "moved").expect("a moved");
+    assert_eq!(moved["meta"]["resume_from"], 3, "{moved}");
+    // The old admission's report is refused, naming the new admission and where to resume.
+    let (st, v) = finish(&s, "a", "rollout", 3, old_uid);
+    let reason = v["error"].as_str().unwrap_or_default();
+    assert_eq!(st, 409, "{v}");
+    assert!(reason.contains("has ended") && reason.contains("rollout of iteration 3"), "{reason}");
+    // The driver resumes at iteration 3 and both jobs run to the end in one group, each
+    // driver in its own thread (the group's cyclic order decides who goes first).
+    std::thread::scope(|scope| {
+        for (name, first) in [("a", 3), ("b", 0)] {
+            let s = &s;
+            scope.spawn(move || {
+                for k in first..6 {
+                    for phase in ["rollout", "train"] {
+                        let uid = granted(s, name, phase, k);
+                        assert_eq!(finish(s, name, phase, k, uid).0, 200, "{name} {phase} {k}");
+                    }
+                }
+            });
+        }
+    });
+    let a = job(&s, "a");
+    assert_eq!(a["job"]["completed_iterations"], 6, "{a}");
+    let train_3 = a["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "finish" && e["phase"] == "train" && e["iteration"] == 3)
+        .count();
+    assert_eq!(train_3, 1, "no iteration is done twice");
+    s.stop();
+}
