@@ -62,7 +62,9 @@ class Serve:
     def start(self) -> str:
         """Starts the server; again on the same address and store after :meth:`kill`."""
         addr = self.url[len("http://"):] if self.url else "127.0.0.1:0"
-        cmd = [self.weave, "serve", "--addr", addr, "--fixed-capacity", "--cluster", self.cluster,
+        # The paper's placement: the experiment measures a disaggregated pair against its
+        # members' solo runs (full Weave could run a lone job co-located and move it later).
+        cmd = [self.weave, "serve", "--addr", addr, "--fixed-capacity", "--disagg-only", "--cluster", self.cluster,
                "--tenants", self.tenants, "--data", os.path.join(self.work, "data"), "--heartbeat-timeout-s", "120"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = self.proc.stdout.readline().strip()
