@@ -219,6 +219,20 @@ impl PhaseTimes {
     pub fn solo(&self) -> Micros {
         self.rollout + self.train
     }
+
+    /// Re-estimation's rule, for the replay and the server alike: per phase, the upper median
+    /// of recent measurements (robust to a straggler); `None` without a measurement of each.
+    pub fn median_of(
+        rollouts: impl IntoIterator<Item = Micros>,
+        trains: impl IntoIterator<Item = Micros>,
+    ) -> Option<PhaseTimes> {
+        fn upper_median(v: impl IntoIterator<Item = Micros>) -> Option<Micros> {
+            let mut v: Vec<Micros> = v.into_iter().collect();
+            v.sort_unstable();
+            v.get(v.len() / 2).copied()
+        }
+        Some(PhaseTimes { rollout: upper_median(rollouts)?, train: upper_median(trains)? })
+    }
 }
 
 /// How long a job lives.

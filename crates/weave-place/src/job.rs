@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use weave_core::{Bytes, ClusterConfig, JobId, JobSpec, Micros, PhaseTimes};
 use weave_dispatch::from_model::{job_sync, switch_costs};
-use weave_dispatch::{SwitchCosts, TimingMember};
+use weave_dispatch::{MemberSpec, SwitchCosts, TimingMember};
 use weave_model::{job_rollout_state, job_training_state, Deployment, ProfileModel};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -115,6 +115,33 @@ fn normal_quantile(p: f64) -> f64 {
 }
 
 impl PlaceJob {
+    /// The dispatcher member `decision` places, as admission saw the job (the replay and the
+    /// server build it here): co-located, both phases take turns on the same GPUs, so the
+    /// update is local (no sync) and the job runs on-policy; the training state is split over
+    /// the group's training nodes.
+    pub fn member(
+        &self,
+        decision: &crate::Decision,
+        resident: bool,
+        iterations: Option<u64>,
+        start_iteration: u64,
+    ) -> MemberSpec {
+        let colocated = decision.kind == crate::DecisionKind::Colocated;
+        let pool = decision.training_nodes.len().max(1) as u64;
+        MemberSpec {
+            job: self.id,
+            rollout_nodes: vec![decision.block],
+            costs: self.costs,
+            sync: if colocated { Micros::ZERO } else { self.sync },
+            resident,
+            staleness: if colocated { 0 } else { self.staleness },
+            rollout_state: self.rollout_state,
+            train_state: Bytes(self.train_state_total.0 / pool),
+            iterations,
+            start_iteration,
+        }
+    }
+
     /// Builds the placement view; `slo` is the job's own or the one the replay drew.
     pub fn from_spec(job: &JobSpec, slo: f64, profile: &ProfileModel, cluster: &ClusterConfig) -> PlaceJob {
         PlaceJob {

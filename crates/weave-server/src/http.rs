@@ -229,7 +229,7 @@ pub fn queued_view(q: &crate::plane::Queued, position: usize, start_in_us: Optio
         tenant: q.tenant.clone(),
         state: JobState::Queued,
         job_type: spec.as_ref().map(|s| s.job_type.to_string()).unwrap_or_default(),
-        slo: q.submit.slo.unwrap_or(crate::plane::DEFAULT_SLO),
+        slo: q.submit.allowed_slowdown(),
         iterations: q.submit.iterations,
         completed_iterations: first,
         group: None,

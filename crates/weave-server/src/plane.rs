@@ -8,409 +8,24 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
-use thiserror::Error;
 use weave_core::{ClusterConfig, GroupId, JobId, JobSpec, Micros, NodeId, PhaseTimes};
-use weave_dispatch::from_model::member_spec;
-use weave_dispatch::{Action, Dispatcher, GroupLimits, Input, Phase};
-use weave_model::{ProfileModel, SwitchKind};
+use weave_dispatch::{Dispatcher, GroupLimits, Input, Phase};
+use weave_model::ProfileModel;
 use weave_place::consolidate::{Churn, ChurnLimits};
-use weave_place::{Decision, DecisionKind, PlaceError, PlaceJob, Placer, PlacerConfig, Target, Variation};
-use weave_trace::JsonlJob;
+use weave_place::{PlaceError, PlaceJob, Placer, PlacerConfig, Target, Variation};
 
 mod consolidation;
+mod dispatch;
 mod gate;
+mod job;
 mod queue;
+mod record;
 mod snapshot;
 pub use gate::{Gate, RolloutGrant};
+use job::{measured_variation, Measured};
+pub use job::{JobEntry, JobState};
 pub use queue::Queued;
-
-/// Allowed slowdown of a job that does not give one.
-pub const DEFAULT_SLO: f64 = 1.5;
-/// Measured phases kept per job for re-estimation.
-const MEASURED_KEPT: usize = 9;
-
-/// A job as a client submits it: the trace format's fields, without arrival (the server's
-/// clock gives it) and with an optional checkpoint to resume from.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct SubmitSpec {
-    pub id: String,
-    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
-    pub job_type: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_tokens: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub batch: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub algorithm: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rollout_nodes: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub train_nodes: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slo: Option<f64>,
-    /// Iterations to run; absent = until cancelled.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub iterations: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rollout_s: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub train_s: Option<f64>,
-    /// Switch costs and sync time the job measured of itself (Weave's runtime reports them
-    /// with every phase), seconds: they replace the model's estimate for its model size.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub switch_warm_s: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub switch_cold_s: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sync_s: Option<f64>,
-    /// Re-admission from a checkpoint: iterations already done.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resume_from: Option<u64>,
-    /// Bounded staleness k, a whole number (absent: 0, on-policy): rollout n may run beside
-    /// trainings n-k .. n-1 with the weights they left; each rollout grant names its weights
-    /// version. At most the server's `--max-staleness`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub staleness: Option<serde_json::Value>,
-    /// `low`, `normal` (default) or `high`: the order among a tenant's waiting jobs when the
-    /// pools have quotas.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub priority: Option<String>,
-    /// What an execution backend runs for this job (absent: the job runs itself and only
-    /// asks Weave where and when).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub launch: Option<Box<LaunchSpec>>,
-}
-
-/// How an execution backend (Ray) starts a job.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct LaunchSpec {
-    /// Shell command the job's driver runs, e.g. `python3 train.py --config x.yaml`.
-    pub entrypoint: String,
-    /// Extra environment variables (names starting with `WEAVE_` are Weave's own).
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-}
-
-impl LaunchSpec {
-    fn validate(&self) -> Result<(), PlaneError> {
-        let invalid = |field: &str, reason: &str| PlaneError::Invalid { field: field.into(), reason: reason.into() };
-        if self.entrypoint.trim().is_empty() || self.entrypoint.len() > 4096 {
-            return Err(invalid("launch.entrypoint", "expected a command of 1-4096 characters"));
-        }
-        for key in self.env.keys() {
-            let ok = !key.is_empty()
-                && key.len() <= 128
-                && !key.starts_with(|c: char| c.is_ascii_digit())
-                && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !ok {
-                return Err(invalid(&format!("launch.env.{key}"), "not a valid environment variable name"));
-            }
-            if key.starts_with("WEAVE_") {
-                return Err(invalid(&format!("launch.env.{key}"), "names starting with WEAVE_ are set by Weave"));
-            }
-        }
-        Ok(())
-    }
-}
-
-impl SubmitSpec {
-    /// Validates through the trace reader's rules; errors name the field.
-    pub fn to_spec(&self, id: JobId, arrival: Micros) -> Result<JobSpec, PlaneError> {
-        let row = JsonlJob {
-            id: self.id.clone(),
-            arrival_s: 0.0,
-            job_type: self.job_type.clone(),
-            model: self.model.clone(),
-            max_tokens: self.max_tokens.clone(),
-            batch: self.batch,
-            algorithm: self.algorithm.clone(),
-            rollout_nodes: self.rollout_nodes,
-            train_nodes: self.train_nodes,
-            slo: self.slo,
-            iterations: Some(self.iterations.unwrap_or(u64::MAX)),
-            departure_s: None,
-            rollout_s: self.rollout_s,
-            train_s: self.train_s,
-            // The server takes the tenant from the token, not from the submission.
-            tenant: None,
-            priority: self.priority.clone(),
-            staleness: self.staleness.clone(),
-        };
-        let mut spec =
-            row.to_spec().map_err(|(field, reason)| PlaneError::Invalid { field: field.to_string(), reason })?;
-        // `~` joins a name and its tenant in a job's key (see `Plane::key_for`); clients may
-        // not use it (`check_limits`), records may.
-        if self.id.len() > 128 + 1 + 64 || !self.id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.~".contains(c)) {
-            return Err(PlaneError::Invalid {
-                field: "id".into(),
-                reason: "use 1-128 characters from A-Z a-z 0-9 - _ .".into(),
-            });
-        }
-        if let (Some(n), Some(r)) = (self.iterations, self.resume_from) {
-            if r >= n {
-                return Err(PlaneError::Invalid {
-                    field: "resume_from".into(),
-                    reason: format!("must be below iterations ({n})"),
-                });
-            }
-        }
-        if let Some(l) = &self.launch {
-            l.validate()?;
-        }
-        spec.id = id;
-        spec.arrival = arrival;
-        Ok(spec)
-    }
-}
-
-/// Limits on what a new submission may ask for. They are checked when a job is submitted
-/// (`SubmitSpec::check_limits`), not when records are replayed: a store written before a
-/// limit existed still opens.
-pub mod limits {
-    /// Iterations a job may run, and the checkpoint it may resume from.
-    pub const MAX_ITERATIONS: u64 = 1_000_000_000;
-    /// A declared phase duration, seconds (a week).
-    pub const MAX_PHASE_S: f64 = 7.0 * 24.0 * 3600.0;
-    /// The largest allowed slowdown.
-    pub const MAX_SLO: f64 = 100.0;
-}
-
-impl SubmitSpec {
-    /// What a new submission must satisfy beyond being well-formed, each refusal naming its
-    /// field: ids start with a letter or digit (so `.` and `..` are not ids), counts and
-    /// durations stay within [`limits`].
-    pub fn check_limits(&self) -> Result<(), PlaneError> {
-        let bad = |field: &str, reason: String| Err(PlaneError::Invalid { field: field.into(), reason });
-        if !self.id.chars().next().is_some_and(|c| c.is_ascii_alphanumeric()) {
-            return bad("id", "must start with a letter or a digit".into());
-        }
-        if self.id.len() > 128 || !self.id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-            return bad("id", "use 1-128 characters from A-Z a-z 0-9 - _ .".into());
-        }
-        for (field, v) in [("iterations", self.iterations), ("resume_from", self.resume_from)] {
-            if v.is_some_and(|n| n > limits::MAX_ITERATIONS) {
-                return bad(field, format!("at most {}", limits::MAX_ITERATIONS));
-            }
-        }
-        for (field, v) in [("rollout_s", self.rollout_s), ("train_s", self.train_s)] {
-            if v.is_some_and(|t| !(t.is_finite() && t > 0.0 && t <= limits::MAX_PHASE_S)) {
-                return bad(field, format!("seconds in (0, {}]", limits::MAX_PHASE_S));
-            }
-        }
-        for (field, v) in
-            [("switch_warm_s", self.switch_warm_s), ("switch_cold_s", self.switch_cold_s), ("sync_s", self.sync_s)]
-        {
-            if v.is_some_and(|t| !(t.is_finite() && (0.0..=limits::MAX_PHASE_S).contains(&t))) {
-                return bad(field, format!("seconds in [0, {}]", limits::MAX_PHASE_S));
-            }
-        }
-        if self.slo.is_some_and(|v| !(v.is_finite() && (1.0..=limits::MAX_SLO).contains(&v))) {
-            return bad("slo", format!("an allowed slowdown in [1, {}]", limits::MAX_SLO));
-        }
-        Ok(())
-    }
-
-    /// Refuses a staleness above what this server allows (`--max-staleness`); a malformed one
-    /// is refused with the trace reader's reason.
-    pub fn check_staleness(&self, max: u32) -> Result<(), PlaneError> {
-        let k = self.to_spec(JobId(0), Micros::ZERO)?.staleness;
-        if k > max {
-            let reason = if max == 0 {
-                format!("{k}: this server admits on-policy jobs only (staleness 0; see `weave serve --max-staleness`)")
-            } else {
-                format!("{k} is above this server's largest, {max} (`weave serve --max-staleness`)")
-            };
-            return Err(PlaneError::Invalid { field: "staleness".into(), reason });
-        }
-        Ok(())
-    }
-}
-
-/// One durable input.
-// A record is built once per request and then serialized; boxing the submission would only
-// add an allocation.
-#[allow(clippy::large_enum_variant)]
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(tag = "op", rename_all = "snake_case")]
-pub enum Record {
-    Submit {
-        time_us: u64,
-        tenant: String,
-        job: SubmitSpec,
-    },
-    Cancel {
-        time_us: u64,
-        job: String,
-    },
-    Finish {
-        time_us: u64,
-        job: String,
-        phase: Phase,
-        iteration: u64,
-        duration_us: u64,
-        meta: Option<serde_json::Value>,
-        /// The admission (`JobView::uid`) the phase was granted under, when the client says:
-        /// a finish from an admission that has since ended (preempted, failed, moved) is
-        /// refused even if the job was re-admitted and granted the same phase again, so the
-        /// driver hears that it was re-queued and its stale measurement is not kept.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        admission: Option<u32>,
-    },
-    Fail {
-        time_us: u64,
-        job: String,
-        reason: String,
-    },
-    /// An execution backend lost a node: it leaves service, every job on it fails and is
-    /// re-admitted from its last completed iteration where capacity allows.
-    NodeDown {
-        time_us: u64,
-        node: NodeId,
-        reason: String,
-    },
-    /// A lost node is back in service.
-    NodeUp {
-        time_us: u64,
-        node: NodeId,
-    },
-    /// An execution backend's inventory: the fixed pools hold at least this many nodes.
-    Inventory {
-        time_us: u64,
-        rollout: u32,
-        training: u32,
-    },
-    /// The periodic consolidation pass over every job that runs alone.
-    Consolidate {
-        time_us: u64,
-    },
-}
-
-impl Record {
-    pub fn time_us(&self) -> u64 {
-        match self {
-            Record::Submit { time_us, .. }
-            | Record::Cancel { time_us, .. }
-            | Record::Finish { time_us, .. }
-            | Record::Fail { time_us, .. }
-            | Record::NodeDown { time_us, .. }
-            | Record::NodeUp { time_us, .. }
-            | Record::Inventory { time_us, .. }
-            | Record::Consolidate { time_us } => *time_us,
-        }
-    }
-}
-
-#[derive(Debug, Error, PartialEq)]
-pub enum PlaneError {
-    #[error("`{field}`: {reason}")]
-    Invalid { field: String, reason: String },
-    #[error("job `{0}` not found")]
-    NotFound(String),
-    #[error("job `{0}` already exists and is active")]
-    Duplicate(String),
-    #[error("job `{job}`: {reason}")]
-    Conflict { job: String, reason: String },
-    #[error("cannot place job: {0}")]
-    Placement(String),
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum JobState {
-    /// Waiting for room in fixed pools (see [`Plane::queue`]).
-    Queued,
-    Running,
-    Completed,
-    Cancelled,
-    Failed,
-    /// This admission was preempted for another job; the job waits in the queue again and
-    /// resumes from its last completed iteration.
-    Preempted,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct JobEntry {
-    pub name: String,
-    pub tenant: String,
-    pub id: JobId,
-    pub spec: JobSpec,
-    pub slo: f64,
-    /// `None`: runs until cancelled.
-    pub iterations: Option<u64>,
-    pub state: JobState,
-    pub decision: Option<Decision>,
-    /// What the job may run now and ask for next (one phase at a time on-policy; with
-    /// staleness a rollout beside a training).
-    #[serde(default)]
-    pub gate: Gate,
-    /// A snapshot written before lanes held the gate as these two (read once by `restore`).
-    #[serde(default, skip_serializing, rename = "granted")]
-    legacy_granted: Option<(Phase, u64)>,
-    #[serde(default, skip_serializing, rename = "next")]
-    legacy_next: Option<(Phase, u64)>,
-    pub completed_iterations: u64,
-    pub failure: Option<String>,
-    pub submitted_us: u64,
-    /// Current estimate (conservative at first, then re-estimated from measured phases).
-    pub estimate: PhaseTimes,
-    /// The submission as made (re-admission after a node failure resubmits it).
-    pub submit: SubmitSpec,
-    #[serde(skip)]
-    measured: Measured,
-    /// When the job became ready for its next phase (admission or its last finish): a grant's
-    /// wait is measured from here.
-    #[serde(skip)]
-    ready_us: u64,
-    /// When its current iteration started (admission or its last training finish).
-    #[serde(skip)]
-    iteration_started_us: u64,
-}
-
-/// Recent measured (rollout, training) durations.
-type Measured = (VecDeque<Micros>, VecDeque<Micros>);
-
-impl JobEntry {
-    /// The phase granted now, rollout first (on-policy the only one; see `gate.grants()`).
-    pub fn granted(&self) -> Option<(Phase, u64)> {
-        self.gate.grants().first().copied()
-    }
-
-    /// The next phase in iteration order (on-policy: the barrier's one next phase).
-    pub fn next(&self) -> (Phase, u64) {
-        self.gate.next()
-    }
-
-    /// How much longer its SLO allows this admission to have taken than it has: its allowed
-    /// slowdown times its solo time for the iterations done (at its current estimate, with its
-    /// staleness), less the time from admission to its last training's end. Slack banked by
-    /// earlier admissions is not carried (a move is judged more strictly, never less).
-    pub fn banked_slack(&self) -> Micros {
-        let done = self.completed_iterations.saturating_sub(self.submit.resume_from.unwrap_or(0));
-        let solo = weave_dispatch::timing::solo_period(self.estimate.rollout, self.estimate.train, self.gate.staleness);
-        let allowed = Micros(solo.0.saturating_mul(done)).scale(self.slo);
-        let taken = if done == 0 { 0 } else { self.iteration_started_us.saturating_sub(self.submitted_us) };
-        allowed.saturating_sub(Micros(taken))
-    }
-
-    /// Whether the estimate comes from the job's own measurements (both phases seen).
-    pub fn measured_estimate(&self) -> bool {
-        !self.measured.0.is_empty() && !self.measured.1.is_empty()
-    }
-
-    /// The job's re-admission from its last completed iteration (after a node failure or a
-    /// consolidation move): its submission resuming there, and what it measured of itself,
-    /// which outlives its nodes and places the new admission.
-    fn resubmission(&self) -> (SubmitSpec, Option<(PhaseTimes, Measured)>) {
-        let mut resubmit = self.submit.clone();
-        resubmit.resume_from = (self.completed_iterations > 0).then_some(self.completed_iterations);
-        let carried = self.measured_estimate().then(|| (self.estimate, self.measured.clone()));
-        (resubmit, carried)
-    }
-}
+pub use record::{limits, LaunchSpec, PlaneError, Record, SubmitSpec, DEFAULT_SLO};
 
 /// What happened, for clients and tests (grants, finishes with their metadata, endings).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -638,7 +253,7 @@ impl Plane {
                 }
                 let id = JobId(self.names.len() as u32);
                 let spec = job.to_spec(id, Micros(*time_us))?;
-                let slo = spec.slo.map(|s| s.get()).unwrap_or(DEFAULT_SLO);
+                let slo = job.allowed_slowdown();
                 match self.placer.preview(&self.place_job(&spec, slo, job)) {
                     Ok(_) => Ok(()),
                     // Fixed pools full now: it waits, unless it can never fit.
@@ -872,7 +487,7 @@ impl Plane {
     ) -> Result<(), PlaneError> {
         let id = JobId(self.names.len() as u32);
         let spec = submit.to_spec(id, Micros(time_us))?;
-        let slo = spec.slo.map(|s| s.get()).unwrap_or(DEFAULT_SLO);
+        let slo = submit.allowed_slowdown();
         let mut place = self.place_job(&spec, slo, submit);
         let start = submit.resume_from.unwrap_or(0);
         let remaining = submit.iterations.map(|n| n.saturating_sub(start));
@@ -892,6 +507,8 @@ impl Plane {
             _ => None,
         };
         let target = target.or(pairing.as_ref().map(|_| Target::Isolated));
+        // The dispatcher's member is the job as admission saw it (measured costs included).
+        let seen = place.clone();
         let decision = match target {
             Some(t) => match self.placer.admit_to(place.clone(), t) {
                 Ok(d) => Ok(d),
@@ -900,19 +517,9 @@ impl Plane {
             None => self.placer.admit(place),
         }
         .map_err(|e: PlaceError| PlaneError::Placement(e.to_string()))?;
-        let iterations = submit.iterations;
-        let pool = decision.training_nodes.len().max(1) as u64;
-        let mut member = member_spec(&spec, vec![decision.block], &self.cluster, true, iterations);
-        if decision.kind == DecisionKind::Colocated {
-            // Co-located: the job updates its weights in place.
-            member.sync = Micros::ZERO;
-        }
-        member.start_iteration = start;
-        // A co-located job's phases share its GPUs: it runs on-policy whatever it allows.
-        member.staleness = if decision.kind == DecisionKind::Colocated { 0 } else { spec.staleness };
+        let member = seen.member(&decision, true, submit.iterations, start);
         let staleness = member.staleness;
-        member.train_state =
-            weave_core::Bytes(weave_model::job_training_state(&spec).0 * spec.train_nodes as u64 / pool);
+        let iterations = submit.iterations;
         let group = decision.group;
         self.names.push(submit.id.clone());
         self.jobs.insert(
@@ -956,59 +563,6 @@ impl Plane {
         Ok(())
     }
 
-    fn finish(
-        &mut self,
-        time_us: u64,
-        name: &str,
-        phase: Phase,
-        iteration: u64,
-        duration: Micros,
-        meta: Option<serde_json::Value>,
-    ) {
-        let j = self.jobs.get_mut(name).expect("checked");
-        j.gate.finish(phase, iteration);
-        let kept = if phase == Phase::Rollout { &mut j.measured.0 } else { &mut j.measured.1 };
-        kept.push_back(duration);
-        if kept.len() > MEASURED_KEPT {
-            kept.pop_front();
-        }
-        j.ready_us = time_us;
-        if phase == Phase::Train {
-            j.completed_iterations = iteration + 1;
-            // Its own iteration: what the job would take alone (pipelined with its staleness),
-            // against the time since its last training ended.
-            // Its first iteration has nothing to overlap with.
-            let roll = j.measured.0.back().copied().unwrap_or(Micros::ZERO);
-            let first = iteration == j.submit.resume_from.unwrap_or(0);
-            let own = weave_dispatch::timing::solo_period(roll, duration, if first { 0 } else { j.gate.staleness });
-            let wall = time_us.saturating_sub(j.iteration_started_us);
-            self.stats.iterations += 1;
-            if wall as f64 <= j.slo * own.0 as f64 {
-                self.stats.iterations_within_slo += 1;
-            }
-            j.iteration_started_us = time_us;
-        }
-        // Robust re-estimation: the median of recent measurements, once there are some.
-        let median = |v: &VecDeque<Micros>| {
-            let mut s: Vec<Micros> = v.iter().copied().collect();
-            s.sort_unstable();
-            s.get(s.len() / 2).copied()
-        };
-        if let (Some(r), Some(t)) = (median(&j.measured.0), median(&j.measured.1)) {
-            j.estimate = PhaseTimes { rollout: r, train: t };
-            let (id, est) = (j.id, j.estimate);
-            let remaining = j.iterations.map(|n| n.saturating_sub(j.completed_iterations));
-            let variation = measured_variation(&j.measured, est, remaining, self.slo_z);
-            self.placer.update_measured(id, est);
-            self.placer.update_variation(id, variation);
-        }
-        let (id, group) = (self.jobs[name].id, self.group_of(name));
-        self.event(PlaneEvent { meta, ..ev(time_us, name, "finish", Some(phase), Some(iteration), group) });
-        if let Some(g) = group {
-            self.drive(time_us, g, Input::PhaseFinished { job: id, phase, iteration });
-        }
-    }
-
     fn group_of(&self, name: &str) -> Option<GroupId> {
         self.jobs.get(name).and_then(|j| j.decision.as_ref()).map(|d| d.group)
     }
@@ -1035,136 +589,6 @@ impl Plane {
             self.ended(name);
         }
     }
-
-    fn depart(&mut self, g: GroupId, id: JobId) {
-        if let Ok(d) = self.placer.depart(id) {
-            if d.dissolved {
-                self.dispatchers.remove(&g);
-            } else if self.churn.is_some() && self.placer.group(g).is_some_and(|grp| grp.runs_alone()) {
-                self.lone_pending.push(g);
-            }
-        }
-    }
-
-    /// Feeds an input and everything it causes to a group's dispatcher.
-    fn drive(&mut self, time_us: u64, g: GroupId, first: Input) {
-        let now = Micros(time_us);
-        let mut queue = VecDeque::from([first]);
-        // A switch the dispatcher planned before a grant: the grant's event says which.
-        let mut switches: BTreeMap<JobId, (SwitchKind, Micros)> = BTreeMap::new();
-        while let Some(input) = queue.pop_front() {
-            let Some(d) = self.dispatchers.get_mut(&g) else { return };
-            let actions = match d.handle(now, input) {
-                Ok(a) => a,
-                // Only checked inputs reach here; a refusal means the job already left.
-                Err(_) => continue,
-            };
-            for a in actions {
-                match a {
-                    Action::BeginSwitch { job, phase, iteration, kind, duration, .. } => {
-                        if self.grant_detail {
-                            switches.insert(job, (kind, duration));
-                        }
-                        queue.push_back(Input::SwitchFinished { job, phase, iteration })
-                    }
-                    Action::BeginSync { job, iteration, .. } => queue.push_back(Input::SyncFinished { job, iteration }),
-                    Action::StartRollout { job, iteration, weights, .. } => {
-                        self.grant(time_us, job, (Phase::Rollout, iteration, weights), g, switches.remove(&job))
-                    }
-                    Action::StartTraining { job, iteration } => {
-                        self.grant(time_us, job, (Phase::Train, iteration, 0), g, switches.remove(&job))
-                    }
-                    Action::Completed { job, .. } => {
-                        let name = self.names[job.0 as usize].clone();
-                        if let Some(j) = self.jobs.get_mut(&name) {
-                            j.state = JobState::Completed;
-                        }
-                        self.event(ev(time_us, &name, "completed", None, None, Some(g)));
-                        self.depart(g, job);
-                        self.ended(&name);
-                    }
-                }
-            }
-        }
-        self.follow_order(time_us, g);
-    }
-
-    /// The group's dispatcher follows the cyclic order of the placer's current prediction
-    /// (what admission predicted is what runs): after a join, a departure or re-estimation.
-    fn follow_order(&mut self, time_us: u64, g: GroupId) {
-        let (Some(group), Some(d)) = (self.placer.group(g), self.dispatchers.get(&g)) else { return };
-        if let Some(reorder) = group.reorder(d) {
-            self.drive(time_us, g, reorder);
-        }
-    }
-
-    /// Grants `phase` of `iteration` (a rollout sampling weights version `weights`); `switch`
-    /// is the state load the dispatcher planned before it (the job does it at the start of its
-    /// phase), told in the event's `meta` with the wait when grant detail is on. A stale
-    /// job's rollout grant tells its weights version in `meta` always (its driver needs it).
-    fn grant(
-        &mut self,
-        time_us: u64,
-        job: JobId,
-        (phase, iteration, weights): (Phase, u64, u64),
-        g: GroupId,
-        switch: Option<(SwitchKind, Micros)>,
-    ) {
-        let name = self.names[job.0 as usize].clone();
-        let mut wait = 0;
-        let mut stale = false;
-        if let Some(j) = self.jobs.get_mut(&name) {
-            j.gate.grant(phase, iteration, weights);
-            stale = j.gate.staleness > 0;
-            let k = (phase == Phase::Train) as usize;
-            wait = time_us.saturating_sub(j.ready_us);
-            self.stats.grants[k] += 1;
-            self.stats.wait_us[k] += wait;
-        }
-        let mut meta = self.grant_detail.then(|| {
-            let mut meta = serde_json::json!({ "wait_s": wait as f64 / 1e6 });
-            if let Some((kind, d)) = switch {
-                meta["switch"] = serde_json::json!(if kind == SwitchKind::Warm { "warm" } else { "cold" });
-                meta["switch_planned_s"] = serde_json::json!(d.as_secs_f64());
-            }
-            meta
-        });
-        if stale && phase == Phase::Rollout {
-            meta.get_or_insert_with(|| serde_json::json!({}))["weights"] = serde_json::json!(weights);
-        }
-        self.event(PlaneEvent { meta, ..ev(time_us, &name, "grant", Some(phase), Some(iteration), Some(g)) });
-    }
-
-    /// Whether `name` may start `phase` of `iteration` now: `Ok(true)` granted, `Ok(false)`
-    /// not yet (it is the lane's next phase within the job's staleness bound; wait), `Err`
-    /// the request breaks the barrier or the bound.
-    pub fn may_start(&self, name: &str, phase: Phase, iteration: u64) -> Result<bool, PlaneError> {
-        if let Some(waiting) = self.queued_may_start(name, phase, iteration) {
-            return waiting;
-        }
-        let j = self.running(name)?;
-        j.gate.may_ask(phase, iteration).map_err(|r| PlaneError::Conflict { job: name.into(), reason: r.0 })?;
-        Ok(j.gate.is_granted(phase, iteration))
-    }
-}
-
-/// What a job's own measurements say about its variation: each measured iteration as factors
-/// of the median estimate (rollouts and trainings paired by age); empty until three of each.
-fn measured_variation(measured: &Measured, est: PhaseTimes, remaining: Option<u64>, z: f64) -> Variation {
-    let n = measured.0.len().min(measured.1.len());
-    let samples: Vec<(f64, f64)> = if n < 3 {
-        Vec::new()
-    } else {
-        let f = |m: Micros, e: Micros| m.0 as f64 / e.0.max(1) as f64;
-        measured
-            .0
-            .iter()
-            .rev()
-            .zip(measured.1.iter().rev())
-            .map(|(r, t)| (f(*r, est.rollout), f(*t, est.train)))
-            .collect()
-    };
-    Variation { samples: samples.into(), iterations: remaining.unwrap_or(100).max(1), z }
 }
 
 fn ev(

@@ -5,18 +5,21 @@
 //! back from checkpoints.
 
 use crate::dynamics::{exp_wait, Regroup};
-use crate::metrics::{JobOutcome, Metrics};
+use crate::metrics::Metrics;
 use crate::workload::{draw_iteration, SimJob, SoloPipeline};
 use crate::{CapacityMode, EventRecord, SimConfig};
-use rand::Rng;
 use std::collections::{BTreeMap, VecDeque};
 use weave_core::{ClusterConfig, EventQueue, GroupId, JobId, Micros, PhaseTimes, Pool};
-use weave_dispatch::{Action, Dispatcher, GroupLimits, Input, MemberSpec, Phase};
-use weave_model::{named_stream, Stream, SwitchKind};
+use weave_dispatch::{Action, Dispatcher, Input, Phase};
+use weave_model::{named_stream, Stream};
 use weave_place::consolidate;
-use weave_place::{PlaceError, PlaceJob, PlacePolicy, Placer, PlacerConfig, Target};
+use weave_place::{PlacePolicy, Placer, PlacerConfig};
 
+mod admission;
 mod consolidation;
+mod failures;
+mod long_tail;
+mod outcome;
 mod sharing;
 
 /// An event. Kept small: the heap moves these around a lot.
@@ -426,60 +429,6 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// At a rollout's migration trigger: if another job waits for the block, move the
-    /// stragglers to a few workers and hand the block on; otherwise finish in place.
-    fn migration_point(&mut self, i: usize, iteration: u64) {
-        let s = self.states[i].as_ref().expect("running job");
-        let p = s.placed.expect("placed");
-        let (start, d) = (s.rollout_started, s.rollout_plain);
-        let gpus_on_block = p.block_width * self.gpus().0;
-        let waiting = self.dispatchers.get(&p.group).is_some_and(|disp| disp.rollout_waiting(p.block, JobId(i as u32)));
-        let shape = self.jobs[i].migration;
-        if waiting && self.can_afford_migration(i, iteration) {
-            let end = start + d.scale(shape.end);
-            let release = self.now.saturating_sub(start);
-            self.stragglers.insert((p.group, p.block), (end, shape.share));
-            self.charge_busy(
-                p.group,
-                Pool::Rollout,
-                gpus_on_block,
-                release + end.saturating_sub(self.now).scale(shape.share),
-            );
-            self.metrics.events.long_tail_migrations += 1;
-            self.push(self.now, 1, i, What::Release, iteration);
-            self.push(end, 1, i, What::Phase(Phase::Rollout), iteration);
-        } else {
-            self.charge_busy(p.group, Pool::Rollout, gpus_on_block, d);
-            self.push(start + d, 1, i, What::Phase(Phase::Rollout), iteration);
-        }
-    }
-
-    /// Long-tail migration frees the block for the next job but makes this rollout end later.
-    /// It is used only where the delay is absorbed: the job's own cycle with the longer
-    /// rollout still fits in the group's predicted meta-iteration (it is not on the critical
-    /// path, so nobody's period grows), and the job stays within its SLO budget (its life so
-    /// far, this iteration and the delay, against its solo time so far, with a margin).
-    fn can_afford_migration(&self, i: usize, iteration: u64) -> bool {
-        let job = &self.jobs[i];
-        let s = self.states[i].as_ref().expect("running job");
-        let Some(p) = s.placed else { return false };
-        let Some(g) = self.placer.group(p.group) else { return false };
-        let Some(m) = g.members.iter().find(|m| m.job.id.0 as usize == i) else { return false };
-        let own = m.job.timing_member(m.block, g.train_width(), self.resident);
-        let sw = |ph| own.costs.get(ph, if self.resident { SwitchKind::Warm } else { SwitchKind::Cold });
-        let cycle = own.rollout.scale(job.migration.end) + own.train + own.sync + sw(Phase::Rollout) + sw(Phase::Train);
-        if cycle > g.prediction.meta_iteration {
-            return false;
-        }
-        let d = s.rollout_plain;
-        let delay = d.scale(job.migration.end - 1.0);
-        let (drawn, _) = s.drawn(iteration, job);
-        let this = job.solo_iteration(drawn, iteration);
-        let rest_of_iteration = s.rollout_started + d + drawn.train + job.sync;
-        let life = (rest_of_iteration + delay).saturating_sub(s.first_admitted);
-        life.0 as f64 <= MIGRATION_SLO_MARGIN * job.slo * (s.solo_sum + this).0 as f64
-    }
-
     /// Co-located mode and consolidation (full Weave): the placer's setting.
     fn colocation(&self) -> bool {
         self.placer.config().colocate
@@ -537,179 +486,6 @@ impl<'a> Engine<'a> {
         self.states[i].as_ref().is_some_and(|s| s.epoch == ev.epoch && s.placed.is_some_and(|p| p.group == ev.group))
     }
 
-    fn admit_or_wait(&mut self, i: usize) {
-        if self.never_fits(i) {
-            // As the server refuses it (409): waiting, it would hold up the queue for good.
-            self.metrics.rejected += 1;
-            return;
-        }
-        if self.sharing() {
-            self.waiting.push_back(i);
-            self.schedule_queue();
-            return;
-        }
-        if self.pair_on_arrival(i) {
-            return;
-        }
-        if self.admit(i).is_err() {
-            self.waiting.push_back(i);
-        }
-    }
-
-    /// Whether job `i` needs more nodes than the fixed pools have.
-    fn never_fits(&self, i: usize) -> bool {
-        let s = &self.jobs[i].spec;
-        self.placer.config().capacity.is_some_and(|(r, t)| s.rollout_nodes > r || s.train_nodes > t)
-    }
-
-    /// The estimate admission uses: conservative at first, re-estimated from measurements.
-    fn estimate(&self, i: usize) -> PhaseTimes {
-        let job = &self.jobs[i];
-        match self.states[i].as_ref() {
-            Some(s) if self.cfg.reestimate && !s.measured.is_empty() => median(&s.measured),
-            _ => job.place.times,
-        }
-    }
-
-    /// Job `i`'s placement view with its current estimate.
-    fn place_job(&self, i: usize) -> PlaceJob {
-        let mut place = self.jobs[i].place.clone();
-        place.times = self.estimate(i);
-        place.variation = self.variations[i].clone();
-        place
-    }
-
-    /// Tries to place job `i`; `Err` when it must wait for capacity.
-    fn admit(&mut self, i: usize) -> Result<(), ()> {
-        self.admit_at(i, None)
-    }
-
-    /// Places job `i` where admission decides (`target` = `None`) or at `target`; `Err` when
-    /// it must wait for capacity or the target is not feasible.
-    fn admit_at(&mut self, i: usize, target: Option<Target>) -> Result<(), ()> {
-        let job = &self.jobs[i];
-        let place = self.place_job(i);
-        let placed = match target {
-            None => self.placer.admit(place),
-            Some(t) => self.placer.admit_to(place, t),
-        };
-        let decision = match placed {
-            Ok(d) => d,
-            Err(PlaceError::NoCapacity(_)) => return Err(()),
-            Err(PlaceError::Infeasible { .. }) => return Err(()),
-            Err(_) => {
-                self.metrics.rejected += 1;
-                return Ok(());
-            }
-        };
-        let colocated = decision.kind == weave_place::DecisionKind::Colocated;
-        // The admission split counts where jobs start; moves and restarts are counted apart.
-        if self.states[i].as_ref().is_none_or(|s| s.epoch == 0) {
-            self.metrics.admitted(decision.kind);
-        }
-        self.record_nodes();
-        let placed = Placed {
-            group: decision.group,
-            block: decision.block,
-            block_width: decision.rollout_nodes.len() as u32,
-            pool_width: decision.training_nodes.len() as u32,
-            colocated,
-        };
-        let now = self.now;
-        let seed = self.cfg.seed;
-        let s = self.states[i].get_or_insert_with(|| JobState {
-            rng: job.runtime_stream(seed),
-            fail_rng: named_stream(seed, "job-failure", i as u64),
-            draws: BTreeMap::new(),
-            lag: (0, 0),
-            first_admitted: now,
-            last_train_end: now,
-            solo_sum: Micros::ZERO,
-            within_slo: 0,
-            solo_pipeline: SoloPipeline::default(),
-            at_checkpoint: (Micros::ZERO, 0, SoloPipeline::default()),
-            preempted: (0, 0),
-            train_busy_unsaved: 0,
-            done: 0,
-            checkpoint: 0,
-            fresh: true,
-            placed: None,
-            epoch: 0,
-            measured: VecDeque::new(),
-            restarts: 0,
-            last_move: None,
-            admitted_at: now,
-            excused: false,
-            predicted: 0.0,
-            rollout_started: Micros::ZERO,
-            rollout_plain: Micros::ZERO,
-            train_started: Micros::ZERO,
-        });
-        // Queueing delay counts the first admission only (epoch 0: never placed before).
-        let first = s.epoch == 0;
-        if first {
-            self.metrics.queue_delays.push(now.saturating_sub(job.spec.arrival));
-        }
-        s.admitted_at = now;
-        s.placed = Some(placed);
-        s.predicted = decision.slowdowns.iter().find(|(j, _)| j.0 as usize == i).map_or(0.0, |(_, x)| *x);
-        s.epoch += 1;
-        s.fresh = true;
-        s.last_train_end = now;
-        let start_iteration = s.done;
-        self.running += 1;
-        if first {
-            self.share_first_admission(i, now.saturating_sub(job.spec.arrival));
-        }
-        if first && self.cfg.fixed_lifetimes {
-            self.push(job.spec.arrival + job.lifetime(), CLASS_OTHER, i, What::LifetimeOver, 0);
-        }
-        if let Some(f) = self.cfg.failures {
-            let s = self.states[i].as_mut().expect("just set");
-            let wait = exp_wait(f.job_rate_per_hour, &mut s.fail_rng);
-            self.push(now + wait, CLASS_OTHER, i, What::JobFailure, 0);
-        }
-        let spec = MemberSpec {
-            job: JobId(i as u32),
-            rollout_nodes: vec![decision.block],
-            costs: job.place.costs,
-            // Co-located: the update is local (the profile includes it).
-            sync: if colocated { Micros::ZERO } else { job.sync },
-            resident: self.resident,
-            // Co-located, both phases take turns on the same GPUs: on-policy.
-            staleness: if colocated { 0 } else { job.spec.staleness },
-            rollout_state: job.place.rollout_state,
-            train_state: weave_core::Bytes(job.place.train_state_total.0 / placed.pool_width.max(1) as u64),
-            // Fixed lifetimes: the job runs until its lifetime is over.
-            iterations: (!self.cfg.fixed_lifetimes).then_some(job.iterations),
-            start_iteration,
-        };
-        let limits = GroupLimits {
-            rollout_dram: self.cluster.rollout.host_dram(),
-            train_dram: self.cluster.training.host_dram(),
-        };
-        let logging = self.cfg.events;
-        let d = self.dispatchers.entry(decision.group).or_insert_with(|| {
-            let mut d = Dispatcher::new(limits);
-            d.set_logging(logging);
-            d
-        });
-        let actions =
-            d.handle(self.now, Input::Join(spec)).expect("the placer checked residency with the same figures");
-        self.apply(decision.group, actions);
-        self.follow_order(decision.group);
-        Ok(())
-    }
-
-    /// The group's dispatcher follows the cyclic order of the placer's current prediction
-    /// (what admission predicted is what runs).
-    fn follow_order(&mut self, g: GroupId) {
-        let (Some(group), Some(d)) = (self.placer.group(g), self.dispatchers.get_mut(&g)) else { return };
-        let Some(reorder) = group.reorder(d) else { return };
-        let actions = d.handle(self.now, reorder).expect("a reorder is always accepted");
-        self.apply(g, actions);
-    }
-
     /// Feeds one input to a group's dispatcher; true if a job completed.
     fn dispatch(&mut self, g: GroupId, input: Input) -> bool {
         let finished_iteration = match input {
@@ -740,55 +516,6 @@ impl<'a> Engine<'a> {
             self.follow_order(g);
         }
         completed
-    }
-
-    fn iteration_done(&mut self, i: usize, iteration: u64) {
-        let job = &self.jobs[i];
-        let s = self.states[i].as_mut().expect("running job");
-        let took = self.now.saturating_sub(s.last_train_end);
-        let (drawn, _) = s.draws.remove(&iteration).unwrap_or((job.disagg, job.colo));
-        let restart = s.fresh && iteration > 0 && s.excused;
-        let solo = if job.spec.staleness == 0 {
-            let solo = job.solo_iteration(drawn, iteration);
-            // A restart after a failure paid a cold start, as a solo restart would.
-            solo + if restart { job.cold_start } else { Micros::ZERO }
-        } else {
-            if restart {
-                // A solo run restarting from its checkpoint refills its pipeline too.
-                s.solo_pipeline = SoloPipeline::default();
-            }
-            let mut d = drawn;
-            if iteration == 0 || restart {
-                // Each lane loads its state cold before its first phase, as the solo run's do.
-                d.rollout += job.place.costs.rollout_cold;
-                d.train += job.place.costs.train_cold;
-            }
-            s.solo_pipeline.next(job.spec.staleness, d, job.sync_after(iteration))
-        };
-        s.fresh = false;
-        s.excused = false;
-        s.solo_sum += solo;
-        if took.0 as f64 <= job.slo * solo.0 as f64 {
-            s.within_slo += 1;
-        }
-        s.done = iteration + 1;
-        s.last_train_end = self.now;
-        let every = match (&self.cfg.failures, &self.cfg.share) {
-            (Some(f), _) => Some(f.checkpoint_every),
-            (None, Some(p)) => Some(p.checkpoint_every),
-            _ => None,
-        };
-        if every.is_some_and(|e| s.done.is_multiple_of(e.max(1))) {
-            s.save_checkpoint();
-        }
-        s.measured.push_back(drawn);
-        if s.measured.len() > MEASURED_KEPT {
-            s.measured.pop_front();
-        }
-        if self.cfg.reestimate {
-            let est = median(&s.measured);
-            self.placer.update_times(JobId(i as u32), est);
-        }
     }
 
     fn apply(&mut self, g: GroupId, actions: impl IntoIterator<Item = Action>) {
@@ -894,52 +621,6 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn complete(&mut self, job: JobId) {
-        let i = job.0 as usize;
-        self.forget_drain(i);
-        let s = self.states[i].take().expect("running job");
-        self.record_outcome(i, &s, false);
-        let g = s.placed.expect("placed").group;
-        self.release(job, g);
-    }
-
-    /// Fixed lifetimes: job `i` leaves now, with the iterations it finished (its current one
-    /// is cut); true if it was still there.
-    fn lifetime_over(&mut self, i: usize) -> bool {
-        if self.states[i].is_none() {
-            return false;
-        }
-        self.unplace(i);
-        self.waiting.retain(|&w| w != i);
-        let s = self.states[i].take().expect("known job");
-        self.record_outcome(i, &s, false);
-        true
-    }
-
-    fn record_outcome(&mut self, i: usize, s: &JobState, failed: bool) {
-        let spec = &self.jobs[i];
-        let life = self.now.saturating_sub(s.first_admitted);
-        self.metrics.jobs.push(JobOutcome {
-            name: spec.spec.name.clone(),
-            slo: spec.slo,
-            iterations: s.done,
-            slowdown: life.0 as f64 / s.solo_sum.0.max(1) as f64,
-            iterations_within_slo: s.within_slo,
-            queued: s.first_admitted.saturating_sub(spec.spec.arrival),
-            predicted_slowdown: s.predicted,
-            placements: s.epoch.div_ceil(2).max(1),
-            reclaimed: s.preempted.0,
-            outranked: s.preempted.1,
-            passed_over: self.share.as_ref().is_some_and(|sh| sh.passed_over.contains(&i)),
-            staleness: spec.spec.staleness,
-            versions_behind: (spec.spec.staleness > 0).then(|| s.lag.0 as f64 / s.lag.1.max(1) as f64),
-        });
-        if failed {
-            self.metrics.events.failed_permanently += 1;
-        }
-        self.metrics.end = self.now;
-    }
-
     /// The job has left its dispatcher: free its place and let waiting jobs in.
     fn release(&mut self, job: JobId, g: GroupId) {
         self.running -= 1;
@@ -958,19 +639,6 @@ impl<'a> Engine<'a> {
         // a consolidation move they are the mover's until it is placed again.
         if !self.consolidating {
             self.admit_waiting();
-        }
-    }
-
-    fn admit_waiting(&mut self) {
-        if self.sharing() {
-            self.schedule_queue();
-            return;
-        }
-        while let Some(&next) = self.waiting.front() {
-            if self.admit(next).is_err() {
-                break;
-            }
-            self.waiting.pop_front();
         }
     }
 
@@ -994,169 +662,9 @@ impl<'a> Engine<'a> {
             }
         }
     }
-
-    fn fail(&mut self, i: usize) {
-        let Some(f) = self.cfg.failures else { return };
-        self.unplace(i);
-        let s = self.states[i].as_mut().expect("known job");
-        self.metrics.events.lost_iterations += s.done - s.checkpoint;
-        s.done = s.checkpoint;
-        // The failure threw that work away, not a later preemption.
-        s.train_busy_unsaved = 0;
-        s.excused = true;
-        s.restarts += 1;
-        self.metrics.events.restarts += 1;
-        if s.restarts > f.max_restarts {
-            let s = self.states[i].take().expect("known job");
-            self.record_outcome(i, &s, true);
-        } else {
-            self.pending_readmits += 1;
-            self.push(self.now + f.restart_delay, CLASS_OTHER, i, What::Readmit, 0);
-        }
-    }
-
-    /// A random held node fails: every job with state on it fails.
-    fn node_failure(&mut self) {
-        let (r, t) = self.placer.nodes_in_use();
-        if r + t == 0 {
-            return;
-        }
-        let mut u = self.node_rng.random_range(0..r + t);
-        let mut victims: Vec<usize> = Vec::new();
-        'groups: for g in self.placer.groups() {
-            for b in &g.blocks {
-                let n = b.nodes.len() as u32;
-                if u < n {
-                    victims.extend(g.members.iter().filter(|m| m.block == b.id).map(|m| m.job.id.0 as usize));
-                    break 'groups;
-                }
-                u -= n;
-            }
-            let n = g.training_nodes.len() as u32;
-            if u < n {
-                victims.extend(g.members.iter().map(|m| m.job.id.0 as usize));
-                break;
-            }
-            u -= n;
-        }
-        self.metrics.events.node_failures += 1;
-        for v in victims {
-            self.fail(v);
-        }
-    }
-
-    /// If group `g` violates a member's SLO under current estimates, moves one member out:
-    /// the one whose departure leaves the rest with the smallest worst slowdown.
-    fn repair(&mut self, g: GroupId) {
-        let Some(group) = self.placer.group(g) else { return };
-        if group.members.len() < 2 {
-            return;
-        }
-        let violating =
-            group.members.iter().enumerate().any(|(k, m)| {
-                group.prediction.coexec[k].0 as f64 > m.job.slo * m.job.solo().0 as f64 * VIOLATION_MARGIN
-            });
-        if !violating {
-            return;
-        }
-        let cooldown = Micros(2 * Micros::PER_HOUR);
-        let mut best: Option<(f64, usize)> = None;
-        for (k, m) in group.members.iter().enumerate() {
-            let i = m.job.id.0 as usize;
-            if self.states[i].as_ref().and_then(|s| s.last_move).is_some_and(|t| self.now.saturating_sub(t) < cooldown)
-            {
-                continue;
-            }
-            let rest: Vec<_> = group
-                .members
-                .iter()
-                .enumerate()
-                .filter(|(x, _)| *x != k)
-                .map(|(_, o)| o.job.timing_member(o.block, group.train_width(), self.resident))
-                .collect();
-            let p = weave_place::group::predict(&rest);
-            let worst = group
-                .members
-                .iter()
-                .filter(|o| o.job.id != m.job.id)
-                .zip(&p.coexec)
-                .map(|(o, c)| c.0 as f64 / (o.job.slo * o.job.solo().0 as f64))
-                .fold(0.0, f64::max);
-            if best.is_none_or(|(b, _)| worst < b) {
-                best = Some((worst, i));
-            }
-        }
-        if let Some((_, i)) = best {
-            self.migrate(i);
-        }
-    }
-
-    fn migrate(&mut self, i: usize) {
-        self.unplace(i);
-        let s = self.states[i].as_mut().expect("known job");
-        s.last_move = Some(self.now);
-        self.metrics.events.migrations += 1;
-        self.admit_or_wait(i);
-    }
-
-    /// The periodic policy: repair violating groups, then re-pack everything if a fresh
-    /// packing saves more over the horizon than moving costs.
-    fn periodic_regroup(&mut self) {
-        let Regroup::Periodic { horizon, .. } = self.cfg.regroup else { return };
-        let groups: Vec<GroupId> = self.placer.groups().map(|g| g.id).collect();
-        for g in groups {
-            self.repair(g);
-        }
-        let running: Vec<usize> =
-            (0..self.jobs.len()).filter(|&i| self.states[i].as_ref().is_some_and(|s| s.placed.is_some())).collect();
-        if running.len() < 2 {
-            return;
-        }
-        let mut scratch = Placer::new(self.placer.config().clone());
-        for &i in &running {
-            let mut p = self.jobs[i].place.clone();
-            p.times = self.estimate(i);
-            if scratch.admit(p).is_err() {
-                return;
-            }
-        }
-        let saving = (self.placer.hourly_cost() - scratch.hourly_cost()).as_dollars();
-        if saving <= 0.0 {
-            return;
-        }
-        // Moving a job costs a cold start on its nodes plus, on average, half an iteration.
-        let hour = |t: Micros| t.as_hours_f64();
-        let (pr, pt) =
-            (self.placer.config().rollout_node_price.as_dollars(), self.placer.config().train_node_price.as_dollars());
-        let cost: f64 = running
-            .iter()
-            .map(|&i| {
-                let j = &self.jobs[i];
-                let t = j.cold_start + Micros(j.disagg.solo().0 / 2);
-                hour(t) * (pr * j.spec.rollout_nodes as f64 + pt * j.spec.train_nodes as f64)
-            })
-            .sum();
-        if saving * hour(horizon) <= cost {
-            return;
-        }
-        for &i in &running {
-            self.unplace(i);
-        }
-        for &i in &running {
-            let s = self.states[i].as_mut().expect("known job");
-            s.last_move = Some(self.now);
-            self.metrics.events.migrations += 1;
-            self.admit_or_wait(i);
-        }
-        self.metrics.events.repacks += 1;
-    }
 }
 
-/// Per-phase median of measured iterations.
+/// Per-phase median of measured iterations (callers hold at least one).
 fn median(v: &VecDeque<PhaseTimes>) -> PhaseTimes {
-    let mut r: Vec<Micros> = v.iter().map(|p| p.rollout).collect();
-    let mut t: Vec<Micros> = v.iter().map(|p| p.train).collect();
-    r.sort_unstable();
-    t.sort_unstable();
-    PhaseTimes { rollout: r[r.len() / 2], train: t[t.len() / 2] }
+    PhaseTimes::median_of(v.iter().map(|p| p.rollout), v.iter().map(|p| p.train)).expect("measured iterations")
 }

@@ -234,7 +234,7 @@ impl Plane {
     fn waiting_duration(&self, k: usize) -> Option<Micros> {
         let q = &self.queue[k];
         let spec = q.submit.to_spec(weave_core::JobId(u32::MAX), Micros(q.submitted_us)).ok()?;
-        let slo = spec.slo.map_or(super::DEFAULT_SLO, |s| s.get());
+        let slo = q.submit.allowed_slowdown();
         let times = q.carried.as_ref().map_or_else(|| self.place_job(&spec, slo, &q.submit).times, |c| c.0);
         let remaining = q.submit.iterations.map(|n| n.saturating_sub(q.submit.resume_from.unwrap_or(0)));
         at_slo(times, slo, remaining)

@@ -1,0 +1,122 @@
+//! Driving a group's dispatcher from records: a job's departure, the inputs a record causes
+//! and everything they cause in turn, the group's cyclic order, and the phase grants that
+//! result.
+
+use super::{ev, JobState, Plane, PlaneError, PlaneEvent};
+use std::collections::{BTreeMap, VecDeque};
+use weave_core::{GroupId, JobId, Micros};
+use weave_dispatch::{Action, Input, Phase};
+use weave_model::SwitchKind;
+
+impl Plane {
+    pub(super) fn depart(&mut self, g: GroupId, id: JobId) {
+        if let Ok(d) = self.placer.depart(id) {
+            if d.dissolved {
+                self.dispatchers.remove(&g);
+            } else if self.churn.is_some() && self.placer.group(g).is_some_and(|grp| grp.runs_alone()) {
+                self.lone_pending.push(g);
+            }
+        }
+    }
+
+    /// Feeds an input and everything it causes to a group's dispatcher.
+    pub(super) fn drive(&mut self, time_us: u64, g: GroupId, first: Input) {
+        let now = Micros(time_us);
+        let mut queue = VecDeque::from([first]);
+        // A switch the dispatcher planned before a grant: the grant's event says which.
+        let mut switches: BTreeMap<JobId, (SwitchKind, Micros)> = BTreeMap::new();
+        while let Some(input) = queue.pop_front() {
+            let Some(d) = self.dispatchers.get_mut(&g) else { return };
+            let actions = match d.handle(now, input) {
+                Ok(a) => a,
+                // Only checked inputs reach here; a refusal means the job already left.
+                Err(_) => continue,
+            };
+            for a in actions {
+                match a {
+                    Action::BeginSwitch { job, phase, iteration, kind, duration, .. } => {
+                        if self.grant_detail {
+                            switches.insert(job, (kind, duration));
+                        }
+                        queue.push_back(Input::SwitchFinished { job, phase, iteration })
+                    }
+                    Action::BeginSync { job, iteration, .. } => queue.push_back(Input::SyncFinished { job, iteration }),
+                    Action::StartRollout { job, iteration, weights, .. } => {
+                        self.grant(time_us, job, (Phase::Rollout, iteration, weights), g, switches.remove(&job))
+                    }
+                    Action::StartTraining { job, iteration } => {
+                        self.grant(time_us, job, (Phase::Train, iteration, 0), g, switches.remove(&job))
+                    }
+                    Action::Completed { job, .. } => {
+                        let name = self.names[job.0 as usize].clone();
+                        if let Some(j) = self.jobs.get_mut(&name) {
+                            j.state = JobState::Completed;
+                        }
+                        self.event(ev(time_us, &name, "completed", None, None, Some(g)));
+                        self.depart(g, job);
+                        self.ended(&name);
+                    }
+                }
+            }
+        }
+        self.follow_order(time_us, g);
+    }
+
+    /// The group's dispatcher follows the cyclic order of the placer's current prediction
+    /// (what admission predicted is what runs): after a join, a departure or re-estimation.
+    pub(super) fn follow_order(&mut self, time_us: u64, g: GroupId) {
+        let (Some(group), Some(d)) = (self.placer.group(g), self.dispatchers.get(&g)) else { return };
+        if let Some(reorder) = group.reorder(d) {
+            self.drive(time_us, g, reorder);
+        }
+    }
+
+    /// Grants `phase` of `iteration` (a rollout sampling weights version `weights`); `switch`
+    /// is the state load the dispatcher planned before it (the job does it at the start of its
+    /// phase), told in the event's `meta` with the wait when grant detail is on. A stale
+    /// job's rollout grant tells its weights version in `meta` always (its driver needs it).
+    pub(super) fn grant(
+        &mut self,
+        time_us: u64,
+        job: JobId,
+        (phase, iteration, weights): (Phase, u64, u64),
+        g: GroupId,
+        switch: Option<(SwitchKind, Micros)>,
+    ) {
+        let name = self.names[job.0 as usize].clone();
+        let mut wait = 0;
+        let mut stale = false;
+        if let Some(j) = self.jobs.get_mut(&name) {
+            j.gate.grant(phase, iteration, weights);
+            stale = j.gate.staleness > 0;
+            let k = (phase == Phase::Train) as usize;
+            wait = time_us.saturating_sub(j.ready_us);
+            self.stats.grants[k] += 1;
+            self.stats.wait_us[k] += wait;
+        }
+        let mut meta = self.grant_detail.then(|| {
+            let mut meta = serde_json::json!({ "wait_s": wait as f64 / 1e6 });
+            if let Some((kind, d)) = switch {
+                meta["switch"] = serde_json::json!(if kind == SwitchKind::Warm { "warm" } else { "cold" });
+                meta["switch_planned_s"] = serde_json::json!(d.as_secs_f64());
+            }
+            meta
+        });
+        if stale && phase == Phase::Rollout {
+            meta.get_or_insert_with(|| serde_json::json!({}))["weights"] = serde_json::json!(weights);
+        }
+        self.event(PlaneEvent { meta, ..ev(time_us, &name, "grant", Some(phase), Some(iteration), Some(g)) });
+    }
+
+    /// Whether `name` may start `phase` of `iteration` now: `Ok(true)` granted, `Ok(false)`
+    /// not yet (it is the lane's next phase within the job's staleness bound; wait), `Err`
+    /// the request breaks the barrier or the bound.
+    pub fn may_start(&self, name: &str, phase: Phase, iteration: u64) -> Result<bool, PlaneError> {
+        if let Some(waiting) = self.queued_may_start(name, phase, iteration) {
+            return waiting;
+        }
+        let j = self.running(name)?;
+        j.gate.may_ask(phase, iteration).map_err(|r| PlaneError::Conflict { job: name.into(), reason: r.0 })?;
+        Ok(j.gate.is_granted(phase, iteration))
+    }
+}

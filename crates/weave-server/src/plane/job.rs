@@ -1,0 +1,175 @@
+//! A job as the plane holds it: its admission, its gate, and what it measured of itself
+//! (re-estimation and the SLO statistic of each finished iteration).
+
+use super::{ev, Gate, Plane, PlaneEvent, SubmitSpec};
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+use weave_core::{JobId, JobSpec, Micros, PhaseTimes};
+use weave_dispatch::{Input, Phase};
+use weave_place::{Decision, Variation};
+
+/// Measured phases kept per job for re-estimation.
+const MEASURED_KEPT: usize = 9;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    /// Waiting for room in fixed pools (see [`Plane::queue`]).
+    Queued,
+    Running,
+    Completed,
+    Cancelled,
+    Failed,
+    /// This admission was preempted for another job; the job waits in the queue again and
+    /// resumes from its last completed iteration.
+    Preempted,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JobEntry {
+    pub name: String,
+    pub tenant: String,
+    pub id: JobId,
+    pub spec: JobSpec,
+    pub slo: f64,
+    /// `None`: runs until cancelled.
+    pub iterations: Option<u64>,
+    pub state: JobState,
+    pub decision: Option<Decision>,
+    /// What the job may run now and ask for next (one phase at a time on-policy; with
+    /// staleness a rollout beside a training).
+    #[serde(default)]
+    pub gate: Gate,
+    /// A snapshot written before lanes held the gate as these two (read once by `restore`).
+    #[serde(default, skip_serializing, rename = "granted")]
+    pub(super) legacy_granted: Option<(Phase, u64)>,
+    #[serde(default, skip_serializing, rename = "next")]
+    pub(super) legacy_next: Option<(Phase, u64)>,
+    pub completed_iterations: u64,
+    pub failure: Option<String>,
+    pub submitted_us: u64,
+    /// Current estimate (conservative at first, then re-estimated from measured phases).
+    pub estimate: PhaseTimes,
+    /// The submission as made (re-admission after a node failure resubmits it).
+    pub submit: SubmitSpec,
+    #[serde(skip)]
+    pub(super) measured: Measured,
+    /// When the job became ready for its next phase (admission or its last finish): a grant's
+    /// wait is measured from here.
+    #[serde(skip)]
+    pub(super) ready_us: u64,
+    /// When its current iteration started (admission or its last training finish).
+    #[serde(skip)]
+    pub(super) iteration_started_us: u64,
+}
+
+/// Recent measured (rollout, training) durations.
+pub(super) type Measured = (VecDeque<Micros>, VecDeque<Micros>);
+
+impl JobEntry {
+    /// The phase granted now, rollout first (on-policy the only one; see `gate.grants()`).
+    pub fn granted(&self) -> Option<(Phase, u64)> {
+        self.gate.grants().first().copied()
+    }
+
+    /// The next phase in iteration order (on-policy: the barrier's one next phase).
+    pub fn next(&self) -> (Phase, u64) {
+        self.gate.next()
+    }
+
+    /// How much longer its SLO allows this admission to have taken than it has: its allowed
+    /// slowdown times its solo time for the iterations done (at its current estimate, with its
+    /// staleness), less the time from admission to its last training's end. Slack banked by
+    /// earlier admissions is not carried (a move is judged more strictly, never less).
+    pub fn banked_slack(&self) -> Micros {
+        let done = self.completed_iterations.saturating_sub(self.submit.resume_from.unwrap_or(0));
+        let solo = weave_dispatch::timing::solo_period(self.estimate.rollout, self.estimate.train, self.gate.staleness);
+        let allowed = Micros(solo.0.saturating_mul(done)).scale(self.slo);
+        let taken = if done == 0 { 0 } else { self.iteration_started_us.saturating_sub(self.submitted_us) };
+        allowed.saturating_sub(Micros(taken))
+    }
+
+    /// Whether the estimate comes from the job's own measurements (both phases seen).
+    pub fn measured_estimate(&self) -> bool {
+        !self.measured.0.is_empty() && !self.measured.1.is_empty()
+    }
+
+    /// The job's re-admission from its last completed iteration (after a node failure or a
+    /// consolidation move): its submission resuming there, and what it measured of itself,
+    /// which outlives its nodes and places the new admission.
+    pub(super) fn resubmission(&self) -> (SubmitSpec, Option<(PhaseTimes, Measured)>) {
+        let mut resubmit = self.submit.clone();
+        resubmit.resume_from = (self.completed_iterations > 0).then_some(self.completed_iterations);
+        let carried = self.measured_estimate().then(|| (self.estimate, self.measured.clone()));
+        (resubmit, carried)
+    }
+}
+
+impl Plane {
+    pub(super) fn finish(
+        &mut self,
+        time_us: u64,
+        name: &str,
+        phase: Phase,
+        iteration: u64,
+        duration: Micros,
+        meta: Option<serde_json::Value>,
+    ) {
+        let j = self.jobs.get_mut(name).expect("checked");
+        j.gate.finish(phase, iteration);
+        let kept = if phase == Phase::Rollout { &mut j.measured.0 } else { &mut j.measured.1 };
+        kept.push_back(duration);
+        if kept.len() > MEASURED_KEPT {
+            kept.pop_front();
+        }
+        j.ready_us = time_us;
+        if phase == Phase::Train {
+            j.completed_iterations = iteration + 1;
+            // Its own iteration: what the job would take alone (pipelined with its staleness),
+            // against the time since its last training ended.
+            // Its first iteration has nothing to overlap with.
+            let roll = j.measured.0.back().copied().unwrap_or(Micros::ZERO);
+            let first = iteration == j.submit.resume_from.unwrap_or(0);
+            let own = weave_dispatch::timing::solo_period(roll, duration, if first { 0 } else { j.gate.staleness });
+            let wall = time_us.saturating_sub(j.iteration_started_us);
+            self.stats.iterations += 1;
+            if wall as f64 <= j.slo * own.0 as f64 {
+                self.stats.iterations_within_slo += 1;
+            }
+            j.iteration_started_us = time_us;
+        }
+        // Robust re-estimation: the median of recent measurements, once there are some.
+        if let Some(est) = PhaseTimes::median_of(j.measured.0.iter().copied(), j.measured.1.iter().copied()) {
+            j.estimate = est;
+            let (id, est) = (j.id, j.estimate);
+            let remaining = j.iterations.map(|n| n.saturating_sub(j.completed_iterations));
+            let variation = measured_variation(&j.measured, est, remaining, self.slo_z);
+            self.placer.update_measured(id, est);
+            self.placer.update_variation(id, variation);
+        }
+        let (id, group) = (self.jobs[name].id, self.group_of(name));
+        self.event(PlaneEvent { meta, ..ev(time_us, name, "finish", Some(phase), Some(iteration), group) });
+        if let Some(g) = group {
+            self.drive(time_us, g, Input::PhaseFinished { job: id, phase, iteration });
+        }
+    }
+}
+
+/// What a job's own measurements say about its variation: each measured iteration as factors
+/// of the median estimate (rollouts and trainings paired by age); empty until three of each.
+pub(super) fn measured_variation(measured: &Measured, est: PhaseTimes, remaining: Option<u64>, z: f64) -> Variation {
+    let n = measured.0.len().min(measured.1.len());
+    let samples: Vec<(f64, f64)> = if n < 3 {
+        Vec::new()
+    } else {
+        let f = |m: Micros, e: Micros| m.0 as f64 / e.0.max(1) as f64;
+        measured
+            .0
+            .iter()
+            .rev()
+            .zip(measured.1.iter().rev())
+            .map(|(r, t)| (f(*r, est.rollout), f(*t, est.train)))
+            .collect()
+    };
+    Variation { samples: samples.into(), iterations: remaining.unwrap_or(100).max(1), z }
+}
