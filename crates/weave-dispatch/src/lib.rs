@@ -14,14 +14,15 @@
 pub mod cycle;
 mod dispatcher;
 pub mod from_model;
+mod log;
 pub mod memory;
 pub mod order;
+mod protocol;
 pub mod rollout;
 pub mod timing;
 
-pub use dispatcher::{
-    Action, DispatchError, Dispatcher, Fairness, Input, LogEntry, LogKind, MemberSpec, Phase, SwitchCosts,
-    MAX_STALENESS,
-};
+pub use dispatcher::Dispatcher;
+pub use log::{EventRecord, LogEntry, LogKind};
 pub use memory::{GroupLimits, MemoryUse};
+pub use protocol::{Action, DispatchError, Fairness, Input, MemberSpec, Phase, SwitchCosts, MAX_STALENESS};
 pub use timing::{GroupTiming, MemberTiming, PoolUse, TimingMember};

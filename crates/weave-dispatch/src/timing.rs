@@ -16,8 +16,8 @@
 //! dispatcher follows the same order, so the prediction is what it runs with deterministic
 //! durations; [`simulate`] drives it event by event, the test oracle.
 
-use crate::dispatcher::{Action, Dispatcher, Fairness, Input, MemberSpec, Phase, SwitchCosts};
 use crate::memory::GroupLimits;
+use crate::{Action, Dispatcher, Fairness, Input, MemberSpec, Phase, SwitchCosts};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use weave_core::{Bytes, EventQueue, JobId, Micros};

@@ -4,15 +4,8 @@
 //! headline table. Pure: takes data, returns a string.
 
 mod charts;
-pub mod svg;
-mod timeline;
 
-pub use timeline::{Bar, BarKind, GroupTimeline, Lane, Timeline};
-
-/// The timeline section alone (the live status page uses it too).
-pub fn render_timeline(t: &Timeline) -> String {
-    timeline::render(t)
-}
+pub use weave_timeline::{render_timeline, svg, Bar, BarKind, GroupTimeline, Lane, Timeline};
 
 use std::fmt::Write;
 use svg::escape;
@@ -68,7 +61,7 @@ pub fn render(data: &ReportData) -> String {
     h.push_str(&charts::slowdown_vs_slo(data.reports));
     if let Some(t) = &data.timeline {
         let _ = write!(h, "<h2>Phase timeline: {}</h2>", escape(&t.policy));
-        h.push_str(&timeline::render(t));
+        h.push_str(&render_timeline(t));
     }
     h.push_str("</body></html>\n");
     h

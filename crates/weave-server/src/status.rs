@@ -6,8 +6,8 @@ use crate::plane::{JobState, Plane};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use weave_dispatch::Phase;
-use weave_report::svg::escape;
-use weave_report::{Bar, BarKind, GroupTimeline, Lane, Timeline};
+use weave_timeline::svg::escape;
+use weave_timeline::{Bar, BarKind, GroupTimeline, Lane, Timeline};
 
 /// Hours of history drawn.
 const RECENT_H: f64 = 0.5;
@@ -43,7 +43,7 @@ pub fn render(plane: &Plane, caller: &Caller, now_us: u64) -> String {
     if timeline.groups.is_empty() {
         h.push_str("<p class=\"muted\">No phases in the last half hour.</p>");
     } else {
-        h.push_str(&weave_report::render_timeline(&timeline));
+        h.push_str(&weave_timeline::render_timeline(&timeline));
     }
     h.push_str("</body></html>\n");
     h

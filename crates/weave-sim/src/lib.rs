@@ -20,8 +20,8 @@ pub use policy::Policy;
 pub use workload::{prepare, with_staleness, SimJob, SloSetting};
 
 use serde::Serialize;
-use weave_core::{ClusterConfig, GroupId};
-use weave_dispatch::LogEntry;
+use weave_core::ClusterConfig;
+pub use weave_dispatch::EventRecord;
 use weave_model::RuntimeModel;
 
 /// Default allowed risk that a job's life slowdown exceeds its SLO.
@@ -93,14 +93,6 @@ impl Default for SimConfig {
             share: None,
         }
     }
-}
-
-/// One dispatcher decision, with its group.
-#[derive(Clone, Debug, Serialize, serde::Deserialize)]
-pub struct EventRecord {
-    pub group: GroupId,
-    #[serde(flatten)]
-    pub entry: LogEntry,
 }
 
 pub struct Replay {

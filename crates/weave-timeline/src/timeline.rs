@@ -3,8 +3,7 @@
 
 use crate::svg::{color, legend, Plot};
 use std::collections::BTreeMap;
-use weave_dispatch::{LogKind, Phase};
-use weave_sim::EventRecord;
+use weave_dispatch::{EventRecord, LogKind, Phase};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BarKind {

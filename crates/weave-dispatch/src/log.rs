@@ -1,0 +1,42 @@
+//! The dispatcher's trace: every decision and observation, and the same with its group (what
+//! the replay writes with `--events` and the timeline draws).
+
+use crate::Phase;
+use serde::{Deserialize, Serialize};
+use weave_core::{GroupId, JobId, Micros};
+use weave_model::SwitchKind;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogKind {
+    Join,
+    RolloutReleased,
+    Leave,
+    SwitchStart,
+    PhaseStart,
+    PhaseEnd,
+    SyncStart,
+    SyncEnd,
+    Completed,
+}
+
+/// One traceable dispatcher decision or observation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogEntry {
+    pub time: Micros,
+    pub job: JobId,
+    pub kind: LogKind,
+    pub phase: Option<Phase>,
+    pub iteration: u64,
+    /// Rollout nodes involved (empty for the training pool).
+    pub nodes: Vec<u32>,
+    pub switch: Option<SwitchKind>,
+}
+
+/// One dispatcher decision, with its group.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventRecord {
+    pub group: GroupId,
+    #[serde(flatten)]
+    pub entry: LogEntry,
+}
