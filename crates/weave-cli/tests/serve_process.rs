@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{client, dir, metric, serve, tenants, wait_until, Server, TOKEN};
+use common::{client, dir, metric, serve, serve_placing, tenants, wait_until, Server, TOKEN};
 
 fn spec(id: &str) -> serde_json::Value {
     serde_json::json!({ "id": id, "type": "3B_4k", "iterations": 3, "rollout_s": 50, "train_s": 60, "slo": 2.0 })
@@ -441,4 +441,21 @@ fn python_jobs_are_preempted_and_resume_across_a_sigkill() {
         .unwrap();
     eprintln!("{}", String::from_utf8_lossy(&out.stdout));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `weave serve` places as full Weave unless told `--disagg-only`: a lone job runs co-located
+/// by default (cheapest alone), and in a disaggregated group of its own with the flag.
+#[test]
+fn the_default_placement_is_full_weave_and_disagg_only_is_the_papers() {
+    let job = serde_json::json!({ "id": "lone", "type": "7B_8k", "iterations": 3 });
+    for (name, flags, kind) in [("full", &[][..], "colocated"), ("paper", &["--disagg-only"][..], "isolated")] {
+        let d = dir(&format!("placement-{name}"));
+        let (mut child, url) = serve_placing(&d, flags);
+        let r = client().post(format!("{url}/v1/jobs")).bearer_auth(TOKEN).json(&job).send().unwrap();
+        assert_eq!(r.status(), 201);
+        let v: serde_json::Value = r.json().unwrap();
+        assert_eq!(v["decision"]["kind"], kind, "{name}: {v}");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
 }

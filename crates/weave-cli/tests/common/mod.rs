@@ -52,13 +52,19 @@ impl std::ops::DerefMut for Server {
     }
 }
 
-/// Starts the server; returns the child and its address.
+/// Starts the server placing as the paper's Weave (`--disagg-only`: the process tests check
+/// two jobs sharing a group from their admissions); returns the child and its address.
 pub fn serve(d: &Path) -> (Server, String) {
     serve_with(d, &[])
 }
 
 /// [`serve`] with extra arguments.
 pub fn serve_with(d: &Path, extra: &[&str]) -> (Server, String) {
+    serve_placing(d, &[&["--disagg-only"], extra].concat())
+}
+
+/// The server with its default placement (full Weave) and `extra` arguments.
+pub fn serve_placing(d: &Path, extra: &[&str]) -> (Server, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_weave"))
         .args(["serve", "--addr", "127.0.0.1:0", "--heartbeat-timeout-s", "120"])
         .args(extra)
