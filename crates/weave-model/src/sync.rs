@@ -10,17 +10,7 @@
 
 use weave_core::{Bytes, Micros, ModelSize, NetworkConfig};
 
-/// Fraction of line rate one inter-cluster stream achieves (fitted to Fig. 12).
-pub const STREAM_EFFICIENCY: f64 = 0.85;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SyncPlanKind {
-    /// One shard per training GPU crosses the slow link once, in parallel streams.
-    TopologyAware,
-    /// Trainer rank 0 broadcasts the whole model (veRL / OpenRLHF style).
-    Flat,
-}
+pub use crate::syncplan::{SyncPlanKind, STREAM_EFFICIENCY};
 
 /// Bytes synchronised per iteration: the bf16 weights (2 bytes per parameter).
 pub fn sync_bytes(model: ModelSize) -> Bytes {

@@ -14,10 +14,21 @@
 //! fixed start-up cost and the message latency. With 8 -> 8 GPUs this is exactly the
 //! calibrated `sync_time` (Fig. 12).
 
-use crate::sync::{SyncPlanKind, STREAM_EFFICIENCY};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use weave_core::{Micros, NetworkConfig};
+
+/// Fraction of line rate one inter-cluster stream achieves (fitted to Fig. 12).
+pub const STREAM_EFFICIENCY: f64 = 0.85;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SyncPlanKind {
+    /// One shard per training GPU crosses the slow link once, in parallel streams.
+    TopologyAware,
+    /// Trainer rank 0 broadcasts the whole model (veRL / OpenRLHF style).
+    Flat,
+}
 
 /// Fixed start-up costs fitted to Fig. 12 (see `sync`).
 const TOPOLOGY_FIXED_S: f64 = 0.06;

@@ -12,6 +12,7 @@ pub mod plane;
 pub mod state;
 mod status;
 pub mod telemetry;
+pub mod views;
 
 pub use auth::{Caller, Tenants};
 pub use state::{Capacity, ConnectionLimits, ServeError, ServerConfig, Shared, DEFAULT_SNAPSHOT_EVERY};

@@ -24,8 +24,8 @@ pub fn render(plane: &Plane, caller: &Caller, now_us: u64) -> String {
     );
     h.push_str("<table><tr><th>job</th><th>state</th><th>group</th><th>now</th><th>iterations</th><th>predicted slowdown</th></tr>");
     for j in plane.jobs().filter(|j| caller.may_see(&j.tenant, &j.name)) {
-        let v = crate::http::view(j);
-        let name = crate::http::shown(caller, &v.id);
+        let v = crate::views::view(j);
+        let name = crate::views::shown(caller, &v.id);
         let _ = write!(
             h,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td></tr>",
@@ -71,7 +71,7 @@ fn recent(plane: &Plane, caller: &Caller, now_us: u64) -> Timeline {
             Phase::Rollout => format!("rollout block {}", entry.decision.as_ref().map(|d| d.block).unwrap_or(0)),
             Phase::Train => "training pool".to_string(),
         };
-        let shown = crate::http::shown(caller, job);
+        let shown = crate::views::shown(caller, job);
         let label = format!("{shown} {} {it}", if phase == Phase::Rollout { "rollout" } else { "training" });
         lanes.entry(g).or_default().entry(lane).or_default().push(Bar {
             start_h: s,

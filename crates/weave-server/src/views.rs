@@ -1,0 +1,172 @@
+//! Jobs and events as each caller may see them: the wire view of a job (running or queued)
+//! and the names and events shown to a job token, a tenant or an admin. Used by the HTTP API
+//! and the status page alike.
+
+use crate::auth::Caller;
+use crate::plane::{JobEntry, JobState};
+use serde::{Deserialize, Serialize};
+
+/// A job as clients see it.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct JobView {
+    pub id: String,
+    /// This admission's number (a re-admitted job gets a new one); names its launch.
+    pub uid: u32,
+    pub tenant: String,
+    pub state: JobState,
+    pub job_type: String,
+    pub slo: f64,
+    pub iterations: Option<u64>,
+    pub completed_iterations: u64,
+    pub group: Option<u32>,
+    pub placement: Option<String>,
+    pub rollout_nodes: Vec<String>,
+    pub training_nodes: Vec<String>,
+    pub predicted_slowdown: Option<f64>,
+    /// The phases granted now ("rollout 5, train 4": a stale job may hold one of each).
+    pub granted: Option<String>,
+    /// The next phase in iteration order (on-policy: the barrier's one next phase).
+    pub next: String,
+    /// Bounded staleness the job runs with (absent: 0, on-policy; a co-located job runs
+    /// on-policy whatever it asked for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staleness: Option<u32>,
+    /// A stale job's rollout lane: the next rollout's iteration (up to k ahead of training).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_rollout: Option<u64>,
+    pub estimate_rollout_s: f64,
+    pub estimate_train_s: f64,
+    pub failure: Option<String>,
+    /// A queued job's place in the queue (0: next to start) and why it waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_position: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_reason: Option<String>,
+    /// A queued job's projected start, seconds from now (absent: none in view). An estimate:
+    /// running jobs are assumed to take their remaining iterations at their SLO.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_start_s: Option<f64>,
+}
+
+pub(crate) fn grants_text(gate: &crate::plane::Gate) -> Option<String> {
+    let grants: Vec<String> = gate.grants().iter().map(|(p, k)| format!("{} {k}", p.name())).collect();
+    (!grants.is_empty()).then(|| grants.join(", "))
+}
+
+pub fn view(j: &JobEntry) -> JobView {
+    let d = j.decision.as_ref();
+    JobView {
+        id: j.name.clone(),
+        uid: j.id.0,
+        tenant: j.tenant.clone(),
+        state: j.state,
+        job_type: j.spec.job_type.to_string(),
+        slo: j.slo,
+        iterations: j.iterations,
+        completed_iterations: j.completed_iterations,
+        group: d.map(|d| d.group.0),
+        placement: d.map(|d| format!("{:?}", d.kind).to_lowercase()),
+        rollout_nodes: d.map(|d| d.rollout_nodes.iter().map(|n| n.to_string()).collect()).unwrap_or_default(),
+        training_nodes: d.map(|d| d.training_nodes.iter().map(|n| n.to_string()).collect()).unwrap_or_default(),
+        predicted_slowdown: d.and_then(|d| d.slowdowns.iter().find(|(id, _)| *id == j.id).map(|(_, s)| *s)),
+        granted: grants_text(&j.gate),
+        next: format!("{} {}", j.gate.next().0.name(), j.gate.next().1),
+        staleness: (j.gate.staleness > 0).then_some(j.gate.staleness),
+        next_rollout: (j.gate.staleness > 0).then_some(j.gate.rolled),
+        estimate_rollout_s: j.estimate.rollout.as_secs_f64(),
+        estimate_train_s: j.estimate.train.as_secs_f64(),
+        failure: j.failure.clone(),
+        queue_position: None,
+        queue_reason: None,
+        estimated_start_s: None,
+    }
+}
+
+/// The job key `c` means by `name`: job names are per tenant (see `Plane::resolve`); an
+/// admin, or a job token, may also give a key itself.
+pub(crate) fn key_of(plane: &crate::plane::Plane, c: &Caller, name: &str) -> String {
+    plane.resolve(&c.tenant, name).unwrap_or_else(|| name.to_string())
+}
+
+/// How `c` sees job key `key`: its own tenant's jobs by their names, an admin by keys.
+pub(crate) fn shown(c: &Caller, key: &str) -> String {
+    if c.admin {
+        return key.to_string();
+    }
+    key.strip_suffix(&format!("~{}", c.tenant)).unwrap_or(key).to_string()
+}
+
+/// A view as `c` sees it.
+pub(crate) fn for_caller(mut v: JobView, c: &Caller) -> JobView {
+    v.id = shown(c, &v.id);
+    v
+}
+
+/// Events as `c` sees them (jobs by the names it knows them by).
+pub(crate) fn events_for(
+    events: impl Iterator<Item = crate::plane::PlaneEvent>,
+    c: &Caller,
+) -> Vec<crate::plane::PlaneEvent> {
+    events
+        .map(|mut e| {
+            e.job = shown(c, &e.job);
+            e
+        })
+        .collect()
+}
+
+/// Waiting jobs `c` may see, in the order they will start, as clients see them.
+pub(crate) fn queued_views(plane: &crate::plane::Plane, now_us: u64, c: &Caller) -> Vec<JobView> {
+    let outlook = plane.queue_outlook(now_us);
+    let mut views: Vec<JobView> = plane
+        .queue()
+        .iter()
+        .zip(outlook)
+        .filter(|(q, _)| c.may_see(&q.tenant, &q.submit.id))
+        .map(|(q, (position, start))| for_caller(queued_view(q, position, start.map(|t| t.saturating_sub(now_us))), c))
+        .collect();
+    views.sort_by_key(|v| v.queue_position);
+    views
+}
+
+/// A submission waiting in the queue, as clients see it; `start_in_us`: its projected start.
+pub fn queued_view(q: &crate::plane::Queued, position: usize, start_in_us: Option<u64>) -> JobView {
+    let spec = q.submit.to_spec(weave_core::JobId(0), weave_core::Micros(q.submitted_us)).ok();
+    let first = q.submit.resume_from.unwrap_or(0);
+    JobView {
+        id: q.submit.id.clone(),
+        uid: 0,
+        tenant: q.tenant.clone(),
+        state: JobState::Queued,
+        job_type: spec.as_ref().map(|s| s.job_type.to_string()).unwrap_or_default(),
+        slo: q.submit.allowed_slowdown(),
+        iterations: q.submit.iterations,
+        completed_iterations: first,
+        group: None,
+        placement: None,
+        rollout_nodes: Vec::new(),
+        training_nodes: Vec::new(),
+        predicted_slowdown: None,
+        granted: None,
+        next: format!("rollout {first}"),
+        staleness: spec.as_ref().map(|s| s.staleness).filter(|k| *k > 0),
+        next_rollout: spec.as_ref().filter(|s| s.staleness > 0).map(|_| first),
+        estimate_rollout_s: 0.0,
+        estimate_train_s: 0.0,
+        failure: None,
+        queue_position: Some(position),
+        queue_reason: Some(q.reason.clone()),
+        estimated_start_s: start_in_us.map(|us| us as f64 / 1e6),
+    }
+}
+
+/// The job `name` as the plane knows it now: waiting in the queue, else its entry.
+pub(crate) fn lookup(plane: &crate::plane::Plane, name: &str, now_us: u64) -> Option<JobView> {
+    match plane.queued(name) {
+        Some((k, q)) => {
+            let (position, start) = plane.queue_outlook(now_us)[k];
+            Some(queued_view(q, position, start.map(|t| t.saturating_sub(now_us))))
+        }
+        None => plane.job(name).map(view),
+    }
+}
