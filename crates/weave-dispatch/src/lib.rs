@@ -14,6 +14,7 @@
 pub mod cycle;
 mod dispatcher;
 pub mod from_model;
+mod load;
 mod log;
 pub mod memory;
 pub mod order;

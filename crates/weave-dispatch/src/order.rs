@@ -8,7 +8,7 @@
 //! period of every order is exact ([`crate::cycle`]); [`best`] searches the orders.
 
 use crate::cycle::{max_cycle_mean, Arc, Period};
-use crate::timing::{bounds, memo_key, overheads, TimingMember, MEMO_LIMIT};
+use crate::load::{bounds, memo_key, overheads, TimingMember, MEMO_LIMIT};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use weave_core::{JobId, Micros};
