@@ -71,8 +71,9 @@ pub struct ServeArgs {
     /// admission: its driver hears `Requeued` and resumes there (the Ray backend relaunches).
     #[arg(long)]
     disagg_only: bool,
-    /// Full Weave placement (the default; kept for scripts written before it was).
-    #[arg(long, hide = true, conflicts_with = "disagg_only")]
+    /// Full Weave placement, named explicitly (the default): needed once to open a store
+    /// written before the placement was recorded beside it, if it was written with full Weave.
+    #[arg(long, conflicts_with = "disagg_only")]
     consolidate: bool,
     /// How often the periodic consolidation pass looks at every job that runs alone, in
     /// seconds (besides arrivals and departures).
@@ -252,6 +253,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         placement: weave_server::state::PlacementConfig {
             consolidate: !args.disagg_only,
             consolidate_every: std::time::Duration::from_secs_f64(args.consolidate_every_s),
+            chosen: args.disagg_only || args.consolidate,
             slo_risk: args.slo_risk,
         },
         limits: connection_limits(&args)?,

@@ -50,7 +50,9 @@ impl From<ServeError> for ApiError {
             // The disk refused the write: nothing changed; the client may retry once the store
             // is ready again (`/readyz`).
             ServeError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ServeError::Recovery { .. } | ServeError::Snapshot { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+            ServeError::Recovery { .. } | ServeError::Snapshot { .. } | ServeError::Placement { .. } => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
         };
         ApiError::new(status, e.to_string())
     }

@@ -72,8 +72,11 @@ pub struct PlacementConfig {
     /// by default; `--disagg-only` places as the paper's Weave). A move re-admits a job, so
     /// its driver must follow re-admissions (`Requeued`; the Ray backend relaunches).
     pub consolidate: bool,
-    /// How often the periodic consolidation pass runs (`--consolidate-every`).
+    /// How often the periodic consolidation pass runs (`--consolidate-every-s`).
     pub consolidate_every: Duration,
+    /// The operator named the placement (`--disagg-only` or `--consolidate`): a store written
+    /// before the placement was recorded beside it opens only then (see `check_placement`).
+    pub chosen: bool,
     /// Admission's allowed risk that a job's life slowdown exceeds its SLO (`--slo-risk`).
     pub slo_risk: f64,
 }
@@ -83,6 +86,7 @@ impl Default for PlacementConfig {
         PlacementConfig {
             consolidate: true,
             consolidate_every: Duration::from_micros(weave_place::consolidate::PASS_INTERVAL.0),
+            chosen: false,
             slo_risk: weave_place::DEFAULT_SLO_EPSILON,
         }
     }
@@ -110,6 +114,48 @@ pub enum ServeError {
     Recovery { index: usize, error: PlaneError },
     #[error("recovering from the store: the snapshot before record {at}: {message} (see `weave store verify`)")]
     Snapshot { at: u64, message: String },
+    #[error("{path}: {message}")]
+    Placement { path: String, message: String },
+}
+
+/// The placement a store's records were decided under is part of what they mean: replayed
+/// under another, its jobs would be placed elsewhere than their drivers were told. It is
+/// written beside the store when the store is new and checked on every start.
+fn check_placement(cfg: &ServerConfig, store: &Store) -> Result<(), ServeError> {
+    let path = cfg.data_dir.join("placement");
+    let mode = if cfg.placement.consolidate { "full-weave" } else { "disagg-only" };
+    let refuse = |message: String| ServeError::Placement { path: path.display().to_string(), message };
+    match std::fs::read_to_string(&path) {
+        Ok(written) if written.trim() == mode => Ok(()),
+        Ok(written) => {
+            let how = if written.trim() == "disagg-only" { "with --disagg-only" } else { "without --disagg-only" };
+            Err(refuse(format!(
+                "this store was written with `{}` placement, and replaying it with `{mode}` would move its jobs: \
+                 start the server {how}, or give a new --data",
+                written.trim()
+            )))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if !store.is_empty() && !cfg.placement.chosen {
+                return Err(refuse(
+                    "this store was written before its placement was recorded (earlier versions placed as the \
+                     paper's Weave unless started with --consolidate): start once with --disagg-only or \
+                     --consolidate, whichever it was written with, and the choice is recorded"
+                        .into(),
+                ));
+            }
+            write_durably(&path, mode).map_err(|e| refuse(format!("cannot record the placement: {e}")))
+        }
+        Err(e) => Err(refuse(format!("cannot read: {e}"))),
+    }
+}
+
+fn write_durably(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path)?;
+    f.write_all(text.as_bytes())?;
+    f.write_all(b"\n")?;
+    f.sync_all()
 }
 
 pub struct Inner {
@@ -169,6 +215,7 @@ impl Shared {
         std::fs::create_dir_all(&cfg.data_dir)
             .map_err(|e| StoreError::Open { path: cfg.data_dir.display().to_string(), message: e.to_string() })?;
         let store = Store::open(&cfg.data_dir.join("weave.redb"))?;
+        check_placement(&cfg, &store)?;
         let key = cfg.data_dir.join("job-token.key");
         let job_tokens = JobTokens::load_or_create(&key)
             .map_err(|e| StoreError::Open { path: key.display().to_string(), message: e.to_string() })?;

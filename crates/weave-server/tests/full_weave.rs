@@ -96,3 +96,50 @@ fn a_lone_job_is_paired_on_arrival_and_its_driver_resumes_where_the_move_says() 
     assert_eq!(train_3, 1, "no iteration is done twice");
     s.stop();
 }
+
+fn config(dir: &std::path::Path, consolidate: bool, chosen: bool) -> weave_server::ServerConfig {
+    weave_server::ServerConfig {
+        data_dir: dir.to_path_buf(),
+        tenants: tenants(),
+        cluster: weave_core::ClusterConfig::default(),
+        capacity: weave_server::Capacity::Elastic,
+        heartbeat_timeout: Duration::from_secs(60),
+        max_body_bytes: 16 * 1024,
+        max_wait: Duration::from_secs(5),
+        max_staleness: weave_core::MAX_STALENESS,
+        placement: weave_server::state::PlacementConfig { consolidate, chosen, ..Default::default() },
+        limits: Default::default(),
+        snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,
+        retention: Default::default(),
+    }
+}
+
+/// A store's records mean the placements they were decided under: the placement is recorded
+/// beside a new store, and a restart under the other placement is refused naming the flag,
+/// before anything is replayed; a store older than the record opens only once the operator
+/// names its placement.
+#[test]
+fn a_store_opens_only_under_the_placement_it_was_written_with() {
+    use weave_server::plane::{Record, SubmitSpec};
+    use weave_server::{ServeError, Shared};
+    let dir = temp_dir("placement-marker");
+    let job: SubmitSpec = serde_json::from_value(spec("kept")).unwrap();
+    let s = Shared::open(config(&dir, true, false)).unwrap();
+    s.commit(|time_us| Record::Submit { time_us, tenant: "alice".into(), job }).unwrap();
+    drop(s);
+    assert_eq!(std::fs::read_to_string(dir.join("placement")).unwrap().trim(), "full-weave");
+    let refused = Shared::open(config(&dir, false, true)).err().expect("refused");
+    assert!(matches!(&refused, ServeError::Placement { .. }), "{refused}");
+    assert!(refused.to_string().contains("without --disagg-only"), "{refused}");
+    let again = Shared::open(config(&dir, true, false)).unwrap();
+    assert!(again.lock().plane.job("kept").is_some(), "reopened under its own placement");
+    drop(again);
+
+    // A store written before the placement was recorded: refused until the operator says.
+    std::fs::remove_file(dir.join("placement")).unwrap();
+    let unknown = Shared::open(config(&dir, true, false)).err().expect("refused");
+    assert!(unknown.to_string().contains("--disagg-only or --consolidate"), "{unknown}");
+    let named = Shared::open(config(&dir, true, true)).unwrap();
+    assert!(named.lock().plane.job("kept").is_some());
+    assert_eq!(std::fs::read_to_string(dir.join("placement")).unwrap().trim(), "full-weave");
+}
