@@ -88,8 +88,9 @@ fn run_e2e(pin: &str) {
     // `labels` runs on auto (Ray 2.60 has label selectors, so the jobs choose them); the
     // fallback is forced through the server.
     let pin_flag = if pin == "resources" { " --ray-pin resources" } else { "" };
+    // The paper's placement (`--disagg-only`): the checker expects the two jobs in one group.
     let serve = format!(
-        "{} serve --backend ray --ray-address http://127.0.0.2:8265 --addr 127.0.0.2:7070 --tenants {} --data {}{pin_flag}",
+        "{} serve --backend ray --disagg-only --ray-address http://127.0.0.2:8265 --addr 127.0.0.2:7070 --tenants {} --data {}{pin_flag}",
         env!("CARGO_BIN_EXE_weave"),
         tenants.display(),
         data.display()

@@ -427,8 +427,9 @@ fn python_jobs_are_preempted_and_resume_across_a_sigkill() {
     let cluster = d.join("cluster.toml");
     std::fs::write(&cluster, config).unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    // The paper's placement: the checker expects each job on one node of each pool.
     let serve = format!(
-        "{weave} serve --addr 127.0.0.1:{port} --fixed-capacity --cluster {} --tenants {} --data {} --heartbeat-timeout-s 120",
+        "{weave} serve --addr 127.0.0.1:{port} --fixed-capacity --disagg-only --cluster {} --tenants {} --data {} --heartbeat-timeout-s 120",
         cluster.display(),
         tenants.display(),
         d.join("data").display()

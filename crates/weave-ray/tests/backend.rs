@@ -97,7 +97,8 @@ fn shared(dir: &std::path::Path) -> Arc<Shared> {
         max_body_bytes: 16 * 1024,
         max_wait: Duration::from_secs(1),
         max_staleness: weave_core::MAX_STALENESS,
-        placement: Default::default(),
+        // The paper's placement: the test checks two jobs launched into one group on t0.
+        placement: weave_server::state::PlacementConfig { consolidate: false, ..Default::default() },
         limits: Default::default(),
         snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,
         retention: Default::default(),
