@@ -114,8 +114,9 @@ class WeaveError(Exception):
 
 
 class Requeued(WeaveError):
-    """The job's admission ended while it ran (preempted, or its node was lost) and it waits
-    in the queue again; it resumes from iteration ``resume_from`` (its last completed one)."""
+    """The job's admission ended while it ran (preempted, moved by consolidation, or its node
+    was lost) and it waits in the queue again or was re-admitted elsewhere; it resumes from
+    iteration ``resume_from`` (its last completed one)."""
 
     def __init__(self, job_id: str, resume_from: int, reason: str) -> None:
         super().__init__(409, f"job {job_id} was re-queued ({reason}); it resumes from iteration {resume_from}")
@@ -213,8 +214,9 @@ class WeaveClient:
         if view["state"] != "queued" and (ours is None or view.get("uid") == ours):
             return e
         self._admission.pop(job_id, None)
-        ended = [h for h in answer.get("history", []) if h["kind"] in ("preempted", "failed")]
-        reason = (ended[-1].get("meta") or {}).get("reason", "") if ended else view.get("queue_reason", "")
+        ended = [h for h in answer.get("history", []) if h["kind"] in ("preempted", "failed", "moved")]
+        last = ended[-1] if ended else None
+        reason = ((last.get("meta") or {}).get("reason") or last["kind"]) if last else view.get("queue_reason", "")
         resume = view.get("completed_iterations", int(view["next"].split()[1]))
         return Requeued(job_id, int(resume), reason)
 

@@ -321,12 +321,25 @@ pub fn serve(args: ServeArgs) -> Result<()> {
 
 #[derive(clap::Subcommand)]
 pub enum TokenCommand {
-    /// Print the SHA-256 hash of a token, for the tenants file.
-    Hash { token: String },
+    /// Print the SHA-256 hash of a token, for the tenants file. The token is read from
+    /// standard input (its first line), so it never shows in `ps` or shell history; giving it
+    /// as an argument still works.
+    Hash { token: Option<String> },
 }
 
 pub fn token(cmd: TokenCommand) -> Result<()> {
     let TokenCommand::Hash { token } = cmd;
+    let token = match token {
+        Some(t) => t,
+        None => {
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).context("cannot read the token from standard input")?;
+            line.trim_end_matches(['\n', '\r']).to_string()
+        }
+    };
+    if token.is_empty() {
+        bail!("no token: give it on standard input (`weave token hash < FILE`)");
+    }
     println!("{}", weave_server::auth::hex(&weave_server::auth::sha256(&token)));
     Ok(())
 }

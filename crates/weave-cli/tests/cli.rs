@@ -617,3 +617,30 @@ fn tenants_experiment_with_fair_share_decay_on_the_wild_trace() {
     }
     assert!(rows[2]["preemptions"].as_u64().unwrap() > 0);
 }
+
+/// `weave token hash` reads the secret from standard input (never on the command line, where
+/// `ps` and shell history keep it); an empty input is refused.
+#[test]
+fn token_hash_reads_the_secret_from_standard_input() {
+    use std::io::Write;
+    let hash = |input: &[u8]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_weave"))
+            .args(["token", "hash"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let sha_of_abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+    for input in [&b"abc\n"[..], b"abc", b"abc\r\n"] {
+        let o = hash(input);
+        assert!(o.status.success());
+        assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), sha_of_abc);
+    }
+    let empty = hash(b"");
+    assert!(!empty.status.success());
+    assert!(String::from_utf8_lossy(&empty.stderr).contains("standard input"));
+}

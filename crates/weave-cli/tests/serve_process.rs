@@ -184,19 +184,28 @@ fn the_installed_client_runs_the_readme_example() {
         .output()
         .unwrap();
     assert!(pip.status.success(), "pip install ./python: {}", String::from_utf8_lossy(&pip.stderr));
-    let (_server, url) = serve(&d);
+    let (_server, url) = serve_placing(&d, &[]);
     // The README's example, with its placeholders filled in.
     let example = format!(
         r#"
-from weave_client import WeaveClient
+from weave_client import WeaveClient, Requeued
+generate = lambda policy: [policy]
+update = lambda policy, trajectories: policy + 1
+load_checkpoint = lambda k: k
+policy = 0
 c = WeaveClient("{url}", "{TOKEN}")
 c.submit({{"id": "run-1", "type": "7B_8k", "iterations": 3, "rollout_s": 0.2, "train_s": 0.2}})
 with c.keepalive("run-1"):
-    for k in range(3):
-        with c.phase("run-1", "rollout", k) as meta:
-            meta["responses"] = 512          # generate here
-        with c.phase("run-1", "train", k):
-            pass                             # update the policy here
+    k = 0
+    while k < 3:
+        try:
+            with c.phase("run-1", "rollout", k):
+                trajectories = generate(policy)
+            with c.phase("run-1", "train", k):
+                policy = update(policy, trajectories)
+            k += 1
+        except Requeued as r:          # moved, preempted or a node lost: resume there
+            k, policy = r.resume_from, load_checkpoint(r.resume_from)
 import weave_client, os
 assert os.path.exists(os.path.join(os.path.dirname(weave_client.__file__), "py.typed"))
 print(c.job("run-1")["job"]["state"], weave_client.__file__)
