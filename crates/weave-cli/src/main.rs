@@ -1,32 +1,25 @@
-//! `weave`: a thin command-line front end over Weave's library crates.
+//! `weave`: a thin command-line front end over Weave's library crates (`weave bench` is
+//! `weave-bench`; reading inputs and printing tables is `weave-io`).
 
-mod bench_cmd;
-mod chaos_bench;
 mod client_cmd;
 mod config_cmd;
 mod experiment_cmd;
 mod group_cmd;
-mod input;
-mod place_bench;
 mod prototype_cmd;
-mod replay_bench;
 mod report_cmd;
-mod restart_bench;
-mod serve_bench;
 mod serve_cmd;
 mod simulate_cmd;
-mod soak_bench;
 mod store_cmd;
 mod sweep_cmd;
-mod sync_bench;
 mod sync_cmd;
-mod table;
 mod tenants_cmd;
-mod timing_bench;
 mod trace_cmd;
 mod waterfall_cmd;
 
 use clap::{Parser, Subcommand};
+// The command modules read inputs and print through `weave-io`, as `weave bench` does.
+use weave_io as input;
+use weave_io::table;
 
 /// Weave: co-scheduling for disaggregated RL post-training.
 ///
@@ -76,7 +69,7 @@ enum Command {
     Store(store_cmd::StoreCommand),
     /// Benchmarks (reported numbers, not pass/fail).
     #[command(subcommand)]
-    Bench(bench_cmd::BenchCommand),
+    Bench(weave_bench::BenchCommand),
 }
 
 fn main() {
@@ -90,7 +83,7 @@ fn main() {
         Command::Job(cmd) => client_cmd::job(cmd),
         Command::Token(cmd) => serve_cmd::token(cmd),
         Command::Sync(cmd) => sync_cmd::run(cmd),
-        Command::Bench(cmd) => bench_cmd::run(cmd),
+        Command::Bench(cmd) => weave_bench::run(cmd),
         Command::Sweep(cmd) => sweep_cmd::run(cmd),
         Command::Report(args) => report_cmd::run(args),
         Command::Experiment(cmd) => experiment_cmd::run(cmd),

@@ -1,4 +1,4 @@
-use crate::input::{json, load_cluster, write_output, TraceArgs};
+use crate::input::{json, load_cluster, parse_policies, write_output, TraceArgs};
 use crate::table;
 use crate::trace_cmd::render_summary;
 use anyhow::{bail, Context, Result};
@@ -122,23 +122,6 @@ fn parse_prototype_policies(names: &[String]) -> Result<Vec<weave_sim::prototype
         if !out.contains(&k) {
             out.push(k);
         }
-    }
-    Ok(out)
-}
-
-pub fn parse_policies(names: &[String]) -> Result<Vec<Policy>> {
-    if names.iter().any(|n| n == "all") {
-        return Ok(Policy::ALL.to_vec());
-    }
-    let mut out = Vec::new();
-    for n in names {
-        let p: Policy = n.trim().parse().map_err(anyhow::Error::msg)?;
-        if !out.contains(&p) {
-            out.push(p);
-        }
-    }
-    if out.is_empty() {
-        bail!("--policy: name at least one policy");
     }
     Ok(out)
 }

@@ -1,7 +1,7 @@
 //! `weave sweep ...`: rerun the comparison across settings, one table per sweep.
 
+use crate::input::parse_policies;
 use crate::input::{json, load_cluster, write_output, TraceArgs};
-use crate::simulate_cmd::parse_policies;
 use crate::table;
 use anyhow::Result;
 use serde::Serialize;

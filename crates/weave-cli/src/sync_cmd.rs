@@ -55,7 +55,7 @@ pub enum SyncCommand {
         linger_s: f64,
     },
     /// Measured vs predicted sync time in network namespaces with rate-limited links (root).
-    Bench(crate::sync_bench::BenchArgs),
+    Bench(weave_bench::sync::BenchArgs),
 }
 
 pub fn run(cmd: SyncCommand) -> Result<()> {
@@ -67,7 +67,7 @@ pub fn run(cmd: SyncCommand) -> Result<()> {
             send(model_file, model_version, &listen, fail_after_bytes)
         }
         SyncCommand::Receive { manifest, me, listen, out, linger_s } => receive(&manifest, me, &listen, &out, linger_s),
-        SyncCommand::Bench(args) => crate::sync_bench::run(args),
+        SyncCommand::Bench(args) => weave_bench::sync::run(args),
     }
 }
 

@@ -1,11 +1,20 @@
 //! `weave bench ...`: measurements that are reported, never asserted on timing.
 
-use crate::input::{json, write_output};
-use crate::table;
+mod chaos;
+mod place;
+mod replay;
+mod restart;
+mod serve;
+mod soak;
+pub mod sync;
+mod timing;
+
 use anyhow::{bail, Result};
 use serde::Serialize;
 use weave_core::{JobSpec, JobType, Pool};
 use weave_dispatch::rollout::{alternate_pair, calibrate, MigrationTrigger, RolloutConfig};
+use weave_io::table;
+use weave_io::{json, write_output};
 use weave_model::{named_stream, switch_time, Deployment, ProfileModel, SwitchKind, REFERENCE_BATCH};
 
 #[derive(clap::Subcommand)]
@@ -14,26 +23,26 @@ pub enum BenchCommand {
     /// same H20 node(s), from the request-level rollout model.
     Migration(MigrationArgs),
     /// Latency of one admission decision with 100 .. 20,000 jobs already placed.
-    Placement(crate::place_bench::PlacementArgs),
+    Placement(crate::place::PlacementArgs),
     /// Online heuristic vs the exact optimum on many small random instances.
-    Optimality(crate::place_bench::OptimalityArgs),
+    Optimality(crate::place::OptimalityArgs),
     /// Replay speed per policy on a trace (default: 100,000 generated jobs).
-    Replay(crate::replay_bench::ReplayArgs),
+    Replay(crate::replay::ReplayArgs),
     /// Control-plane load: submissions per second and phase-gate round trips on loopback.
-    Serve(crate::serve_bench::ServeBenchArgs),
+    Serve(crate::serve::ServeBenchArgs),
     /// `weave serve` under SIGKILLs and generated hostile requests, every outcome checked.
-    Chaos(crate::chaos_bench::ChaosArgs),
+    Chaos(crate::chaos::ChaosArgs),
     /// `weave serve` under steady load for a long time with `/v1/events` polled: its memory.
-    Soak(crate::soak_bench::SoakArgs),
+    Soak(crate::soak::SoakArgs),
     /// Restart time of `weave serve` (store replay) by records in its store.
-    Restart(crate::restart_bench::RestartArgs),
+    Restart(crate::restart::RestartArgs),
     /// Exact group timing vs the dispatcher it predicts, on many random groups; what the
     /// cyclic order changes against first-come round-robin; timing's speed.
-    Timing(crate::timing_bench::TimingArgs),
+    Timing(crate::timing::TimingArgs),
     /// Holds connections to a server open like slow clients (half a request header each) until
     /// stdin closes; `weave bench serve --slow-connections` runs it as a separate process.
     #[command(hide = true)]
-    SlowClients(crate::serve_bench::SlowClientsArgs),
+    SlowClients(crate::serve::SlowClientsArgs),
 }
 
 #[derive(clap::Args)]
@@ -101,15 +110,15 @@ fn job_rollout(ty: JobType, profile: &ProfileModel, seed: u64) -> RolloutConfig 
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Migration(args) => migration(args),
-        BenchCommand::Placement(args) => crate::place_bench::placement(args),
-        BenchCommand::Optimality(args) => crate::place_bench::optimality(args),
-        BenchCommand::Replay(args) => crate::replay_bench::run(args),
-        BenchCommand::Serve(args) => crate::serve_bench::run(args),
-        BenchCommand::Restart(args) => crate::restart_bench::run(args),
-        BenchCommand::Chaos(args) => crate::chaos_bench::run(args),
-        BenchCommand::Soak(args) => crate::soak_bench::run(args),
-        BenchCommand::Timing(args) => crate::timing_bench::run(args),
-        BenchCommand::SlowClients(args) => crate::serve_bench::slow_clients(args),
+        BenchCommand::Placement(args) => crate::place::placement(args),
+        BenchCommand::Optimality(args) => crate::place::optimality(args),
+        BenchCommand::Replay(args) => crate::replay::run(args),
+        BenchCommand::Serve(args) => crate::serve::run(args),
+        BenchCommand::Restart(args) => crate::restart::run(args),
+        BenchCommand::Chaos(args) => crate::chaos::run(args),
+        BenchCommand::Soak(args) => crate::soak::run(args),
+        BenchCommand::Timing(args) => crate::timing::run(args),
+        BenchCommand::SlowClients(args) => crate::serve::slow_clients(args),
     }
 }
 

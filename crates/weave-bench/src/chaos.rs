@@ -5,7 +5,6 @@
 //! (no 5xx, no dropped connection, the process alive at the end). CI runs a short version
 //! (`crates/weave-cli/tests/serve_process.rs`); the benchmark a long one.
 
-use crate::input::{json, write_output};
 use anyhow::{bail, Context, Result};
 use rand::seq::IndexedRandom;
 use rand::Rng;
@@ -17,6 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use weave_io::{json, write_output};
 use weave_model::named_stream;
 
 #[derive(clap::Args)]
@@ -427,7 +427,7 @@ fn flood(args: &ChaosArgs, data: &Path, r: &mut Report) -> Result<()> {
     // Slow clients are held, not cut, for the whole measurement.
     let (server, _) = start_with(data, &["--header-timeout-s", "3600"])?;
     let addr: std::net::SocketAddr = server.1.trim_start_matches("http://").parse().context("server address")?;
-    let mut slow = crate::serve_bench::slow_client_process(addr, args.flood_connections)?;
+    let mut slow = crate::serve::slow_client_process(addr, args.flood_connections)?;
     let c = client()?;
     let mut ms = Vec::new();
     for i in 0..500 {

@@ -2,13 +2,13 @@
 //! `/v1/events` polled (by cursor, and in full every few seconds), sampling the server's
 //! resident memory. Memory should level off once the held history reaches its bounds.
 
-use crate::chaos_bench::{client, start_with, worker, Acked};
-use crate::input::{json, write_output};
+use crate::chaos::{client, start_with, worker, Acked};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use weave_io::{json, write_output};
 
 #[derive(clap::Args)]
 pub struct SoakArgs {
@@ -74,7 +74,7 @@ fn poller(url: String, stop: Arc<AtomicBool>, polls: Arc<AtomicU64>, full: Arc<A
             }
         }
         if last_full.elapsed() >= Duration::from_secs(2) {
-            if crate::chaos_bench::all_events(&c, &url).is_ok() {
+            if crate::chaos::all_events(&c, &url).is_ok() {
                 full.fetch_add(1, Ordering::Relaxed);
             }
             last_full = Instant::now();

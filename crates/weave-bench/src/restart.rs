@@ -2,11 +2,11 @@
 //! Builds a store through the real commit path (two-phase gate reports of many jobs), then
 //! times opening it (replay) several times.
 
-use crate::input::{json, write_output};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::time::Instant;
 use weave_dispatch::Phase;
+use weave_io::{json, write_output};
 use weave_server::plane::{Record, SubmitSpec};
 use weave_server::Shared;
 
@@ -55,7 +55,7 @@ pub fn run(args: RestartArgs) -> Result<()> {
     let data = std::env::temp_dir().join(format!("weave-bench-restart-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
     let config = || {
-        let mut cfg = crate::serve_bench::bench_config(data.clone());
+        let mut cfg = crate::serve::bench_config(data.clone());
         cfg.snapshot_every = args.snapshot_every;
         cfg
     };

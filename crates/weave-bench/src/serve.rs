@@ -1,13 +1,13 @@
 //! `weave bench serve`: submissions per second and phase-gate round trips against an
 //! in-process `weave serve` on loopback. Bounded: a fixed number of requests.
 
-use crate::input::{json, write_output};
-use crate::table;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weave_core::ClusterConfig;
+use weave_io::table;
+use weave_io::{json, write_output};
 use weave_server::{ServerConfig, Shared, Tenants};
 
 #[derive(clap::Args)]

@@ -1,12 +1,12 @@
 //! `weave bench placement` and `weave bench optimality`.
 
-use crate::input::{json, write_output};
-use crate::table;
 use anyhow::{bail, Result};
 use rand::Rng;
 use serde::Serialize;
 use std::time::Instant;
 use weave_core::{ClusterConfig, JobId};
+use weave_io::table;
+use weave_io::{json, write_output};
 use weave_model::{named_stream, ProfileModel};
 use weave_place::optimal::{optimal, Prices, MAX_JOBS};
 use weave_place::{PlaceJob, PlacePolicy, Placer, PlacerConfig};

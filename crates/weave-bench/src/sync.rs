@@ -283,11 +283,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "{} MB model, {} senders -> {} receivers; slow link {} Mbit/s per stream, fast fabric {} Mbit/s (namespaces + tc tbf)",
         args.size_mb, args.train, args.rollout, args.slow_mbit, args.fast_mbit
     );
-    let mut t = crate::table::new(&["plan", "measured s", "predicted s", "measured / predicted"]);
+    let mut t = weave_io::table::new(&["plan", "measured s", "predicted s", "measured / predicted"]);
     for (kind, m, p) in rows {
         t.add_row(vec![format!("{kind:?}"), format!("{m:.2}"), format!("{p:.2}"), format!("{:.2}", m / p)]);
     }
-    crate::table::align_numbers(&mut t);
+    weave_io::table::align_numbers(&mut t);
     println!("{t}");
     Ok(())
 }

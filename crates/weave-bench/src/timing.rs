@@ -2,7 +2,6 @@
 //! random groups: mismatches (there should be none), the worst measured/predicted ratio, what
 //! the cyclic order changes against first-come round-robin, and how long timing takes.
 
-use crate::input::write_output;
 use anyhow::Result;
 use rand::Rng;
 use serde::Serialize;
@@ -12,6 +11,7 @@ use weave_dispatch::cycle::Period;
 use weave_dispatch::order::{best_uncached, period_of};
 use weave_dispatch::timing::{run_group_first_come, run_group_unlogged, settled_period};
 use weave_dispatch::{Fairness, SwitchCosts, TimingMember};
+use weave_io::write_output;
 
 #[derive(clap::Args)]
 pub struct TimingArgs {
