@@ -4,14 +4,12 @@
 use crate::input::{json, load_cluster, write_output, TraceArgs};
 use crate::table;
 use anyhow::{bail, Context, Result};
-use rand::Rng;
-use serde::Serialize;
 use std::path::PathBuf;
 use weave_core::{Micros, Priority};
-use weave_model::{named_stream, ProfileModel};
-use weave_place::share::{ShareMode, SharePolicy, TenantQuota};
-use weave_sim::tenancy::{jain_index, TenantReport};
-use weave_sim::{prepare, replay, CapacityMode, Policy, SimConfig};
+use weave_model::ProfileModel;
+use weave_place::share::TenantQuota;
+use weave_sim::tenancy::TenantReport;
+use weave_sim::tenants_experiment::{self, ModeRow, Settings};
 
 #[derive(clap::Args)]
 pub struct TenantsArgs {
@@ -64,117 +62,6 @@ pub struct TenantsArgs {
     report: Option<PathBuf>,
 }
 
-#[derive(Serialize)]
-struct ModeRow {
-    mode: &'static str,
-    jobs_run: usize,
-    never_ran: u64,
-    cost: f64,
-    iterations_per_k_dollars: f64,
-    training_busy_share: f64,
-    /// The same without work preemptions threw away (redone iterations are busy, not useful).
-    training_useful_share: f64,
-    slo_met_jobs: f64,
-    slo_met_iterations: f64,
-    /// Jobs that ended above their SLO, by priority: `low`, `normal`, `high` (preemption's
-    /// cost lands on the jobs it takes the place of).
-    slo_missed_by_priority: [usize; 3],
-    /// The same jobs by what happened to them: preempted to reclaim borrowed capacity (at
-    /// least once), preempted only for higher-priority jobs of their tenant, never preempted.
-    slo_missed_by_cause: [usize; 3],
-    preemptions: u64,
-    /// Preemptions whose victim saved a checkpoint at its iteration's end within its grace
-    /// period (and lost nothing).
-    preemptions_saved: u64,
-    lost_iterations: u64,
-    jain_index: Option<f64>,
-    /// Every job's wait for a first start, mean over jobs, hours.
-    delay_mean_h: f64,
-    /// Against FIFO on the same jobs: jobs that started more than an hour later than under
-    /// FIFO, and the most any job started later.
-    started_over_1h_after_fifo: usize,
-    max_start_after_fifo_h: f64,
-    /// The jobs that started more than an hour later than under FIFO: who pays for quotas and
-    /// priorities.
-    later_than_fifo: Vec<LateJob>,
-    /// Backfill only, against the same mode without backfill (EASY's promise: a job let
-    /// through early must not push back the ones it jumped).
-    against_no_backfill: Option<Later>,
-    /// Backfill only: its promise checked in this run (blocked jobs a backfill went past that
-    /// started later than projected then).
-    backfill_promise: Option<weave_sim::tenancy::BackfillReport>,
-    /// Backfill only: the same mode rerun with one more iteration between checkpoints, against
-    /// this run. How far first starts move between two runs that differ in one small setting:
-    /// per-job comparisons between modes are no more precise than this.
-    perturbed: Option<Later>,
-    /// `high` jobs: how many, and their wait for a first start (mean, max, hours).
-    high_jobs: usize,
-    high_delay_mean_h: f64,
-    high_delay_max_h: f64,
-    /// `high` jobs that waited longer than the target's bound: one checkpoint interval
-    /// (`checkpoint_every` iterations at the job's own solo pace) plus its cold start.
-    high_over_bound: usize,
-    /// Of those, the ones the target counts: still waiting past the bound after a queue pass
-    /// when a preemption would have started them (capacity they may take existed). The others
-    /// waited for capacity inside its minimum run, or that was not theirs to take.
-    high_passed_over: usize,
-    tenants: Vec<TenantReport>,
-}
-
-#[derive(Serialize)]
-struct LateJob {
-    name: String,
-    tenant: String,
-    priority: Priority,
-    later_h: f64,
-}
-
-/// First starts of one mode against another's on the same jobs.
-#[derive(Serialize)]
-struct Later {
-    delay_mean_change_h: f64,
-    started_over_1h_later: usize,
-    max_later_h: f64,
-    started_over_1h_earlier: usize,
-}
-
-/// Each job's wait for its first start, hours, by name.
-type Waits = std::collections::BTreeMap<String, f64>;
-
-/// A job's wait for its first start, hours.
-fn queued_h(j: &weave_sim::metrics::JobOutcome) -> f64 {
-    j.queued.as_secs_f64() / 3600.0
-}
-
-fn waits(r: &weave_sim::PolicyReport) -> Waits {
-    r.per_job.iter().map(|j| (j.name.clone(), queued_h(j))).collect()
-}
-
-/// First starts in `now` against `base`, over the jobs in both.
-fn later(now: &Waits, base: &Waits) -> Later {
-    let d: Vec<f64> = later_than(now, base).map(|(_, d)| d).collect();
-    Later {
-        delay_mean_change_h: mean(now.values().copied()) - mean(base.values().copied()),
-        started_over_1h_later: d.iter().filter(|d| **d > 1.0).count(),
-        max_later_h: d.iter().copied().fold(0.0, f64::max),
-        started_over_1h_earlier: d.iter().filter(|d| **d < -1.0).count(),
-    }
-}
-
-/// How much later each job of `now` first started than in `base` (jobs in both).
-fn later_than<'a>(now: &'a Waits, base: &'a Waits) -> impl Iterator<Item = (&'a str, f64)> + 'a {
-    now.iter().filter_map(|(name, w)| base.get(name).map(|b| (name.as_str(), w - b)))
-}
-
-fn mean(v: impl Iterator<Item = f64>) -> f64 {
-    let (sum, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
-    if n == 0 {
-        0.0
-    } else {
-        sum / n as f64
-    }
-}
-
 #[derive(serde::Deserialize)]
 struct TenantsFile {
     tenant: Vec<TenantQuota>,
@@ -206,33 +93,6 @@ fn quotas(args: &TenantsArgs) -> Result<Vec<TenantQuota>> {
         .collect())
 }
 
-/// Tenants and priorities for a trace that carries none: seeded draws, tenants in proportion
-/// to their training quota.
-fn assign(trace: &mut weave_trace::Trace, tenants: &[TenantQuota], args: &TenantsArgs) {
-    let carries = trace.jobs.iter().any(|j| j.tenant.is_some() || j.priority != Priority::Normal);
-    if carries {
-        return;
-    }
-    let total: f64 = tenants.iter().map(|t| t.training_nodes).sum::<f64>().max(1e-9);
-    for j in &mut trace.jobs {
-        let mut rng = named_stream(args.seed, "tenant-assignment", j.id.0 as u64);
-        let mut u = rng.random_range(0.0..total);
-        let pick = tenants.iter().position(|t| {
-            u -= t.training_nodes;
-            u < 0.0
-        });
-        j.tenant = Some(tenants[pick.unwrap_or(tenants.len() - 1)].name.clone());
-        let p: f64 = rng.random_range(0.0..1.0);
-        j.priority = if p < args.high_share {
-            Priority::High
-        } else if p < args.high_share + args.low_share {
-            Priority::Low
-        } else {
-            Priority::Normal
-        };
-    }
-}
-
 pub fn run(args: TenantsArgs) -> Result<()> {
     if !(args.min_run_h.is_finite() && args.min_run_h >= 0.0) {
         bail!("--min-run-h must be a non-negative number of hours");
@@ -255,109 +115,25 @@ pub fn run(args: TenantsArgs) -> Result<()> {
     cluster.training.nodes = args.training_nodes;
     let tenants = quotas(&args)?;
     let mut trace = args.trace.load(&profile)?;
-    assign(&mut trace, &tenants, &args);
-    let jobs = prepare(&trace, &cluster, &profile, Default::default(), args.seed);
-    // Each high job's bound on its wait: one checkpoint interval at its own pace, plus its cold start.
-    let high_bound_h: std::collections::BTreeMap<&str, f64> = jobs
-        .iter()
-        .filter(|j| j.spec.priority == Priority::High)
-        .map(|j| (j.spec.name.as_str(), j.high_wait_bound(args.checkpoint_every).as_secs_f64() / 3600.0))
-        .collect();
-    let by_name: std::collections::BTreeMap<&str, &weave_core::JobSpec> =
-        trace.jobs.iter().map(|j| (j.name.as_str(), j)).collect();
-    let mut rows = Vec::new();
-    let (mut fifo, mut previous) = (Waits::new(), Waits::new());
-    let run_mode = |mode, checkpoint_every: u64| {
-        let policy = SharePolicy {
-            mode,
-            tenants: tenants.clone(),
-            min_run: Micros::from_secs_f64(args.min_run_h * 3600.0),
-            checkpoint_every,
-            half_life: (args.half_life_h > 0.0).then(|| Micros::from_secs_f64(args.half_life_h * 3600.0)),
-            preempts_own: args.preempts_own,
-            grace: Micros::from_secs_f64(args.grace_min * 60.0),
-        };
-        let cfg =
-            SimConfig { seed: args.seed, capacity: CapacityMode::Fixed, share: Some(policy), ..SimConfig::default() };
-        replay(&jobs, &cluster, Policy::Weave, &cfg, &mut |_, _| {}).report
+    let weights: Vec<(&str, f64)> = tenants.iter().map(|t| (t.name.as_str(), t.training_nodes)).collect();
+    weave_trace::generate::assign_tenants(&mut trace, &weights, args.high_share, args.low_share, args.seed);
+    let settings = Settings {
+        tenants,
+        min_run: Micros::from_secs_f64(args.min_run_h * 3600.0),
+        checkpoint_every: args.checkpoint_every,
+        preempts_own: args.preempts_own,
+        grace: Micros::from_secs_f64(args.grace_min * 60.0),
+        half_life: (args.half_life_h > 0.0).then(|| Micros::from_secs_f64(args.half_life_h * 3600.0)),
+        seed: args.seed,
     };
-    let checkpoint_every = args.checkpoint_every.max(1);
-    for mode in ShareMode::ALL {
-        let r = run_mode(mode, checkpoint_every);
-        let w = waits(&r);
-        if mode == ShareMode::Fifo {
-            fifo = w.clone();
-        }
-        // Later than FIFO: the first start's delay against FIFO's for the same job.
-        let against_fifo = later(&w, &fifo);
-        let later_than_fifo = later_than(&w, &fifo)
-            .filter(|(_, d)| *d > 1.0)
-            .map(|(name, later_h)| LateJob {
-                name: name.into(),
-                tenant: by_name.get(name).and_then(|j| j.tenant.clone()).unwrap_or_default(),
-                priority: by_name.get(name).map_or(Priority::Normal, |j| j.priority),
-                later_h,
-            })
-            .collect();
-        // `ShareMode::ALL` lists backfill right after the same mode without it.
-        let against_no_backfill = (mode == ShareMode::Backfill).then(|| later(&w, &previous));
-        let perturbed = (mode == ShareMode::Backfill).then(|| later(&waits(&run_mode(mode, checkpoint_every + 1)), &w));
-        let high: Vec<(f64, f64)> = r
-            .per_job
-            .iter()
-            .filter_map(|j| high_bound_h.get(j.name.as_str()).map(|&bound| (queued_h(j), bound)))
-            .collect();
-        let (mut slo_missed_by_priority, mut slo_missed_by_cause) = ([0; 3], [0; 3]);
-        for j in r.per_job.iter().filter(|j| j.slowdown > j.slo + 1e-9) {
-            let p = by_name.get(j.name.as_str()).map_or(Priority::Normal, |s| s.priority);
-            slo_missed_by_priority[p as usize] += 1;
-            slo_missed_by_cause[if j.reclaimed > 0 {
-                0
-            } else if j.outranked > 0 {
-                1
-            } else {
-                2
-            }] += 1;
-        }
-        let held = r.training.gpu_hours.max(1e-9);
-        rows.push(ModeRow {
-            mode: mode.name(),
-            jobs_run: r.per_job.len().max(r.jobs),
-            never_ran: r.rejected,
-            cost: r.total_cost.as_dollars(),
-            iterations_per_k_dollars: r.iterations_per_k_dollars,
-            training_busy_share: r.training.busy_gpu_hours / held,
-            training_useful_share: (r.training.busy_gpu_hours - r.preempted_training_gpu_hours.unwrap_or(0.0)) / held,
-            slo_met_jobs: r.slo_attainment_jobs,
-            slo_met_iterations: r.slo_attainment_iterations,
-            slo_missed_by_priority,
-            slo_missed_by_cause,
-            preemptions: r.events.preemptions,
-            preemptions_saved: r.events.preemptions_saved,
-            lost_iterations: r.events.lost_iterations,
-            jain_index: jain_index(&r.tenants),
-            delay_mean_h: mean(w.values().copied()),
-            started_over_1h_after_fifo: against_fifo.started_over_1h_later,
-            max_start_after_fifo_h: against_fifo.max_later_h,
-            later_than_fifo,
-            against_no_backfill,
-            backfill_promise: r.backfill,
-            perturbed,
-            high_jobs: high.len(),
-            high_delay_mean_h: mean(high.iter().map(|h| h.0)),
-            high_delay_max_h: high.iter().map(|h| h.0).fold(0.0, f64::max),
-            high_over_bound: high.iter().filter(|(wait, bound)| wait > bound).count(),
-            high_passed_over: r.per_job.iter().filter(|j| j.passed_over).count(),
-            tenants: r.tenants,
-        });
-        previous = w;
-    }
+    let rows = tenants_experiment::run(&trace, &cluster, &profile, &settings);
+    let jobs = trace.jobs.len();
     if let Some(path) = &args.report {
         let title =
             format!("Tenants sharing {} + {} nodes: {}", cluster.rollout.nodes, cluster.training.nodes, trace.source);
         let notes = vec![format!(
             "{} jobs, seed {}, minimum run {} h, checkpoint every {} iterations, grace {} min, fair-share half-life {} h; dashed: entitlement",
-            jobs.len(),
+            jobs,
             args.seed,
             args.min_run_h,
             args.checkpoint_every,
@@ -370,7 +146,7 @@ pub fn run(args: TenantsArgs) -> Result<()> {
     if args.json {
         return write_output(None, &json(&rows)?);
     }
-    write_output(None, &render(&rows, &trace.source, jobs.len(), &cluster))
+    write_output(None, &render(&rows, &trace.source, jobs, &cluster))
 }
 
 fn render(rows: &[ModeRow], source: &str, jobs: usize, cluster: &weave_core::ClusterConfig) -> String {

@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod policy;
 pub mod prototype;
 pub mod tenancy;
+pub mod tenants_experiment;
 pub mod waterfall;
 pub mod workload;
 

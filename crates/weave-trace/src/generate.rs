@@ -13,7 +13,7 @@ use crate::Trace;
 use rand::Rng;
 use rand_distr::{Distribution, Exp, LogNormal};
 use serde::Serialize;
-use weave_core::{Algorithm, JobId, JobSpec, JobType, Lifetime, Micros, PhaseTimes, Slo};
+use weave_core::{Algorithm, JobId, JobSpec, JobType, Lifetime, Micros, PhaseTimes, Priority, Slo};
 use weave_model::{named_stream, Deployment, ProfileModel, Stream, REFERENCE_BATCH};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -289,6 +289,35 @@ pub fn generate_tenants(cfg: &GenConfig, tenants: &[TenantMix], profile: &Profil
     }
     let names: Vec<String> = tenants.iter().map(|t| t.name.clone()).collect();
     Trace::from_jobs(format!("{} for tenants {}", describe(cfg), names.join(", ")), jobs, None)
+}
+
+/// Tenants and priorities for a trace that carries none (`weave experiment tenants`): each job
+/// goes to a tenant with probability proportional to its `weight`, and is `high` with
+/// probability `high_share`, `low` with `low_share`; one seeded draw per job (named stream
+/// `tenant-assignment`). A trace that names any tenant or priority is left as it is.
+pub fn assign_tenants(trace: &mut Trace, tenants: &[(&str, f64)], high_share: f64, low_share: f64, seed: u64) {
+    let carries = trace.jobs.iter().any(|j| j.tenant.is_some() || j.priority != Priority::Normal);
+    if carries || tenants.is_empty() {
+        return;
+    }
+    let total: f64 = tenants.iter().map(|t| t.1).sum::<f64>().max(1e-9);
+    for j in &mut trace.jobs {
+        let mut rng = named_stream(seed, "tenant-assignment", j.id.0 as u64);
+        let mut u = rng.random_range(0.0..total);
+        let pick = tenants.iter().position(|t| {
+            u -= t.1;
+            u < 0.0
+        });
+        j.tenant = Some(tenants[pick.unwrap_or(tenants.len() - 1)].0.to_string());
+        let p: f64 = rng.random_range(0.0..1.0);
+        j.priority = if p < high_share {
+            Priority::High
+        } else if p < high_share + low_share {
+            Priority::Low
+        } else {
+            Priority::Normal
+        };
+    }
 }
 
 #[cfg(test)]
