@@ -375,7 +375,7 @@ fn a_damaged_record_is_named_and_recovered_on_request() {
     let data = d.join("data");
     let data = data.to_str().unwrap();
     let start = Command::new(env!("CARGO_BIN_EXE_weave"))
-        .args(["serve", "--addr", "127.0.0.1:0", "--data", data, "--tenants"])
+        .args(["serve", "--addr", "127.0.0.1:0", "--disagg-only", "--data", data, "--tenants"])
         .arg(tenants(&d))
         .output()
         .unwrap();
