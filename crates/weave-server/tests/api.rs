@@ -403,21 +403,9 @@ fn job_tokens_see_their_admission_and_events_page_by_cursor() {
 #[test]
 fn commits_check_ownership_under_the_write_lock() {
     use weave_server::plane::{PlaneError, Record, SubmitSpec};
-    use weave_server::{Caller, ServeError, ServerConfig, Shared};
-    let cfg = ServerConfig {
-        data_dir: temp_dir("owner"),
-        tenants: tenants(),
-        cluster: weave_core::ClusterConfig::default(),
-        capacity: weave_server::Capacity::Elastic,
-        heartbeat_timeout: Duration::from_secs(60),
-        max_body_bytes: 16 * 1024,
-        max_wait: Duration::from_secs(5),
-        max_staleness: weave_core::MAX_STALENESS,
-        placement: Default::default(),
-        limits: Default::default(),
-        snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,
-        retention: Default::default(),
-    };
+    use weave_server::{Caller, ServeError, Shared};
+    let mut cfg = common::config(temp_dir("owner"), Duration::from_secs(60));
+    cfg.placement = Default::default();
     let s = Shared::open(cfg).unwrap();
     let who = |tenant: &str| Caller { tenant: tenant.into(), admin: false, job: None };
     let job: SubmitSpec = serde_json::from_value(spec("own", 2)).unwrap();

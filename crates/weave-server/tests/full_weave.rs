@@ -98,20 +98,9 @@ fn a_lone_job_is_paired_on_arrival_and_its_driver_resumes_where_the_move_says() 
 }
 
 fn config(dir: &std::path::Path, consolidate: bool, chosen: bool) -> weave_server::ServerConfig {
-    weave_server::ServerConfig {
-        data_dir: dir.to_path_buf(),
-        tenants: tenants(),
-        cluster: weave_core::ClusterConfig::default(),
-        capacity: weave_server::Capacity::Elastic,
-        heartbeat_timeout: Duration::from_secs(60),
-        max_body_bytes: 16 * 1024,
-        max_wait: Duration::from_secs(5),
-        max_staleness: weave_core::MAX_STALENESS,
-        placement: weave_server::state::PlacementConfig { consolidate, chosen, ..Default::default() },
-        limits: Default::default(),
-        snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,
-        retention: Default::default(),
-    }
+    let mut cfg = common::config(dir.to_path_buf(), Duration::from_secs(60));
+    cfg.placement = weave_server::state::PlacementConfig { consolidate, chosen, ..Default::default() };
+    cfg
 }
 
 /// A store's records mean the placements they were decided under: the placement is recorded

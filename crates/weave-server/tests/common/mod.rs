@@ -38,6 +38,26 @@ pub struct TestServer {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
+/// The tests' server configuration on `dir`. The gate's, the API's and durability's tests
+/// expect the paper's placements (a second job joins the first's group); full Weave, the
+/// server's default, has tests of its own (`consolidation.rs`, `full_weave.rs`).
+pub fn config(dir: PathBuf, heartbeat: Duration) -> ServerConfig {
+    ServerConfig {
+        data_dir: dir,
+        tenants: tenants(),
+        cluster: ClusterConfig::default(),
+        capacity: weave_server::Capacity::Elastic,
+        heartbeat_timeout: heartbeat,
+        max_body_bytes: 16 * 1024,
+        max_wait: Duration::from_secs(5),
+        max_staleness: weave_core::MAX_STALENESS,
+        placement: PlacementConfig { consolidate: false, ..Default::default() },
+        limits: Default::default(),
+        snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,
+        retention: Default::default(),
+    }
+}
+
 impl TestServer {
     pub fn start(dir: PathBuf, heartbeat: Duration) -> TestServer {
         Self::start_with(dir, heartbeat, |_| {})
@@ -45,23 +65,7 @@ impl TestServer {
 
     /// [`TestServer::start`] with the configuration changed by `change` first.
     pub fn start_with(dir: PathBuf, heartbeat: Duration, change: impl FnOnce(&mut ServerConfig)) -> TestServer {
-        let mut cfg = ServerConfig {
-            data_dir: dir,
-            tenants: tenants(),
-            cluster: ClusterConfig::default(),
-            capacity: weave_server::Capacity::Elastic,
-            heartbeat_timeout: heartbeat,
-            max_body_bytes: 16 * 1024,
-            max_wait: Duration::from_secs(5),
-            max_staleness: weave_core::MAX_STALENESS,
-            // The gate's, the API's and durability's tests expect the paper's placements (a
-            // second job joins the first's group); full Weave, the server's default, has tests
-            // of its own (`consolidation.rs`).
-            placement: PlacementConfig { consolidate: false, ..Default::default() },
-            limits: Default::default(),
-            snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,
-            retention: Default::default(),
-        };
+        let mut cfg = config(dir, heartbeat);
         change(&mut cfg);
         let (tx, rx) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
