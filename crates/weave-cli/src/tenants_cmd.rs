@@ -22,8 +22,9 @@ pub struct TenantsArgs {
     rollout_nodes: u32,
     #[arg(long, default_value_t = 20)]
     training_nodes: u32,
-    /// Tenants and quotas (TOML: [[tenant]] name, rollout_nodes, training_nodes,
-    /// borrow_limit); default: three tenants entitled to 50%, 30% and 20% of each pool.
+    /// Tenants and quotas: the server's tenants file (TOML: [[tenant]] name, rollout_nodes,
+    /// training_nodes, borrow_limit; token_sha256 and admin allowed, not needed); default:
+    /// three tenants entitled to 50%, 30% and 20% of each pool.
     #[arg(long, value_name = "FILE")]
     tenants: Option<PathBuf>,
     /// Share of jobs that are `high` and `low` priority when the trace says nothing.
@@ -62,24 +63,12 @@ pub struct TenantsArgs {
     report: Option<PathBuf>,
 }
 
-#[derive(serde::Deserialize)]
-struct TenantsFile {
-    tenant: Vec<TenantQuota>,
-}
-
+/// The tenants and their quotas: the `--tenants` file (the server's format; tokens optional),
+/// else three tenants entitled to 50%, 30% and 20% of each pool.
 fn quotas(args: &TenantsArgs) -> Result<Vec<TenantQuota>> {
     if let Some(p) = &args.tenants {
         let text = std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
-        let f: TenantsFile = toml::from_str(&text).with_context(|| format!("{}: not a tenants file", p.display()))?;
-        if f.tenant.is_empty() {
-            bail!("{}: no [[tenant]]", p.display());
-        }
-        for t in &f.tenant {
-            if !(t.rollout_nodes >= 0.0 && t.training_nodes >= 0.0 && t.borrow_limit.is_none_or(|b| b >= 0.0)) {
-                bail!("{}: tenant `{}`: quotas must be non-negative numbers of nodes", p.display(), t.name);
-            }
-        }
-        return Ok(f.tenant);
+        return weave_server::auth::quotas_from_toml(&text).with_context(|| format!("{}", p.display()));
     }
     let (r, t) = (args.rollout_nodes as f64, args.training_nodes as f64);
     Ok([("team-a", 0.5), ("team-b", 0.3), ("team-c", 0.2)]

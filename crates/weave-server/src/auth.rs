@@ -121,8 +121,8 @@ impl JobTokens {
 pub enum TenantsError {
     #[error("tenants file: {0}")]
     Parse(String),
-    #[error("tenants file: tenant #{index}: {reason}")]
-    Invalid { index: usize, reason: String },
+    #[error("tenants file: tenant #{index} `{name}`: {reason}")]
+    Invalid { index: usize, name: String, reason: String },
 }
 
 #[derive(Clone, Debug, Default)]
@@ -192,7 +192,9 @@ impl Default for Sharing {
 #[serde(deny_unknown_fields)]
 struct Entry {
     name: String,
-    token_sha256: String,
+    /// Required by the server; `weave experiment tenants` reads quotas only.
+    #[serde(default)]
+    token_sha256: Option<String>,
     #[serde(default)]
     admin: bool,
     /// Quota with fixed pools: nodes of each pool the tenant is entitled to.
@@ -227,29 +229,76 @@ fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// A tenant's quota, nodes of each pool (rollout, training).
+type Quota = Option<(f64, f64)>;
+
+/// The file and each tenant's quota, checked: names non-empty, node counts non-negative,
+/// both pools' quotas or neither, at least one tenant. Shared by the server and
+/// `weave experiment tenants`, so one file serves both.
+fn parse(text: &str) -> Result<(File, Vec<Quota>), TenantsError> {
+    let file: File = toml::from_str(text).map_err(|e| TenantsError::Parse(e.to_string()))?;
+    if file.tenant.is_empty() {
+        return Err(TenantsError::Parse("no [[tenant]] entries".into()));
+    }
+    let mut quotas = Vec::new();
+    for (i, e) in file.tenant.iter().enumerate() {
+        let invalid =
+            |reason: &str| TenantsError::Invalid { index: i + 1, name: e.name.clone(), reason: reason.into() };
+        if e.name.is_empty() {
+            return Err(invalid("`name` is empty"));
+        }
+        let nodes = |v: Option<f64>| v.is_none_or(|n| n.is_finite() && n >= 0.0);
+        if !(nodes(e.rollout_nodes) && nodes(e.training_nodes) && nodes(e.borrow_limit)) {
+            return Err(invalid(
+                "`rollout_nodes`, `training_nodes` and `borrow_limit` must be non-negative numbers of nodes",
+            ));
+        }
+        quotas.push(match (e.rollout_nodes, e.training_nodes) {
+            (Some(r), Some(t)) => Some((r, t)),
+            (None, None) => None,
+            _ => return Err(invalid("give both `rollout_nodes` and `training_nodes` (a quota), or neither")),
+        });
+    }
+    Ok((file, quotas))
+}
+
+/// The quotas of a tenants file, tokens not needed (`weave experiment tenants` reads the
+/// server's file, or one with quotas only); every tenant needs one.
+pub fn quotas_from_toml(text: &str) -> Result<Vec<weave_place::share::TenantQuota>, TenantsError> {
+    let (file, quotas) = parse(text)?;
+    file.tenant
+        .into_iter()
+        .zip(quotas)
+        .enumerate()
+        .map(|(i, (e, quota))| {
+            let (rollout_nodes, training_nodes) = quota.ok_or_else(|| TenantsError::Invalid {
+                index: i + 1,
+                name: e.name.clone(),
+                reason: "the experiment needs a quota: give `rollout_nodes` and `training_nodes`".into(),
+            })?;
+            Ok(weave_place::share::TenantQuota {
+                name: e.name,
+                rollout_nodes,
+                training_nodes,
+                borrow_limit: e.borrow_limit,
+            })
+        })
+        .collect()
+}
+
 impl Tenants {
     /// Parses `[[tenant]] name = "...", token_sha256 = "<hex>", admin = true|false`.
     pub fn from_toml(text: &str) -> Result<Tenants, TenantsError> {
-        let file: File = toml::from_str(text).map_err(|e| TenantsError::Parse(e.to_string()))?;
+        let (file, quotas) = parse(text)?;
         let mut entries = Vec::new();
-        for (i, e) in file.tenant.into_iter().enumerate() {
-            let invalid = |reason: &str| TenantsError::Invalid { index: i + 1, reason: reason.into() };
-            if e.name.is_empty() {
-                return Err(invalid("`name` is empty"));
-            }
-            let hash = unhex(&e.token_sha256)
+        for (i, (e, quota)) in file.tenant.into_iter().zip(quotas).enumerate() {
+            let invalid =
+                |reason: &str| TenantsError::Invalid { index: i + 1, name: e.name.clone(), reason: reason.into() };
+            let hash = e
+                .token_sha256
+                .as_deref()
+                .and_then(unhex)
                 .ok_or_else(|| invalid("`token_sha256` must be 64 hex digits (see `weave token hash`)"))?;
-            let nodes = |v: Option<f64>| v.is_none_or(|n| n.is_finite() && n >= 0.0);
-            if !(nodes(e.rollout_nodes) && nodes(e.training_nodes) && nodes(e.borrow_limit)) {
-                return Err(invalid(
-                    "`rollout_nodes`, `training_nodes` and `borrow_limit` must be non-negative numbers of nodes",
-                ));
-            }
-            let quota = match (e.rollout_nodes, e.training_nodes) {
-                (Some(r), Some(t)) => Some((r, t)),
-                (None, None) => None,
-                _ => return Err(invalid("give both `rollout_nodes` and `training_nodes` (a quota), or neither")),
-            };
             entries.push(Tenant {
                 name: e.name,
                 token_sha256: hash,
