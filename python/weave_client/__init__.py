@@ -105,12 +105,14 @@ class PhaseMeta(dict):
 
 
 class WeaveError(Exception):
-    """The server refused a request; ``status`` is the HTTP status."""
+    """The server refused a request; ``status`` is the HTTP status, ``retry_after`` the
+    seconds its ``Retry-After`` asked to wait (429 and 503), if any."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, retry_after: Optional[float] = None) -> None:
         super().__init__(f"{status}: {message}")
         self.status = status
         self.message = message
+        self.retry_after = retry_after
 
 
 class Requeued(WeaveError):
@@ -138,18 +140,23 @@ class WeaveClient:
     def _request(self, method: str, path: str, body: JSON = None, retry: bool = False) -> Tuple[int, JSON]:
         """One request; with ``retry``, connection failures and 503 answers (server down,
         restarting, replaying its store, or its disk refusing writes) are retried for
-        ``retry_s`` seconds. Other HTTP errors are never retried."""
+        ``retry_s`` seconds. A 429 (this token's rate limit) is always retried, after the
+        ``Retry-After`` the server gives: a limited request changed nothing. Other HTTP errors
+        are never retried."""
         deadline = time.monotonic() + self.retry_s
         while True:
+            wait = 0.5
             try:
                 return self._request_once(method, path, body)
             except WeaveError as e:
-                if e.status != 503 or not retry or time.monotonic() > deadline:
+                retried = e.status == 429 or (e.status == 503 and retry)
+                if not retried or time.monotonic() > deadline:
                     raise
+                wait = e.retry_after if e.retry_after is not None else wait
             except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
                 if isinstance(e, urllib.error.HTTPError) or not retry or time.monotonic() > deadline:
                     raise
-            time.sleep(0.5)
+            time.sleep(max(0.0, min(wait, deadline - time.monotonic())))
 
     def _request_once(self, method: str, path: str, body: JSON = None) -> Tuple[int, JSON]:
         data = None if body is None else json.dumps(body).encode()
@@ -167,7 +174,11 @@ class WeaveClient:
                 message = json.loads(raw).get("error", raw.decode(errors="replace"))
             except ValueError:
                 message = raw.decode(errors="replace")
-            raise WeaveError(e.code, message) from None
+            try:
+                retry_after: Optional[float] = float(e.headers.get("Retry-After", ""))
+            except ValueError:
+                retry_after = None
+            raise WeaveError(e.code, message, retry_after) from None
 
     def submit(self, spec: Dict[str, Any]) -> JSON:
         """Submits a job (the trace format's fields, without arrival); returns the decision."""

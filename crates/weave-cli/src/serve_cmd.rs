@@ -236,6 +236,10 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         Backend::Ray => Some(ray_inventory(&args, &mut cluster)?),
         Backend::None => None,
     };
+    let pools = (ray.is_some() || args.fixed_capacity).then_some((cluster.rollout.nodes, cluster.training.nodes));
+    if let Some(p) = &args.tenants {
+        tenants.check_pools(pools).with_context(|| format!("invalid tenants file {}", p.display()))?;
+    }
     let cfg = ServerConfig {
         data_dir: args.data.clone(),
         tenants,

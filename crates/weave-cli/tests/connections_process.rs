@@ -81,15 +81,23 @@ fn connections_past_the_cap_are_answered_503_and_the_rest_still_work() {
 fn a_token_past_its_rate_is_told_to_wait() {
     let (_server, url) = serve_with(&dir("conn-rate"), &["--rate-limit-per-s", "1", "--rate-limit-burst", "3"]);
     let c = client();
-    let statuses: Vec<u16> =
-        (0..8).map(|_| c.get(format!("{url}/v1/jobs")).bearer_auth(TOKEN).send().unwrap().status().as_u16()).collect();
+    let answers: Vec<reqwest::blocking::Response> =
+        (0..8).map(|_| c.get(format!("{url}/v1/jobs")).bearer_auth(TOKEN).send().unwrap()).collect();
+    let statuses: Vec<u16> = answers.iter().map(|r| r.status().as_u16()).collect();
     assert_eq!(&statuses[..3], &[200, 200, 200], "{statuses:?}");
-    assert!(statuses.contains(&429), "{statuses:?}");
-    let r = c.get(format!("{url}/v1/jobs")).bearer_auth(TOKEN).send().unwrap();
-    if r.status() == 429 {
-        let body: serde_json::Value = r.json().unwrap();
-        assert!(body["error"].as_str().unwrap().contains("try again in"), "{body}");
-    }
+    let limited = answers.into_iter().find(|r| r.status() == 429).expect("a 429 past the burst");
+    // When to retry, in the header a client library reads, never "in 0 s".
+    let after: u64 = limited.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!(after >= 1, "Retry-After {after}");
+    let body: serde_json::Value = limited.json().unwrap();
+    assert!(body["error"].as_str().unwrap().contains(&format!("try again in {after} s")), "{body}");
+    // Unknown paths and methods are answered in JSON too.
+    let r = c.get(format!("{url}/v1/nowhere")).send().unwrap();
+    assert_eq!(r.status(), 404);
+    assert!(r.json::<serde_json::Value>().unwrap()["error"].as_str().unwrap().contains("no such endpoint"));
+    let r = c.put(format!("{url}/healthz")).send().unwrap();
+    assert_eq!(r.status(), 405);
+    assert!(r.json::<serde_json::Value>().unwrap()["error"].as_str().unwrap().contains("method not allowed"));
     // Health checks carry no token and are never limited.
     for _ in 0..10 {
         assert_eq!(c.get(format!("{url}/healthz")).send().unwrap().status(), 200);

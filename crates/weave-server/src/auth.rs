@@ -244,8 +244,12 @@ fn parse(text: &str) -> Result<(File, Vec<Quota>), TenantsError> {
     for (i, e) in file.tenant.iter().enumerate() {
         let invalid =
             |reason: &str| TenantsError::Invalid { index: i + 1, name: e.name.clone(), reason: reason.into() };
-        if e.name.is_empty() {
-            return Err(invalid("`name` is empty"));
+        let charset = |c: char| c.is_ascii_alphanumeric() || "._-".contains(c);
+        if e.name.is_empty() || e.name.len() > 64 || !e.name.chars().all(charset) {
+            return Err(invalid("`name` must be 1 to 64 letters, digits, `.`, `_` or `-`"));
+        }
+        if file.tenant[..i].iter().any(|o| o.name == e.name) {
+            return Err(invalid("the name is taken by an earlier tenant"));
         }
         let nodes = |v: Option<f64>| v.is_none_or(|n| n.is_finite() && n >= 0.0);
         if !(nodes(e.rollout_nodes) && nodes(e.training_nodes) && nodes(e.borrow_limit)) {
@@ -299,6 +303,10 @@ impl Tenants {
                 .as_deref()
                 .and_then(unhex)
                 .ok_or_else(|| invalid("`token_sha256` must be 64 hex digits (see `weave token hash`)"))?;
+            // Two tenants with one token: the first would always answer, the second be locked out.
+            if entries.iter().any(|t: &Tenant| t.token_sha256 == hash) {
+                return Err(invalid("`token_sha256` is an earlier tenant's: every tenant needs its own token"));
+            }
             entries.push(Tenant {
                 name: e.name,
                 token_sha256: hash,
@@ -328,6 +336,27 @@ impl Tenants {
             ));
         }
         Ok(Tenants { entries, sharing, open: false })
+    }
+
+    /// Quotas mean something only with fixed pools (`pools`: their sizes, rollout and
+    /// training; `None` for elastic pools), and no tenant's may exceed a pool.
+    pub fn check_pools(&self, pools: Option<(u32, u32)>) -> Result<(), TenantsError> {
+        for (i, t) in self.entries.iter().enumerate() {
+            let Some((r, tr)) = t.quota else { continue };
+            let invalid = |reason: String| TenantsError::Invalid { index: i + 1, name: t.name.clone(), reason };
+            let Some((rp, tp)) = pools else {
+                return Err(invalid(
+                    "a quota needs fixed pools (--fixed-capacity, or --backend ray): elastic pools would ignore it"
+                        .into(),
+                ));
+            };
+            if r > rp as f64 || tr > tp as f64 {
+                return Err(invalid(format!(
+                    "its quota ({r} rollout, {tr} training nodes) exceeds the pools ({rp} rollout, {tp} training nodes)"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Quotas, when some tenant has one: every tenant takes part (one without a quota may
@@ -385,6 +414,34 @@ impl Tenants {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tenants_file_names_each_tenant_once_with_its_own_token() {
+        let entry = |name: &str, token: &str| {
+            let name = toml::Value::String(name.into());
+            format!("[[tenant]]\nname = {name}\ntoken_sha256 = \"{}\"\n", hex(&sha256(token)))
+        };
+        let err = |text: String| Tenants::from_toml(&text).unwrap_err().to_string();
+        let twice = err(entry("a", "x") + &entry("a", "y"));
+        assert!(twice.contains("tenant #2 `a`") && twice.contains("taken"), "{twice}");
+        let shared = err(entry("a", "x") + &entry("b", "x"));
+        assert!(shared.contains("tenant #2 `b`") && shared.contains("own token"), "{shared}");
+        for bad in ["", "a\"b", "line\nbreak", "nul\u{0}", &"n".repeat(65), "spa ce"] {
+            let e = err(entry(bad, "x"));
+            assert!(e.contains("1 to 64 letters"), "{bad:?}: {e}");
+        }
+        assert!(Tenants::from_toml(&(entry("team-a.1_x", "x") + &entry("ops", "y"))).is_ok());
+        // Quotas only with fixed pools, and within them.
+        let with_quota = Tenants::from_toml(&(entry("a", "x") + "rollout_nodes = 2\ntraining_nodes = 3\n")).unwrap();
+        assert!(with_quota.check_pools(None).unwrap_err().to_string().contains("fixed pools"));
+        assert!(with_quota.check_pools(Some((2, 2))).unwrap_err().to_string().contains("exceeds the pools"));
+        assert!(with_quota.check_pools(Some((2, 3))).is_ok());
+        assert!(Tenants::from_toml(&entry("a", "x")).unwrap().check_pools(None).is_ok(), "no quota, no pools needed");
+        // The experiment reads the same file for quotas; tokens are optional there.
+        let quotas = quotas_from_toml("[[tenant]]\nname = \"a\"\nrollout_nodes = 2\ntraining_nodes = 1\n").unwrap();
+        assert_eq!((quotas[0].rollout_nodes, quotas[0].training_nodes), (2.0, 1.0));
+        assert!(Tenants::from_toml("[[tenant]]\nname = \"a\"\n").unwrap_err().to_string().contains("token_sha256"));
+    }
 
     #[test]
     fn tokens_authenticate_by_hash() {

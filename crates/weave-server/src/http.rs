@@ -25,17 +25,28 @@ use weave_dispatch::Phase;
 pub struct ApiError {
     status: StatusCode,
     message: String,
+    /// Seconds after which a retry may succeed (`Retry-After`, on 429 and 503).
+    retry_after_s: Option<u64>,
 }
 
 impl ApiError {
     fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        ApiError { status, message: message.into() }
+        ApiError { status, message: message.into(), retry_after_s: None }
+    }
+
+    fn retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after_s = Some(seconds.max(1));
+        self
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(json!({ "error": self.message }))).into_response()
+        let mut r = (self.status, Json(json!({ "error": self.message }))).into_response();
+        if let Some(s) = self.retry_after_s {
+            r.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(s));
+        }
+        r
     }
 }
 
@@ -54,7 +65,13 @@ impl From<ServeError> for ApiError {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
         };
-        ApiError::new(status, e.to_string())
+        let retry = status == StatusCode::SERVICE_UNAVAILABLE;
+        let e = ApiError::new(status, e.to_string());
+        if retry {
+            e.retry_after(1)
+        } else {
+            e
+        }
     }
 }
 
@@ -585,13 +602,16 @@ pub fn router(shared: Arc<Shared>, rate: Option<RateLimits>) -> Router {
         .route("/v1/queue", get(queue));
     if let Some(cfg) = rate {
         let layer = GovernorLayer::new(cfg).error_handler(|e| {
-            let message = match e {
+            // The limiter rounds the wait down to whole seconds: a client told 0 would retry at
+            // once and be refused again.
+            let (message, wait) = match e {
                 GovernorError::TooManyRequests { wait_time, .. } => {
-                    format!("rate limit for this token: try again in {wait_time} s")
+                    let wait = wait_time.max(1);
+                    (format!("rate limit for this token: try again in {wait} s"), wait)
                 }
-                other => format!("rate limit: {other}"),
+                other => (format!("rate limit: {other}"), 1),
             };
-            ApiError::new(StatusCode::TOO_MANY_REQUESTS, message).into_response()
+            ApiError::new(StatusCode::TOO_MANY_REQUESTS, message).retry_after(wait).into_response()
         });
         authenticated = authenticated.layer(layer);
     }
@@ -599,6 +619,11 @@ pub fn router(shared: Arc<Shared>, rate: Option<RateLimits>) -> Router {
     // no body is read for them.
     let authenticated = authenticated.route_layer(from_fn_with_state(shared.clone(), require_token));
     open.merge(authenticated)
+        // Every error a client can get is JSON with an `error` field, unknown paths included.
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint (see /openapi.json)") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this endpoint (see /openapi.json)")
+        })
         .layer(RequestBodyTimeoutLayer::new(body_timeout))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(shared)

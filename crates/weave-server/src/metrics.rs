@@ -20,6 +20,12 @@ fn jobs_by_state<'a>(out: &mut String, jobs: impl Iterator<Item = &'a crate::pla
     }
 }
 
+/// A label value as the Prometheus text format writes it: backslash, double quote and line
+/// feed escaped, so no name can end the label or the line and forge another.
+fn label(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
 /// Per tenant with quotas: nominal quota and quota in use per pool, waiting jobs and
 /// preemptions suffered (`only`: just that tenant's lines).
 fn tenants(out: &mut String, plane: &Plane, only: Option<&str>) {
@@ -29,7 +35,8 @@ fn tenants(out: &mut String, plane: &Plane, only: Option<&str>) {
     }
     let shown = |t: &str| only.is_none_or(|o| o == t);
     family(out, "weave_tenant_quota_nodes", "gauge", "A tenant's nominal quota per pool (nodes).");
-    for (t, nominal, _) in quotas.iter().filter(|q| shown(&q.0)) {
+    for (name, nominal, _) in quotas.iter().filter(|q| shown(&q.0)) {
+        let t = label(name);
         for (p, pool) in ["rollout", "training"].iter().enumerate() {
             let _ = writeln!(out, "weave_tenant_quota_nodes{{tenant=\"{t}\",pool=\"{pool}\"}} {}", nominal[p]);
         }
@@ -40,19 +47,21 @@ fn tenants(out: &mut String, plane: &Plane, only: Option<&str>) {
         "gauge",
         "Quota a tenant uses per pool (shared nodes split among members).",
     );
-    for (t, _, used) in quotas.iter().filter(|q| shown(&q.0)) {
+    for (name, _, used) in quotas.iter().filter(|q| shown(&q.0)) {
+        let t = label(name);
         for (p, pool) in ["rollout", "training"].iter().enumerate() {
             let _ = writeln!(out, "weave_tenant_nodes_in_use{{tenant=\"{t}\",pool=\"{pool}\"}} {:.6}", used[p]);
         }
     }
     family(out, "weave_tenant_queued_jobs", "gauge", "Jobs of a tenant waiting in the queue.");
-    for (t, _, _) in quotas.iter().filter(|q| shown(&q.0)) {
-        let n = plane.queue().iter().filter(|q| &q.tenant == t).count();
-        let _ = writeln!(out, "weave_tenant_queued_jobs{{tenant=\"{t}\"}} {n}");
+    for (name, _, _) in quotas.iter().filter(|q| shown(&q.0)) {
+        let n = plane.queue().iter().filter(|q| &q.tenant == name).count();
+        let _ = writeln!(out, "weave_tenant_queued_jobs{{tenant=\"{}\"}} {n}", label(name));
     }
     family(out, "weave_tenant_preemptions_total", "counter", "Admissions of a tenant's jobs ended by preemption.");
-    for (t, _, _) in quotas.iter().filter(|q| shown(&q.0)) {
-        let _ = writeln!(out, "weave_tenant_preemptions_total{{tenant=\"{t}\"}} {}", plane.preemptions(t));
+    for (name, _, _) in quotas.iter().filter(|q| shown(&q.0)) {
+        let _ =
+            writeln!(out, "weave_tenant_preemptions_total{{tenant=\"{}\"}} {}", label(name), plane.preemptions(name));
     }
 }
 
@@ -117,4 +126,14 @@ pub fn render(plane: &Plane) -> String {
 pub fn parked(out: &mut String, n: u64) {
     family(out, "weave_parked_phase_requests", "gauge", "Phase-start long-polls waiting for a grant now.");
     let _ = writeln!(out, "weave_parked_phase_requests {n}");
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_label_value_cannot_end_its_label_or_line() {
+        assert_eq!(super::label("team-a"), "team-a");
+        assert_eq!(super::label("a\"} 1\nweave_fake 9"), "a\\\"} 1\\nweave_fake 9");
+        assert_eq!(super::label("back\\slash"), "back\\\\slash");
+    }
 }
