@@ -206,7 +206,11 @@ async fn show_job(
     let history: Vec<_> = {
         let g = s.lock();
         let since = admission_start(&g.plane, &c, &key);
-        events_for(g.plane.events().iter().filter(|e| e.job == key && e.seq >= since).cloned(), &c)
+        // Only the current owner's events: a name let go and taken by another tenant keeps
+        // its earlier history to itself.
+        let owner = g.plane.owner(&key).unwrap_or_default();
+        let mine = |e: &&crate::plane::PlaneEvent| e.job == key && e.seq >= since && g.plane.event_tenant(e) == owner;
+        events_for(g.plane.events().iter().filter(mine).cloned(), &c)
     };
     Ok(Json(json!({ "job": v, "history": history })))
 }
@@ -241,12 +245,17 @@ async fn cancel_job(
     let (key, before) = visible(&s, &c, &name)?;
     let job = key.clone();
     commit(&s, &c, move |time_us| Record::Cancel { time_us, job }).await?;
+    // A job that never started leaves the queue and has no other record, and a job let go
+    // as soon as it ended (`--keep-ended-jobs 0`) is no longer held: the cancel succeeded all
+    // the same, so the answer is the job as it was, cancelled.
+    let cancelled = || {
+        let v = JobView { state: JobState::Cancelled, queue_position: None, queue_reason: None, ..before };
+        Json(JobView { estimated_start_s: None, ..v })
+    };
     if before.state == JobState::Queued {
-        // It never started: it leaves the queue and has no other record.
-        let cancelled = JobView { state: JobState::Cancelled, queue_position: None, queue_reason: None, ..before };
-        return Ok(Json(JobView { estimated_start_s: None, ..cancelled }));
+        return Ok(cancelled());
     }
-    visible(&s, &c, &key).map(|(_, v)| Json(v))
+    Ok(visible(&s, &c, &key).map(|(_, v)| Json(v)).unwrap_or_else(|_| cancelled()))
 }
 
 fn parse_phase(p: &str) -> ApiResult<Phase> {
@@ -478,10 +487,10 @@ async fn events(
         .events_from(from)
         .iter()
         .filter(|e| e.seq >= since)
-        .filter(|e| match g.plane.job(&e.job) {
-            Some(j) => c.may_see(&j.tenant, &j.name),
+        .filter(|e| match g.plane.event_tenant(e) {
             // Node events belong to no job: operators see them.
-            None => e.job.is_empty() && c.admin,
+            "" => e.job.is_empty() && c.admin,
+            tenant => c.may_see(tenant, &e.job),
         })
         .take(q.limit.unwrap_or(EVENTS_PAGE).min(EVENTS_PAGE))
         .cloned()

@@ -38,6 +38,11 @@ pub struct PlaneEvent {
     pub iteration: Option<u64>,
     pub group: Option<u32>,
     pub meta: Option<serde_json::Value>,
+    /// Whose job it was when it happened (empty for events of no job, and in snapshots written
+    /// before events named it): visibility goes by this, so a name another tenant takes later
+    /// never shows it the first tenant's history.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub tenant: String,
 }
 
 pub struct Plane {
@@ -213,6 +218,16 @@ impl Plane {
     }
 
     /// The events held with a sequence number of `seq` or more.
+    /// The tenant an event belongs to: the one it names, or for an event from before events
+    /// named it, the job's owner now (empty: an event of no job).
+    pub fn event_tenant<'a>(&'a self, e: &'a PlaneEvent) -> &'a str {
+        if e.tenant.is_empty() {
+            self.owner(&e.job).unwrap_or_default()
+        } else {
+            &e.tenant
+        }
+    }
+
     pub fn events_from(&self, seq: u64) -> &[PlaneEvent] {
         let k = seq.saturating_sub(self.events_base).min(self.events.len() as u64) as usize;
         &self.events[k..]
@@ -440,6 +455,9 @@ impl Plane {
 
     fn event(&mut self, mut e: PlaneEvent) {
         e.seq = self.next_event_seq();
+        if e.tenant.is_empty() && !e.job.is_empty() {
+            e.tenant = self.owner(&e.job).unwrap_or_default().to_string();
+        }
         self.events.push(e);
         // Let go of the oldest quarter at once (amortised), keeping at least the retention.
         let keep = self.retention.events;
@@ -608,5 +626,6 @@ fn ev(
         iteration,
         group: group.map(|g| g.0),
         meta: None,
+        tenant: String::new(),
     }
 }

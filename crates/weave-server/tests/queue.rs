@@ -216,3 +216,54 @@ fn preemption_ends_the_victims_admission_and_it_resumes_after_a_restart() {
     assert_eq!(job(ALICE, "a1").1["job"]["state"], "completed");
     run_from(&s, ALICE, "a2", 0, 2);
 }
+
+fn events(s: &TestServer, token: &str) -> Vec<serde_json::Value> {
+    let (st, v) = body(client().get(s.url("/v1/events")).bearer_auth(token).send().unwrap());
+    assert_eq!(st, 200, "{v}");
+    v.as_array().unwrap().clone()
+}
+
+/// A job queued and cancelled before it ever started stays in its tenant's and the admins'
+/// event log; a name let go and taken by another tenant never shows it the first one's events.
+#[test]
+fn events_belong_to_the_tenant_whose_job_it_was() {
+    let s = TestServer::start_with(temp_dir("queue-events"), Duration::from_secs(600), |cfg| {
+        cfg.capacity = weave_server::Capacity::Fixed;
+        cfg.cluster.rollout.nodes = 1;
+        cfg.cluster.training.nodes = 1;
+        // Ended jobs are let go at once: their names may be taken again.
+        cfg.retention = weave_server::plane::Retention { events: 1000, jobs: 0 };
+    });
+    assert_eq!(submit(&s, ALICE, spec("first")).0, 201);
+    assert_eq!(submit(&s, ALICE, spec("waits")).0, 202);
+    let (st, v) = body(client().delete(s.url("/v1/jobs/waits")).bearer_auth(ALICE).send().unwrap());
+    assert_eq!(st, 200, "{v}");
+    for token in [ALICE, OPS] {
+        let kinds: Vec<String> = events(&s, token)
+            .iter()
+            .filter(|e| e["job"] == "waits")
+            .map(|e| e["kind"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(kinds, ["queued", "cancelled"], "{token}");
+    }
+    assert!(events(&s, BOB).iter().all(|e| e["job"] != "waits"), "not bob's");
+
+    // alice's `first` ends and is let go; bob takes the name.
+    let (st, v) = body(client().delete(s.url("/v1/jobs/first")).bearer_auth(ALICE).send().unwrap());
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = submit(&s, BOB, spec("first"));
+    assert_eq!(st, 201, "{v}");
+    let (_, all) = body(client().get(s.url("/v1/jobs")).bearer_auth(OPS).send().unwrap());
+    let (st, v) = body(client().get(s.url("/v1/jobs/first")).bearer_auth(BOB).send().unwrap());
+    assert_eq!(st, 200, "{v} {all}");
+    assert_eq!(st, 200, "{v}");
+    let history = v["history"].as_array().unwrap();
+    assert_eq!(history.iter().filter(|e| e["kind"] == "admitted").count(), 1, "only bob's admission: {v}");
+    assert!(history.iter().all(|e| e["kind"] != "cancelled"), "not alice's cancel: {v}");
+    let bobs: Vec<_> = events(&s, BOB).into_iter().filter(|e| e["job"] == "first").collect();
+    assert_eq!(bobs.iter().filter(|e| e["kind"] == "admitted").count(), 1, "{bobs:?}");
+    assert!(bobs.iter().all(|e| e["kind"] != "cancelled"), "{bobs:?}");
+    // alice still sees her own job's events under its name.
+    let alices = events(&s, ALICE).into_iter().filter(|e| e["job"] == "first").count();
+    assert!(alices >= 2, "alice's admitted and cancelled");
+}

@@ -352,8 +352,9 @@ impl Plane {
     /// Takes a waiting job out of the queue (cancelled); false if it was not waiting.
     pub(super) fn dequeue(&mut self, time_us: u64, name: &str) -> bool {
         let Some((k, _)) = self.queued(name) else { return false };
-        self.queue.remove(k);
+        // The event first, while the job still names its tenant.
         self.event(ev(time_us, name, "cancelled", None, None, None));
+        self.queue.remove(k);
         true
     }
 
