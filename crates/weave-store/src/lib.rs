@@ -169,14 +169,28 @@ pub fn truncate_after(path: &Path, last: u64) -> Result<(u64, PathBuf), StoreErr
     let db = open_existing(path)?;
     let base = guarded(path, || {
         let rtx = db.begin_read().map_err(db_err)?;
-        Ok(read_snapshot(&rtx)?.map_or(0, |(at, _)| at))
+        let base = read_snapshot(&rtx)?.map_or(0, |(at, _)| at);
+        let end = match rtx.open_table(LOG) {
+            Ok(t) => t.last().map_err(db_err)?.map(|(k, _)| k.value()),
+            Err(redb::TableError::TableDoesNotExist(_)) => None,
+            Err(e) => return Err(db_err(e)),
+        };
+        Ok((base, end))
     });
     match base {
-        Ok(base) if last.saturating_add(1) < base => {
+        Ok((base, _)) if last.saturating_add(1) < base => {
             close(db);
             return Err(StoreError::Db(format!(
                 "records before {base} are compacted into the snapshot: keep at least 0..={}",
                 base - 1
+            )));
+        }
+        // Past the end nothing would be dropped: saying "recovered" would mislead.
+        Ok((_, end)) if end.is_none_or(|e| e <= last) => {
+            close(db);
+            let held = end.map_or("holds no records after its snapshot".to_string(), |e| format!("ends at record {e}"));
+            return Err(StoreError::Db(format!(
+                "the store {held}: --truncate-after {last} would drop nothing (see `weave store verify`)"
             )));
         }
         Ok(_) => {}

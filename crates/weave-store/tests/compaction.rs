@@ -99,6 +99,9 @@ fn truncation_never_reaches_into_the_snapshot() {
     let path = compacted(&d);
     let e = truncate_after(&path, 5).unwrap_err().to_string();
     assert!(e.contains("compacted into the snapshot"), "{e}");
+    // Past the end it drops nothing, and says so instead of reporting success.
+    let e = truncate_after(&path, 14).unwrap_err().to_string();
+    assert!(e.contains("ends at record 14") && e.contains("drop nothing"), "{e}");
     let (dropped, _) = truncate_after(&path, 11).unwrap();
     assert_eq!(dropped, 3);
     let (snap, records) = load(&path).unwrap();
