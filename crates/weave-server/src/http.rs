@@ -125,7 +125,7 @@ fn visible(s: &Shared, c: &Caller, name: &str) -> ApiResult<(String, JobView)> {
     let now_us = s.now_us();
     let g = s.lock();
     let key = key_of(&g.plane, c, name);
-    match lookup(&g.plane, &key, now_us) {
+    match lookup(&g.plane, &key, now_us, c) {
         Some(v) if c.may_see(&v.tenant, &key) => Ok((key, for_caller(v, c))),
         _ => Err(ApiError::new(StatusCode::NOT_FOUND, format!("job `{name}` not found"))),
     }
@@ -157,7 +157,7 @@ async fn submit(
     let g = s.lock();
     // Fixed pools full: the job waits in the queue (202) and starts when there is room.
     if g.plane.queued(&name).is_some() {
-        let job = lookup(&g.plane, &name, now_us).map(|v| for_caller(v, &c));
+        let job = lookup(&g.plane, &name, now_us, &c).map(|v| for_caller(v, &c));
         return Ok((StatusCode::ACCEPTED, Json(json!({ "job": job, "decision": null }))));
     }
     let j = g.plane.job(&name).expect("just admitted");

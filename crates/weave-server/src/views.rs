@@ -115,13 +115,29 @@ pub(crate) fn events_for(
         .collect()
 }
 
+/// Each waiting job's place as `c` may know it, and its projected start: an admin sees its
+/// place in the whole queue, anyone else its place among its own tenant's waiting jobs (how
+/// many other tenants' jobs wait is not theirs to learn).
+fn places(plane: &crate::plane::Plane, now_us: u64, c: &Caller) -> Vec<(usize, Option<u64>)> {
+    let outlook = plane.queue_outlook(now_us);
+    if c.admin {
+        return outlook;
+    }
+    let queue = plane.queue();
+    (0..queue.len())
+        .map(|k| {
+            let ahead = (0..queue.len()).filter(|&j| queue[j].tenant == queue[k].tenant && outlook[j].0 < outlook[k].0);
+            (ahead.count(), outlook[k].1)
+        })
+        .collect()
+}
+
 /// Waiting jobs `c` may see, in the order they will start, as clients see them.
 pub(crate) fn queued_views(plane: &crate::plane::Plane, now_us: u64, c: &Caller) -> Vec<JobView> {
-    let outlook = plane.queue_outlook(now_us);
     let mut views: Vec<JobView> = plane
         .queue()
         .iter()
-        .zip(outlook)
+        .zip(places(plane, now_us, c))
         .filter(|(q, _)| c.may_see(&q.tenant, &q.submit.id))
         .map(|(q, (position, start))| for_caller(queued_view(q, position, start.map(|t| t.saturating_sub(now_us))), c))
         .collect();
@@ -160,11 +176,11 @@ pub fn queued_view(q: &crate::plane::Queued, position: usize, start_in_us: Optio
     }
 }
 
-/// The job `name` as the plane knows it now: waiting in the queue, else its entry.
-pub(crate) fn lookup(plane: &crate::plane::Plane, name: &str, now_us: u64) -> Option<JobView> {
+/// The job `name` as the plane knows it now, for `c`: waiting in the queue, else its entry.
+pub(crate) fn lookup(plane: &crate::plane::Plane, name: &str, now_us: u64, c: &Caller) -> Option<JobView> {
     match plane.queued(name) {
         Some((k, q)) => {
-            let (position, start) = plane.queue_outlook(now_us)[k];
+            let (position, start) = places(plane, now_us, c)[k];
             Some(queued_view(q, position, start.map(|t| t.saturating_sub(now_us))))
         }
         None => plane.job(name).map(view),

@@ -35,8 +35,12 @@ fn a_job_that_does_not_fit_waits_and_starts_when_room_is_freed() {
     assert_eq!(st, 202, "{v}");
     assert_eq!(v["job"]["state"], "queued");
     assert_eq!(v["job"]["queue_position"], 0);
+    // Bob's first waiting job: first among his own (alice's waiting job is not his to count).
     let (st, v) = submit(&s, BOB, spec("third"));
-    assert_eq!((st, &v["job"]["queue_position"]), (202, &json!(1)), "{v}");
+    assert_eq!((st, &v["job"]["queue_position"]), (202, &json!(0)), "{v}");
+    let third = v["job"]["estimated_start_s"].as_f64().unwrap();
+    let (_, v) = body(client().get(s.url("/v1/jobs/third")).bearer_auth(OPS).send().unwrap());
+    assert_eq!((&v["job"]["queue_position"], v["job"]["estimated_start_s"].as_f64()), (&json!(1), Some(third)), "{v}");
     // Each tenant sees its own waiting jobs; an admin sees all, in order.
     assert_eq!(queue(&s, ALICE), ["second"]);
     assert_eq!(queue(&s, OPS), ["second", "third"]);
@@ -99,7 +103,11 @@ fn quotas_order_the_queue_per_tenant() {
     assert_eq!(submit(&s, BOB, spec("b1")).0, 202, "no room until alice's borrowed node is free");
     // Alice's high job is ahead of her normal one; Bob, least served, is ahead of both.
     assert_eq!(queue(&s, OPS), ["b1", "a4", "a3"], "the listing is in the order they will start");
+    // Positions: the admin's in the whole queue, a tenant's among its own waiting jobs (how
+    // many of bob's jobs wait is not alice's to learn).
     let (_, v) = body(client().get(s.url("/v1/jobs/a3")).bearer_auth(ALICE).send().unwrap());
+    assert_eq!(v["job"]["queue_position"], 1, "{v}");
+    let (_, v) = body(client().get(s.url("/v1/jobs/a3")).bearer_auth(OPS).send().unwrap());
     assert_eq!(v["job"]["queue_position"], 2, "{v}");
     // a2 (the borrowed node) finishes: Bob's job starts, not Alice's earlier ones.
     run_job(&s, ALICE, "a2", 2);

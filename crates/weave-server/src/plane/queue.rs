@@ -186,7 +186,10 @@ impl Plane {
         resumes: bool,
         reason: String,
     ) {
-        let meta = serde_json::json!({ "position": self.queue.len(), "reason": reason });
+        // Its tenant's waiting jobs before it: the event goes to the tenant, who is not to learn
+        // how many other tenants' jobs wait.
+        let position = self.queue.iter().filter(|q| q.tenant == tenant).count();
+        let meta = serde_json::json!({ "position": position, "reason": reason });
         let arrival = self.arrivals.get(&submit.id).copied().unwrap_or(self.next_arrival);
         self.queue.push(Queued {
             tenant: tenant.into(),
