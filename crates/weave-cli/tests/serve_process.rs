@@ -334,8 +334,10 @@ fn a_full_disk_refuses_writes_and_recovers_when_freed() {
     assert_eq!(refused, Some(503), "a write on a full disk is refused as unavailable");
     assert_eq!(ready(), 503);
     assert_eq!(c.get(format!("{url}/healthz")).send().unwrap().status().as_u16(), 200, "alive, not ready");
-    // Free the space: the next write goes through, no restart.
+    // Free the space: `/readyz` turns ready by itself (it probes the disk), with nobody
+    // writing, and the next write goes through; no restart.
     std::fs::remove_file(&filler).unwrap();
+    wait_until("/readyz to probe the freed disk", Duration::from_secs(5), || (ready() == 200).then_some(()));
     assert_eq!(submit("after"), 201);
     acked.push("after".into());
     assert_eq!(ready(), 200);

@@ -190,6 +190,11 @@ impl Inner {
     pub fn store_ready(&self) -> Result<(), String> {
         self.store.ready()
     }
+
+    /// The same, and after a failed write, probes the disk (see `weave_store::Store::probe`).
+    pub fn probe_store(&mut self) -> Result<(), String> {
+        self.store.probe()
+    }
 }
 
 pub struct Shared {

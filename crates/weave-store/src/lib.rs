@@ -27,6 +27,8 @@ mod snapshot;
 use snapshot::{read_snapshot, PartWriter, PARTS, SNAPSHOT};
 
 pub(crate) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
+/// Written and removed again to find out whether the disk takes writes (see `Store::probe`).
+const PROBE: TableDefinition<u64, &[u8]> = TableDefinition::new("probe");
 /// The storage library's page cache.
 const CACHE_BYTES: usize = 32 * 1024 * 1024;
 
@@ -317,7 +319,21 @@ impl Store {
             close(old);
         }
         let (db, next, _) = Self::open_db(&self.path)?;
-        if next != self.next {
+        // A write reported failed can still have reached the disk (the commit's last step
+        // failed after its data did). It was refused to the caller, so it must not stay: the
+        // record after the acknowledged ones is removed before anything else is written.
+        if next == self.next + 1 {
+            let removed = guarded(&self.path, || {
+                let tx = db.begin_write().map_err(db_err)?;
+                tx.open_table(LOG).map_err(db_err)?.remove(self.next).map_err(db_err)?;
+                tx.commit().map_err(db_err)
+            });
+            if let Err(e) = removed {
+                close(db);
+                return Err(e);
+            }
+        } else if next != self.next {
+            close(db);
             return Err(StoreError::Db(format!(
                 "after a failed write the log ends at record {next}, not {}: restart to replay it",
                 self.next
@@ -325,6 +341,44 @@ impl Store {
         }
         self.db = Some(db);
         Ok(())
+    }
+
+    /// After a failed write, whether the store takes writes again, found out without a record
+    /// of the caller's: the database is reopened (a refused write that reached the disk is
+    /// removed) and a probe is written and removed. `/readyz` asks this, so it turns ready when
+    /// the disk does, with nobody writing.
+    pub fn probe(&mut self) -> Result<(), String> {
+        if self.failed.is_none() {
+            return Ok(());
+        }
+        let probed = self.recover().and_then(|()| {
+            let db = self.db.as_ref().ok_or_else(|| StoreError::Db("the store is not open".into()))?;
+            guarded(&self.path, || {
+                for put in [true, false] {
+                    let tx = db.begin_write().map_err(db_err)?;
+                    {
+                        let mut t = tx.open_table(PROBE).map_err(db_err)?;
+                        if put {
+                            t.insert(0, &[0u8; 4096][..]).map_err(db_err)?;
+                        } else {
+                            t.remove(0).map_err(db_err)?;
+                        }
+                    }
+                    tx.commit().map_err(db_err)?;
+                }
+                Ok(())
+            })
+        });
+        match probed {
+            Ok(()) => {
+                self.failed = None;
+                Ok(())
+            }
+            Err(e) => {
+                self.failed = Some(e.to_string());
+                Err(e.to_string())
+            }
+        }
     }
 
     /// Appends one record; durable when this returns `Ok`. Returns its sequence number.
@@ -487,6 +541,35 @@ mod tests {
         assert_eq!(recs, ["r0", "r1", "r2", "r3", "r4", "r5"]);
         let bad: Result<Vec<u32>, _> = s.records();
         assert!(matches!(bad, Err(StoreError::Corrupt { seq: 0, .. })));
+    }
+
+    /// A write reported failed that reached the disk anyway (simulated: the record is put in
+    /// behind the store's back and the failure recorded) is removed when the store recovers:
+    /// the caller was told it failed. The probe turns the store ready without a caller's write.
+    #[test]
+    fn a_refused_write_that_reached_the_disk_is_removed_on_recovery() {
+        let dir = std::env::temp_dir().join(format!("weave-store-landed-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.redb");
+        let _ = std::fs::remove_file(&path);
+        let mut s = Store::open(&path).unwrap();
+        s.append(&"kept".to_string()).unwrap();
+        let landed = frame(1, &serde_json::to_vec(&"refused").unwrap());
+        {
+            let tx = s.db.as_ref().unwrap().begin_write().unwrap();
+            tx.open_table(LOG).unwrap().insert(1, &landed[..]).unwrap();
+            tx.commit().unwrap();
+        }
+        s.failed = Some("disk full".into());
+        assert_eq!(s.ready(), Err("disk full".into()));
+        s.probe().unwrap();
+        assert_eq!(s.ready(), Ok(()));
+        assert_eq!(s.records::<String>().unwrap(), ["kept"], "the refused record is gone");
+        assert_eq!(s.append(&"next".to_string()).unwrap(), 1, "the log goes on where it was acknowledged");
+        drop(s);
+        let s = Store::open(&path).unwrap();
+        assert_eq!(s.records::<String>().unwrap(), ["kept", "next"]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
