@@ -26,6 +26,58 @@ use std::time::{Duration, SystemTime};
 use thiserror::Error;
 use weave_dispatch::Phase;
 
+/// The longest an export, and the flush at shutdown, may take.
+const SHUTDOWN_FLUSH: Duration = Duration::from_secs(1);
+
+/// How often a failing collector is reported (a line on standard error, with the number of
+/// failed exports since the last line), so an outage is seen without flooding the log.
+const FAILURE_REPORT_EVERY: Duration = Duration::from_secs(60);
+
+/// The OTLP exporter, reporting failed exports at most once per [`FAILURE_REPORT_EVERY`].
+#[derive(Debug)]
+struct Reported<E> {
+    inner: E,
+    endpoint: String,
+    /// When the last report was written, and failures since.
+    failures: Mutex<(Option<std::time::Instant>, u64)>,
+}
+
+impl<E: opentelemetry_sdk::trace::SpanExporter> opentelemetry_sdk::trace::SpanExporter for Reported<E> {
+    fn export(
+        &self,
+        batch: Vec<opentelemetry_sdk::trace::SpanData>,
+    ) -> impl std::future::Future<Output = opentelemetry_sdk::error::OTelSdkResult> + Send {
+        let exported = self.inner.export(batch);
+        async move {
+            let r = exported.await;
+            if let Err(e) = &r {
+                let mut f = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+                f.1 += 1;
+                if f.0.is_none_or(|t| t.elapsed() >= FAILURE_REPORT_EVERY) {
+                    eprintln!(
+                        "weave serve: OTLP export to {} failed ({} since the last report): {e}",
+                        self.endpoint, f.1
+                    );
+                    *f = (Some(std::time::Instant::now()), 0);
+                }
+            }
+            r
+        }
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
+        self.inner.set_resource(resource)
+    }
+}
+
 #[derive(Debug, Error)]
 pub enum TelemetryError {
     #[error("--otlp-endpoint {endpoint}: {reason}")]
@@ -127,13 +179,16 @@ impl Telemetry {
                 .with_http()
                 .with_endpoint(url)
                 .with_protocol(Protocol::HttpBinary)
-                .with_timeout(Duration::from_secs(10))
+                // A collector that does not answer holds an export no longer than this (the
+                // flush at shutdown: `SHUTDOWN_FLUSH`).
+                .with_timeout(Duration::from_secs(5))
                 .build()
         })
         .join()
         .map_err(|_| bad("the exporter could not be built".into()))?
         .map_err(|e| bad(e.to_string()))?;
         let resource = opentelemetry_sdk::Resource::builder_empty().with_service_name("weave").build();
+        let exporter = Reported { inner: exporter, endpoint: endpoint.to_string(), failures: Mutex::new((None, 0)) };
         let provider = SdkTracerProvider::builder()
             .with_batch_exporter(exporter)
             .with_id_generator(DerivedIds)
@@ -265,9 +320,12 @@ impl Telemetry {
     }
 
     /// Exports what is still buffered and stops (the batch processor's shutdown exports
-    /// its remaining spans first).
+    /// its remaining spans first), within [`SHUTDOWN_FLUSH`]: an unreachable collector never
+    /// holds up the server's exit for longer.
     pub fn shutdown(&self) {
-        let _ = self.provider.shutdown();
+        if let Err(e) = self.provider.shutdown_with_timeout(SHUTDOWN_FLUSH) {
+            eprintln!("weave serve: OTLP flush at shutdown: {e}");
+        }
     }
 }
 
