@@ -120,3 +120,33 @@ fn authenticated_requests_are_answered_while_many_slow_clients_hold_connections(
     }
     drop(slow);
 }
+
+/// A body trickled a byte at a time is cut at the whole-body deadline (408, connection
+/// closed), however often a byte arrives: a per-byte timeout would keep it open for good.
+#[test]
+fn a_body_trickled_byte_by_byte_is_cut_at_the_whole_body_deadline() {
+    let (_server, url) = serve_with(&dir("conn-trickle"), &["--body-timeout-s", "1"]);
+    let mut s = TcpStream::connect(host(&url)).unwrap();
+    let head = format!(
+        "POST /v1/jobs HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {TOKEN}\r\ncontent-type: application/json\r\ncontent-length: 200\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    let started = std::time::Instant::now();
+    // A byte every 200 ms for up to 10 s, while the server lets it.
+    let mut sent = 0;
+    while started.elapsed() < Duration::from_secs(10) && s.write_all(b" ").is_ok() {
+        sent += 1;
+        std::thread::sleep(Duration::from_millis(200));
+        s.set_nonblocking(true).unwrap();
+        let mut peek = [0u8; 1];
+        let answered = matches!(s.peek(&mut peek), Ok(n) if n > 0);
+        s.set_nonblocking(false).unwrap();
+        if answered {
+            break;
+        }
+    }
+    let got = answer(&mut s, Duration::from_secs(5));
+    assert!(got.starts_with("HTTP/1.1 408"), "after {sent} bytes: {got}");
+    // The whole-body deadline's answer (a per-byte timeout never fires while bytes come).
+    assert!(got.contains("did not arrive within 1 s"), "{got}");
+}

@@ -593,6 +593,31 @@ async fn require_token(State(s): State<Arc<Shared>>, req: axum::extract::Request
     }
 }
 
+/// The whole body within the body deadline, not a deadline per piece (a client sending a byte
+/// now and then would otherwise hold its connection and the memory behind it for good), and
+/// never more than the size limit. The handler then reads it from memory. Runs after the
+/// token check: no body is read for an unknown token.
+async fn whole_body(State(s): State<Arc<Shared>>, req: axum::extract::Request, next: Next) -> Response {
+    let (deadline, limit) = (s.cfg.limits.body_timeout, s.cfg.max_body_bytes);
+    let (parts, body) = req.into_parts();
+    match tokio::time::timeout(deadline, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))).await,
+        Ok(Err(e)) if e.to_string().contains("length limit") => {
+            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is over {limit} bytes"))
+                .into_response()
+        }
+        Ok(Err(e)) => {
+            ApiError::new(StatusCode::BAD_REQUEST, format!("cannot read the request body: {e}")).into_response()
+        }
+        Err(_) => {
+            let why = format!("the request body did not arrive within {:.0} s", deadline.as_secs_f64());
+            let mut r = ApiError::new(StatusCode::REQUEST_TIMEOUT, why).into_response();
+            r.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+            r
+        }
+    }
+}
+
 pub fn router(shared: Arc<Shared>, rate: Option<RateLimits>) -> Router {
     let limit = shared.cfg.max_body_bytes;
     let body_timeout = shared.cfg.limits.body_timeout;
@@ -612,7 +637,9 @@ pub fn router(shared: Arc<Shared>, rate: Option<RateLimits>) -> Router {
         .route("/v1/nodes", get(nodes))
         .route("/v1/cluster", get(cluster))
         .route("/v1/events", get(events))
-        .route("/v1/queue", get(queue));
+        .route("/v1/queue", get(queue))
+        // Inside the rate limit: a limited request's body is never read.
+        .route_layer(from_fn_with_state(shared.clone(), whole_body));
     if let Some(cfg) = rate {
         let layer = GovernorLayer::new(cfg).error_handler(|e| {
             // The limiter rounds the wait down to whole seconds: a client told 0 would retry at
