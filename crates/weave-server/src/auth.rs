@@ -229,18 +229,21 @@ fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// A tenant's quota, nodes of each pool (rollout, training).
-type Quota = Option<(f64, f64)>;
+impl Entry {
+    /// Its quota, nodes of each pool (rollout, training): both or neither ([`parse`] checks).
+    fn quota(&self) -> Option<(f64, f64)> {
+        self.rollout_nodes.zip(self.training_nodes)
+    }
+}
 
-/// The file and each tenant's quota, checked: names non-empty, node counts non-negative,
-/// both pools' quotas or neither, at least one tenant. Shared by the server and
-/// `weave experiment tenants`, so one file serves both.
-fn parse(text: &str) -> Result<(File, Vec<Quota>), TenantsError> {
+/// The file, checked: names well formed and unique, node counts non-negative, both pools'
+/// quotas or neither, at least one tenant. Shared by the server and `weave experiment
+/// tenants`, so one file serves both.
+fn parse(text: &str) -> Result<File, TenantsError> {
     let file: File = toml::from_str(text).map_err(|e| TenantsError::Parse(e.to_string()))?;
     if file.tenant.is_empty() {
         return Err(TenantsError::Parse("no [[tenant]] entries".into()));
     }
-    let mut quotas = Vec::new();
     for (i, e) in file.tenant.iter().enumerate() {
         let invalid =
             |reason: &str| TenantsError::Invalid { index: i + 1, name: e.name.clone(), reason: reason.into() };
@@ -257,25 +260,22 @@ fn parse(text: &str) -> Result<(File, Vec<Quota>), TenantsError> {
                 "`rollout_nodes`, `training_nodes` and `borrow_limit` must be non-negative numbers of nodes",
             ));
         }
-        quotas.push(match (e.rollout_nodes, e.training_nodes) {
-            (Some(r), Some(t)) => Some((r, t)),
-            (None, None) => None,
-            _ => return Err(invalid("give both `rollout_nodes` and `training_nodes` (a quota), or neither")),
-        });
+        if e.rollout_nodes.is_some() != e.training_nodes.is_some() {
+            return Err(invalid("give both `rollout_nodes` and `training_nodes` (a quota), or neither"));
+        }
     }
-    Ok((file, quotas))
+    Ok(file)
 }
 
 /// The quotas of a tenants file, tokens not needed (`weave experiment tenants` reads the
 /// server's file, or one with quotas only); every tenant needs one.
 pub fn quotas_from_toml(text: &str) -> Result<Vec<weave_place::share::TenantQuota>, TenantsError> {
-    let (file, quotas) = parse(text)?;
-    file.tenant
+    parse(text)?
+        .tenant
         .into_iter()
-        .zip(quotas)
         .enumerate()
-        .map(|(i, (e, quota))| {
-            let (rollout_nodes, training_nodes) = quota.ok_or_else(|| TenantsError::Invalid {
+        .map(|(i, e)| {
+            let (rollout_nodes, training_nodes) = e.quota().ok_or_else(|| TenantsError::Invalid {
                 index: i + 1,
                 name: e.name.clone(),
                 reason: "the experiment needs a quota: give `rollout_nodes` and `training_nodes`".into(),
@@ -293,9 +293,9 @@ pub fn quotas_from_toml(text: &str) -> Result<Vec<weave_place::share::TenantQuot
 impl Tenants {
     /// Parses `[[tenant]] name = "...", token_sha256 = "<hex>", admin = true|false`.
     pub fn from_toml(text: &str) -> Result<Tenants, TenantsError> {
-        let (file, quotas) = parse(text)?;
+        let file = parse(text)?;
         let mut entries = Vec::new();
-        for (i, (e, quota)) in file.tenant.into_iter().zip(quotas).enumerate() {
+        for (i, e) in file.tenant.into_iter().enumerate() {
             let invalid =
                 |reason: &str| TenantsError::Invalid { index: i + 1, name: e.name.clone(), reason: reason.into() };
             let hash = e
@@ -308,15 +308,12 @@ impl Tenants {
                 return Err(invalid("`token_sha256` is an earlier tenant's: every tenant needs its own token"));
             }
             entries.push(Tenant {
+                quota: e.quota(),
                 name: e.name,
                 token_sha256: hash,
                 admin: e.admin,
-                quota,
                 borrow_limit: e.borrow_limit,
             });
-        }
-        if entries.is_empty() {
-            return Err(TenantsError::Parse("no [[tenant]] entries".into()));
         }
         let sharing = file.sharing.unwrap_or_default();
         if !(sharing.min_run_s.is_finite() && (0.0..=1e9).contains(&sharing.min_run_s)) {

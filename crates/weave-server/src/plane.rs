@@ -75,8 +75,8 @@ pub struct Plane {
     share: Option<weave_place::share::SharePolicy>,
     /// Time of the last applied record (the server's clock continues from it).
     last_time_us: Option<u64>,
-    /// Times of the first record and of the last periodic consolidation pass.
-    first_time_us: Option<u64>,
+    /// Time of the last periodic consolidation pass (before the first: of the first record),
+    /// from which the next is due.
     last_pass_us: Option<u64>,
     /// Sequence number of the first event still held (older ones were let go).
     events_base: u64,
@@ -137,7 +137,6 @@ impl Plane {
             grant_detail: false,
             queue: Vec::new(),
             last_time_us: None,
-            first_time_us: None,
             last_pass_us: None,
             events_base: 0,
             ended: VecDeque::new(),
@@ -370,7 +369,7 @@ impl Plane {
     pub fn apply_checked(&mut self, rec: &Record) -> Result<(), PlaneError> {
         self.version += 1;
         self.last_time_us = Some(self.last_time_us.unwrap_or(0).max(rec.time_us()));
-        self.first_time_us.get_or_insert(rec.time_us());
+        self.last_pass_us.get_or_insert(rec.time_us());
         self.advance_usage_history(rec.time_us());
         let applied = self.apply_record(rec);
         self.consolidate_pending(rec.time_us());

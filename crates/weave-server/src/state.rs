@@ -186,12 +186,8 @@ fn owned_by(plane: &Plane, c: &crate::Caller, rec: &Record) -> Result<(), PlaneE
 }
 
 impl Inner {
-    /// Whether the store takes writes (see `weave_store::Store::ready`).
-    pub fn store_ready(&self) -> Result<(), String> {
-        self.store.ready()
-    }
-
-    /// The same, and after a failed write, probes the disk (see `weave_store::Store::probe`).
+    /// Whether the store takes writes; after a failed write, found out by probing the disk
+    /// (see `weave_store::Store::probe`).
     pub fn probe_store(&mut self) -> Result<(), String> {
         self.store.probe()
     }
@@ -378,9 +374,8 @@ impl Shared {
     /// Runs the periodic consolidation pass when it is due (a durable record, so replay
     /// makes the same moves). A pass the disk refused is tried again on the next round.
     pub fn consolidate_if_due(&self) {
-        let every = self.cfg.placement.consolidate_every;
-        let due = |plane: &Plane, time_us| plane.consolidation_due(time_us, Micros(every.as_micros() as u64));
-        if !self.cfg.placement.consolidate || !due(&self.lock().plane, self.now_us()) {
+        let every = Micros(self.cfg.placement.consolidate_every.as_micros() as u64);
+        if !self.lock().plane.consolidation_due(self.now_us(), every) {
             return;
         }
         let _ = self.commit(|time_us| Record::Consolidate { time_us });

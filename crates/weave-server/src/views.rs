@@ -123,13 +123,18 @@ fn places(plane: &crate::plane::Plane, now_us: u64, c: &Caller) -> Vec<(usize, O
     if c.admin {
         return outlook;
     }
+    // Number each tenant's jobs in the order of the whole queue.
     let queue = plane.queue();
-    (0..queue.len())
-        .map(|k| {
-            let ahead = (0..queue.len()).filter(|&j| queue[j].tenant == queue[k].tenant && outlook[j].0 < outlook[k].0);
-            (ahead.count(), outlook[k].1)
-        })
-        .collect()
+    let mut by_position: Vec<usize> = (0..queue.len()).collect();
+    by_position.sort_by_key(|&k| outlook[k].0);
+    let mut seen: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    let mut places = outlook;
+    for k in by_position {
+        let n = seen.entry(queue[k].tenant.as_str()).or_default();
+        places[k].0 = *n;
+        *n += 1;
+    }
+    places
 }
 
 /// Waiting jobs `c` may see, in the order they will start, as clients see them.

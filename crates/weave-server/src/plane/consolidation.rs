@@ -64,7 +64,7 @@ impl Plane {
     /// Whether the periodic pass is due at `time_us`: consolidation is on, `every` has passed
     /// since the last pass (or the first record), and some job runs alone.
     pub fn consolidation_due(&self, time_us: u64, every: Micros) -> bool {
-        let since = self.last_pass_us.or(self.first_time_us).unwrap_or(time_us);
+        let since = self.last_pass_us.unwrap_or(time_us);
         self.churn.is_some() && time_us >= since.saturating_add(every.0) && self.placer.groups().any(|g| g.runs_alone())
     }
 

@@ -41,10 +41,8 @@ struct Snapshot {
     ended: VecDeque<(String, JobId)>,
     preemptions: BTreeMap<String, u64>,
     usage_history: UsageHistory,
-    /// The first record's time and the last consolidation pass (absent before the server
-    /// made periodic passes).
-    #[serde(default)]
-    first_time_us: Option<u64>,
+    /// The last consolidation pass, or the first record's time (absent before the server made
+    /// periodic passes).
     #[serde(default)]
     last_pass_us: Option<u64>,
 }
@@ -69,7 +67,6 @@ struct SnapshotRef<'a> {
     ended: &'a VecDeque<(String, JobId)>,
     preemptions: &'a BTreeMap<String, u64>,
     usage_history: &'a UsageHistory,
-    first_time_us: Option<u64>,
     last_pass_us: Option<u64>,
 }
 
@@ -132,7 +129,6 @@ impl Plane {
             ended: &self.ended,
             preemptions: &self.preemptions,
             usage_history: &self.usage_history,
-            first_time_us: self.first_time_us,
             last_pass_us: self.last_pass_us,
         };
         ciborium::into_writer(&snap, out).map_err(|e| match e {
@@ -188,7 +184,6 @@ impl Plane {
         self.ended = snap.ended;
         self.preemptions = snap.preemptions;
         self.usage_history = snap.usage_history;
-        self.first_time_us = snap.first_time_us;
         self.last_pass_us = snap.last_pass_us;
         self.version = snap.plane_version;
         Ok(self)
