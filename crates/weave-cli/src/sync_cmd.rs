@@ -38,6 +38,9 @@ pub enum SyncCommand {
         /// Fault injection: drop one connection after this many bytes.
         #[arg(long)]
         fail_after_bytes: Option<u64>,
+        /// Fault injection: send one chunk with a flipped byte after this many bytes.
+        #[arg(long, conflicts_with = "fail_after_bytes")]
+        corrupt_after_bytes: Option<u64>,
     },
     /// Receive this rollout GPU's part of a plan and publish the version.
     Receive {
@@ -63,8 +66,13 @@ pub fn run(cmd: SyncCommand) -> Result<()> {
         SyncCommand::Plan { model, train_gpus, rollout_gpus, cluster, json: as_json } => {
             show_plan(model, train_gpus, rollout_gpus, cluster, as_json)
         }
-        SyncCommand::Send { model_file, model_version, listen, fail_after_bytes } => {
-            send(model_file, model_version, &listen, fail_after_bytes)
+        SyncCommand::Send { model_file, model_version, listen, fail_after_bytes, corrupt_after_bytes } => {
+            let fault = match (fail_after_bytes, corrupt_after_bytes) {
+                (Some(b), _) => Fault::drop_after(b),
+                (_, Some(b)) => Fault::corrupt_after(b),
+                _ => Fault::default(),
+            };
+            send(model_file, model_version, &listen, fault)
         }
         SyncCommand::Receive { manifest, me, listen, out, linger_s } => receive(&manifest, me, &listen, &out, linger_s),
         SyncCommand::Bench(args) => weave_bench::sync::run(args),
@@ -114,14 +122,13 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-fn send(model_file: PathBuf, version: u64, listen: &str, fail_after: Option<u64>) -> Result<()> {
+fn send(model_file: PathBuf, version: u64, listen: &str, fault: Fault) -> Result<()> {
     if !model_file.exists() {
         bail!("no model file {}", model_file.display());
     }
     runtime()?.block_on(async move {
         let l = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
         println!("listening {}", l.local_addr()?);
-        let fault = fail_after.map(Fault::drop_after).unwrap_or_default();
         weave_sync::serve(l, Source::whole(model_file, version), fault).await.context("serving")
     })
 }
@@ -135,7 +142,8 @@ fn wait_for_manifest(path: &Path) -> Result<Manifest> {
         if Instant::now() > deadline {
             bail!("no manifest at {} after 60 s", path.display());
         }
-        std::thread::sleep(Duration::from_millis(20));
+        // Often: the benchmark times receivers from the moment they see it.
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 

@@ -47,7 +47,9 @@ fn model(d: &Path, bytes: usize) -> PathBuf {
     p
 }
 
-fn run(kind: SyncPlanKind, name: &str) {
+/// Runs a 3 -> 3 sync of `kind` with `fault` on training GPU 0's server; returns the summed
+/// reconnects and checksum retries of the receivers, each of which must publish the exact model.
+fn run(kind: SyncPlanKind, name: &str, fault: [&str; 2]) -> (u64, u64) {
     let d = dir(name);
     let bytes = 24_000_003u64;
     let src = model(&d, bytes as usize);
@@ -57,8 +59,7 @@ fn run(kind: SyncPlanKind, name: &str) {
     for i in 0..n {
         let mut a = vec!["sync".to_string(), "send".into(), "--model-file".into(), src.display().to_string()];
         if i == 0 {
-            // Training GPU 0 drops one connection part-way.
-            a.extend(["--fail-after-bytes".into(), "3000000".into()]);
+            a.extend(fault.map(String::from));
         }
         let (c, addr, _) = start(&a);
         kill.0.push(c);
@@ -103,30 +104,46 @@ fn run(kind: SyncPlanKind, name: &str) {
     std::fs::write(&tmp, serde_json::to_string(&m_).unwrap()).unwrap();
     std::fs::rename(&tmp, &manifest).unwrap();
     let want = weave_sync::sha256_range(&src, 0, bytes).unwrap();
-    let mut reconnects = 0;
+    let (mut reconnects, mut retries) = (0, 0);
     for (j, mut out) in outs.into_iter().enumerate() {
         let mut rest = String::new();
         out.read_to_string(&mut rest).unwrap();
         let v: serde_json::Value =
             serde_json::from_str(rest.lines().next().unwrap_or_else(|| panic!("receiver {j} said nothing"))).unwrap();
         reconnects += v["stats"]["reconnects"].as_u64().unwrap();
+        retries += v["stats"]["checksum_retries"].as_u64().unwrap();
         let dir_j = d.join(format!("r{j}"));
         let current = weave_sync::current(&dir_j).expect("a published version");
         assert_eq!(current, dir_j.join("v1.bin"));
         assert_eq!(weave_sync::sha256_range(&current, 0, bytes).unwrap(), want, "receiver {j} has the exact model");
         assert!(!dir_j.join("v1.partial").exists(), "staging removed after publishing");
     }
+    (reconnects, retries)
+}
+
+const DROP: [&str; 2] = ["--fail-after-bytes", "3000000"];
+const CORRUPT: [&str; 2] = ["--corrupt-after-bytes", "3000000"];
+
+#[test]
+fn topology_aware_plan_survives_a_dropped_connection() {
+    let (reconnects, _) = run(SyncPlanKind::TopologyAware, "topo", DROP);
     assert!(reconnects >= 1, "the dropped connection was retried ({reconnects} reconnects)");
 }
 
 #[test]
-fn topology_aware_plan_survives_a_dropped_connection() {
-    run(SyncPlanKind::TopologyAware, "topo");
+fn flat_plan_survives_a_dropped_connection() {
+    let (reconnects, _) = run(SyncPlanKind::Flat, "flat", DROP);
+    assert!(reconnects >= 1, "the dropped connection was retried ({reconnects} reconnects)");
 }
 
+/// A flipped byte fails its piece's checksum: the piece is fetched again, nothing damaged is
+/// forwarded to peers or published.
 #[test]
-fn flat_plan_survives_a_dropped_connection() {
-    run(SyncPlanKind::Flat, "flat");
+fn a_corrupted_piece_is_fetched_again_and_never_published() {
+    for kind in [SyncPlanKind::TopologyAware, SyncPlanKind::Flat] {
+        let (_, retries) = run(kind, &format!("corrupt-{kind:?}"), CORRUPT);
+        assert_eq!(retries, 1, "{kind:?}: exactly the damaged piece was refused once");
+    }
 }
 
 #[test]

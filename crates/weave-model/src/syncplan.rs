@@ -206,8 +206,13 @@ pub fn predict(plan: &Plan, t: &Topology) -> Micros {
         SyncPlanKind::Flat => FLAT_FIXED_S,
         SyncPlanKind::TopologyAware => TOPOLOGY_FIXED_S,
     };
-    let s = stage_seconds(plan, 1, t).max(stage_seconds(plan, 2, t));
-    Micros::from_secs_f64(s + fixed) + t.latency
+    Micros::from_secs_f64(transfer_seconds(plan, t) + fixed) + t.latency
+}
+
+/// The part of the prediction that is bytes over rates: the longer of the two pipelined
+/// stages, without the start-up cost fitted to the paper's engine or the message latency.
+pub fn transfer_seconds(plan: &Plan, t: &Topology) -> f64 {
+    stage_seconds(plan, 1, t).max(stage_seconds(plan, 2, t))
 }
 
 /// Bytes the slow link carries.
