@@ -34,9 +34,22 @@ pub struct BenchArgs {
     /// Runs per plan (the median is reported).
     #[arg(long, default_value_t = 3)]
     runs: u32,
+    /// Also run both plans with torch.distributed (gloo) through this Python, which must have
+    /// `weave_client` with its `torch` extra installed.
+    #[arg(long)]
+    gloo_python: Option<PathBuf>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+/// What executes the plan.
+#[derive(Clone, Copy, PartialEq)]
+enum Engine {
+    /// `weave sync send` / `weave sync receive`.
+    Weave,
+    /// `python -m weave_client.runtime.plan_sync`.
+    Gloo,
 }
 
 /// Child processes, killed on drop.
@@ -51,13 +64,18 @@ impl Drop for Procs {
     }
 }
 
-/// Starts `weave <args>` in namespace `ns`; returns its address (its first line, `listening
-/// ADDR`) and a channel that yields the rest of its output when it ends.
-fn spawn_in(procs: &mut Procs, ns: &str, args: &[&str]) -> Result<(String, Receiver<String>)> {
-    let exe = std::env::current_exe()?;
+/// Starts `program <args>` in namespace `ns`; with `listening`, reads its address from its
+/// first line (`listening ADDR`). The channel yields the rest of its output when it ends.
+fn spawn_in(
+    procs: &mut Procs,
+    ns: &str,
+    program: &[&str],
+    args: &[&str],
+    listening: bool,
+) -> Result<(String, Receiver<String>)> {
     let mut child = Command::new("ip")
         .args(["netns", "exec", ns])
-        .arg(exe)
+        .args(program)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -65,10 +83,13 @@ fn spawn_in(procs: &mut Procs, ns: &str, args: &[&str]) -> Result<(String, Recei
         .context("cannot start a process in the namespace")?;
     let mut out = BufReader::new(child.stdout.take().context("no stdout")?);
     procs.0.push(child);
-    let mut line = String::new();
-    out.read_line(&mut line)?;
-    let addr =
-        line.trim().strip_prefix("listening ").with_context(|| format!("unexpected first line `{line}`"))?.to_string();
+    let mut addr = String::new();
+    if listening {
+        let mut line = String::new();
+        out.read_line(&mut line)?;
+        addr =
+            line.trim().strip_prefix("listening ").with_context(|| format!("unexpected first line `{line}`"))?.into();
+    }
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut rest = String::new();
@@ -101,38 +122,16 @@ struct Measured {
     cross_link_bps: f64,
 }
 
-fn run_plan(kind: SyncPlanKind, args: &BenchArgs, run_dir: &Path, model: &Path, topo: &Topology) -> Result<Measured> {
-    let bytes = args.size_mb * 1_000_000;
-    let mut procs = Procs(Vec::new());
-    let model_arg = model.display().to_string();
-    let mut train_addrs = Vec::new();
-    for i in 0..args.train {
-        let listen = format!("{}:0", net::train_ip(i));
-        let (addr, _) = spawn_in(
-            &mut procs,
-            &net::train_ns(i),
-            &["sync", "send", "--model-file", &model_arg, "--listen", &listen],
-        )?;
-        train_addrs.push(addr.parse()?);
-    }
-    let _ = std::fs::remove_dir_all(run_dir);
-    std::fs::create_dir_all(run_dir)?;
-    let manifest_path = run_dir.join("manifest.json");
-    let manifest_arg = manifest_path.display().to_string();
-    let (mut rollout_addrs, mut reports) = (Vec::new(), Vec::new());
-    for j in 0..args.rollout {
-        let (me, listen, out) =
-            (j.to_string(), format!("{}:0", net::rollout_ip(j)), run_dir.join(format!("r{j}")).display().to_string());
-        let a = ["sync", "receive", "--manifest", &manifest_arg, "--me", &me, "--listen", &listen, "--out", &out];
-        let (addr, report) = spawn_in(&mut procs, &net::rollout_ns(j), &[&a[..], &["--linger-s", "2"]].concat())?;
-        rollout_addrs.push(addr.parse()?);
-        reports.push(report);
-    }
-    let m = weave_sync::Manifest::build(1, plan(kind, bytes, topo), model, train_addrs, rollout_addrs)?;
+fn write_manifest(m: &weave_sync::Manifest, run_dir: &Path) -> Result<PathBuf> {
+    let path = run_dir.join("manifest.json");
     let tmp = run_dir.join("manifest.tmp");
-    std::fs::write(&tmp, serde_json::to_string(&m)?)?;
-    std::fs::rename(&tmp, &manifest_path)?;
-    let want = weave_sync::sha256_range(model, 0, bytes)?;
+    std::fs::write(&tmp, serde_json::to_string(m)?)?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(path)
+}
+
+/// The slowest receiver's seconds and slowest cross-link rate, from their JSON reports.
+fn collect(reports: Vec<Receiver<String>>) -> Result<Measured> {
     let mut measured = Measured { seconds: 0.0, cross_link_bps: f64::INFINITY };
     for (j, report) in reports.into_iter().enumerate() {
         let out = report.recv_timeout(Duration::from_secs(600)).unwrap_or_default();
@@ -143,12 +142,88 @@ fn run_plan(kind: SyncPlanKind, args: &BenchArgs, run_dir: &Path, model: &Path, 
         if let Some(s) = s.filter(|s| b > 0.0 && *s > 0.0) {
             measured.cross_link_bps = measured.cross_link_bps.min(b / s);
         }
+    }
+    Ok(measured)
+}
+
+/// One run of one plan with Weave's engine; every receiver's published copy is checked.
+fn run_weave(kind: SyncPlanKind, args: &BenchArgs, run_dir: &Path, model: &Path, topo: &Topology) -> Result<Measured> {
+    let bytes = args.size_mb * 1_000_000;
+    let mut procs = Procs(Vec::new());
+    let exe = std::env::current_exe()?.display().to_string();
+    let model_arg = model.display().to_string();
+    let mut train_addrs = Vec::new();
+    for i in 0..args.train {
+        let listen = format!("{}:0", net::train_ip(i));
+        let a = ["sync", "send", "--model-file", &model_arg, "--listen", &listen];
+        let (addr, _) = spawn_in(&mut procs, &net::train_ns(i), &[&exe], &a, true)?;
+        train_addrs.push(addr.parse()?);
+    }
+    let manifest_arg = run_dir.join("manifest.json").display().to_string();
+    let (mut rollout_addrs, mut reports) = (Vec::new(), Vec::new());
+    for j in 0..args.rollout {
+        let (me, listen, out) =
+            (j.to_string(), format!("{}:0", net::rollout_ip(j)), run_dir.join(format!("r{j}")).display().to_string());
+        let a = ["sync", "receive", "--manifest", &manifest_arg, "--me", &me, "--listen", &listen, "--out", &out];
+        let (addr, report) =
+            spawn_in(&mut procs, &net::rollout_ns(j), &[&exe], &[&a[..], &["--linger-s", "2"]].concat(), true)?;
+        rollout_addrs.push(addr.parse()?);
+        reports.push(report);
+    }
+    let m = weave_sync::Manifest::build(1, plan(kind, bytes, topo), model, train_addrs, rollout_addrs)?;
+    write_manifest(&m, run_dir)?;
+    let measured = collect(reports)?;
+    let want = weave_sync::sha256_range(model, 0, bytes)?;
+    for j in 0..args.rollout {
         let published = run_dir.join(format!("r{j}")).join("v1.bin");
         if weave_sync::sha256_range(&published, 0, bytes)? != want {
             bail!("receiver {j} published a corrupt model");
         }
     }
     Ok(measured)
+}
+
+/// One run of one plan with torch.distributed (gloo); each rank checks every piece it gets.
+fn run_gloo(
+    kind: SyncPlanKind,
+    args: &BenchArgs,
+    python: &Path,
+    run_dir: &Path,
+    model: &Path,
+    topo: &Topology,
+) -> Result<Measured> {
+    let bytes = args.size_mb * 1_000_000;
+    let m = weave_sync::Manifest::build(1, plan(kind, bytes, topo), model, Vec::new(), Vec::new())?;
+    let manifest = write_manifest(&m, run_dir)?.display().to_string();
+    let (model_arg, master) = (model.display().to_string(), format!("{}:29500", net::train_ip(0)));
+    let py = python.display().to_string();
+    let mut procs = Procs(Vec::new());
+    let mut reports = Vec::new();
+    for (side, count) in [("train", args.train), ("rollout", args.rollout)] {
+        for k in 0..count {
+            let ns = if side == "train" { net::train_ns(k) } else { net::rollout_ns(k) };
+            let ifname = format!("GLOO_SOCKET_IFNAME={}", net::nic(side == "train", k));
+            // Quiet: c10d warns on every connection that a namespace has no hostname to look up.
+            let program = [
+                "env",
+                &ifname,
+                "TORCH_CPP_LOG_LEVEL=ERROR",
+                &py,
+                "-W",
+                "ignore",
+                "-m",
+                "weave_client.runtime.plan_sync",
+            ];
+            let gpu = k.to_string();
+            let a =
+                ["--manifest", &manifest, "--model", &model_arg, "--side", side, "--gpu", &gpu, "--master", &master];
+            let (_, report) = spawn_in(&mut procs, &ns, &program, &a, false)?;
+            if side == "rollout" {
+                reports.push(report);
+            }
+        }
+    }
+    collect(reports)
 }
 
 fn median(mut xs: Vec<f64>) -> f64 {
@@ -168,6 +243,7 @@ fn can_run() -> std::result::Result<(), String> {
 }
 
 struct Row {
+    engine: Engine,
     kind: SyncPlanKind,
     measured_s: f64,
     predicted_s: f64,
@@ -216,11 +292,23 @@ fn measure_both(args: &BenchArgs, dir: &Path) -> Result<Vec<Row>> {
         latency: weave_core::Micros(100),
     };
     let mut rows = Vec::new();
-    for kind in [SyncPlanKind::Flat, SyncPlanKind::TopologyAware] {
+    let engines = [Some(Engine::Weave), args.gloo_python.as_ref().map(|_| Engine::Gloo)];
+    for (engine, kind) in
+        engines.into_iter().flatten().flat_map(|e| [(e, SyncPlanKind::Flat), (e, SyncPlanKind::TopologyAware)])
+    {
         let run_dir = dir.join(format!("{kind:?}").to_lowercase());
-        let runs = (0..args.runs).map(|_| run_plan(kind, args, &run_dir, &model, &topo)).collect::<Result<Vec<_>>>()?;
+        let once = || -> Result<Measured> {
+            let _ = std::fs::remove_dir_all(&run_dir);
+            std::fs::create_dir_all(&run_dir)?;
+            match (engine, &args.gloo_python) {
+                (Engine::Gloo, Some(py)) => run_gloo(kind, args, py, &run_dir, &model, &topo),
+                _ => run_weave(kind, args, &run_dir, &model, &topo),
+            }
+        };
+        let runs = (0..args.runs).map(|_| once()).collect::<Result<Vec<_>>>()?;
         let p = plan(kind, bytes, &topo);
         rows.push(Row {
+            engine,
             kind,
             measured_s: median(runs.iter().map(|m| m.seconds).collect()),
             predicted_s: predict(&p, &topo).as_secs_f64(),
@@ -232,20 +320,44 @@ fn measure_both(args: &BenchArgs, dir: &Path) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
+impl Engine {
+    fn name(self) -> &'static str {
+        match self {
+            Engine::Weave => "weave-sync",
+            Engine::Gloo => "gloo",
+        }
+    }
+}
+
+/// Per engine: flat over topology-aware, measured, predicted and transfer part alone.
+fn ratios(rows: &[Row]) -> Vec<(Engine, [f64; 3])> {
+    rows.chunks(2)
+        .map(|p| {
+            let r = |f: fn(&Row) -> f64| f(&p[0]) / f(&p[1]);
+            (p[0].engine, [r(|x| x.measured_s), r(|x| x.predicted_s), r(|x| x.transfer_s)])
+        })
+        .collect()
+}
+
 fn report(args: &BenchArgs, rows: &[Row]) -> Result<()> {
-    let ratio = |f: fn(&Row) -> f64| f(&rows[0]) / f(&rows[1]);
     if args.json {
         let plans: Vec<_> = rows
             .iter()
             .map(|r| {
-                serde_json::json!({ "plan": r.kind, "measured_s": r.measured_s, "predicted_s": r.predicted_s,
-                    "transfer_predicted_s": r.transfer_s, "cross_link_share_of_line_rate": r.cross_link_share })
+                serde_json::json!({ "engine": r.engine.name(), "plan": r.kind, "measured_s": r.measured_s,
+                    "predicted_s": r.predicted_s, "transfer_predicted_s": r.transfer_s,
+                    "cross_link_share_of_line_rate": r.cross_link_share })
+            })
+            .collect();
+        let ratios: Vec<_> = ratios(rows)
+            .into_iter()
+            .map(|(e, [m, p, t])| {
+                serde_json::json!({ "engine": e.name(), "measured": m, "predicted": p, "transfer_predicted": t })
             })
             .collect();
         let v = serde_json::json!({ "size_mb": args.size_mb, "train": args.train, "rollout": args.rollout,
             "slow_mbit": args.slow_mbit, "fast_mbit": args.fast_mbit, "runs": args.runs, "plans": plans,
-            "flat_over_topology_aware": { "measured": ratio(|r| r.measured_s), "predicted": ratio(|r| r.predicted_s),
-                "transfer_predicted": ratio(|r| r.transfer_s) } });
+            "flat_over_topology_aware": ratios });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
@@ -255,6 +367,7 @@ fn report(args: &BenchArgs, rows: &[Row]) -> Result<()> {
         args.size_mb, args.train, args.rollout, args.slow_mbit, args.fast_mbit, args.runs
     );
     let mut t = weave_io::table::new(&[
+        "engine",
         "plan",
         "measured s",
         "predicted s",
@@ -264,6 +377,7 @@ fn report(args: &BenchArgs, rows: &[Row]) -> Result<()> {
     ]);
     for r in rows {
         t.add_row(vec![
+            r.engine.name().to_string(),
             format!("{:?}", r.kind),
             format!("{:.2}", r.measured_s),
             format!("{:.2}", r.predicted_s),
@@ -274,11 +388,11 @@ fn report(args: &BenchArgs, rows: &[Row]) -> Result<()> {
     }
     weave_io::table::align_numbers(&mut t);
     println!("{t}");
-    println!(
-        "flat / topology-aware: measured {:.2}x, predicted {:.2}x (transfer part alone {:.2}x)",
-        ratio(|r| r.measured_s),
-        ratio(|r| r.predicted_s),
-        ratio(|r| r.transfer_s)
-    );
+    for (e, [m, p, tr]) in ratios(rows) {
+        println!(
+            "{}: flat / topology-aware measured {m:.2}x, predicted {p:.2}x (transfer part alone {tr:.2}x)",
+            e.name()
+        );
+    }
     Ok(())
 }

@@ -4,7 +4,8 @@
 //! own) whose every port is rate-limited in both directions (`tc tbf` on the GPU's side
 //! limits what it sends, on the switch's side what it receives). This is the topology the
 //! planner's prediction assumes: a stream per NIC pair on the slow link, the fabric's rate
-//! per GPU, not one rate shared by all of them.
+//! per GPU, not one rate shared by all of them. Every GPU has one address; host routes send
+//! rollout-to-rollout traffic over the fabric and everything else over the slow link.
 
 use anyhow::{bail, Context, Result};
 use std::process::Command;
@@ -41,9 +42,19 @@ pub fn train_ip(i: u32) -> String {
     format!("10.213.0.{}", 10 + i)
 }
 
-/// Rollout GPU `j`'s address on the fast fabric (where its peers fetch from it).
+/// Rollout GPU `j`'s address: on its slow-link NIC, but its peers reach it over the fabric
+/// (host routes), so which link carries a transfer follows from who talks to whom.
 pub fn rollout_ip(j: u32) -> String {
-    format!("10.214.0.{}", 100 + j)
+    format!("10.213.0.{}", 100 + j)
+}
+
+/// The NIC whose address a GPU's processes bind to (gloo needs its name).
+pub fn nic(train: bool, k: u32) -> String {
+    if train {
+        format!("t{k}s")
+    } else {
+        format!("r{k}s")
+    }
 }
 
 fn shape(ns: &str, dev: &str, mbit: u64) -> Result<()> {
@@ -90,21 +101,27 @@ impl Fabric {
             sh(&["ip", "-n", SWITCH_NS, "link", "set", br, "up"])?;
         }
         for i in 0..train {
-            fabric.port(&train_ns(i), &format!("t{i}s"), SLOW_BRIDGE, &train_ip(i), slow_mbit)?;
+            fabric.port(&train_ns(i), &nic(true, i), SLOW_BRIDGE, Some(&train_ip(i)), slow_mbit)?;
         }
         for j in 0..rollout {
-            let slow_ip = format!("10.213.0.{}", 100 + j);
-            fabric.port(&rollout_ns(j), &format!("r{j}s"), SLOW_BRIDGE, &slow_ip, slow_mbit)?;
-            fabric.port(&rollout_ns(j), &format!("r{j}f"), FAST_BRIDGE, &rollout_ip(j), fast_mbit)?;
+            let ns = rollout_ns(j);
+            fabric.port(&ns, &nic(false, j), SLOW_BRIDGE, Some(&rollout_ip(j)), slow_mbit)?;
+            let fast = format!("r{j}f");
+            fabric.port(&ns, &fast, FAST_BRIDGE, None, fast_mbit)?;
+            for k in (0..rollout).filter(|k| *k != j) {
+                sh(&["ip", "-n", &ns, "route", "add", &format!("{}/32", rollout_ip(k)), "dev", &fast])?;
+            }
         }
         Ok(fabric)
     }
 
     /// A GPU's NIC `name` in `ns`, plugged into `bridge`, shaped both ways.
-    fn port(&self, ns: &str, name: &str, bridge: &str, ip: &str, mbit: u64) -> Result<()> {
+    fn port(&self, ns: &str, name: &str, bridge: &str, ip: Option<&str>, mbit: u64) -> Result<()> {
         let peer = format!("{name}p");
         sh(&["ip", "link", "add", name, "netns", ns, "type", "veth", "peer", "name", &peer, "netns", SWITCH_NS])?;
-        sh(&["ip", "-n", ns, "addr", "add", &format!("{ip}/24"), "dev", name])?;
+        if let Some(ip) = ip {
+            sh(&["ip", "-n", ns, "addr", "add", &format!("{ip}/24"), "dev", name])?;
+        }
         sh(&["ip", "-n", SWITCH_NS, "link", "set", &peer, "master", bridge])?;
         sh(&["ip", "-n", ns, "link", "set", name, "up"])?;
         sh(&["ip", "-n", SWITCH_NS, "link", "set", &peer, "up"])?;
