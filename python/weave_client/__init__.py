@@ -211,6 +211,15 @@ class WeaveClient:
             out.extend(page)
             after = page[-1]["seq"]
 
+    def node_down(self, node: str, reason: Optional[str] = None) -> JSON:
+        """Takes ``node`` (e.g. ``"r0"``) out of service (admin; fixed pools): its jobs fail
+        and are re-admitted from their last completed iteration, or wait in the queue."""
+        return self._request("POST", f"/v1/nodes/{node}/down", {"reason": reason} if reason else {})[1]
+
+    def node_up(self, node: str) -> JSON:
+        """Puts ``node`` back in service (admin): queued jobs start where it makes room."""
+        return self._request("POST", f"/v1/nodes/{node}/up")[1]
+
     def heartbeat(self, job_id: str) -> JSON:
         return self._request("POST", f"/v1/jobs/{job_id}/heartbeat", retry=True)[1]
 

@@ -4,7 +4,7 @@
 use crate::auth::Caller;
 use crate::plane::{JobState, PlaneError, Record, SubmitSpec};
 use crate::state::{ServeError, Shared};
-use crate::views::{events_for, for_caller, grants_text, key_of, lookup, queued_views, shown, view, JobView};
+use crate::views::{events_for, for_caller, key_of, lookup, queued_views, view, JobView};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -21,6 +21,8 @@ use tower_governor::key_extractor::KeyExtractor;
 use tower_governor::{governor::GovernorConfig, GovernorError, GovernorLayer};
 use tower_http::timeout::RequestBodyTimeoutLayer;
 use weave_dispatch::Phase;
+
+mod cluster;
 
 pub struct ApiError {
     status: StatusCode,
@@ -398,78 +400,6 @@ async fn heartbeat(
     Ok(Json(json!({ "status": "ok" })))
 }
 
-async fn groups(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<Json<serde_json::Value>> {
-    let c = caller(&s, &headers)?;
-    let g = s.lock();
-    let mut out = Vec::new();
-    for grp in g.plane.placer().groups() {
-        let members: Vec<serde_json::Value> = grp
-            .members
-            .iter()
-            .filter_map(|m| g.plane.job_name(m.job.id).and_then(|n| g.plane.job(n)))
-            .map(|j| {
-                if c.may_see(&j.tenant, &j.name) {
-                    json!({ "job": shown(&c, &j.name), "granted": grants_text(&j.gate) })
-                } else {
-                    json!({ "job": "(another tenant)" })
-                }
-            })
-            .collect();
-        let mine = grp.members.iter().any(|m| {
-            g.plane.job_name(m.job.id).and_then(|n| g.plane.job(n)).is_some_and(|j| c.may_see(&j.tenant, &j.name))
-        });
-        if !mine {
-            continue;
-        }
-        let blocks: Vec<_> = grp.blocks.iter().map(|b| json!({ "block": b.id, "nodes": b.nodes.iter().map(|n| n.to_string()).collect::<Vec<_>>(), "cached_state_gb": b.used.as_gb_f64() })).collect();
-        out.push(json!({
-            "group": grp.id.0,
-            "training_nodes": grp.training_nodes.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
-            "training_cached_state_gb": grp.train_used.as_gb_f64(),
-            "rollout_blocks": blocks,
-            "members": members,
-            "predicted_meta_iteration_s": grp.prediction.meta_iteration.as_secs_f64(),
-            "saturated": grp.prediction.saturated,
-        }));
-    }
-    Ok(Json(json!(out)))
-}
-
-async fn nodes(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<Json<serde_json::Value>> {
-    let c = caller(&s, &headers)?;
-    if !c.admin {
-        return Err(ApiError::new(StatusCode::FORBIDDEN, "the node list is for admins"));
-    }
-    let g = s.lock();
-    let mut out = Vec::new();
-    for grp in g.plane.placer().groups() {
-        for b in &grp.blocks {
-            for n in &b.nodes {
-                out.push(json!({ "node": n.to_string(), "pool": "rollout", "group": grp.id.0, "cached_state_gb": b.used.as_gb_f64() }));
-            }
-        }
-        for n in &grp.training_nodes {
-            out.push(json!({ "node": n.to_string(), "pool": "training", "group": grp.id.0, "cached_state_gb": grp.train_used.as_gb_f64() }));
-        }
-    }
-    Ok(Json(json!(out)))
-}
-
-async fn cluster(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<Json<serde_json::Value>> {
-    caller(&s, &headers)?;
-    let g = s.lock();
-    let (r, t) = g.plane.placer().nodes_in_use();
-    let cfg = g.plane.cluster();
-    Ok(Json(json!({
-        "config": cfg,
-        "capacity": format!("{:?}", s.cfg.capacity).to_lowercase(),
-        "pools": g.plane.placer().config().capacity.map(|(r, t)| json!({ "rollout": r, "training": t })),
-        "down": g.plane.placer().down_nodes().map(|n| n.to_string()).collect::<Vec<_>>(),
-        "nodes_in_use": { "rollout": r, "training": t },
-        "hourly_cost_dollars": g.plane.placer().hourly_cost().as_dollars(),
-    })))
-}
-
 async fn events(
     State(s): State<Arc<Shared>>,
     headers: HeaderMap,
@@ -633,9 +563,11 @@ pub fn router(shared: Arc<Shared>, rate: Option<RateLimits>) -> Router {
         .route("/v1/jobs/{id}/heartbeat", post(heartbeat))
         .route("/v1/jobs/{id}/phases/{phase}/{iteration}/start", post(phase_start))
         .route("/v1/jobs/{id}/phases/{phase}/{iteration}/finish", post(phase_finish))
-        .route("/v1/groups", get(groups))
-        .route("/v1/nodes", get(nodes))
-        .route("/v1/cluster", get(cluster))
+        .route("/v1/groups", get(cluster::groups))
+        .route("/v1/nodes", get(cluster::nodes))
+        .route("/v1/nodes/{node}/down", post(cluster::node_down))
+        .route("/v1/nodes/{node}/up", post(cluster::node_up))
+        .route("/v1/cluster", get(cluster::cluster))
         .route("/v1/events", get(events))
         .route("/v1/queue", get(queue))
         // Inside the rate limit: a limited request's body is never read.

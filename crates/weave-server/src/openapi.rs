@@ -93,6 +93,13 @@ pub fn document() -> Value {
             },
             "/v1/groups": { "get": { "summary": "Groups holding the caller's jobs", "security": auth, "responses": { "200": ok("groups"), "401": err() } } },
             "/v1/nodes": { "get": { "summary": "Nodes with their groups and cached state (admin)", "security": auth, "responses": { "200": ok("nodes"), "401": err(), "403": err() } } },
+            "/v1/nodes/{node}/down": { "post": { "summary": "Take a node out of service (admin; fixed pools this server owns): its jobs fail and are re-admitted from their last completed iteration, or queued", "security": auth,
+                "parameters": [{ "name": "node", "in": "path", "required": true, "schema": { "type": "string" }, "description": "e.g. r0, t1" }],
+                "requestBody": { "required": false, "content": { "application/json": { "schema": { "type": "object", "additionalProperties": false, "properties": { "reason": { "type": "string", "maxLength": 200 } } } } } },
+                "responses": { "200": ok("the node is down"), "400": err(), "401": err(), "403": err(), "409": err() } } },
+            "/v1/nodes/{node}/up": { "post": { "summary": "Put a node back in service (admin): queued jobs start where it makes room", "security": auth,
+                "parameters": [{ "name": "node", "in": "path", "required": true, "schema": { "type": "string" } }],
+                "responses": { "200": ok("the node is up"), "400": err(), "401": err(), "403": err(), "409": err() } } },
             "/v1/cluster": { "get": { "summary": "Cluster inventory and cost", "security": auth, "responses": { "200": ok("cluster"), "401": err() } } },
             "/v1/events": { "get": { "summary": "Grants, finishes and job endings visible to the caller, paged by cursor", "security": auth,
                 "parameters": [

@@ -161,3 +161,75 @@ fn node_failures_need_fixed_pools_and_launch_specs_are_checked() {
             .unwrap();
     assert!(p.check(&Record::Submit { time_us: 1, tenant: "t".into(), job }).is_err());
 }
+
+mod common;
+use common::{body, client, finish_phase, start_phase, temp_dir, TestServer, ALICE, OPS};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+fn post(s: &TestServer, token: &str, path: &str, json: Option<Value>) -> (u16, Value) {
+    let r = client().post(s.url(path)).bearer_auth(token);
+    body(match json {
+        Some(j) => r.json(&j).send().unwrap(),
+        None => r.send().unwrap(),
+    })
+}
+
+fn job(s: &TestServer, name: &str) -> Value {
+    body(client().get(s.url(&format!("/v1/jobs/{name}"))).bearer_auth(ALICE).send().unwrap()).1["job"].clone()
+}
+
+/// An operator takes the only rollout node out of service over HTTP: its job fails and waits
+/// in the queue from its last completed iteration; the node's return starts it again there.
+#[test]
+fn an_admin_takes_a_node_out_of_service_and_back_over_http() {
+    let s = TestServer::start_with(temp_dir("node-http"), Duration::from_secs(600), |cfg| {
+        cfg.capacity = weave_server::Capacity::Fixed;
+        cfg.cluster.rollout.nodes = 1;
+        cfg.cluster.training.nodes = 1;
+    });
+    let spec = json!({ "id": "a", "type": "3B_4k", "iterations": 4, "rollout_s": 50, "train_s": 60, "slo": 1.0 });
+    assert_eq!(common::submit(&s, ALICE, spec).0, 201);
+    for phase in ["rollout", "train"] {
+        assert_eq!(start_phase(&s, ALICE, "a", phase, 0, 1.0).0, 200);
+        assert_eq!(finish_phase(&s, ALICE, "a", phase, 0, 1.0).0, 200);
+    }
+    assert_eq!(start_phase(&s, ALICE, "a", "rollout", 1, 1.0).0, 200, "rollout 1 runs when the node is lost");
+
+    let (code, err) = post(&s, ALICE, "/v1/nodes/r0/down", None);
+    assert_eq!(code, 403, "{err}");
+    let (code, err) = post(&s, OPS, "/v1/nodes/q7/down", None);
+    assert!(code == 400 && err["error"].as_str().unwrap().contains("node `q7`"), "{code} {err}");
+    let (code, err) = post(&s, OPS, "/v1/nodes/r3/down", None);
+    assert!(code == 400 && err["error"].as_str().unwrap().contains("node"), "{code} {err}");
+    let (code, err) = post(&s, OPS, "/v1/nodes/r0/down", Some(json!({ "why": "disk" })));
+    assert!(code == 400 && err["error"].as_str().unwrap().contains("why"), "{code} {err}");
+    assert_eq!(job(&s, "a")["state"], "running", "refused requests changed nothing");
+
+    let (code, out) = post(&s, OPS, "/v1/nodes/r0/down", Some(json!({ "reason": "NIC failed" })));
+    assert_eq!((code, out), (200, json!({ "node": "r0", "state": "down" })));
+    let a = job(&s, "a");
+    assert_eq!((a["state"].as_str(), a["completed_iterations"].as_u64()), (Some("queued"), Some(1)), "{a}");
+    let (code, err) = post(&s, OPS, "/v1/nodes/r0/down", None);
+    assert!(code == 400 && err["error"].as_str().unwrap().contains("already down"), "{code} {err}");
+    assert_eq!(finish_phase(&s, ALICE, "a", "rollout", 1, 1.0).0, 409, "the lost admission's phase cannot finish");
+
+    assert_eq!(post(&s, OPS, "/v1/nodes/r0/up", None), (200, json!({ "node": "r0", "state": "up" })));
+    let a = job(&s, "a");
+    assert_eq!((a["state"].as_str(), a["next"].as_str()), (Some("running"), Some("rollout 1")), "{a}");
+    let events = body(client().get(s.url("/v1/events?after=0")).bearer_auth(OPS).send().unwrap()).1;
+    let kinds: Vec<&str> = events.as_array().unwrap().iter().filter_map(|e| e["kind"].as_str()).collect();
+    for k in ["node-down", "requeued", "node-up"] {
+        assert!(kinds.contains(&k), "{k} in {kinds:?}");
+    }
+}
+
+/// With an execution backend's pools (Ray), node health comes from the backend, not an admin.
+#[test]
+fn nodes_reported_by_a_backend_are_not_changed_by_hand() {
+    let s = TestServer::start_with(temp_dir("node-recorded"), Duration::from_secs(600), |cfg| {
+        cfg.capacity = weave_server::Capacity::Recorded;
+    });
+    let (code, err) = post(&s, OPS, "/v1/nodes/r0/down", None);
+    assert!(code == 409 && err["error"].as_str().unwrap().contains("Ray"), "{code} {err}");
+}

@@ -26,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -188,6 +189,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--kill-serve", action="store_true", help="SIGKILL and restart weave serve halfway through the first pair")
     ap.add_argument("--rounds", type=int, default=3, help="solo-solo-pair rounds; ratios are medians over rounds")
+    ap.add_argument("--lose-node", action="store_true",
+                    help="then run the pair again and lose the rollout node halfway (its processes SIGKILLed)")
     a = ap.parse_args(argv)
     a.work = a.work or tempfile.mkdtemp(prefix="weave-real-")
     os.makedirs(a.work, exist_ok=True)
@@ -209,6 +212,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     "solo_iterations_per_node_hour", "pair_iterations_per_node_hour"):
             out[key] = statistics.median(x[key] for x in rounds)
         out["switch"] = measure_trainer_switches(a, "solo-A-1", "A")
+        if a.lose_node:
+            out["node_loss"] = node_loss(a, serve, ops, rounds[0]["profile"])
         if a.learn:
             out["learn"] = learn(a, url)
         if a.json:
@@ -294,6 +299,50 @@ def one_round(a, serve: Serve, ops: WeaveClient, r: int) -> Dict[str, Any]:
     return out
 
 
+def node_loss(a, serve: Serve, ops: WeaveClient, prof: Dict[str, Dict[str, float]]) -> Dict[str, Any]:
+    """The pair once more; halfway through, the rollout node is lost: both jobs' rollout
+    workers are SIGKILLed and the node taken out of service, then a replacement comes up.
+    Checks that each job resumed from exactly the iteration Weave counted (0 acknowledged
+    iterations lost), trained every iteration once, and that its reward went on."""
+    names = {k: f"loss-{k}" for k in "AB"}
+    for k in "AB":
+        spec = {"id": names[k], "type": "3B_4k", "iterations": a.iterations, "slo": 2.0,
+                "rollout_s": prof[k]["rollout_s"], "train_s": prof[k]["train_s"], "switch_warm_s": prof[k]["warm_s"],
+                "sync_s": prof[k]["gap_s"]}
+        assert ops.submit(spec)["job"]["state"] == "running", f"{names[k]} was not admitted"
+    running = start_jobs([job_cmd(a, serve.url, names[k], k, 29700 + i, ["--checkpoint-every", "1"])
+                          for i, k in enumerate("AB")])
+    wait_until(lambda: ops.job(names["A"])["job"]["completed_iterations"] >= a.iterations // 2, 600)
+    for k in "AB":
+        with open(os.path.join(a.work, names[k], "pids.json")) as f:
+            os.kill(json.load(f)["rollout"], signal.SIGKILL)
+    ops.node_down("r0", "rollout node lost: its processes were killed")
+    acked = {k: ops.job(names[k])["job"]["completed_iterations"] for k in "AB"}
+    time.sleep(1.0)
+    ops.node_up("r0")
+    wait_jobs(running)
+    events = ops.events()
+    out: Dict[str, Any] = {"acked_at_loss": acked}
+    for k in "AB":
+        name = names[k]
+        check_versions(events, name, a.iterations)
+        resumed = [(e.get("meta") or {}).get("resume_from") for e in events
+                   if e["job"] == name and e["kind"] in ("requeued", "readmitted")]
+        logs = phases(a.work, name)
+        starts = [r["iteration"] for r in logs if r.get("role") == "trainer" and r.get("event") == "start"]
+        assert resumed == [acked[k]] and starts == [0, acked[k]], \
+            f"{name}: acknowledged {acked[k]}, Weave resumed from {resumed}, the trainer started at {starts}"
+        reward = {r["iteration"]: r["mean_reward"] for r in logs if r.get("phase") == "rollout"}
+        before = [reward[i] for i in range(max(0, acked[k] - 3), acked[k]) if i in reward]
+        after = [reward[i] for i in range(acked[k], min(a.iterations, acked[k] + 3))]
+        out[k] = {"resumed_from": acked[k], "acknowledged_lost": acked[k] - resumed[0],
+                  "reward_before": statistics.mean(before) if before else None, "reward_after": statistics.mean(after),
+                  "restarts": sum(1 for r in logs if r.get("event") == "restart")}
+    say(f"node loss: resumed from {acked}, rewards before/after " +
+        ", ".join(f"{k} {out[k]['reward_before']:.3f}/{out[k]['reward_after']:.3f}" for k in "AB"))
+    return out
+
+
 def predict(a, prof: Dict[str, Dict[str, float]], file: str) -> "tuple[float, str]":
     """``weave group analyze`` on the two jobs' measured durations, switches and gaps."""
     group = {"member": [{"rollout_s": prof[k]["rollout_s"], "train_s": prof[k]["train_s"], "nodes": [0],
@@ -365,6 +414,12 @@ def report(o: Dict[str, Any]) -> None:
         ("weave serve SIGKILLed during pair 1 after A's iteration",
          f"{first.get('serve_killed_at', 'not asked')}; every iteration trained once, on its own version"),
     ]
+    if "node_loss" in o:
+        nl = o["node_loss"]
+        rows.append(("rollout node lost mid-run: resumed from (acknowledged lost)",
+                     ", ".join(f"{k} {nl[k]['resumed_from']} ({nl[k]['acknowledged_lost']})" for k in "AB")))
+        rows.append(("  mean reward 3 iterations before / after",
+                     ", ".join(f"{k} {nl[k]['reward_before']:.3f} / {nl[k]['reward_after']:.3f}" for k in "AB")))
     if any(x["gain"] > 2.0 for x in o["rounds"]):
         rows.append(("WARNING", "a round's gain is above the 2.0 a perfect pair allows: the machine's speed "
                                 "changed between its runs; trust the median less"))

@@ -14,6 +14,12 @@ its own CPU set (its "node"), joined by ``torch.distributed`` (gloo). Iteration 
    ``--checkpoint-every`` iterations (the copy was taken inside the phase; the disk write is
    slack work), and the rollout worker publishes the received weights into its host copy.
 
+When the job loses its admission (its node is lost, it is preempted or moved: the gate
+raises ``Requeued``) or one of its processes dies, the surviving process saves what it holds of
+the last acknowledged iteration and exits; the launcher waits until Weave runs the job again
+and starts both processes afresh, which resume cold from the checkpoint of exactly the
+iteration Weave counts as completed (it refuses to go on from any other).
+
 Each phase reports to Weave its measured duration and, as metadata, the switch it made
 (``warm``/``cold`` and seconds), the bytes held in host memory, the sync, the versions used
 and the mean reward. Every process also appends the same records to ``--log`` (JSON lines).
@@ -33,6 +39,12 @@ import time
 from typing import Any, Dict, List, Optional
 
 TRAINER, ROLLOUT = 0, 1
+# A process that stopped because the job lost its admission or its peer: run it again.
+EXIT_RESTART = 75
+
+
+class VersionError(Exception):
+    """A protocol violation (weights or trajectories of the wrong version): never retried."""
 
 
 def _args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -58,6 +70,8 @@ def _args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     ap.add_argument("--rollout-s", type=float, help="declared rollout seconds (placement estimate)")
     ap.add_argument("--train-s", type=float, help="declared training seconds (placement estimate)")
     ap.add_argument("--corrupt-sync-once", action="store_true", help="fault injection: damage the first sync")
+    ap.add_argument("--max-restarts", type=int, default=5, help="process restarts after a lost admission or peer")
+    ap.add_argument("--resume-timeout-s", type=float, default=900.0, help="how long to wait to be admitted again")
     ap.add_argument("--role", choices=["trainer", "rollout"], help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
@@ -100,11 +114,11 @@ def _configs(a: argparse.Namespace):
 def run_trainer(a: argparse.Namespace) -> None:
     import torch
 
-    from weave_client import WeaveClient
+    from weave_client import Requeued, WeaveClient
 
-    from .policy import build_policy, make_optimizer, train_step
-    from .resident import ResidentState, save_checkpoint
-    from .sync import recv_batch, send_weights
+    from .policy import build_policy, make_optimizer
+    from .resident import ResidentState
+    from .sync import send_weights
 
     _setup(a, TRAINER, a.train_cpus)
     pcfg, gcfg = _configs(a)
@@ -120,64 +134,116 @@ def run_trainer(a: argparse.Namespace) -> None:
     log = a.log or os.path.join(a.dir, "phases.jsonl")
     _log(log, {"job": a.job, "role": "trainer", "event": "start", "iteration": start, "switch": cold.kind,
                "switch_s": cold.seconds, "bytes": cold.bytes})
-    first = send_weights(state.parameters_flat(), start, ROLLOUT)
-    state.offload()
     client = WeaveClient(a.server, a.token)
-    pending = None  # (iteration, state dicts) copied in the phase, written in the slack
-    with client.keepalive(a.job, interval_s=1.0):
-        for k in range(start, a.iterations):
-            version, batch = recv_batch(ROLLOUT)
-            if version != k:
-                raise RuntimeError(f"{a.job}: trajectories of weights {version} for training {k}")
-            with client.phase(a.job, "train", k) as meta:
-                t0 = time.perf_counter()
-                sw = state.activate()
-                loss = train_step(state.modules["policy"], state.optimizers["adam"], batch, gcfg)
-                state.version = k + 1
-                flat = state.parameters_flat()
-                if (k + 1) % a.checkpoint_every == 0 or k + 1 == a.iterations:
-                    pending = (k + 1, state.snapshot())
-                off = state.offload()
-                meta.update({
-                    "trajectory_version": version, "new_weights_version": k + 1, "loss": round(loss, 6),
-                    "switch": sw.kind, "switch_s": sw.seconds, "offload_s": off.seconds,
-                    "host_bytes": state.host_bytes(), "compute_s": time.perf_counter() - t0,
-                })
-            # The sync follows the training phase (the dispatcher's sync step): the rollout
-            # worker asks for its next rollout only once the new version has arrived intact.
-            synced: Dict[str, Any] = {}
-            if k + 1 < a.iterations:
-                sync = send_weights(flat, k + 1, ROLLOUT, corrupt_first=a.corrupt_sync_once and k == start)
-                synced = {"sync_s": sync.seconds, "sync_bytes": sync.bytes, "sync_attempts": sync.attempts}
-            _log(log, {"job": a.job, "role": "trainer", "phase": "train", "iteration": k, **meta, **synced})
-            if pending is not None:
-                # Slack: the job's own idle window (its rollout runs), never inside a phase.
-                t0 = time.perf_counter()
-                save_checkpoint(ckpt, pending[1])
-                _log(log, {"job": a.job, "role": "trainer", "event": "checkpoint", "iteration": pending[0],
-                           "seconds": time.perf_counter() - t0, "slack": True})
-                pending = None
+    run = {"acked": start, "pending": None}  # pending: (iteration, state) copied in the phase
+    try:
+        with client.keepalive(a.job, interval_s=1.0):
+            first = send_weights(state.parameters_flat(), start, ROLLOUT)
+            state.offload()
+            _train_loop(a, client, state, ckpt, log, start, run)
+    except (Requeued, RuntimeError, OSError) as e:
+        # Gloo reports a lost peer as RuntimeError; a lost admission is Requeued.
+        _save_acked(state, ckpt, log, a.job, run)
+        _log(log, {"job": a.job, "role": "trainer", "event": "interrupted", "iteration": run["acked"],
+                   "reason": str(e)[:300]})
+        sys.exit(EXIT_RESTART)
     _log(log, {"job": a.job, "role": "trainer", "event": "done", "first_sync_s": first.seconds})
     _teardown()
+
+
+def _save_acked(state, ckpt: str, log: str, job: str, run: Dict[str, Any]) -> None:
+    """Saves the state of the last acknowledged iteration if the checkpoint lags it: the copy
+    taken in its phase, or the resident state when that is exactly the acknowledged version."""
+    from .resident import save_checkpoint
+
+    payload = None
+    if run["pending"] is not None and run["pending"][0] == run["acked"]:
+        payload = run["pending"][1]
+    elif state.version == run["acked"] and not state.active:
+        state.activate()
+        payload = state.snapshot()
+        state.offload()
+    if payload is not None:
+        save_checkpoint(ckpt, payload)
+        _log(log, {"job": job, "role": "trainer", "event": "checkpoint", "iteration": run["acked"], "slack": True,
+                   "on_interrupt": True})
+
+
+def _train_loop(a, client, state, ckpt: str, log: str, start: int, run: Dict[str, Any]) -> None:
+    from .policy import train_step
+    from .resident import save_checkpoint
+    from .sync import recv_batch, send_weights
+
+    _, gcfg = _configs(a)
+    for k in range(start, a.iterations):
+        version, batch = recv_batch(ROLLOUT)
+        if version != k:
+            raise VersionError(f"{a.job}: trajectories of weights {version} for training {k}")
+        with client.phase(a.job, "train", k) as meta:
+            t0 = time.perf_counter()
+            sw = state.activate()
+            loss = train_step(state.modules["policy"], state.optimizers["adam"], batch, gcfg)
+            state.version = k + 1
+            flat = state.parameters_flat()
+            if (k + 1) % a.checkpoint_every == 0 or k + 1 == a.iterations:
+                run["pending"] = (k + 1, state.snapshot())
+            off = state.offload()
+            meta.update({
+                "trajectory_version": version, "new_weights_version": k + 1, "loss": round(loss, 6),
+                "switch": sw.kind, "switch_s": sw.seconds, "offload_s": off.seconds,
+                "host_bytes": state.host_bytes(), "compute_s": time.perf_counter() - t0,
+            })
+        run["acked"] = k + 1
+        # The sync follows the training phase (the dispatcher's sync step): the rollout
+        # worker asks for its next rollout only once the new version has arrived intact.
+        synced: Dict[str, Any] = {}
+        if k + 1 < a.iterations:
+            sync = send_weights(flat, k + 1, ROLLOUT, corrupt_first=a.corrupt_sync_once and k == start)
+            synced = {"sync_s": sync.seconds, "sync_bytes": sync.bytes, "sync_attempts": sync.attempts}
+        _log(log, {"job": a.job, "role": "trainer", "phase": "train", "iteration": k, **meta, **synced})
+        if run["pending"] is not None:
+            # Slack: the job's own idle window (its rollout runs), never inside a phase.
+            t0 = time.perf_counter()
+            save_checkpoint(ckpt, run["pending"][1])
+            _log(log, {"job": a.job, "role": "trainer", "event": "checkpoint", "iteration": run["pending"][0],
+                       "seconds": time.perf_counter() - t0, "slack": True})
+            run["pending"] = None
 
 
 def run_rollout(a: argparse.Namespace) -> None:
     import torch
 
-    from weave_client import WeaveClient
+    from weave_client import Requeued
 
-    from .policy import build_policy, rollout
+    from .policy import build_policy
     from .resident import ResidentState
-    from .sync import recv_weights, send_batch
 
     _setup(a, ROLLOUT, a.rollout_cpus)
-    pcfg, gcfg = _configs(a)
+    pcfg, _ = _configs(a)
     state = ResidentState(f"{a.job}/rollout", lambda: ({"policy": build_policy(pcfg)}, {}))
+    log = a.log or os.path.join(a.dir, "phases.jsonl")
+    try:
+        _rollout_loop(a, state, log)
+    except (Requeued, RuntimeError, OSError) as e:
+        # Nothing to save: the trainer holds the job's state; a new worker gets it by sync.
+        _log(log, {"job": a.job, "role": "rollout", "event": "interrupted", "reason": str(e)[:300]})
+        sys.exit(EXIT_RESTART)
+    _teardown()
+
+
+def _rollout_loop(a, state, log: str) -> None:
+    import torch
+
+    from weave_client import WeaveClient
+
+    from .policy import rollout
+    from .sync import recv_weights, send_batch
+
+    _, gcfg = _configs(a)
     cold = state.activate()
     got = recv_weights(TRAINER)
     state.load_parameters(got.flat, got.version)
     state.offload()
-    log = a.log or os.path.join(a.dir, "phases.jsonl")
     _log(log, {"job": a.job, "role": "rollout", "event": "start", "iteration": got.version, "switch": cold.kind,
                "switch_s": cold.seconds, "bytes": cold.bytes})
     client = WeaveClient(a.server, a.token)
@@ -187,7 +253,7 @@ def run_rollout(a: argparse.Namespace) -> None:
             t0 = time.perf_counter()
             sw = state.activate()
             if state.version != k:
-                raise RuntimeError(f"{a.job}: rollout {k} would sample from weights {state.version}")
+                raise VersionError(f"{a.job}: rollout {k} would sample from weights {state.version}")
             # One named stream per iteration: a resumed job draws the same prompts again.
             rng = torch.Generator().manual_seed(a.seed * 1_000_003 + k)
             batch = rollout(state.modules["policy"], rng, gcfg)
@@ -204,7 +270,6 @@ def run_rollout(a: argparse.Namespace) -> None:
             received = recv_weights(TRAINER)
             # Published between phases, after the digest check: never a half-updated model.
             state.load_parameters(received.flat, received.version)
-    _teardown()
 
 
 def _teardown() -> None:
@@ -214,22 +279,84 @@ def _teardown() -> None:
     dist.destroy_process_group()
 
 
-def launch(a: argparse.Namespace, argv: List[str]) -> int:
-    """Starts the trainer and the rollout worker; returns the first non-zero exit code."""
-    os.makedirs(a.dir, exist_ok=True)
-    if a.submit:
-        from weave_client import WeaveClient
+def _free_port() -> int:
+    import socket
 
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _supervise(procs: Dict[str, subprocess.Popen]) -> Dict[str, int]:
+    """Waits for both processes. Once one has failed, the rollout worker is stopped first (a
+    lost peer is how the trainer learns to save and stop), then the trainer gets a minute."""
+    while all(p.poll() is None for p in procs.values()):
+        time.sleep(0.2)
+    if any(p.returncode not in (None, 0) for p in procs.values()):
+        if procs["rollout"].poll() is None:
+            procs["rollout"].kill()
+        try:
+            procs["trainer"].wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            procs["trainer"].kill()
+    return {role: p.wait() for role, p in procs.items()}
+
+
+def _resume_point(a: argparse.Namespace, client) -> int:
+    """Waits until Weave runs the job again; returns the iteration it resumes from, after
+    checking that the checkpoint holds exactly that iteration."""
+    from .resident import load_checkpoint
+
+    deadline = time.monotonic() + a.resume_timeout_s
+    while True:
+        view = client.job(a.job)["job"]
+        if view["state"] == "running":
+            break
+        if view["state"] not in ("queued", "preempted") or time.monotonic() > deadline:
+            raise SystemExit(f"{a.job}: not running again ({view['state']}) after {a.resume_timeout_s:.0f} s")
+        time.sleep(0.5)
+    resume = int(view["completed_iterations"])
+    ckpt = checkpoint_path(a.dir)
+    have = load_checkpoint(ckpt)["version"] if os.path.exists(ckpt) else 0
+    if have != resume:
+        raise SystemExit(f"{a.job}: its checkpoint {ckpt} holds iteration {have}, but Weave counts {resume} "
+                         "completed: resuming would repeat or skip acknowledged work")
+    return resume
+
+
+def launch(a: argparse.Namespace, argv: List[str]) -> int:
+    """Starts the trainer and the rollout worker and keeps them running: after a lost admission
+    or a dead process both start again from the checkpoint Weave's count names. Returns the
+    first non-zero exit code of a run that cannot go on."""
+    from weave_client import WeaveClient
+
+    os.makedirs(a.dir, exist_ok=True)
+    client = WeaveClient(a.server, a.token)
+    if a.submit:
         spec: Dict[str, Any] = {"id": a.job, "type": "3B_4k", "iterations": a.iterations, "slo": a.slo}
         if a.rollout_s is not None:
             spec["rollout_s"] = a.rollout_s
         if a.train_s is not None:
             spec["train_s"] = a.train_s
-        WeaveClient(a.server, a.token).submit(spec)
-    procs = [subprocess.Popen([sys.executable, "-m", "weave_client.runtime.grpo_job", *argv, "--role", role])
-             for role in ("trainer", "rollout")]
-    codes = [p.wait() for p in procs]
-    return next((c for c in codes if c != 0), 0)
+        client.submit(spec)
+    log = a.log or os.path.join(a.dir, "phases.jsonl")
+    port, restarts = a.port, 0
+    while True:
+        cmd = [sys.executable, "-m", "weave_client.runtime.grpo_job", *argv, "--port", str(port)]
+        procs = {role: subprocess.Popen([*cmd, "--role", role]) for role in ("trainer", "rollout")}
+        with open(os.path.join(a.dir, "pids.json"), "w") as f:
+            json.dump({role: p.pid for role, p in procs.items()}, f)
+        codes = _supervise(procs)
+        if all(c == 0 for c in codes.values()):
+            return 0
+        if restarts >= a.max_restarts or any(c not in (0, EXIT_RESTART, -9) for c in codes.values()):
+            return next(c for c in codes.values() if c != 0)
+        restarts += 1
+        resume = _resume_point(a, client)
+        _log(log, {"job": a.job, "event": "restart", "iteration": resume, "restart": restarts,
+                   "exit_codes": codes})
+        # A new process group: the old one's port may still be held by the dead processes' sockets.
+        port = _free_port()
 
 
 def main(argv: Optional[List[str]] = None) -> int:

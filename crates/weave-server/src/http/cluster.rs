@@ -1,0 +1,142 @@
+//! The cluster's groups, nodes and inventory as callers may see them, and an operator's
+//! changes to the nodes (out of service and back).
+
+use super::{caller, commit, ApiError, ApiResult};
+use crate::auth::Caller;
+use crate::plane::Record;
+use crate::state::Shared;
+use crate::views::{grants_text, shown};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use serde_json::json;
+use std::sync::Arc;
+use weave_core::NodeId;
+
+pub(super) async fn groups(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<Json<serde_json::Value>> {
+    let c = caller(&s, &headers)?;
+    let g = s.lock();
+    let mut out = Vec::new();
+    for grp in g.plane.placer().groups() {
+        let members: Vec<serde_json::Value> = grp
+            .members
+            .iter()
+            .filter_map(|m| g.plane.job_name(m.job.id).and_then(|n| g.plane.job(n)))
+            .map(|j| {
+                if c.may_see(&j.tenant, &j.name) {
+                    json!({ "job": shown(&c, &j.name), "granted": grants_text(&j.gate) })
+                } else {
+                    json!({ "job": "(another tenant)" })
+                }
+            })
+            .collect();
+        let mine = grp.members.iter().any(|m| {
+            g.plane.job_name(m.job.id).and_then(|n| g.plane.job(n)).is_some_and(|j| c.may_see(&j.tenant, &j.name))
+        });
+        if !mine {
+            continue;
+        }
+        let blocks: Vec<_> = grp.blocks.iter().map(|b| json!({ "block": b.id, "nodes": b.nodes.iter().map(|n| n.to_string()).collect::<Vec<_>>(), "cached_state_gb": b.used.as_gb_f64() })).collect();
+        out.push(json!({
+            "group": grp.id.0,
+            "training_nodes": grp.training_nodes.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+            "training_cached_state_gb": grp.train_used.as_gb_f64(),
+            "rollout_blocks": blocks,
+            "members": members,
+            "predicted_meta_iteration_s": grp.prediction.meta_iteration.as_secs_f64(),
+            "saturated": grp.prediction.saturated,
+        }));
+    }
+    Ok(Json(json!(out)))
+}
+
+pub(super) async fn nodes(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<Json<serde_json::Value>> {
+    let c = caller(&s, &headers)?;
+    if !c.admin {
+        return Err(ApiError::new(StatusCode::FORBIDDEN, "the node list is for admins"));
+    }
+    let g = s.lock();
+    let mut out = Vec::new();
+    for grp in g.plane.placer().groups() {
+        for b in &grp.blocks {
+            for n in &b.nodes {
+                out.push(json!({ "node": n.to_string(), "pool": "rollout", "group": grp.id.0, "cached_state_gb": b.used.as_gb_f64() }));
+            }
+        }
+        for n in &grp.training_nodes {
+            out.push(json!({ "node": n.to_string(), "pool": "training", "group": grp.id.0, "cached_state_gb": grp.train_used.as_gb_f64() }));
+        }
+    }
+    Ok(Json(json!(out)))
+}
+
+/// The body of `POST /v1/nodes/{node}/down` (optional).
+#[derive(serde::Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct NodeDownBody {
+    reason: Option<String>,
+}
+
+/// An admin caller on fixed pools this server owns, and the node named in the path.
+fn node_change(s: &Shared, headers: &HeaderMap, node: &str) -> ApiResult<(Caller, NodeId)> {
+    let c = caller(s, headers)?;
+    if !c.admin {
+        return Err(ApiError::new(StatusCode::FORBIDDEN, "taking nodes out of service is for admins"));
+    }
+    if s.cfg.capacity == crate::state::Capacity::Recorded {
+        let why = "the execution backend reports node health (a Ray node's loss or return is read from Ray)";
+        return Err(ApiError::new(StatusCode::CONFLICT, why));
+    }
+    let node = node.parse().map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("node `{node}`: {e}")))?;
+    Ok((c, node))
+}
+
+/// An operator takes a node out of service (lost, or drained for repair): its jobs fail and
+/// are re-admitted from their last completed iteration where there is room, else queued.
+pub(super) async fn node_down(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<serde_json::Value>> {
+    let (c, node) = node_change(&s, &headers, &node)?;
+    let given = if body.iter().all(u8::is_ascii_whitespace) {
+        NodeDownBody::default()
+    } else {
+        serde_json::from_slice::<NodeDownBody>(&body)
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("request body: {e}")))?
+    };
+    let reason = given.reason.unwrap_or_else(|| "taken out of service by an admin".into());
+    if reason.chars().count() > 200 || reason.chars().any(char::is_control) {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "`reason`: at most 200 characters, no control characters"));
+    }
+    commit(&s, &c, move |time_us| Record::NodeDown { time_us, node, reason }).await?;
+    Ok(Json(json!({ "node": node.to_string(), "state": "down" })))
+}
+
+/// A node back in service: queued jobs start where it makes room.
+pub(super) async fn node_up(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    let (c, node) = node_change(&s, &headers, &node)?;
+    commit(&s, &c, move |time_us| Record::NodeUp { time_us, node }).await?;
+    Ok(Json(json!({ "node": node.to_string(), "state": "up" })))
+}
+
+pub(super) async fn cluster(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<Json<serde_json::Value>> {
+    caller(&s, &headers)?;
+    let g = s.lock();
+    let (r, t) = g.plane.placer().nodes_in_use();
+    let cfg = g.plane.cluster();
+    Ok(Json(json!({
+        "config": cfg,
+        "capacity": format!("{:?}", s.cfg.capacity).to_lowercase(),
+        "pools": g.plane.placer().config().capacity.map(|(r, t)| json!({ "rollout": r, "training": t })),
+        "down": g.plane.placer().down_nodes().map(|n| n.to_string()).collect::<Vec<_>>(),
+        "nodes_in_use": { "rollout": r, "training": t },
+        "hourly_cost_dollars": g.plane.placer().hourly_cost().as_dollars(),
+    })))
+}
+
