@@ -139,4 +139,3 @@ pub(super) async fn cluster(State(s): State<Arc<Shared>>, headers: HeaderMap) ->
         "hourly_cost_dollars": g.plane.placer().hourly_cost().as_dollars(),
     })))
 }
-
