@@ -25,8 +25,73 @@ pub struct ServeBenchArgs {
     /// Connections held open by slow clients (half a request header each) while measuring.
     #[arg(long, default_value_t = 0)]
     slow_connections: usize,
+    /// Gate round trips run before measuring, to give the server a history to read.
+    #[arg(long, default_value_t = 0)]
+    history_round_trips: usize,
+    /// Clients of another tenant (with no jobs) reading `--read-path` in a loop while the gate
+    /// is measured: a tenant must not be able to slow another's gate with reads.
+    #[arg(long, default_value_t = 0)]
+    readers: usize,
+    /// What the readers read.
+    #[arg(long, default_value = "/v1/events?after=0")]
+    read_path: String,
+    /// All readers together send at most this many reads per second (0: as fast as they can),
+    /// e.g. what a per-token rate limit lets through.
+    #[arg(long, default_value_t = 0.0)]
+    reads_per_second: f64,
     #[arg(long)]
     json: bool,
+}
+
+/// The driver's and the readers' tokens (two tenants, neither an admin).
+const DRIVER: &str = "bench-driver-token";
+const READER: &str = "bench-reader-token";
+
+fn bench_tenants() -> Result<Tenants> {
+    let entry = |name: &str, token: &str| {
+        let hash = weave_server::auth::hex(&weave_server::auth::sha256(token));
+        format!("[[tenant]]\nname = \"{name}\"\ntoken_sha256 = \"{hash}\"\n")
+    };
+    Ok(Tenants::from_toml(&(entry("driver", DRIVER) + &entry("reader", READER)))?)
+}
+
+/// Reader threads, stopped and joined on `finish`: each returns its read latencies (ms).
+struct Readers {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<Vec<f64>>>,
+}
+
+impl Readers {
+    fn start(url: &str, count: usize, path: &str, per_second: f64) -> Readers {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // Each reader's pace: one read every `gap` at most.
+        let gap = if per_second > 0.0 { Duration::from_secs_f64(count as f64 / per_second) } else { Duration::ZERO };
+        let threads = (0..count)
+            .map(|_| {
+                let (stop, target) = (stop.clone(), format!("{url}{path}"));
+                std::thread::spawn(move || {
+                    let c = reqwest::blocking::Client::new();
+                    let mut ms = Vec::new();
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let t = Instant::now();
+                        if c.get(&target).bearer_auth(READER).send().and_then(|r| r.bytes()).is_ok() {
+                            ms.push(t.elapsed().as_secs_f64() * 1e3);
+                        }
+                        std::thread::sleep(gap.saturating_sub(t.elapsed()));
+                    }
+                    ms
+                })
+            })
+            .collect();
+        Readers { stop, threads }
+    }
+
+    fn finish(self) -> Vec<f64> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut all: Vec<f64> = self.threads.into_iter().flat_map(|t| t.join().unwrap_or_default()).collect();
+        all.sort_by(f64::total_cmp);
+        all
+    }
 }
 
 #[derive(Serialize)]
@@ -37,6 +102,10 @@ struct Report {
     submit_p50_ms: f64,
     submit_p99_ms: f64,
     round_trips: usize,
+    history_events: u64,
+    readers: usize,
+    reads_per_second: f64,
+    read_p50_ms: f64,
     start_p50_ms: f64,
     start_p99_ms: f64,
     finish_p50_ms: f64,
@@ -122,6 +191,7 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
     let data = std::env::temp_dir().join(format!("weave-bench-serve-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
     let mut cfg = bench_config(data.clone());
+    cfg.tenants = bench_tenants()?;
     // Slow clients are held for the whole measurement, not cut.
     cfg.limits.header_timeout = Duration::from_secs(3600);
     let mut shared = Shared::open(cfg).context("cannot open the benchmark store")?;
@@ -130,7 +200,9 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
         shared = shared.with_telemetry(telemetry);
     }
     let shared = Arc::new(shared);
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let history = shared.clone();
+    // Two workers, as `weave serve` has on this machine's two cores.
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
     let addr = listener.local_addr()?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -151,7 +223,9 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
     for i in 0..args.jobs {
         let ty = ["7B_8k", "14B_8k", "3B_4k", "8B_16k"][i % 4];
         let body = serde_json::json!({ "id": format!("j{i}"), "type": ty, "iterations": 1000, "slo": 1.5 });
-        let (st, ms) = time(&mut || Ok(c.post(format!("{url}/v1/jobs")).json(&body).send()?.status().as_u16()))?;
+        let (st, ms) = time(&mut || {
+            Ok(c.post(format!("{url}/v1/jobs")).bearer_auth(DRIVER).json(&body).send()?.status().as_u16())
+        })?;
         if st != 201 {
             bail!("submission {i} answered {st}");
         }
@@ -159,48 +233,15 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
     }
     let submit_rate = args.jobs as f64 / start_all.elapsed().as_secs_f64();
     // Round trips: every job whose rollout is granted right away runs rollout then training.
-    let mut start_ms = Vec::new();
-    let mut finish_ms = Vec::new();
-    let mut k = vec![0u64; args.jobs];
-    let mut phase = vec!["rollout"; args.jobs];
-    'outer: while start_ms.len() < args.round_trips {
-        let mut progressed = false;
-        for i in 0..args.jobs {
-            if start_ms.len() >= args.round_trips {
-                break 'outer;
-            }
-            let p = phase[i];
-            let (st, ms) = time(&mut || {
-                Ok(c.post(format!("{url}/v1/jobs/j{i}/phases/{p}/{}/start?wait_s=0", k[i])).send()?.status().as_u16())
-            })?;
-            if st != 200 {
-                continue;
-            }
-            start_ms.push(ms);
-            let body = serde_json::json!({ "duration_s": 1.0 });
-            let (st, ms) = time(&mut || {
-                Ok(c.post(format!("{url}/v1/jobs/j{i}/phases/{p}/{}/finish", k[i]))
-                    .json(&body)
-                    .send()?
-                    .status()
-                    .as_u16())
-            })?;
-            if st != 200 {
-                bail!("finish of j{i} answered {st}");
-            }
-            finish_ms.push(ms);
-            progressed = true;
-            if p == "rollout" {
-                phase[i] = "train";
-            } else {
-                phase[i] = "rollout";
-                k[i] += 1;
-            }
-        }
-        if !progressed {
-            bail!("no job could be granted a phase");
-        }
-    }
+    let mut gate = Gate { c: &c, url: &url, k: vec![0; args.jobs], phase: vec!["rollout"; args.jobs] };
+    gate.round_trips(args.history_round_trips, &mut Vec::new(), &mut Vec::new())?;
+    let history_events = history.lock().plane.next_event_seq();
+    let readers = Readers::start(&url, args.readers, &args.read_path, args.reads_per_second);
+    let t_read = Instant::now();
+    let (mut start_ms, mut finish_ms) = (Vec::new(), Vec::new());
+    gate.round_trips(args.round_trips, &mut start_ms, &mut finish_ms)?;
+    let read_ms = readers.finish();
+    let reads_per_second = read_ms.len() as f64 / t_read.elapsed().as_secs_f64();
     if let Some(mut child) = slow {
         drop(child.stdin.take());
         let _ = child.wait();
@@ -218,6 +259,10 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
         submit_p50_ms: pct(&submit_ms, 0.5),
         submit_p99_ms: pct(&submit_ms, 0.99),
         round_trips: start_ms.len(),
+        history_events,
+        readers: args.readers,
+        reads_per_second,
+        read_p50_ms: pct(&read_ms, 0.5),
         start_p50_ms: pct(&start_ms, 0.5),
         start_p99_ms: pct(&start_ms, 0.99),
         finish_p50_ms: pct(&finish_ms, 0.5),
@@ -245,12 +290,72 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
         format!("{:.2}", r.finish_p99_ms),
         String::new(),
     ]);
+    if r.readers > 0 {
+        t.add_row(vec![
+            format!("read {} (another tenant)", args.read_path),
+            format!("{:.2}", r.read_p50_ms),
+            String::new(),
+            format!("{:.0}/s", r.reads_per_second),
+        ]);
+    }
     table::align_numbers(&mut t);
     write_output(
         None,
         &format!(
-            "{} jobs registered, {} gate round trips, loopback, one client, {} slow connections held open\n{t}\n",
-            r.jobs, r.round_trips, r.slow_connections
+            "{} jobs registered, {} events of history, {} gate round trips, loopback, one gate client, {} readers, \
+             {} slow connections held open\n{t}\n",
+            r.jobs, r.history_events, r.round_trips, r.readers, r.slow_connections
         ),
     )
+}
+
+/// The gate's driver: every job whose phase is granted at once runs it and reports it.
+struct Gate<'a> {
+    c: &'a reqwest::blocking::Client,
+    url: &'a str,
+    k: Vec<u64>,
+    phase: Vec<&'static str>,
+}
+
+impl Gate<'_> {
+    /// `n` round trips (start + finish), their latencies pushed (ms).
+    fn round_trips(&mut self, n: usize, start_ms: &mut Vec<f64>, finish_ms: &mut Vec<f64>) -> Result<()> {
+        let (c, url) = (self.c, self.url);
+        let mut done = 0;
+        while done < n {
+            let mut progressed = false;
+            for i in 0..self.k.len() {
+                if done >= n {
+                    return Ok(());
+                }
+                let (p, k) = (self.phase[i], self.k[i]);
+                let t = Instant::now();
+                let st = c
+                    .post(format!("{url}/v1/jobs/j{i}/phases/{p}/{k}/start?wait_s=0"))
+                    .bearer_auth(DRIVER)
+                    .send()?
+                    .status()
+                    .as_u16();
+                if st != 200 {
+                    continue;
+                }
+                start_ms.push(t.elapsed().as_secs_f64() * 1e3);
+                let t = Instant::now();
+                let body = serde_json::json!({ "duration_s": 1.0 });
+                let r = c.post(format!("{url}/v1/jobs/j{i}/phases/{p}/{k}/finish")).bearer_auth(DRIVER).json(&body);
+                let st = r.send()?.status().as_u16();
+                if st != 200 {
+                    bail!("finish of j{i} answered {st}");
+                }
+                finish_ms.push(t.elapsed().as_secs_f64() * 1e3);
+                done += 1;
+                progressed = true;
+                (self.phase[i], self.k[i]) = if p == "rollout" { ("train", k) } else { ("rollout", k + 1) };
+            }
+            if !progressed {
+                bail!("no job could be granted a phase");
+            }
+        }
+        Ok(())
+    }
 }

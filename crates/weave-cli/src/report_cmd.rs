@@ -33,8 +33,12 @@ pub fn build(
 
 #[derive(clap::Args)]
 pub struct ReportArgs {
-    /// Event log written by `weave simulate --events` (JSON Lines).
+    /// Event log written by `weave simulate --events` (JSON Lines), or with `--server` the
+    /// events of a running `weave serve` (`GET /v1/events`: a JSON array, or JSON Lines).
     events: PathBuf,
+    /// The events are a server's: report its jobs' phases (real durations, re-admissions).
+    #[arg(long, conflicts_with_all = ["sim", "window"])]
+    server: bool,
     /// The replay's results, from `weave simulate --json --per-job`, for the charts.
     #[arg(long, value_name = "FILE")]
     sim: Option<PathBuf>,
@@ -49,9 +53,28 @@ pub struct ReportArgs {
     output: PathBuf,
 }
 
+/// A server's events: one JSON array (as `GET /v1/events` answers) or one event per line.
+fn server_events(path: &std::path::Path, text: &str) -> Result<Vec<weave_server::plane::PlaneEvent>> {
+    if text.trim_start().starts_with('[') {
+        return serde_json::from_str(text).with_context(|| format!("{}: not a JSON array of events", path.display()));
+    }
+    let lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+    lines
+        .map(|(i, l)| serde_json::from_str(l).with_context(|| format!("{}:{}: not an event", path.display(), i + 1)))
+        .collect()
+}
+
 pub fn run(args: ReportArgs) -> Result<()> {
     let text =
         std::fs::read_to_string(&args.events).with_context(|| format!("cannot read {}", args.events.display()))?;
+    if args.server {
+        let events = server_events(&args.events, &text)?;
+        if events.is_empty() {
+            bail!("{}: no events", args.events.display());
+        }
+        let title = format!("Weave: {}", args.events.display());
+        return write_output(Some(&args.output), &weave_server::events_report(&title, &events));
+    }
     let mut events = Vec::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let v: serde_json::Value =

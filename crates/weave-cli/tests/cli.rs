@@ -430,6 +430,37 @@ fn simulate_report_and_weave_report() {
     assert!(stderr(&o).contains("--window"), "{}", stderr(&o));
 }
 
+/// A server's saved events (`GET /v1/events`) drawn: per job its phases and mean durations
+/// (grant to finish) and re-admissions, and a timeline; a file that is not events is named.
+#[test]
+fn report_draws_a_servers_events() {
+    let ev = |seq: u64, t: u64, job: &str, kind: &str, phase: &str, it: u64| {
+        serde_json::json!({ "seq": seq, "time_us": t, "job": job, "kind": kind, "phase": phase, "iteration": it,
+                            "group": 0, "meta": null })
+    };
+    let mut events = vec![
+        ev(0, 0, "a", "grant", "rollout", 0),
+        ev(1, 2_000_000, "a", "finish", "rollout", 0),
+        ev(2, 2_000_000, "a", "grant", "train", 0),
+        ev(3, 3_000_000, "a", "finish", "train", 0),
+        ev(4, 2_000_000, "b", "grant", "rollout", 0),
+        ev(5, 6_000_000, "b", "finish", "rollout", 0),
+    ];
+    events.push(serde_json::json!({ "seq": 6, "time_us": 6_500_000, "job": "b", "kind": "requeued", "phase": null,
+                                    "iteration": null, "group": null, "meta": { "resume_from": 0 } }));
+    let file = temp_file("server-events.json", &serde_json::to_string(&events).unwrap());
+    let out = temp_file("server-report.html", "");
+    let o = weave(&["report", "--server", file.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let page = std::fs::read_to_string(&out).unwrap();
+    assert!(page.contains("<td>a</td><td>1</td><td>2.000</td><td>1</td><td>1.000</td><td>0</td>"), "{page}");
+    assert!(page.contains("<td>b</td><td>1</td><td>4.000</td><td>0</td><td></td><td>1</td>"), "{page}");
+    assert!(page.contains("<svg") && page.contains("a rollout 0"), "a timeline with a's rollout");
+    let bad = temp_file("server-events-bad.json", "{\"seq\": 0}\n");
+    let o = weave(&["report", "--server", bad.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert!(stderr(&o).contains("server-events-bad.json:1: not an event"), "{}", stderr(&o));
+}
+
 #[test]
 fn serve_bench_runs_bounded() {
     let o = weave(&["bench", "serve", "--jobs", "20", "--round-trips", "20", "--json"]);
@@ -437,6 +468,28 @@ fn serve_bench_runs_bounded() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["jobs"], 20);
     assert_eq!(v["round_trips"], 20);
+}
+
+/// Readers of another tenant while the gate is measured, over a history built first.
+#[test]
+fn serve_bench_runs_readers_of_another_tenant() {
+    let o = weave(&[
+        "bench",
+        "serve",
+        "--jobs",
+        "20",
+        "--round-trips",
+        "200",
+        "--history-round-trips",
+        "100",
+        "--readers",
+        "2",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["history_events"].as_u64().unwrap() >= 200, "{v}");
+    assert!(v["reads_per_second"].as_f64().unwrap() > 0.0, "{v}");
 }
 
 #[test]

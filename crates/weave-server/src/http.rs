@@ -2,8 +2,9 @@
 //! what kind of problem it is.
 
 use crate::auth::Caller;
+use crate::history::HistoryView;
 use crate::plane::{JobState, PlaneError, Record, SubmitSpec};
-use crate::state::{ServeError, Shared};
+use crate::state::{Inner, ServeError, Shared};
 use crate::views::{events_for, for_caller, key_of, lookup, queued_views, view, JobView};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
@@ -205,25 +206,26 @@ async fn show_job(
 ) -> ApiResult<Json<serde_json::Value>> {
     let c = caller(&s, &headers)?;
     let (key, v) = visible(&s, &c, &name)?;
-    let history: Vec<_> = {
-        let g = s.lock();
-        let since = admission_start(&g.plane, &c, &key);
-        // Only the current owner's events: a name let go and taken by another tenant keeps
-        // its earlier history to itself.
-        let owner = g.plane.owner(&key).unwrap_or_default();
-        let mine = |e: &&crate::plane::PlaneEvent| e.job == key && e.seq >= since && g.plane.event_tenant(e) == owner;
-        events_for(g.plane.events().iter().filter(mine).cloned(), &c)
+    let (owner, view) = {
+        let mut g = s.lock();
+        let Inner { plane, history, .. } = &mut *g;
+        (plane.owner(&key).unwrap_or_default().to_string(), history.view(plane, 0))
     };
+    let since = admission_start(&view, &c, &key);
+    // Only the current owner's events: a name let go and taken by another tenant keeps its
+    // earlier history to itself.
+    let mine = |e: &&crate::plane::PlaneEvent| e.job == key && e.seq >= since && e.tenant == owner;
+    let history = events_for(view.iter().filter(mine).cloned(), &c);
     Ok(Json(json!({ "job": v, "history": history })))
 }
 
 /// Where a caller's view of a job's history begins: a job token drives one admission and
 /// sees only that admission's events; tenant and admin tokens see the job's whole history.
-fn admission_start(plane: &crate::plane::Plane, c: &Caller, name: &str) -> u64 {
+fn admission_start(history: &HistoryView, c: &Caller, name: &str) -> u64 {
     if c.job.is_none() {
         return 0;
     }
-    plane.events().iter().rev().find(|e| e.job == name && e.kind == "admitted").map_or(0, |e| e.seq)
+    history.iter().rev().find(|e| e.job == name && e.kind == "admitted").map_or(0, |e| e.seq)
 }
 
 /// The most events one answer carries (page on with `after`): an answer's size is bounded
@@ -406,18 +408,21 @@ async fn events(
     Query(q): Query<EventsQuery>,
 ) -> ApiResult<Json<Vec<crate::plane::PlaneEvent>>> {
     let c = caller(&s, &headers)?;
-    // The page is copied under the lock and serialized after it is released.
-    let g = s.lock();
-    let since = c.job.as_deref().map_or(0, |name| admission_start(&g.plane, &c, name));
     // Sequence numbers are positions in the event history: a cursor skips straight to it
     // (events older than the plane holds are gone; the page starts at the oldest held).
     let from = q.after.map_or(0, |a| a.saturating_add(1));
-    let visible: Vec<_> = g
-        .plane
-        .events_from(from)
+    // Under the lock only the history's chunks are taken; a job token's admission start is
+    // looked for in the whole history, so that view starts at 0.
+    let view = {
+        let mut g = s.lock();
+        let Inner { plane, history, .. } = &mut *g;
+        history.view(plane, if c.job.is_some() { 0 } else { from })
+    };
+    let since = c.job.as_deref().map_or(0, |name| admission_start(&view, &c, name)).max(from);
+    let visible: Vec<_> = view
         .iter()
         .filter(|e| e.seq >= since)
-        .filter(|e| match g.plane.event_tenant(e) {
+        .filter(|e| match e.tenant.as_str() {
             // Node events belong to no job: operators see them.
             "" => e.job.is_empty() && c.admin,
             tenant => c.may_see(tenant, &e.job),
@@ -425,7 +430,6 @@ async fn events(
         .take(q.limit.unwrap_or(EVENTS_PAGE).min(EVENTS_PAGE))
         .cloned()
         .collect();
-    drop(g);
     Ok(Json(events_for(visible.into_iter(), &c)))
 }
 
@@ -479,8 +483,12 @@ async fn status_page(
     }
     let c = caller(&s, &h)?;
     let now_us = s.now_us();
-    let g = s.lock();
-    Ok(Html(crate::status::render(&g.plane, &c, now_us)))
+    let data = {
+        let mut g = s.lock();
+        let Inner { plane, history, .. } = &mut *g;
+        crate::status::collect(plane, history, &c)
+    };
+    Ok(Html(crate::status::render(&data, &c, now_us)))
 }
 
 #[derive(Deserialize)]

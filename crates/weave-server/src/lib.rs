@@ -5,6 +5,7 @@
 #![recursion_limit = "256"]
 
 pub mod auth;
+mod history;
 pub mod http;
 pub mod metrics;
 mod openapi;
@@ -16,6 +17,7 @@ pub mod views;
 
 pub use auth::{Caller, Tenants};
 pub use state::{Capacity, ConnectionLimits, ServeError, ServerConfig, Shared, DEFAULT_SNAPSHOT_EVERY};
+pub use status::events_report;
 
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;

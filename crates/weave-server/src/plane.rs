@@ -212,6 +212,11 @@ impl Plane {
     }
 
     /// The sequence number the next event will get.
+    /// The sequence number of the oldest event held (older ones were let go).
+    pub fn first_event_seq(&self) -> u64 {
+        self.events_base
+    }
+
     pub fn next_event_seq(&self) -> u64 {
         self.events_base + self.events.len() as u64
     }

@@ -163,6 +163,8 @@ pub struct Inner {
     store: Store,
     /// Last heartbeat (or admission / restart) per running job.
     pub heartbeats: BTreeMap<String, Instant>,
+    /// The plane's events as readers take them out of the lock.
+    pub history: crate::history::History,
 }
 
 /// Whether the job `rec` names is `c`'s to drive: a submission may not take another tenant's
@@ -252,7 +254,7 @@ impl Shared {
         let (changed, _) = watch::channel(plane.version);
         Ok(Shared {
             cfg,
-            inner: Mutex::new(Inner { plane, store, heartbeats }),
+            inner: Mutex::new(Inner { plane, store, heartbeats, history: Default::default() }),
             started: now,
             offset_us,
             changed,

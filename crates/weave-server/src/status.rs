@@ -2,7 +2,9 @@
 //! with the same timeline renderer as the simulator's report.
 
 use crate::auth::Caller;
-use crate::plane::{JobState, Plane};
+use crate::history::{History, HistoryView};
+use crate::plane::{JobState, Plane, PlaneEvent};
+use crate::views::JobView;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use weave_dispatch::Phase;
@@ -12,19 +14,49 @@ use weave_timeline::{Bar, BarKind, GroupTimeline, Lane, Timeline};
 /// Hours of history drawn.
 const RECENT_H: f64 = 0.5;
 
-pub fn render(plane: &Plane, caller: &Caller, now_us: u64) -> String {
-    let mut h = String::from("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"/><title>Weave status</title><style>body{font-family:sans-serif;margin:24px}table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:3px 6px}.muted{color:#666;font-size:12px}.legend span{margin-right:12px;font-size:12px}.legend i{display:inline-block;width:10px;height:10px;margin-right:4px}</style></head><body><h1>Weave status</h1>");
+/// What the page shows, copied under the plane's lock; drawn after it is released.
+pub struct StatusData {
+    nodes: (u32, u32),
+    hourly_cost: f64,
+    /// The caller's jobs: their view, and whether they run.
+    rows: Vec<(JobView, bool)>,
+    /// Per job the caller sees: its admission number and its rollout block, for the lanes.
+    lanes_of: BTreeMap<String, (u32, u32)>,
+    history: HistoryView,
+}
+
+/// Takes what the page needs (under the lock: views of the caller's jobs and the history's
+/// chunks, nothing proportional to the events).
+pub fn collect(plane: &Plane, history: &mut History, caller: &Caller) -> StatusData {
     let (r, t) = plane.placer().nodes_in_use();
+    let mut rows = Vec::new();
+    let mut lanes_of = BTreeMap::new();
+    for j in plane.jobs().filter(|j| caller.may_see(&j.tenant, &j.name)) {
+        rows.push((crate::views::view(j), j.state == JobState::Running));
+        lanes_of.insert(j.name.clone(), (j.id.0, j.decision.as_ref().map(|d| d.block).unwrap_or(0)));
+    }
+    StatusData {
+        nodes: (r, t),
+        hourly_cost: plane.placer().hourly_cost().as_dollars(),
+        rows,
+        lanes_of,
+        history: history.view(plane, 0),
+    }
+}
+
+pub fn render(d: &StatusData, caller: &Caller, now_us: u64) -> String {
+    let mut h = String::from("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"/><title>Weave status</title><style>body{font-family:sans-serif;margin:24px}table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:3px 6px}.muted{color:#666;font-size:12px}.legend span{margin-right:12px;font-size:12px}.legend i{display:inline-block;width:10px;height:10px;margin-right:4px}</style></head><body><h1>Weave status</h1>");
     let _ = write!(
         h,
-        "<p class=\"muted\">Tenant {}{}. Nodes held: {r} rollout, {t} training; ${:.2} per hour.</p>",
+        "<p class=\"muted\">Tenant {}{}. Nodes held: {} rollout, {} training; ${:.2} per hour.</p>",
         escape(&caller.tenant),
         if caller.admin { " (admin)" } else { "" },
-        plane.placer().hourly_cost().as_dollars()
+        d.nodes.0,
+        d.nodes.1,
+        d.hourly_cost
     );
     h.push_str("<table><tr><th>job</th><th>state</th><th>group</th><th>now</th><th>iterations</th><th>predicted slowdown</th></tr>");
-    for j in plane.jobs().filter(|j| caller.may_see(&j.tenant, &j.name)) {
-        let v = crate::views::view(j);
+    for (v, running) in &d.rows {
         let name = crate::views::shown(caller, &v.id);
         let _ = write!(
             h,
@@ -32,14 +64,14 @@ pub fn render(plane: &Plane, caller: &Caller, now_us: u64) -> String {
             escape(&name),
             format!("{:?}", v.state).to_lowercase(),
             v.group.map(|g| format!("g{g}")).unwrap_or_default(),
-            escape(v.granted.as_deref().unwrap_or(if j.state == JobState::Running { "waiting" } else { "-" })),
+            escape(v.granted.as_deref().unwrap_or(if *running { "waiting" } else { "-" })),
             v.completed_iterations,
             v.iterations.map(|n| n.to_string()).unwrap_or_else(|| "∞".into()),
             v.predicted_slowdown.map(|s| format!("{s:.3}")).unwrap_or_default()
         );
     }
     h.push_str("</table><h2>Recent phases</h2>");
-    let timeline = recent(plane, caller, now_us);
+    let timeline = recent(d, caller, now_us);
     if timeline.groups.is_empty() {
         h.push_str("<p class=\"muted\">No phases in the last half hour.</p>");
     } else {
@@ -50,40 +82,42 @@ pub fn render(plane: &Plane, caller: &Caller, now_us: u64) -> String {
 }
 
 /// Bars from grants to finishes (open phases run to now), per group and lane.
-fn recent(plane: &Plane, caller: &Caller, now_us: u64) -> Timeline {
+fn recent(d: &StatusData, caller: &Caller, now_us: u64) -> Timeline {
     let now_h = now_us as f64 / 3.6e9;
     let window = ((now_h - RECENT_H).max(0.0), now_h.max(1e-9));
-    let mut open: BTreeMap<(String, u8), (f64, Phase, u64, u32)> = BTreeMap::new();
-    let mut lanes: BTreeMap<u32, BTreeMap<String, Vec<Bar>>> = BTreeMap::new();
-    let push = |lanes: &mut BTreeMap<u32, BTreeMap<String, Vec<Bar>>>,
-                job: &str,
-                start: f64,
-                end: f64,
-                phase: Phase,
-                it: u64,
-                g: u32| {
-        let (s, e) = (start.max(window.0), end.min(window.1));
-        if e <= s {
-            return;
-        }
-        let Some(entry) = plane.job(job) else { return };
+    // The job's owner when it happened: a name taken later by another tenant keeps its
+    // earlier phases to itself.
+    let visible = d.history.iter().filter(|e| !e.job.is_empty() && caller.may_see(&e.tenant, &e.job));
+    phase_bars(visible, window, now_h, |job, phase| {
+        let &(id, block) = d.lanes_of.get(job)?;
         let lane = match phase {
-            Phase::Rollout => format!("rollout block {}", entry.decision.as_ref().map(|d| d.block).unwrap_or(0)),
+            Phase::Rollout => format!("rollout block {block}"),
             Phase::Train => "training pool".to_string(),
         };
-        let shown = crate::views::shown(caller, job);
-        let label = format!("{shown} {} {it}", if phase == Phase::Rollout { "rollout" } else { "training" });
-        lanes.entry(g).or_default().entry(lane).or_default().push(Bar {
-            start_h: s,
-            end_h: e,
-            job: entry.id.0,
-            kind: BarKind::Phase,
-            label,
-        });
+        Some((id, lane, crate::views::shown(caller, job)))
+    })
+}
+
+/// Every phase from its grant to its finish (a phase still open runs to `end_h`), clipped
+/// to `window` (hours), per group and lane; `lane_of` gives a job's colour, the lane of a phase
+/// and the name to label it with (`None`: not drawn).
+fn phase_bars<'a>(
+    events: impl Iterator<Item = &'a PlaneEvent>,
+    window: (f64, f64),
+    end_h: f64,
+    lane_of: impl Fn(&str, Phase) -> Option<(u32, String, String)>,
+) -> Timeline {
+    let mut open: BTreeMap<(String, u8), (f64, Phase, u64, u32)> = BTreeMap::new();
+    let mut lanes: BTreeMap<u32, BTreeMap<String, Vec<Bar>>> = BTreeMap::new();
+    let mut push = |job: &str, start: f64, end: f64, phase: Phase, it: u64, g: u32| {
+        let (s, e) = (start.max(window.0), end.min(window.1));
+        let Some((id, lane, name)) = lane_of(job, phase).filter(|_| e > s) else { return };
+        let label = format!("{name} {} {it}", if phase == Phase::Rollout { "rollout" } else { "training" });
+        let bar = Bar { start_h: s, end_h: e, job: id, kind: BarKind::Phase, label };
+        lanes.entry(g).or_default().entry(lane).or_default().push(bar);
     };
-    for e in plane.events() {
-        let visible = plane.job(&e.job).is_some_and(|j| caller.may_see(&j.tenant, &j.name));
-        let (Some(phase), Some(it), Some(g), true) = (e.phase, e.iteration, e.group, visible) else { continue };
+    for e in events {
+        let (Some(phase), Some(it), Some(g)) = (e.phase, e.iteration, e.group) else { continue };
         let t = e.time_us as f64 / 3.6e9;
         let key = (e.job.clone(), phase as u8);
         match e.kind.as_str() {
@@ -92,14 +126,14 @@ fn recent(plane: &Plane, caller: &Caller, now_us: u64) -> Timeline {
             }
             "finish" => {
                 if let Some((start, p, k, g)) = open.remove(&key) {
-                    push(&mut lanes, &e.job, start, t, p, k, g);
+                    push(&e.job, start, t, p, k, g);
                 }
             }
             _ => {}
         }
     }
     for ((job, _), (start, p, k, g)) in open {
-        push(&mut lanes, &job, start, now_h, p, k, g);
+        push(&job, start, end_h, p, k, g);
     }
     let groups = lanes
         .into_iter()
@@ -109,4 +143,69 @@ fn recent(plane: &Plane, caller: &Caller, now_us: u64) -> Timeline {
         })
         .collect();
     Timeline { policy: "live".into(), window, groups, omitted_groups: 0 }
+}
+
+/// An HTML report of a saved event log (the events of `GET /v1/events`): per job, its
+/// phases, their mean durations and its restarts; and every phase on a timeline per group, as
+/// the status page draws its recent ones.
+pub fn events_report(title: &str, events: &[PlaneEvent]) -> String {
+    let mut jobs: BTreeMap<&str, JobSummary> = BTreeMap::new();
+    let mut open: BTreeMap<(&str, u8), u64> = BTreeMap::new();
+    for e in events.iter().filter(|e| !e.job.is_empty()) {
+        let j = jobs.entry(&e.job).or_default();
+        match (e.kind.as_str(), e.phase) {
+            ("grant", Some(p)) => {
+                open.insert((&e.job, p as u8), e.time_us);
+            }
+            ("finish", Some(p)) => {
+                let held = open.remove(&(&e.job, p as u8)).map(|t| e.time_us.saturating_sub(t));
+                let slot = if p == Phase::Rollout { &mut j.rollouts } else { &mut j.trainings };
+                slot.0 += 1;
+                slot.1 += held.unwrap_or(0);
+            }
+            ("requeued" | "readmitted" | "preempted" | "moved", _) => j.restarts += 1,
+            _ => {}
+        }
+    }
+    let ids: BTreeMap<&str, u32> = jobs.keys().enumerate().map(|(i, j)| (*j, i as u32)).collect();
+    let hours = |t: u64| t as f64 / 3.6e9;
+    let start = events.iter().map(|e| e.time_us).min().unwrap_or(0);
+    let end = events.iter().map(|e| e.time_us).max().unwrap_or(0).max(start + 1);
+    let timeline = phase_bars(events.iter(), (hours(start), hours(end)), hours(end), |job, phase| {
+        let lane = if phase == Phase::Rollout { "rollout" } else { "training pool" };
+        Some((*ids.get(job)?, lane.to_string(), job.to_string()))
+    });
+    let mut h = format!("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"/><title>{0}</title><style>body{{font-family:sans-serif;margin:24px}}table{{border-collapse:collapse;font-size:12px}}td,th{{border:1px solid #ccc;padding:3px 6px}}</style></head><body><h1>{0}</h1>", escape(title));
+    let _ = write!(
+        h,
+        "<p>{} events over {:.1} s. Durations are from each phase's grant to its finish as the server saw them.</p>",
+        events.len(),
+        (end - start) as f64 / 1e6
+    );
+    h.push_str("<table><tr><th>job</th><th>rollouts</th><th>mean rollout s</th><th>trainings</th><th>mean training s</th><th>re-admissions</th></tr>");
+    let mean = |(n, us): (u64, u64)| if n == 0 { String::new() } else { format!("{:.3}", us as f64 / n as f64 / 1e6) };
+    for (job, j) in &jobs {
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(job),
+            j.rollouts.0,
+            mean(j.rollouts),
+            j.trainings.0,
+            mean(j.trainings),
+            j.restarts
+        );
+    }
+    h.push_str("</table><h2>Phases</h2>");
+    h.push_str(&weave_timeline::render_timeline(&timeline));
+    h.push_str("</body></html>\n");
+    h
+}
+
+/// Per job in a report: (count, summed microseconds) of rollouts and trainings; re-admissions.
+#[derive(Default)]
+struct JobSummary {
+    rollouts: (u64, u64),
+    trainings: (u64, u64),
+    restarts: u32,
 }

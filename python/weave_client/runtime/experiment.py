@@ -219,6 +219,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(out, f, indent=2)
+        out["report"] = html_report(a, ops)
         report(out)
     finally:
         serve.stop()
@@ -343,6 +344,16 @@ def node_loss(a, serve: Serve, ops: WeaveClient, prof: Dict[str, Dict[str, float
     return out
 
 
+def html_report(a, ops: WeaveClient) -> str:
+    """The server's events of the whole run, saved and drawn by ``weave report --server``."""
+    events = os.path.join(a.work, "events.json")
+    with open(events, "w") as f:
+        json.dump(ops.events(), f)
+    html = os.path.join(a.work, "report.html")
+    subprocess.run([a.weave, "report", "--server", events, "--output", html], check=True, capture_output=True)
+    return html
+
+
 def predict(a, prof: Dict[str, Dict[str, float]], file: str) -> "tuple[float, str]":
     """``weave group analyze`` on the two jobs' measured durations, switches and gaps."""
     group = {"member": [{"rollout_s": prof[k]["rollout_s"], "train_s": prof[k]["train_s"], "nodes": [0],
@@ -428,6 +439,7 @@ def report(o: Dict[str, Any]) -> None:
         rows.append(("reference job: reward first / last 10", f"{le['first_reward']:.3f} / {le['final_reward_10']:.3f}"))
         rows.append(("  iteration where the 10-mean reaches 0.9; minutes",
                      f"{le['iteration_reaching_0.9_10']}; {le['minutes']:.1f} for {le['iterations']}"))
+    rows.append(("the server's events, drawn", o["report"]))
     width = max(len(r[0]) for r in rows)
     for k, v in rows:
         say(f"{k:<{width}}  {v}")
