@@ -158,10 +158,10 @@ pub fn events_report(title: &str, events: &[PlaneEvent]) -> String {
                 open.insert((&e.job, p as u8), e.time_us);
             }
             ("finish", Some(p)) => {
-                let held = open.remove(&(&e.job, p as u8)).map(|t| e.time_us.saturating_sub(t));
-                let slot = if p == Phase::Rollout { &mut j.rollouts } else { &mut j.trainings };
-                slot.0 += 1;
-                slot.1 += held.unwrap_or(0);
+                if let Some(t) = open.remove(&(&e.job, p as u8)) {
+                    let held = if p == Phase::Rollout { &mut j.rollouts } else { &mut j.trainings };
+                    held.push(e.time_us.saturating_sub(t));
+                }
             }
             ("requeued" | "readmitted" | "preempted" | "moved", _) => j.restarts += 1,
             _ => {}
@@ -178,21 +178,26 @@ pub fn events_report(title: &str, events: &[PlaneEvent]) -> String {
     let mut h = format!("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"/><title>{0}</title><style>body{{font-family:sans-serif;margin:24px}}table{{border-collapse:collapse;font-size:12px}}td,th{{border:1px solid #ccc;padding:3px 6px}}</style></head><body><h1>{0}</h1>", escape(title));
     let _ = write!(
         h,
-        "<p>{} events over {:.1} s. Durations are from each phase's grant to its finish as the server saw them.</p>",
+        "<p>{} events over {:.1} s. A phase's time is from its grant to its finish as the server saw them (a driver that \
+         is slow to take a grant, e.g. while its processes start, is counted); the median is shown.</p>",
         events.len(),
         (end - start) as f64 / 1e6
     );
-    h.push_str("<table><tr><th>job</th><th>rollouts</th><th>mean rollout s</th><th>trainings</th><th>mean training s</th><th>re-admissions</th></tr>");
-    let mean = |(n, us): (u64, u64)| if n == 0 { String::new() } else { format!("{:.3}", us as f64 / n as f64 / 1e6) };
+    h.push_str("<table><tr><th>job</th><th>rollouts</th><th>median rollout s</th><th>trainings</th><th>median training s</th><th>re-admissions</th></tr>");
+    let median = |held: &[u64]| {
+        let mut v = held.to_vec();
+        v.sort_unstable();
+        v.get(v.len() / 2).map(|us| format!("{:.3}", *us as f64 / 1e6)).unwrap_or_default()
+    };
     for (job, j) in &jobs {
         let _ = write!(
             h,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             escape(job),
-            j.rollouts.0,
-            mean(j.rollouts),
-            j.trainings.0,
-            mean(j.trainings),
+            j.rollouts.len(),
+            median(&j.rollouts),
+            j.trainings.len(),
+            median(&j.trainings),
             j.restarts
         );
     }
@@ -202,10 +207,10 @@ pub fn events_report(title: &str, events: &[PlaneEvent]) -> String {
     h
 }
 
-/// Per job in a report: (count, summed microseconds) of rollouts and trainings; re-admissions.
+/// Per job in a report: the microseconds each rollout and training was held; re-admissions.
 #[derive(Default)]
 struct JobSummary {
-    rollouts: (u64, u64),
-    trainings: (u64, u64),
+    rollouts: Vec<u64>,
+    trainings: Vec<u64>,
     restarts: u32,
 }
