@@ -455,6 +455,41 @@ fn python_jobs_are_preempted_and_resume_across_a_sigkill() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// A bounded-staleness Python job (two lanes) rides out the loss of its rollout node, taken
+/// out of service and back by an admin: `python/tests/check_node_loss.py`.
+#[test]
+#[ignore = "needs python3: .ci/run runs it with --ignored"]
+fn a_stale_python_job_resumes_after_its_node_is_lost() {
+    let Some(py) = python() else {
+        eprintln!("skipped: no python3 on this machine");
+        return;
+    };
+    let d = dir("node-loss");
+    let weave = env!("CARGO_BIN_EXE_weave");
+    let hash = Command::new(weave).args(["token", "hash", TOKEN]).output().unwrap();
+    let tenants = d.join("tenants.toml");
+    let line = format!("token_sha256 = \"{}\"", String::from_utf8_lossy(&hash.stdout).trim());
+    std::fs::write(&tenants, format!("[[tenant]]\nname = \"ops\"\n{line}\nadmin = true\n")).unwrap();
+    let config = Command::new(weave).args(["config", "show"]).output().unwrap();
+    let cluster = d.join("cluster.toml");
+    std::fs::write(&cluster, String::from_utf8_lossy(&config.stdout).replace("nodes = 41", "nodes = 1")).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let serve = format!(
+        "{weave} serve --addr 127.0.0.1:{port} --fixed-capacity --disagg-only --cluster {} --tenants {} --data {} --heartbeat-timeout-s 120",
+        cluster.display(),
+        tenants.display(),
+        d.join("data").display()
+    );
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python");
+    let out = Command::new(py)
+        .arg(root.join("tests/check_node_loss.py"))
+        .args(["--serve-cmd", &serve, "--admin", TOKEN])
+        .output()
+        .unwrap();
+    eprintln!("{}", String::from_utf8_lossy(&out.stdout));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// `weave serve` places as full Weave unless told `--disagg-only`: a lone job runs co-located
 /// by default (cheapest alone), and in a disaggregated group of its own with the flag.
 #[test]
