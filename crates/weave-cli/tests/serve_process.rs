@@ -414,43 +414,55 @@ fn python_jobs_are_preempted_and_resume_across_a_sigkill() {
         return;
     };
     let d = dir("preemption");
+    let tenants = format!(
+        "[sharing]\npreemption = true\nmin_run_s = 0\n\
+         [[tenant]]\nname = \"ops\"\ntoken_sha256 = \"{}\"\nadmin = true\n\
+         [[tenant]]\nname = \"alice\"\ntoken_sha256 = \"{}\"\nrollout_nodes = 1\ntraining_nodes = 1\n\
+         [[tenant]]\nname = \"bob\"\ntoken_sha256 = \"{}\"\nrollout_nodes = 1\ntraining_nodes = 1\n",
+        token_hash(TOKEN),
+        token_hash("alice-token"),
+        token_hash("bob-token")
+    );
+    // The paper's placement: the checker expects each job on one node of each pool.
+    let serve = fixed_pools_serve(&d, &tenants, 2);
+    run_checker(
+        py,
+        "check_preemption.py",
+        &["--serve-cmd", &serve, "--admin", TOKEN, "--alice", "alice-token", "--bob", "bob-token"],
+    );
+}
+
+fn token_hash(token: &str) -> String {
+    let o = Command::new(env!("CARGO_BIN_EXE_weave")).args(["token", "hash", token]).output().unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// The command line of a `weave serve` on fixed pools of `nodes` per pool with the paper's
+/// placement, `tenants` as its tenants file, its store in `d`, on a free port.
+fn fixed_pools_serve(d: &Path, tenants: &str, nodes: u32) -> String {
     let weave = env!("CARGO_BIN_EXE_weave");
-    let hash = |t: &str| {
-        let o = Command::new(weave).args(["token", "hash", t]).output().unwrap();
-        String::from_utf8_lossy(&o.stdout).trim().to_string()
-    };
-    let tenants = d.join("tenants.toml");
+    let tenants_file = d.join("tenants.toml");
+    std::fs::write(&tenants_file, tenants).unwrap();
+    let config = Command::new(weave).args(["config", "show"]).output().unwrap();
+    let cluster = d.join("cluster.toml");
     std::fs::write(
-        &tenants,
-        format!(
-            "[sharing]\npreemption = true\nmin_run_s = 0\n\
-             [[tenant]]\nname = \"ops\"\ntoken_sha256 = \"{}\"\nadmin = true\n\
-             [[tenant]]\nname = \"alice\"\ntoken_sha256 = \"{}\"\nrollout_nodes = 1\ntraining_nodes = 1\n\
-             [[tenant]]\nname = \"bob\"\ntoken_sha256 = \"{}\"\nrollout_nodes = 1\ntraining_nodes = 1\n",
-            hash(TOKEN),
-            hash("alice-token"),
-            hash("bob-token")
-        ),
+        &cluster,
+        String::from_utf8_lossy(&config.stdout).replace("nodes = 41", &format!("nodes = {nodes}")),
     )
     .unwrap();
-    let config = Command::new(weave).args(["config", "show"]).output().unwrap();
-    let config = String::from_utf8_lossy(&config.stdout).replace("nodes = 41", "nodes = 2");
-    let cluster = d.join("cluster.toml");
-    std::fs::write(&cluster, config).unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    // The paper's placement: the checker expects each job on one node of each pool.
-    let serve = format!(
+    format!(
         "{weave} serve --addr 127.0.0.1:{port} --fixed-capacity --disagg-only --cluster {} --tenants {} --data {} --heartbeat-timeout-s 120",
         cluster.display(),
-        tenants.display(),
+        tenants_file.display(),
         d.join("data").display()
-    );
+    )
+}
+
+/// Runs `python/tests/<script>` with `args`; it must exit 0.
+fn run_checker(py: &str, script: &str, args: &[&str]) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python");
-    let out = Command::new(py)
-        .arg(root.join("tests/check_preemption.py"))
-        .args(["--serve-cmd", &serve, "--admin", TOKEN, "--alice", "alice-token", "--bob", "bob-token"])
-        .output()
-        .unwrap();
+    let out = Command::new(py).arg(root.join("tests").join(script)).args(args).output().unwrap();
     eprintln!("{}", String::from_utf8_lossy(&out.stdout));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
@@ -465,29 +477,9 @@ fn a_stale_python_job_resumes_after_its_node_is_lost() {
         return;
     };
     let d = dir("node-loss");
-    let weave = env!("CARGO_BIN_EXE_weave");
-    let hash = Command::new(weave).args(["token", "hash", TOKEN]).output().unwrap();
-    let tenants = d.join("tenants.toml");
-    let line = format!("token_sha256 = \"{}\"", String::from_utf8_lossy(&hash.stdout).trim());
-    std::fs::write(&tenants, format!("[[tenant]]\nname = \"ops\"\n{line}\nadmin = true\n")).unwrap();
-    let config = Command::new(weave).args(["config", "show"]).output().unwrap();
-    let cluster = d.join("cluster.toml");
-    std::fs::write(&cluster, String::from_utf8_lossy(&config.stdout).replace("nodes = 41", "nodes = 1")).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let serve = format!(
-        "{weave} serve --addr 127.0.0.1:{port} --fixed-capacity --disagg-only --cluster {} --tenants {} --data {} --heartbeat-timeout-s 120",
-        cluster.display(),
-        tenants.display(),
-        d.join("data").display()
-    );
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python");
-    let out = Command::new(py)
-        .arg(root.join("tests/check_node_loss.py"))
-        .args(["--serve-cmd", &serve, "--admin", TOKEN])
-        .output()
-        .unwrap();
-    eprintln!("{}", String::from_utf8_lossy(&out.stdout));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let tenants = format!("[[tenant]]\nname = \"ops\"\ntoken_sha256 = \"{}\"\nadmin = true\n", token_hash(TOKEN));
+    let serve = fixed_pools_serve(&d, &tenants, 1);
+    run_checker(py, "check_node_loss.py", &["--serve-cmd", &serve, "--admin", TOKEN]);
 }
 
 /// `weave serve` places as full Weave unless told `--disagg-only`: a lone job runs co-located
