@@ -535,6 +535,39 @@ async fn require_token(State(s): State<Arc<Shared>>, req: axum::extract::Request
 /// now and then would otherwise hold its connection and the memory behind it for good), and
 /// never more than the size limit. The handler then reads it from memory. Runs after the
 /// token check: no body is read for an unknown token.
+/// Refuses framing a proxy in front could read differently from this server (request
+/// smuggling) and bodies in another character set than the UTF-8 every body is read as: a
+/// Transfer-Encoding other than plain `chunked`, a charset other than UTF-8. The connection of
+/// a refused framing is closed (its end is unknown). (A Content-Length beside `chunked` never
+/// reaches here: hyper reads such a request as chunked, as RFC 9112 6.3 says, and drops it.)
+async fn strict_framing(req: axum::extract::Request, next: Next) -> Response {
+    let h = req.headers();
+    let te: Vec<_> = h.get_all(header::TRANSFER_ENCODING).iter().collect();
+    let framing = if te.is_empty() {
+        None
+    } else if te.len() > 1 || !te[0].to_str().is_ok_and(|v| v.trim().eq_ignore_ascii_case("chunked")) {
+        Some("Transfer-Encoding: only `chunked` is accepted (no other codings)")
+    } else {
+        None
+    };
+    if let Some(why) = framing {
+        let mut r = ApiError::new(StatusCode::BAD_REQUEST, why).into_response();
+        r.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+        return r;
+    }
+    let charset = h.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).and_then(|ct| {
+        ct.split(';').skip(1).filter_map(|p| p.split_once('=')).find(|(k, _)| k.trim().eq_ignore_ascii_case("charset"))
+    });
+    if let Some((_, v)) = charset {
+        let v = v.trim().trim_matches('"');
+        if !v.eq_ignore_ascii_case("utf-8") && !v.eq_ignore_ascii_case("utf8") {
+            let why = format!("request body: charset `{v}` is not accepted; send UTF-8");
+            return ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, why).into_response();
+        }
+    }
+    next.run(req).await
+}
+
 async fn whole_body(State(s): State<Arc<Shared>>, req: axum::extract::Request, next: Next) -> Response {
     let (deadline, limit) = (s.cfg.limits.body_timeout, s.cfg.max_body_bytes);
     let (parts, body) = req.into_parts();
@@ -606,5 +639,6 @@ pub fn router(shared: Arc<Shared>, rate: Option<RateLimits>) -> Router {
         })
         .layer(RequestBodyTimeoutLayer::new(body_timeout))
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn(strict_framing))
         .with_state(shared)
 }

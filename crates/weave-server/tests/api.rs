@@ -421,3 +421,44 @@ fn commits_check_ownership_under_the_write_lock() {
     // Alice may submit it again.
     s.commit_as(&who("alice"), submit(job, "alice")).unwrap();
 }
+
+/// Sends `request` as raw bytes; returns the status line and body of the answer.
+fn raw(s: &TestServer, request: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(request.as_bytes()).unwrap();
+    let mut out = Vec::new();
+    let _ = c.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out).to_string();
+    let status = text.lines().next().unwrap_or("").to_string();
+    (status, text)
+}
+
+/// Framing a proxy could read differently (smuggling) and bodies not in UTF-8 are refused
+/// with a JSON error that names the header; plain chunked and UTF-8 bodies still work.
+#[test]
+fn ambiguous_framing_and_other_charsets_are_refused() {
+    let s = TestServer::start(temp_dir("framing"), Duration::from_secs(600));
+    let job = r#"{"id":"f","type":"7B_8k","iterations":2}"#;
+    let auth = format!("Authorization: Bearer {ALICE}");
+    let chunked = |te: &str, extra: &str| {
+        format!(
+            "POST /v1/jobs HTTP/1.1\r\nHost: x\r\n{auth}\r\nContent-Type: application/json\r\nTransfer-Encoding: {te}\r\n{extra}Connection: close\r\n\r\n{:x}\r\n{job}\r\n0\r\n\r\n",
+            job.len()
+        )
+    };
+    let (status, body) = raw(&s, &chunked("gzip, chunked", ""));
+    assert!(status.contains(" 400 ") && body.contains("only `chunked`"), "{body}");
+    let utf16 = format!(
+        "POST /v1/jobs HTTP/1.1\r\nHost: x\r\n{auth}\r\nContent-Type: application/json; charset=utf-16\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{job}",
+        job.len()
+    );
+    let (status, body) = raw(&s, &utf16);
+    assert!(status.contains(" 415 ") && body.contains("charset `utf-16`"), "{body}");
+    let (status, body) = raw(&s, &chunked("chunked", ""));
+    assert!(status.contains(" 201 "), "plain chunked is fine: {body}");
+    let utf8 = utf16.replace("utf-16", "UTF-8").replace(r#""id":"f""#, r#""id":"g""#);
+    let (status, body) = raw(&s, &utf8);
+    assert!(status.contains(" 201 "), "UTF-8 named is fine: {body}");
+}
