@@ -36,6 +36,7 @@ import urllib.request
 from typing import Any, Dict, List, Optional
 
 from weave_client import WeaveClient
+from weave_client.runtime import minicluster
 
 TOKEN = "experiment-admin-token"
 
@@ -47,8 +48,8 @@ def say(msg: str) -> None:
 class Serve:
     """``weave serve`` on fixed pools of one rollout and one training node."""
 
-    def __init__(self, weave: str, work: str) -> None:
-        self.weave, self.work = weave, work
+    def __init__(self, weave: str, work: str, ip: str) -> None:
+        self.weave, self.work, self.ip = weave, work, ip
         config = subprocess.run([weave, "config", "show"], check=True, capture_output=True, text=True).stdout
         self.cluster = os.path.join(work, "cluster.toml")
         with open(self.cluster, "w") as f:
@@ -62,7 +63,7 @@ class Serve:
 
     def start(self) -> str:
         """Starts the server; again on the same address and store after :meth:`kill`."""
-        addr = self.url[len("http://"):] if self.url else "127.0.0.1:0"
+        addr = self.url[len("http://"):] if self.url else f"{self.ip}:0"
         # The paper's placement: the experiment measures a disaggregated pair against its
         # members' solo runs (full Weave could run a lone job co-located and move it later).
         cmd = [self.weave, "serve", "--addr", addr, "--fixed-capacity", "--disagg-only", "--cluster", self.cluster,
@@ -97,7 +98,8 @@ def job_cmd(a, url: str, name: str, kind: str, port: int, extra: List[str]) -> L
     return [sys.executable, "-W", "ignore", "-m", "weave_client.runtime.grpo_job", "--server", url,
             "--token", TOKEN, "--job", name, "--iterations", str(a.iterations), "--prompts", str(a.prompts),
             "--rollout-cpus", a.rollout_cpus, "--train-cpus", a.train_cpus, "--port", str(port),
-            "--dir", os.path.join(a.work, name), *JOBS[kind], *extra]
+            "--dir", os.path.join(a.work, name), *JOBS[kind], *extra,
+            *(["--minicluster"] if a.shaped_link is not None else [])]
 
 
 def start_jobs(cmds: List[List[str]]) -> List["tuple[List[str], subprocess.Popen]"]:
@@ -173,8 +175,9 @@ def profile(events: List[Dict[str, Any]], logs: List[Dict[str, Any]], name: str)
     period = statistics.median(periods(events, name, 2))
     warm = statistics.median(r["switch_s"] for r in logs if r.get("switch") == "warm")
     sync = statistics.median(r["sync_s"] for r in logs if "sync_s" in r)
+    sync_bytes = statistics.median(r["sync_bytes"] for r in logs if "sync_bytes" in r)
     return {"rollout_s": rollout, "train_s": train, "period_s": period, "gap_s": max(period - rollout - train, 0.0),
-            "warm_s": warm, "sync_s": sync}
+            "warm_s": warm, "sync_s": sync, "sync_bytes": sync_bytes}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -189,15 +192,29 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--kill-serve", action="store_true", help="SIGKILL and restart weave serve halfway through the first pair")
     ap.add_argument("--rounds", type=int, default=3, help="solo-solo-pair rounds; ratios are medians over rounds")
+    ap.add_argument("--shaped-link", type=float, metavar="MBIT",
+                    help="run on a mini cluster of network namespaces (root): the nodes joined by a link "
+                         "limited to MBIT Mbit/s, which every weight sync crosses")
     ap.add_argument("--lose-node", action="store_true",
                     help="then run the pair again and lose the rollout node halfway (its processes SIGKILLed)")
     a = ap.parse_args(argv)
     a.work = a.work or tempfile.mkdtemp(prefix="weave-real-")
     os.makedirs(a.work, exist_ok=True)
-    serve = Serve(a.weave, a.work)
+    if a.shaped_link is None:
+        return run(a, "127.0.0.1")
+    why = minicluster.available()
+    if why:
+        raise SystemExit(f"--shaped-link: {why}")
+    with minicluster.MiniCluster(a.shaped_link) as mc:
+        return run(a, mc.server_ip)
+
+
+def run(a, server_ip: str) -> int:
+    serve = Serve(a.weave, a.work, server_ip)
     url = serve.start()
     ops = WeaveClient(url, TOKEN)
-    out: Dict[str, Any] = {"iterations": a.iterations, "prompts": a.prompts, "rounds": []}
+    out: Dict[str, Any] = {"iterations": a.iterations, "prompts": a.prompts, "rounds": [],
+                           "shaped_link_mbit": a.shaped_link}
     try:
         say(f"weave serve at {url}; rollout node = CPUs {a.rollout_cpus}, training node = CPUs {a.train_cpus}")
         # Solo and co-executed runs alternate, round by round, so a slow spell of the machine
@@ -387,7 +404,8 @@ def learn(a, url: str) -> Dict[str, Any]:
     name = "learn"
     cmd = [sys.executable, "-W", "ignore", "-m", "weave_client.runtime.grpo_job", "--server", url, "--token", TOKEN,
            "--job", name, "--iterations", str(a.learn), "--rollout-cpus", a.rollout_cpus, "--train-cpus",
-           a.train_cpus, "--port", "29630", "--dir", os.path.join(a.work, name), "--submit", "--checkpoint-every", "50"]
+           a.train_cpus, "--port", "29630", "--dir", os.path.join(a.work, name), "--submit", "--checkpoint-every", "50",
+           *(["--minicluster"] if a.shaped_link is not None else [])]
     t0 = time.time()
     run_jobs([cmd])
     minutes = (time.time() - t0) / 60
@@ -397,6 +415,20 @@ def learn(a, url: str) -> Dict[str, Any]:
     reached = next((i for i, r in enumerate(smooth) if i >= window - 1 and r >= 0.9), None)
     return {"iterations": a.learn, "minutes": minutes, "first_reward": rewards[0],
             "final_reward_10": smooth[-1], "iteration_reaching_0.9_10": reached}
+
+
+def sync_rows(o: Dict[str, Any], p: Dict[str, Dict[str, float]]) -> List["tuple[str, str]"]:
+    """On a shaped link: each job's sync against the time its bytes take at the link's rate."""
+    mbit = o.get("shaped_link_mbit")
+    if mbit is None:
+        return [("  links", "not shaped (loopback): run with --shaped-link MBIT as root for a slow inter-pool link")]
+    rows = []
+    for k in "AB":
+        line_s = p[k]["sync_bytes"] * 8 / (mbit * 1e6)
+        rows.append((f"  sync of {k} over the {mbit:g} Mbit/s link, round 1",
+                     f"{p[k]['sync_s']:.4f} s for {p[k]['sync_bytes'] / 1e6:.3f} MB; {line_s:.4f} s at line rate "
+                     f"({line_s / p[k]['sync_s']:.0%} of it)"))
+    return rows
 
 
 def report(o: Dict[str, Any]) -> None:
@@ -421,6 +453,7 @@ def report(o: Dict[str, Any]) -> None:
         ("switch of A's trainer state, warm / cold s", f"{o['switch']['warm_s']:.4f} / {o['switch']['cold_s']:.4f} "
          f"({o['switch']['cold_s'] / o['switch']['warm_s']:.0f}x, {o['switch']['bytes']} B)"),
         ("weight sync A / B, median s, round 1", f"{p['A']['sync_s']:.4f} / {p['B']['sync_s']:.4f}"),
+        *sync_rows(o, p),
         ("damaged syncs refused and re-sent", f"{first['refused_syncs']}"),
         ("weave serve SIGKILLed during pair 1 after A's iteration",
          f"{first.get('serve_killed_at', 'not asked')}; every iteration trained once, on its own version"),

@@ -70,6 +70,9 @@ def _args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     ap.add_argument("--rollout-s", type=float, help="declared rollout seconds (placement estimate)")
     ap.add_argument("--train-s", type=float, help="declared training seconds (placement estimate)")
     ap.add_argument("--corrupt-sync-once", action="store_true", help="fault injection: damage the first sync")
+    ap.add_argument("--minicluster", action="store_true",
+                    help="run the trainer and the rollout worker on the mini cluster's nodes (minicluster.py): "
+                         "weights cross its rate-limited link")
     ap.add_argument("--max-restarts", type=int, default=5, help="process restarts after a lost admission or peer")
     ap.add_argument("--resume-timeout-s", type=float, default=900.0, help="how long to wait to be admitted again")
     ap.add_argument("--role", choices=["trainer", "rollout"], help=argparse.SUPPRESS)
@@ -100,7 +103,10 @@ def _setup(a: argparse.Namespace, rank: int, cpu_spec: str) -> None:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cpus(cpu_spec))
     torch.set_num_threads(len(cpus(cpu_spec)))
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{a.port}", rank=rank, world_size=2)
+    from . import minicluster
+
+    master = minicluster.link_ip_of_trainer() if a.minicluster else "127.0.0.1"
+    dist.init_process_group("gloo", init_method=f"tcp://{master}:{a.port}", rank=rank, world_size=2)
 
 
 def _configs(a: argparse.Namespace):
@@ -324,6 +330,17 @@ def _resume_point(a: argparse.Namespace, client) -> int:
     return resume
 
 
+def _start_role(a: argparse.Namespace, cmd: List[str], role: str) -> subprocess.Popen:
+    """One of the job's processes: on the mini cluster, on its node, with gloo on the link."""
+    if not a.minicluster:
+        return subprocess.Popen([*cmd, "--role", role])
+    from . import minicluster
+
+    node = "train" if role == "trainer" else "rollout"
+    env = dict(os.environ, GLOO_SOCKET_IFNAME=minicluster.LINK_NIC[node], TORCH_CPP_LOG_LEVEL="ERROR")
+    return subprocess.Popen([*minicluster.MiniCluster.prefix(node), *cmd, "--role", role], env=env)
+
+
 def launch(a: argparse.Namespace, argv: List[str]) -> int:
     """Starts the trainer and the rollout worker and keeps them running: after a lost admission
     or a dead process both start again from the checkpoint Weave's count names. Returns the
@@ -343,7 +360,7 @@ def launch(a: argparse.Namespace, argv: List[str]) -> int:
     port, restarts = a.port, 0
     while True:
         cmd = [sys.executable, "-m", "weave_client.runtime.grpo_job", *argv, "--port", str(port)]
-        procs = {role: subprocess.Popen([*cmd, "--role", role]) for role in ("trainer", "rollout")}
+        procs = {role: _start_role(a, cmd, role) for role in ("trainer", "rollout")}
         with open(os.path.join(a.dir, "pids.json"), "w") as f:
             json.dump({role: p.pid for role, p in procs.items()}, f)
         codes = _supervise(procs)
