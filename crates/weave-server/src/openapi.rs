@@ -60,7 +60,7 @@ pub fn document() -> Value {
                     }
                 },
                 "Finish": { "type": "object", "required": ["duration_s"], "additionalProperties": false,
-                            "properties": { "duration_s": { "type": "number", "minimum": 0 }, "meta": { "type": "object" },
+                            "properties": { "duration_s": { "type": "number", "minimum": 0 }, "meta": { "type": "object", "description": "Kept with the finish event. A switch the job measured of its own state, `switch` (\"warm\" or \"cold\") with `switch_s` (seconds), is learned: re-admissions and moves are placed with the medians (see the job's measured_switch_warm_s / _cold_s)." },
                                             "uid": { "type": "integer", "minimum": 0,
                                                      "description": "The admission the phase was granted under (the grant's uid); refused with 409 if it has ended." } } }
             }

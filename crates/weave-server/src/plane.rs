@@ -564,6 +564,7 @@ impl Plane {
                 estimate,
                 submit: submit.clone(),
                 measured,
+                switches: Default::default(),
                 ready_us: time_us,
                 iteration_started_us: time_us,
             },

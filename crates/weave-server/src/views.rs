@@ -36,6 +36,12 @@ pub struct JobView {
     pub next_rollout: Option<u64>,
     pub estimate_rollout_s: f64,
     pub estimate_train_s: f64,
+    /// Medians of the warm and cold switches the job reported with its phases (`meta.switch`,
+    /// `meta.switch_s`): its re-admissions and moves are placed with them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_switch_warm_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_switch_cold_s: Option<f64>,
     pub failure: Option<String>,
     /// A queued job's place in the queue (0: next to start) and why it waits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -75,6 +81,8 @@ pub fn view(j: &JobEntry) -> JobView {
         next_rollout: (j.gate.staleness > 0).then_some(j.gate.rolled),
         estimate_rollout_s: j.estimate.rollout.as_secs_f64(),
         estimate_train_s: j.estimate.train.as_secs_f64(),
+        measured_switch_warm_s: j.switches.medians().0.map(|m| m.as_secs_f64()),
+        measured_switch_cold_s: j.switches.medians().1.map(|m| m.as_secs_f64()),
         failure: j.failure.clone(),
         queue_position: None,
         queue_reason: None,
@@ -174,6 +182,9 @@ pub fn queued_view(q: &crate::plane::Queued, position: usize, start_in_us: Optio
         next_rollout: spec.as_ref().filter(|s| s.staleness > 0).map(|_| first),
         estimate_rollout_s: 0.0,
         estimate_train_s: 0.0,
+        // A re-queued job's resubmission carries what it measured (see `resubmission`).
+        measured_switch_warm_s: None,
+        measured_switch_cold_s: None,
         failure: None,
         queue_position: Some(position),
         queue_reason: Some(q.reason.clone()),

@@ -162,6 +162,47 @@ fn node_failures_need_fixed_pools_and_launch_specs_are_checked() {
     assert!(p.check(&Record::Submit { time_us: 1, tenant: "t".into(), job }).is_err());
 }
 
+/// Switches a job reports with its phases are learned: its re-admission after a node loss is
+/// placed with their medians in place of the model's (nonsense reports are ignored), and a
+/// replay of the same records learns the same.
+#[test]
+fn a_readmission_is_placed_with_the_switches_the_job_reported() {
+    let mut p = plane();
+    let mut records = vec![inventory(0, 2, 1), submit(1, "a")];
+    let reports = [
+        (Phase::Rollout, 0, serde_json::json!({ "switch": "cold", "switch_s": 2.5 })),
+        (Phase::Train, 0, serde_json::json!({ "switch": "warm", "switch_s": 0.25 })),
+        (Phase::Rollout, 1, serde_json::json!({ "switch": "warm", "switch_s": 0.5 })),
+        (Phase::Train, 1, serde_json::json!({ "switch": "warm", "switch_s": 0.75 })),
+        (Phase::Rollout, 2, serde_json::json!({ "switch": "warm", "switch_s": -1.0 })),
+        (Phase::Train, 2, serde_json::json!({ "switch": "lukewarm", "switch_s": 9.0 })),
+    ];
+    for (i, (phase, k, meta)) in reports.into_iter().enumerate() {
+        let mut r = finish(10 + i as u64, "a", phase, k);
+        if let Record::Finish { meta: m, .. } = &mut r {
+            *m = Some(meta);
+        }
+        records.push(r);
+    }
+    for r in &records {
+        p.apply(r).unwrap();
+    }
+    let a = p.job("a").unwrap();
+    assert_eq!(a.submit.switch_warm_s, None, "the submission declared none");
+    let lost = a.decision.as_ref().unwrap().rollout_nodes[0];
+    let down = Record::NodeDown { time_us: 100, node: lost, reason: "gone".into() };
+    p.apply(&down).unwrap();
+    records.push(down);
+    let a = p.job("a").unwrap();
+    assert_eq!((a.state, a.completed_iterations), (JobState::Running, 3), "re-admitted");
+    assert_eq!((a.submit.switch_warm_s, a.submit.switch_cold_s), (Some(0.5), Some(2.5)), "the medians reported");
+    let mut replay = plane();
+    for r in &records {
+        replay.apply(r).unwrap();
+    }
+    assert_eq!(replay.job("a").unwrap().submit.switch_warm_s, Some(0.5), "a replay learns the same");
+}
+
 mod common;
 use common::{body, client, finish_phase, start_phase, temp_dir, TestServer, ALICE, OPS};
 use serde_json::{json, Value};

@@ -54,6 +54,10 @@ pub struct JobEntry {
     pub submit: SubmitSpec,
     #[serde(skip)]
     pub(super) measured: Measured,
+    /// Switches the job reported with its phases (`meta.switch`, `meta.switch_s`): once it has
+    /// some, its re-admissions and moves are placed with them in place of the model's.
+    #[serde(default, skip_serializing_if = "SwitchSamples::is_empty")]
+    pub switches: SwitchSamples,
     /// When the job became ready for its next phase (admission or its last finish): a grant's
     /// wait is measured from here.
     #[serde(skip)]
@@ -65,6 +69,48 @@ pub struct JobEntry {
 
 /// Recent measured (rollout, training) durations.
 pub(super) type Measured = (VecDeque<Micros>, VecDeque<Micros>);
+
+/// Recent switches a job measured of its own state (both pools together, as a submission
+/// declares them): warm from host memory, cold from a checkpoint.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SwitchSamples {
+    warm: VecDeque<Micros>,
+    cold: VecDeque<Micros>,
+}
+
+impl SwitchSamples {
+    pub fn is_empty(&self) -> bool {
+        self.warm.is_empty() && self.cold.is_empty()
+    }
+
+    /// Keeps the switch a phase's metadata reports, if it reports one that makes sense (a kind
+    /// of `warm` or `cold` and non-negative seconds below a day); anything else is ignored.
+    fn record(&mut self, meta: Option<&serde_json::Value>) {
+        let Some(m) = meta else { return };
+        let secs = m.get("switch_s").and_then(serde_json::Value::as_f64).filter(|s| (0.0..86_400.0).contains(s));
+        let kept = match m.get("switch").and_then(serde_json::Value::as_str) {
+            Some("warm") => &mut self.warm,
+            Some("cold") => &mut self.cold,
+            _ => return,
+        };
+        if let Some(s) = secs {
+            kept.push_back(Micros::from_secs_f64(s));
+            if kept.len() > MEASURED_KEPT {
+                kept.pop_front();
+            }
+        }
+    }
+
+    /// The medians of the warm and the cold switches reported, where there are any.
+    pub fn medians(&self) -> (Option<Micros>, Option<Micros>) {
+        let median = |v: &VecDeque<Micros>| {
+            let mut v: Vec<Micros> = v.iter().copied().collect();
+            v.sort_unstable();
+            v.get(v.len() / 2).copied()
+        };
+        (median(&self.warm), median(&self.cold))
+    }
+}
 
 impl JobEntry {
     /// The phase granted now, rollout first (on-policy the only one; see `gate.grants()`).
@@ -100,6 +146,10 @@ impl JobEntry {
     pub(super) fn resubmission(&self) -> (SubmitSpec, Option<(PhaseTimes, Measured)>) {
         let mut resubmit = self.submit.clone();
         resubmit.resume_from = (self.completed_iterations > 0).then_some(self.completed_iterations);
+        // What it measured of its switches replaces what it declared (or the model's).
+        let (warm, cold) = self.switches.medians();
+        resubmit.switch_warm_s = warm.map(Micros::as_secs_f64).or(resubmit.switch_warm_s);
+        resubmit.switch_cold_s = cold.map(Micros::as_secs_f64).or(resubmit.switch_cold_s);
         let carried = self.measured_estimate().then(|| (self.estimate, self.measured.clone()));
         (resubmit, carried)
     }
@@ -117,6 +167,7 @@ impl Plane {
     ) {
         let j = self.jobs.get_mut(name).expect("checked");
         j.gate.finish(phase, iteration);
+        j.switches.record(meta.as_ref());
         let kept = if phase == Phase::Rollout { &mut j.measured.0 } else { &mut j.measured.1 };
         kept.push_back(duration);
         if kept.len() > MEASURED_KEPT {
