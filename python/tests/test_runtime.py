@@ -190,3 +190,35 @@ class GrpoTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+@unittest.skipIf(torch is None or not torch.cuda.is_available(),
+                 "needs CUDA: the pinned-memory, non-blocking path runs only where a GPU is")
+class CudaResidentStateTest(unittest.TestCase):
+    """The CUDA path of :class:`ResidentState`: pinned host buffer, non-blocking copies, and the
+    working copies on the GPU released while offloaded."""
+
+    def test_offload_to_pinned_memory_and_warm_back_exactly(self):
+        cfg, g = PolicyConfig(), GrpoConfig(prompts=8, group=4)
+
+        def build():
+            p = build_policy(cfg)
+            return {"policy": p}, {"adam": make_optimizer(p, g)}
+
+        s = ResidentState("job/cuda", build, device="cuda")
+        s.activate()
+        policy = s.modules["policy"]
+        with torch.no_grad():
+            for p in policy.parameters():
+                p.mul_(1.5).add_(0.25)
+        before = {k: v.detach().cpu().clone() for k, v in policy.state_dict().items()}
+        allocated = torch.cuda.memory_allocated()
+        off = s.offload()
+        self.assertTrue(s.host.is_pinned(), "the host buffer is pinned")
+        self.assertLess(torch.cuda.memory_allocated(), allocated, "the GPU copies are released")
+        self.assertEqual(off.bytes, s.state_bytes())
+        sw = s.activate()
+        self.assertEqual(sw.kind, "warm")
+        for k, v in s.modules["policy"].state_dict().items():
+            self.assertTrue(v.is_cuda)
+            self.assertTrue(torch.equal(v.cpu(), before[k]), k)
