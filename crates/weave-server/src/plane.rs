@@ -566,6 +566,7 @@ impl Plane {
                 measured,
                 switches: Default::default(),
                 ready_us: time_us,
+                finishes: Default::default(),
                 iteration_started_us: time_us,
             },
         );

@@ -199,3 +199,60 @@ fn the_server_tells_the_weights_version_and_refuses_what_it_does_not_allow() {
     assert_eq!((v["job"]["state"].clone(), v["job"]["completed_iterations"].clone()), (json!("completed"), json!(2)));
     s.stop();
 }
+
+/// A grant's wait is measured from when its own lane became ready (the phases it depends on
+/// finished): checked against the event log for a stale job sharing its group (and here its
+/// rollout node) with an on-policy one, phases finishing in an order of their own. (Where the
+/// lane's readiness and the job's last finish differ is `plane::job`'s unit test.)
+#[test]
+fn grant_waits_count_from_the_lanes_own_readiness() {
+    let mut p = plane(false);
+    p.set_grant_detail(true);
+    p.apply(&submission(0, "a", 12, 1, (100, 80))).unwrap();
+    p.apply(&submission(1, "b", 12, 0, (60, 90))).unwrap();
+    // Finish whatever is granted, one phase at a time, at uneven times.
+    let mut t = 10 * S;
+    for step in 0..200u64 {
+        let granted: Vec<(String, Phase, u64)> =
+            p.jobs().flat_map(|j| j.gate.grants().into_iter().map(|(ph, k)| (j.name.clone(), ph, k))).collect();
+        // Mostly rollouts first: trainings linger, so a stale job's rollout lane runs ahead and
+        // finishes while its training waits for the pool.
+        let rollout = granted.iter().find(|g| g.1 == Phase::Rollout && step % 4 != 0);
+        let Some((job, phase, k)) = rollout.or(granted.get(step as usize % granted.len().max(1))).cloned() else {
+            break;
+        };
+        t += (13 + (step * 29) % 41) * S;
+        finish(&mut p, t, &job, phase, k);
+    }
+    let events = p.events().to_vec();
+    let mut checked = 0;
+    for (i, e) in events.iter().enumerate().filter(|(_, e)| e.kind == "grant") {
+        let (phase, n) = (e.phase.unwrap(), e.iteration.unwrap());
+        let earlier = &events[..i];
+        let admitted = earlier.iter().rev().find(|x| x.job == e.job && x.kind == "admitted").unwrap().time_us;
+        let done = |ph: Phase, k: Option<u64>| {
+            k.and_then(|k| {
+                earlier
+                    .iter()
+                    .rev()
+                    .find(|x| x.job == e.job && x.kind == "finish" && x.phase == Some(ph) && x.iteration == Some(k))
+            })
+            .map_or(admitted, |x| x.time_us)
+        };
+        let k = if e.job == "a" { 2 } else { 1 };
+        let ready = match phase {
+            Phase::Rollout => done(Phase::Rollout, n.checked_sub(1)).max(done(Phase::Train, n.checked_sub(k))),
+            Phase::Train => done(Phase::Rollout, Some(n)).max(done(Phase::Train, n.checked_sub(1))),
+        };
+        let wait = e.meta.as_ref().unwrap()["wait_s"].as_f64().unwrap();
+        assert!((wait - (e.time_us - ready) as f64 / 1e6).abs() < 1e-9, "{} {phase:?} {n}: wait {wait}", e.job);
+        checked += 1;
+    }
+    assert!(checked > 40, "{checked} grants checked");
+    let waited = events
+        .iter()
+        .filter(|e| e.kind == "grant")
+        .filter(|e| e.meta.as_ref().unwrap()["wait_s"].as_f64().unwrap() > 0.0)
+        .count();
+    assert!(waited > 5, "the members waited for each other ({waited} grants)");
+}

@@ -90,7 +90,7 @@ impl Plane {
             j.gate.grant(phase, iteration, weights);
             stale = j.gate.staleness > 0;
             let k = (phase == Phase::Train) as usize;
-            wait = time_us.saturating_sub(j.ready_us);
+            wait = time_us.saturating_sub(j.lane_ready(phase, iteration));
             self.stats.grants[k] += 1;
             self.stats.wait_us[k] += wait;
         }

@@ -58,10 +58,14 @@ pub struct JobEntry {
     /// some, its re-admissions and moves are placed with them in place of the model's.
     #[serde(default, skip_serializing_if = "SwitchSamples::is_empty")]
     pub switches: SwitchSamples,
-    /// When the job became ready for its next phase (admission or its last finish): a grant's
-    /// wait is measured from here.
+    /// When the job became ready for its next phase (admission or its last finish).
     #[serde(skip)]
     pub(super) ready_us: u64,
+    /// Recent finishes, (phase, iteration, time), oldest first: a lane is ready for a phase
+    /// once the phases it depends on have finished (`lane_ready`), which with staleness is not
+    /// the job's last finish (the other lane's may come in between).
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    pub(super) finishes: VecDeque<(Phase, u64, u64)>,
     /// When its current iteration started (admission or its last training finish).
     #[serde(skip)]
     pub(super) iteration_started_us: u64,
@@ -135,6 +139,25 @@ impl JobEntry {
         allowed.saturating_sub(Micros(taken))
     }
 
+    /// When the lane of `phase` became ready for `iteration`: rollout n once rollout n - 1 and
+    /// training n - k - 1 have finished (k its staleness), training n once rollout n and training
+    /// n - 1 have; a phase of before this admission counts as done at its start. A grant's wait
+    /// (what sharing the group cost the job) is measured from here.
+    pub fn lane_ready(&self, phase: Phase, iteration: u64) -> u64 {
+        let done = |p: Phase, n: Option<u64>| {
+            let Some(n) = n else { return self.submitted_us };
+            let found = self.finishes.iter().rev().find(|(fp, fi, _)| *fp == p && *fi == n).map(|f| f.2);
+            found.unwrap_or(self.submitted_us)
+        };
+        let before = |d: u64| iteration.checked_sub(d);
+        match phase {
+            Phase::Rollout => {
+                done(Phase::Rollout, before(1)).max(done(Phase::Train, before(self.gate.staleness as u64 + 1)))
+            }
+            Phase::Train => done(Phase::Rollout, Some(iteration)).max(done(Phase::Train, before(1))),
+        }
+    }
+
     /// Whether the estimate comes from the job's own measurements (both phases seen).
     pub fn measured_estimate(&self) -> bool {
         !self.measured.0.is_empty() && !self.measured.1.is_empty()
@@ -174,6 +197,11 @@ impl Plane {
             kept.pop_front();
         }
         j.ready_us = time_us;
+        j.finishes.push_back((phase, iteration, time_us));
+        // Enough for the oldest dependency a lane can have (training n - k - 1).
+        while j.finishes.len() > 2 * (j.gate.staleness as usize + 2) {
+            j.finishes.pop_front();
+        }
         if phase == Phase::Train {
             j.completed_iterations = iteration + 1;
             // Its own iteration: what the job would take alone (pipelined with its staleness),
@@ -223,4 +251,34 @@ pub(super) fn measured_variation(measured: &Measured, est: PhaseTimes, remaining
             .collect()
     };
     Variation { samples: samples.into(), iterations: remaining.unwrap_or(100).max(1), z }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plane::{Plane, Record, SubmitSpec};
+    use weave_core::ClusterConfig;
+    use weave_place::{PlacePolicy, PlacerConfig};
+
+    /// With two lanes the job's last finish may be the other lane's: the rollout lane ran ahead
+    /// while training waited for the pool. Each lane is ready when its own dependencies are.
+    #[test]
+    fn a_lane_is_ready_when_its_dependencies_finished_not_at_the_last_finish() {
+        let cluster = ClusterConfig::default();
+        let mut p = Plane::new(cluster.clone(), PlacerConfig::for_cluster(&cluster, PlacePolicy::Weave, true, true, 0));
+        let job: SubmitSpec = serde_json::from_value(serde_json::json!({
+            "id": "a", "type": "7B_8k", "iterations": 9, "slo": 2.0, "rollout_s": 100, "train_s": 80, "staleness": 1
+        }))
+        .unwrap();
+        p.apply(&Record::Submit { time_us: 10, tenant: "t".into(), job }).unwrap();
+        let mut j = p.job("a").unwrap().clone();
+        let (r, t) = (Phase::Rollout, Phase::Train);
+        j.finishes = [(r, 0, 100), (t, 0, 150), (r, 1, 160), (r, 2, 200)].into_iter().collect();
+        assert_eq!(j.lane_ready(t, 1), 160, "rollout 1 and training 0 done; not rollout 2's finish");
+        j.finishes.push_back((t, 1, 230));
+        assert_eq!(j.lane_ready(r, 3), 230, "rollout 2, and training 1 (k = 1) the later");
+        assert_eq!(j.lane_ready(r, 2), 160, "rollout 1 and training 0");
+        assert_eq!(j.lane_ready(t, 0), 100);
+        assert_eq!(j.lane_ready(r, 0), 10, "the first phase of an admission: ready at its start");
+    }
 }
