@@ -97,6 +97,10 @@ pub struct ServeArgs {
     /// limit, raised to its hard limit at start, less 256.
     #[arg(long)]
     max_connections: Option<usize>,
+    /// Open connections from one client address at most (more are answered 503 and closed);
+    /// 0: no limit (behind a proxy, where every client has the proxy's address).
+    #[arg(long, default_value_t = weave_server::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)]
+    max_connections_per_address: usize,
     /// Requests per second per bearer token (429 beyond; 0: unlimited).
     #[arg(long, default_value_t = 200)]
     rate_limit_per_s: u32,
@@ -182,6 +186,7 @@ fn connection_limits(args: &ServeArgs) -> Result<weave_server::ConnectionLimits>
         header_timeout: secs("--header-timeout-s", args.header_timeout_s)?,
         body_timeout: secs("--body-timeout-s", args.body_timeout_s)?,
         max_connections: args.max_connections,
+        max_connections_per_address: (args.max_connections_per_address > 0).then_some(args.max_connections_per_address),
         rate: (args.rate_limit_per_s > 0).then_some((args.rate_limit_per_s, args.rate_limit_burst.max(1))),
     })
 }

@@ -54,6 +54,27 @@ fn a_client_that_never_finishes_its_headers_is_cut() {
     assert!(closed, "the connection was not closed");
 }
 
+/// One address cannot take all the connections: past its own limit it is answered 503 while
+/// the server's cap still has room; its held connections closed, it is served again.
+#[test]
+fn one_address_past_its_limit_is_answered_503() {
+    let flags = ["--max-connections", "100", "--max-connections-per-address", "3"];
+    let (_server, url) = serve_with(&dir("conn-per-address"), &flags);
+    let held: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(host(&url)).unwrap()).collect();
+    let refused = wait_until("a fourth connection from this address to be refused", Duration::from_secs(60), || {
+        let mut extra = TcpStream::connect(host(&url)).ok()?;
+        let a = answer(&mut extra, Duration::from_secs(2));
+        a.starts_with("HTTP/1.1 503").then_some(a)
+    });
+    assert!(refused.contains("too many open connections from your address (limit 3)"), "{refused}");
+    drop(held);
+    let status = wait_until("a request after the held connections closed", Duration::from_secs(60), || {
+        let r = client().get(format!("{url}/v1/jobs")).bearer_auth(TOKEN).send().ok()?;
+        (r.status() != 503).then(|| r.status())
+    });
+    assert_eq!(status, 200, "the address is served again");
+}
+
 #[test]
 fn connections_past_the_cap_are_answered_503_and_the_rest_still_work() {
     let (_server, url) = serve_with(&dir("conn-cap"), &["--max-connections", "3"]);

@@ -16,7 +16,10 @@ pub mod telemetry;
 pub mod views;
 
 pub use auth::{Caller, Tenants};
-pub use state::{Capacity, ConnectionLimits, ServeError, ServerConfig, Shared, DEFAULT_SNAPSHOT_EVERY};
+pub use state::{
+    Capacity, ConnectionLimits, ServeError, ServerConfig, Shared, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+    DEFAULT_SNAPSHOT_EVERY,
+};
 pub use status::events_report;
 
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -62,6 +65,7 @@ pub async fn serve(
     });
     let cap = limits.max_connections.unwrap_or_else(default_max_connections).max(1);
     let permits = Arc::new(Semaphore::new(cap));
+    let per_address = PerAddress::new(limits.max_connections_per_address.unwrap_or(usize::MAX));
     let app = http::router(shared.clone(), rate);
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -70,13 +74,18 @@ pub async fn serve(
             a = listener.accept() => a,
             () = &mut shutdown => break,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
             // Out of descriptors or a connection reset before accept: back off, go on.
             Err(_) => {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 continue;
             }
+        };
+        let Some(held) = per_address.hold(peer.ip()) else {
+            let why = format!("too many open connections from your address (limit {}): close some", per_address.limit);
+            tokio::spawn(answer_503(stream, why));
+            continue;
         };
         let Ok(permit) = permits.clone().try_acquire_owned() else {
             let why = format!("too many open connections (limit {cap}): try again shortly");
@@ -90,7 +99,7 @@ pub async fn serve(
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             let _ = conn.await;
-            drop(permit);
+            drop((permit, held));
         });
     }
     drop(listener);
@@ -129,6 +138,45 @@ pub async fn answer_while_recovering<T>(
 
 /// A connection the server will not serve now: a short 503 with `why`, then close. What the
 /// client already sent is read first, so the answer is not lost to a reset.
+/// Open connections per client address (only counts: which address comes first decides
+/// nothing, so a hash map is fine).
+#[derive(Clone)]
+struct PerAddress {
+    limit: usize,
+    open: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+}
+
+/// One connection counted against its address until dropped.
+struct Held(PerAddress, std::net::IpAddr);
+
+impl PerAddress {
+    fn new(limit: usize) -> PerAddress {
+        PerAddress { limit, open: Default::default() }
+    }
+
+    fn hold(&self, ip: std::net::IpAddr) -> Option<Held> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let n = open.entry(ip).or_insert(0);
+        if *n >= self.limit {
+            return None;
+        }
+        *n += 1;
+        Some(Held(self.clone(), ip))
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut open = self.0.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.1);
+            }
+        }
+    }
+}
+
 async fn answer_503(mut stream: tokio::net::TcpStream, why: String) {
     use tokio::io::AsyncReadExt;
     let mut scratch = [0u8; 8192];

@@ -50,9 +50,16 @@ pub struct ConnectionLimits {
     /// Open connections at most; more are answered 503 and closed. `None`: from the process's
     /// open-file limit (see [`crate::default_max_connections`]).
     pub max_connections: Option<usize>,
+    /// Open connections from one client address at most (more are answered 503 and closed),
+    /// so one client cannot fill `max_connections` before it sends a token; `None`: no limit
+    /// (behind a proxy every client has the proxy's address).
+    pub max_connections_per_address: Option<usize>,
     /// Requests per second per bearer token, with this burst; `None`: unlimited.
     pub rate: Option<(u32, u32)>,
 }
+
+/// Connections one address may hold unless configured otherwise.
+pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 1024;
 
 impl Default for ConnectionLimits {
     fn default() -> Self {
@@ -60,6 +67,7 @@ impl Default for ConnectionLimits {
             header_timeout: Duration::from_secs(20),
             body_timeout: Duration::from_secs(20),
             max_connections: None,
+            max_connections_per_address: Some(DEFAULT_MAX_CONNECTIONS_PER_ADDRESS),
             rate: None,
         }
     }
