@@ -568,15 +568,46 @@ async fn strict_framing(req: axum::extract::Request, next: Next) -> Response {
     next.run(req).await
 }
 
+/// Bytes of an over-long body read and thrown away before the 413: a client still sending
+/// then reads the answer instead of a connection reset (closing a socket with unread bytes
+/// resets it). Longer bodies are answered at once.
+const DRAIN: usize = 1 << 20;
+
+/// The body if it is at most `limit` bytes; else `Err(())` once up to `DRAIN` more were read.
+async fn read_body(body: axum::body::Body, limit: usize) -> Result<Result<axum::body::Bytes, ()>, axum::Error> {
+    use hyper::body::Body as _;
+    let mut body = std::pin::pin!(body);
+    let (mut buf, mut over) = (Vec::new(), 0usize);
+    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+        let Ok(data) = frame?.into_data() else { continue };
+        if over == 0 && buf.len() + data.len() <= limit {
+            buf.extend_from_slice(&data);
+        } else {
+            over += data.len();
+            if over > DRAIN {
+                break;
+            }
+        }
+    }
+    Ok(if over > 0 { Err(()) } else { Ok(buf.into()) })
+}
+
 async fn whole_body(State(s): State<Arc<Shared>>, req: axum::extract::Request, next: Next) -> Response {
     let (deadline, limit) = (s.cfg.limits.body_timeout, s.cfg.max_body_bytes);
+    let too_large = || {
+        let mut r = ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is over {limit} bytes"))
+            .into_response();
+        r.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+        r
+    };
+    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit.saturating_add(DRAIN)) {
+        return too_large();
+    }
     let (parts, body) = req.into_parts();
-    match tokio::time::timeout(deadline, axum::body::to_bytes(body, limit)).await {
-        Ok(Ok(bytes)) => next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))).await,
-        Ok(Err(e)) if e.to_string().contains("length limit") => {
-            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is over {limit} bytes"))
-                .into_response()
-        }
+    match tokio::time::timeout(deadline, read_body(body, limit)).await {
+        Ok(Ok(Ok(bytes))) => next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))).await,
+        Ok(Ok(Err(()))) => too_large(),
         Ok(Err(e)) => {
             ApiError::new(StatusCode::BAD_REQUEST, format!("cannot read the request body: {e}")).into_response()
         }

@@ -462,3 +462,25 @@ fn ambiguous_framing_and_other_charsets_are_refused() {
     let (status, body) = raw(&s, &utf8);
     assert!(status.contains(" 201 "), "UTF-8 named is fine: {body}");
 }
+
+/// A body over the limit is answered with a JSON 413 the client can read (the server reads and
+/// throws away what it sent rather than resetting the connection under it); a body declared
+/// far too large is answered before it is sent.
+#[test]
+fn an_over_long_body_gets_a_readable_413() {
+    let s = TestServer::start(temp_dir("too-large"), Duration::from_secs(600));
+    let body = format!(r#"{{"id":"x","type":"7B_8k","iterations":2,"pad":"{}"}}"#, "p".repeat(40_000));
+    let request = format!(
+        "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ALICE}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    for _ in 0..5 {
+        let (status, answer) = raw(&s, &request);
+        assert!(status.contains(" 413 ") && answer.contains("the request body is over 16384 bytes"), "{answer}");
+    }
+    let huge = format!(
+        "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ALICE}\r\nContent-Type: application/json\r\nContent-Length: 50000000\r\n\r\n"
+    );
+    let (status, answer) = raw(&s, &huge);
+    assert!(status.contains(" 413 "), "{answer}");
+}
