@@ -40,7 +40,10 @@ pub enum StoreError {
     Db(String),
     #[error("store record {seq}: {message} (see `weave store verify`)")]
     Corrupt { seq: u64, message: String },
-    #[error("store {path} is damaged: {message} (see `weave store verify`)")]
+    #[error(
+        "store {path} is damaged inside its storage engine ({message}): no record can be read from it; \
+         it was not changed: restore the data directory from a backup (`weave store verify` checks a copy)"
+    )]
     Damaged { path: String, message: String },
 }
 
@@ -79,9 +82,38 @@ fn unframe(seq: u64, stored: &[u8]) -> Result<(&[u8], bool), StoreError> {
     }
 }
 
+thread_local! {
+    /// Set while this thread runs a guarded storage-library call.
+    static GUARDED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Keeps the panic hook quiet for panics inside guarded calls (they become a `Damaged` error
+/// that says what to do; the default hook would print a message and a backtrace first), and
+/// passes every other panic to the hook that was installed before.
+fn quiet_guarded_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !GUARDED.with(std::cell::Cell::get) {
+                previous(info);
+            }
+        }));
+    });
+}
+
+/// Runs `f` catching a panic, which the panic hook does not print.
+fn quietly<T>(f: impl FnOnce() -> T) -> std::thread::Result<T> {
+    quiet_guarded_panics();
+    let outer = GUARDED.with(|g| g.replace(true));
+    let result = catch_unwind(AssertUnwindSafe(f));
+    GUARDED.with(|g| g.set(outer));
+    result
+}
+
 /// Runs a storage-library call on a possibly damaged file: a panic becomes an error.
 fn guarded<T>(path: &Path, f: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+    quietly(f).unwrap_or_else(|panic| {
         let message = panic
             .downcast_ref::<String>()
             .map(String::as_str)
@@ -225,7 +257,7 @@ pub fn truncate_after(path: &Path, last: u64) -> Result<(u64, PathBuf), StoreErr
 
 /// Closes a database; closing one on a damaged file may panic inside the library.
 fn close(db: Database) {
-    let _ = catch_unwind(AssertUnwindSafe(move || drop(db)));
+    let _ = quietly(move || drop(db));
 }
 
 impl Drop for Store {
@@ -489,7 +521,7 @@ impl Store {
             // Give the freed pages back: without it the file keeps every old snapshot's
             // space and grows with history. Best effort (a failure only leaves the file larger).
             if let Some(db) = self.db.as_mut() {
-                let _ = catch_unwind(AssertUnwindSafe(|| db.compact()));
+                let _ = quietly(|| db.compact());
             }
         }
         match &done {
