@@ -165,7 +165,9 @@ pub fn verify<T: DeserializeOwned>(path: &Path) -> Result<Verification, StoreErr
             let checked = match check::<T>(seq, expected, stored.value()) {
                 Ok(c) => c,
                 Err(e) => {
-                    v.first_bad = Some((seq, e.to_string()));
+                    // Where the sequence breaks, not the key found there: a damaged key may
+                    // read as any number, and everything before this position is good.
+                    v.first_bad = Some((expected, e.to_string()));
                     break;
                 }
             };

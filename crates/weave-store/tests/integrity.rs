@@ -96,3 +96,26 @@ fn verify_counts_good_records_and_never_creates_a_store() {
     assert!(verify::<String>(&d.join("absent.redb")).is_err());
     assert!(!d.join("absent.redb").exists());
 }
+
+/// A flipped bit in a record's key (its sequence number) is reported at the position where
+/// the sequence breaks, so the advice keeps every good record before it instead of naming the
+/// damaged key's huge number (which would drop nothing).
+#[test]
+fn a_flipped_key_is_reported_where_the_sequence_breaks() {
+    let d = dir("key");
+    let path = written(&d);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let key = 35u64.to_le_bytes();
+    let at = bytes.windows(8).position(|w| w == key).expect("record 35's key is in the file");
+    bytes[at + 5] ^= 0x20; // 35 -> 35 + 2^45
+    std::fs::write(&path, &bytes).unwrap();
+    let v = verify::<String>(&path).unwrap();
+    let (at, why) = v.first_bad.clone().expect("the broken sequence is found");
+    assert_eq!((at, v.records), (35, 35), "{why}");
+    assert!(why.contains("expected record 35"), "{why}");
+    // What the advice says to run leaves a good store of the records before it.
+    truncate_after(&path, at - 1).unwrap();
+    assert_eq!(read(&path).unwrap(), records()[..35].to_vec());
+    let v = verify::<String>(&path).unwrap();
+    assert_eq!((v.records, v.first_bad), (35, None));
+}
