@@ -1,21 +1,43 @@
 //! The plane's event history as readers take it: out of the lock. Every read of history
 //! (`/v1/events`, a job's history, the status page's timeline) used to copy or scan the
 //! events under the plane's lock, so one tenant polling a long history stalled every other
-//! tenant's phase gate. Here the events are kept a second time in chunks shared by reference:
-//! under the lock a reader only clones the chunks' handles (O(chunks), the last one
-//! copy-on-write), and filters, pages and serializes after the lock is released.
+//! tenant's phase gate. Here the plane's events (each shared, never copied) are indexed in
+//! chunks shared by reference: under the lock a reader only clones the chunks' handles
+//! (O(chunks), the last one copy-on-write), and filters, pages and serializes after the lock
+//! is released.
 
 use crate::plane::{Plane, PlaneEvent};
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 /// Events per chunk: the most a writer copies when a reader still holds the open chunk.
 const CHUNK: usize = 512;
 
-/// A copy of the plane's events, brought up to date whenever a reader asks.
+/// Events in order, and the tenants they belong to: a reader skips a chunk none of whose
+/// tenants it may see (a tenant with few events reads in about O(chunks), not O(events)).
+#[derive(Clone, Default)]
+struct Chunk {
+    events: Vec<Arc<PlaneEvent>>,
+    tenants: BTreeSet<String>,
+}
+
+impl Chunk {
+    fn push(&mut self, e: Arc<PlaneEvent>) {
+        if !self.tenants.contains(&e.tenant) {
+            self.tenants.insert(e.tenant.clone());
+        }
+        self.events.push(e);
+    }
+
+    fn last_seq(&self) -> Option<u64> {
+        self.events.last().map(|e| e.seq)
+    }
+}
+
+/// The plane's events in chunks, brought up to date whenever a reader asks.
 #[derive(Default)]
 pub struct History {
-    chunks: VecDeque<Arc<Vec<PlaneEvent>>>,
+    chunks: VecDeque<Arc<Chunk>>,
     /// The sequence number the next event copied will have.
     next_seq: u64,
 }
@@ -23,7 +45,7 @@ pub struct History {
 /// What a reader holds after the lock is released: the events with `seq >= from` that the
 /// plane still held when the view was taken.
 pub struct HistoryView {
-    chunks: Vec<Arc<Vec<PlaneEvent>>>,
+    chunks: Vec<Arc<Chunk>>,
     from: u64,
 }
 
@@ -39,17 +61,22 @@ impl History {
             self.next_seq = base;
         }
         for e in plane.events_from(self.next_seq) {
-            let mut e = e.clone();
-            if e.tenant.is_empty() {
-                e.tenant = plane.event_tenant(&e).to_string();
-            }
+            let e = if e.tenant.is_empty() && !plane.event_tenant(e).is_empty() {
+                Arc::new(PlaneEvent { tenant: plane.event_tenant(e).to_string(), ..(**e).clone() })
+            } else {
+                e.clone()
+            };
             match self.chunks.back_mut() {
-                Some(open) if open.len() < CHUNK => Arc::make_mut(open).push(e),
-                _ => self.chunks.push_back(Arc::new(vec![e])),
+                Some(open) if open.events.len() < CHUNK => Arc::make_mut(open).push(e),
+                _ => {
+                    let mut chunk = Chunk::default();
+                    chunk.push(e);
+                    self.chunks.push_back(Arc::new(chunk));
+                }
             }
             self.next_seq += 1;
         }
-        while self.chunks.front().is_some_and(|c| c.last().is_some_and(|e| e.seq < base)) {
+        while self.chunks.front().is_some_and(|c| c.last_seq().is_some_and(|seq| seq < base)) {
             self.chunks.pop_front();
         }
     }
@@ -60,7 +87,7 @@ impl History {
         self.catch_up(plane);
         let base = plane.first_event_seq();
         let from = from.max(base);
-        let chunks = self.chunks.iter().filter(|c| c.last().is_some_and(|e| e.seq >= from)).cloned().collect();
+        let chunks = self.chunks.iter().filter(|c| c.last_seq().is_some_and(|seq| seq >= from)).cloned().collect();
         HistoryView { chunks, from }
     }
 }
@@ -68,8 +95,15 @@ impl History {
 impl HistoryView {
     /// Oldest first.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &PlaneEvent> {
+        self.of_tenants(|_| true)
+    }
+
+    /// The events of the tenants `wanted` accepts (and maybe a few others: filter them too),
+    /// oldest first, skipping whole chunks of other tenants' events.
+    pub fn of_tenants(&self, wanted: impl Fn(&str) -> bool) -> impl DoubleEndedIterator<Item = &PlaneEvent> {
         let from = self.from;
-        self.chunks.iter().flat_map(|c| c.iter()).filter(move |e| e.seq >= from)
+        let chunks = self.chunks.iter().filter(move |c| c.tenants.iter().any(|t| wanted(t)));
+        chunks.flat_map(|c| c.events.iter()).map(|e| &**e).filter(move |e| e.seq >= from)
     }
 }
 
@@ -110,7 +144,7 @@ mod tests {
     }
 
     fn held(p: &Plane, from: u64) -> Vec<PlaneEvent> {
-        p.events_from(from).to_vec()
+        p.events_from(from).iter().map(|e| (**e).clone()).collect()
     }
 
     /// A view equals the plane's events from its cursor, whatever was let go in between, and a
@@ -128,6 +162,10 @@ mod tests {
                     let v = h.view(&p, from);
                     let got: Vec<PlaneEvent> = v.iter().cloned().collect();
                     assert_eq!(got, held(&p, from), "view from {from} after step {n}");
+                    let bobs: Vec<PlaneEvent> =
+                        v.of_tenants(|t| t == "bob").filter(|e| e.tenant == "bob").cloned().collect();
+                    let want: Vec<PlaneEvent> = held(&p, from).into_iter().filter(|e| e.tenant == "bob").collect();
+                    assert_eq!(bobs, want, "one tenant's events from {from} after step {n}");
                     if kept.len() < 30 {
                         kept.push((v, got));
                     }

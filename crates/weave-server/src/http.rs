@@ -211,11 +211,14 @@ async fn show_job(
         let Inner { plane, history, .. } = &mut *g;
         (plane.owner(&key).unwrap_or_default().to_string(), history.view(plane, 0))
     };
-    let since = admission_start(&view, &c, &key);
-    // Only the current owner's events: a name let go and taken by another tenant keeps its
-    // earlier history to itself.
-    let mine = |e: &&crate::plane::PlaneEvent| e.job == key && e.seq >= since && e.tenant == owner;
-    let history = events_for(view.iter().filter(mine).cloned(), &c);
+    let history = off_the_workers(move || {
+        let since = admission_start(&view, &c, &key);
+        // Only the current owner's events: a name let go and taken by another tenant keeps
+        // its earlier history to itself.
+        let mine = |e: &&crate::plane::PlaneEvent| e.job == key && e.seq >= since && e.tenant == owner;
+        events_for(view.of_tenants(|t| t == owner).filter(mine).cloned(), &c)
+    })
+    .await?;
     Ok(Json(json!({ "job": v, "history": history })))
 }
 
@@ -225,7 +228,8 @@ fn admission_start(history: &HistoryView, c: &Caller, name: &str) -> u64 {
     if c.job.is_none() {
         return 0;
     }
-    history.iter().rev().find(|e| e.job == name && e.kind == "admitted").map_or(0, |e| e.seq)
+    let mine = history.of_tenants(|t| c.admin || c.tenant == t);
+    mine.rev().find(|e| e.job == name && e.kind == "admitted").map_or(0, |e| e.seq)
 }
 
 /// The most events one answer carries (page on with `after`): an answer's size is bounded
@@ -418,19 +422,31 @@ async fn events(
         let Inner { plane, history, .. } = &mut *g;
         history.view(plane, if c.job.is_some() { 0 } else { from })
     };
-    let since = c.job.as_deref().map_or(0, |name| admission_start(&view, &c, name)).max(from);
-    let visible: Vec<_> = view
-        .iter()
-        .filter(|e| e.seq >= since)
-        .filter(|e| match e.tenant.as_str() {
-            // Node events belong to no job: operators see them.
-            "" => e.job.is_empty() && c.admin,
-            tenant => c.may_see(tenant, &e.job),
-        })
-        .take(q.limit.unwrap_or(EVENTS_PAGE).min(EVENTS_PAGE))
-        .cloned()
-        .collect();
-    Ok(Json(events_for(visible.into_iter(), &c)))
+    let limit = q.limit.unwrap_or(EVENTS_PAGE).min(EVENTS_PAGE);
+    // Filtering a long history takes a while: off the async workers, which the gate needs.
+    let page = off_the_workers(move || {
+        let since = c.job.as_deref().map_or(0, |name| admission_start(&view, &c, name)).max(from);
+        let visible = view
+            .of_tenants(|t| c.admin || c.tenant == t)
+            .filter(|e| e.seq >= since)
+            .filter(|e| match e.tenant.as_str() {
+                // Node events belong to no job: operators see them.
+                "" => e.job.is_empty() && c.admin,
+                tenant => c.may_see(tenant, &e.job),
+            })
+            .take(limit)
+            .cloned();
+        events_for(visible, &c)
+    });
+    Ok(Json(page.await?))
+}
+
+/// Runs `work` (a scan of history, a page render) on the blocking pool, so that a long read
+/// never holds one of the few async workers every phase-gate request needs.
+async fn off_the_workers<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> ApiResult<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("a read failed: {e}")))
 }
 
 /// Ready to take writes: 503 with the reason while the store's last write failed (the
@@ -488,7 +504,7 @@ async fn status_page(
         let Inner { plane, history, .. } = &mut *g;
         crate::status::collect(plane, history, &c)
     };
-    Ok(Html(crate::status::render(&data, &c, now_us)))
+    Ok(Html(off_the_workers(move || crate::status::render(&data, &c, now_us)).await?))
 }
 
 #[derive(Deserialize)]

@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use weave_core::{ClusterConfig, GroupId, JobId, JobSpec, Micros, NodeId, PhaseTimes};
 use weave_dispatch::{Dispatcher, GroupLimits, Input, Phase};
 use weave_model::ProfileModel;
@@ -52,7 +53,8 @@ pub struct Plane {
     dispatchers: BTreeMap<GroupId, Dispatcher>,
     jobs: BTreeMap<String, JobEntry>,
     names: Vec<String>,
-    events: Vec<PlaneEvent>,
+    /// Shared with readers (`history`): an event is held once however many read it.
+    events: Vec<Arc<PlaneEvent>>,
     /// Changes with every applied record (long-polls wait for it to move).
     pub version: u64,
     /// Consolidation (co-located mode and moves); `None`: off.
@@ -207,7 +209,7 @@ impl Plane {
     }
 
     /// The events still held, oldest first (see [`Retention`]).
-    pub fn events(&self) -> &[PlaneEvent] {
+    pub fn events(&self) -> &[Arc<PlaneEvent>] {
         &self.events
     }
 
@@ -232,7 +234,7 @@ impl Plane {
         }
     }
 
-    pub fn events_from(&self, seq: u64) -> &[PlaneEvent] {
+    pub fn events_from(&self, seq: u64) -> &[Arc<PlaneEvent>] {
         let k = seq.saturating_sub(self.events_base).min(self.events.len() as u64) as usize;
         &self.events[k..]
     }
@@ -462,7 +464,7 @@ impl Plane {
         if e.tenant.is_empty() && !e.job.is_empty() {
             e.tenant = self.owner(&e.job).unwrap_or_default().to_string();
         }
-        self.events.push(e);
+        self.events.push(Arc::new(e));
         // Let go of the oldest quarter at once (amortised), keeping at least the retention.
         let keep = self.retention.events;
         if self.events.len() >= keep + keep.div_ceil(4) {

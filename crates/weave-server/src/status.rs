@@ -87,7 +87,8 @@ fn recent(d: &StatusData, caller: &Caller, now_us: u64) -> Timeline {
     let window = ((now_h - RECENT_H).max(0.0), now_h.max(1e-9));
     // The job's owner when it happened: a name taken later by another tenant keeps its
     // earlier phases to itself.
-    let visible = d.history.iter().filter(|e| !e.job.is_empty() && caller.may_see(&e.tenant, &e.job));
+    let mine = d.history.of_tenants(|t| caller.admin || caller.tenant == t);
+    let visible = mine.filter(|e| !e.job.is_empty() && caller.may_see(&e.tenant, &e.job));
     phase_bars(visible, window, now_h, |job, phase| {
         let &(id, block) = d.lanes_of.get(job)?;
         let lane = match phase {

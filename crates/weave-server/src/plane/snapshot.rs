@@ -56,7 +56,7 @@ struct SnapshotRef<'a> {
     dispatchers: &'a BTreeMap<GroupId, Dispatcher>,
     jobs: Vec<JobSnapshotRef<'a>>,
     names: &'a [String],
-    events: &'a [PlaneEvent],
+    events: &'a [std::sync::Arc<PlaneEvent>],
     churn: &'a Option<Churn>,
     queue: &'a [Queued],
     arrivals: &'a BTreeMap<String, u64>,
@@ -168,7 +168,7 @@ impl Plane {
             })
             .collect();
         self.names = snap.names;
-        self.events = snap.events;
+        self.events = snap.events.into_iter().map(std::sync::Arc::new).collect();
         // Consolidation on or off is configuration; what it did so far is state.
         if let (Some(mine), Some(theirs)) = (self.churn.as_mut(), snap.churn) {
             let limits = mine.limits;
