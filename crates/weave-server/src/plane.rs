@@ -567,7 +567,6 @@ impl Plane {
                 submit: submit.clone(),
                 measured,
                 switches: Default::default(),
-                ready_us: time_us,
                 finishes: Default::default(),
                 iteration_started_us: time_us,
             },

@@ -58,9 +58,6 @@ pub struct JobEntry {
     /// some, its re-admissions and moves are placed with them in place of the model's.
     #[serde(default, skip_serializing_if = "SwitchSamples::is_empty")]
     pub switches: SwitchSamples,
-    /// When the job became ready for its next phase (admission or its last finish).
-    #[serde(skip)]
-    pub(super) ready_us: u64,
     /// Recent finishes, (phase, iteration, time), oldest first: a lane is ready for a phase
     /// once the phases it depends on have finished (`lane_ready`), which with staleness is not
     /// the job's last finish (the other lane's may come in between).
@@ -196,7 +193,6 @@ impl Plane {
         if kept.len() > MEASURED_KEPT {
             kept.pop_front();
         }
-        j.ready_us = time_us;
         j.finishes.push_back((phase, iteration, time_us));
         // Enough for the oldest dependency a lane can have (training n - k - 1).
         while j.finishes.len() > 2 * (j.gate.staleness as usize + 2) {

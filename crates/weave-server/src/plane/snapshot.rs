@@ -74,7 +74,6 @@ struct SnapshotRef<'a> {
 struct JobSnapshotRef<'a> {
     entry: &'a JobEntry,
     measured: &'a Measured,
-    ready_us: u64,
     iteration_started_us: u64,
 }
 
@@ -83,7 +82,8 @@ struct JobSnapshotRef<'a> {
 struct JobSnapshot {
     entry: JobEntry,
     measured: Measured,
-    ready_us: u64,
+    // Snapshots written before grant waits were measured per lane also carry `ready_us`,
+    // which is no longer used (ignored when read).
     iteration_started_us: u64,
 }
 
@@ -104,12 +104,7 @@ impl Plane {
         let jobs = self
             .jobs
             .values()
-            .map(|j| JobSnapshotRef {
-                entry: j,
-                measured: &j.measured,
-                ready_us: j.ready_us,
-                iteration_started_us: j.iteration_started_us,
-            })
+            .map(|j| JobSnapshotRef { entry: j, measured: &j.measured, iteration_started_us: j.iteration_started_us })
             .collect();
         let snap = SnapshotRef {
             version: VERSION,
@@ -159,7 +154,6 @@ impl Plane {
             .map(|j| {
                 let mut entry = j.entry;
                 entry.measured = j.measured;
-                entry.ready_us = j.ready_us;
                 entry.iteration_started_us = j.iteration_started_us;
                 if let Some(next) = entry.legacy_next.take() {
                     entry.gate = super::Gate::from_barrier(entry.legacy_granted.take(), next);
