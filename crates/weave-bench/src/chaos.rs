@@ -471,7 +471,8 @@ pub fn run(args: ChaosArgs) -> Result<()> {
              restart to first answer {:.2} s median, {:.2} s max ({} plane events at the end; the last \
              snapshot covers {} records)\n\
              fuzz: {} generated requests, by status {:?}; {} 5xx, {} without an answer; server alive after: {}\n\
-             flood: {} slow connections held; {} requests answered meanwhile ({} failed), p50 {:.2} ms, p99 {:.2} ms\n",
+             flood: {} slow connections opened from another address (the server holds at most {} of them, its \
+             per-address limit); {} requests answered meanwhile ({} failed), p50 {:.2} ms, p99 {:.2} ms\n",
             r.kills,
             r.acknowledged_jobs,
             r.acknowledged_completions,
@@ -487,6 +488,7 @@ pub fn run(args: ChaosArgs) -> Result<()> {
             r.fuzz_dropped_connections,
             r.alive_after_fuzz,
             r.flood_connections,
+            weave_server::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
             r.flood_requests_answered,
             r.flood_requests_failed,
             r.flood_p50_ms,

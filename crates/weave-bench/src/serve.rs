@@ -39,6 +39,10 @@ pub struct ServeBenchArgs {
     /// e.g. what a per-token rate limit lets through.
     #[arg(long, default_value_t = 0.0)]
     reads_per_second: f64,
+    /// The server's `--snapshot-every` (records between snapshots): small enough that
+    /// snapshots land among the measured round trips, to see whether they stall the gate.
+    #[arg(long, default_value_t = weave_server::DEFAULT_SNAPSHOT_EVERY)]
+    snapshot_every: u64,
     #[arg(long)]
     json: bool,
 }
@@ -108,8 +112,17 @@ struct Report {
     read_p50_ms: f64,
     start_p50_ms: f64,
     start_p99_ms: f64,
+    start_max_ms: f64,
     finish_p50_ms: f64,
     finish_p99_ms: f64,
+    finish_max_ms: f64,
+    /// Snapshots committed while the gate was measured.
+    snapshots: u64,
+    /// Gate requests that overlapped a snapshot being written, and the longest of them; the
+    /// longest of the others (the machine's own noise).
+    requests_during_snapshots: usize,
+    max_during_snapshots_ms: f64,
+    max_outside_snapshots_ms: f64,
 }
 
 fn pct(sorted: &[f64], q: f64) -> f64 {
@@ -148,9 +161,10 @@ pub struct SlowClientsArgs {
 pub fn slow_clients(args: SlowClientsArgs) -> Result<()> {
     use std::io::{Read, Write};
     weave_server::raise_open_file_limit();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_io().build()?;
     let held: Vec<std::net::TcpStream> = (0..args.count)
         .map(|i| -> Result<std::net::TcpStream> {
-            let mut s = std::net::TcpStream::connect(args.addr).with_context(|| format!("slow connection {i}"))?;
+            let mut s = rt.block_on(connect_from_another_address(args.addr)).with_context(|| format!("slow connection {i}"))?;
             s.write_all(b"GET /v1/jobs HTTP/1.1\r\nx-slow: ")?;
             Ok(s)
         })
@@ -160,6 +174,19 @@ pub fn slow_clients(args: SlowClientsArgs) -> Result<()> {
     let _ = std::io::stdin().read_to_end(&mut Vec::new());
     drop(held);
     Ok(())
+}
+
+/// A connection to `addr` from an address of its own where the server is on loopback
+/// (127.0.0.2): the server's per-address limit then counts the slow clients apart from the
+/// ordinary ones measured beside them, as it would on a network.
+async fn connect_from_another_address(addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    if addr.ip().is_loopback() {
+        socket.bind("127.0.0.2:0".parse().expect("an address"))?;
+    }
+    let stream = socket.connect(addr).await?.into_std()?;
+    stream.set_nonblocking(false)?;
+    Ok(stream)
 }
 
 /// The slow clients, in a process of their own (the server here needs its descriptors).
@@ -195,6 +222,7 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
     // Slow clients are held for the whole measurement, not cut, and all come from loopback.
     cfg.limits.header_timeout = Duration::from_secs(3600);
     cfg.limits.max_connections_per_address = None;
+    cfg.snapshot_every = args.snapshot_every;
     let mut shared = Shared::open(cfg).context("cannot open the benchmark store")?;
     if let Some(url) = &args.otlp_endpoint {
         let telemetry = weave_server::telemetry::Telemetry::otlp(url, shared.now_us())?;
@@ -236,12 +264,23 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
     // Round trips: every job whose rollout is granted right away runs rollout then training.
     let mut gate = Gate { c: &c, url: &url, k: vec![0; args.jobs], phase: vec!["rollout"; args.jobs] };
     gate.round_trips(args.history_round_trips, &mut Vec::new(), &mut Vec::new())?;
-    let history_events = history.lock().plane.next_event_seq();
+    let (history_events, snapshots_before) = {
+        let mut g = history.lock();
+        (g.plane.next_event_seq(), g.snapshots_taken())
+    };
     let readers = Readers::start(&url, args.readers, &args.read_path, args.reads_per_second);
     let t_read = Instant::now();
-    let (mut start_ms, mut finish_ms) = (Vec::new(), Vec::new());
-    gate.round_trips(args.round_trips, &mut start_ms, &mut finish_ms)?;
+    let (mut starts, mut finishes) = (Vec::new(), Vec::new());
+    gate.round_trips(args.round_trips, &mut starts, &mut finishes)?;
     let read_ms = readers.finish();
+    let (snapshots, windows) = {
+        let mut g = history.lock();
+        (g.snapshots_taken() - snapshots_before, g.snapshot_windows())
+    };
+    let all: Vec<Timed> = starts.iter().chain(&finishes).copied().collect();
+    let (during_max, outside_max, during_n) = split_by_windows(&all, &windows);
+    let (mut start_ms, mut finish_ms): (Vec<f64>, Vec<f64>) =
+        (starts.iter().map(|t| t.1).collect(), finishes.iter().map(|t| t.1).collect());
     let reads_per_second = read_ms.len() as f64 / t_read.elapsed().as_secs_f64();
     if let Some(mut child) = slow {
         drop(child.stdin.take());
@@ -266,29 +305,38 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
         read_p50_ms: pct(&read_ms, 0.5),
         start_p50_ms: pct(&start_ms, 0.5),
         start_p99_ms: pct(&start_ms, 0.99),
+        start_max_ms: pct(&start_ms, 1.0),
         finish_p50_ms: pct(&finish_ms, 0.5),
         finish_p99_ms: pct(&finish_ms, 0.99),
+        finish_max_ms: pct(&finish_ms, 1.0),
+        snapshots,
+        requests_during_snapshots: during_n,
+        max_during_snapshots_ms: during_max,
+        max_outside_snapshots_ms: outside_max,
     };
     if args.json {
         return write_output(None, &json(&r)?);
     }
-    let mut t = table::new(&["measure", "p50 ms", "p99 ms", "rate"]);
+    let mut t = table::new(&["measure", "p50 ms", "p99 ms", "max ms", "rate"]);
     t.add_row(vec![
         "submit (durable)".into(),
         format!("{:.2}", r.submit_p50_ms),
         format!("{:.2}", r.submit_p99_ms),
+        String::new(),
         format!("{:.0}/s", r.submissions_per_second),
     ]);
     t.add_row(vec![
         "phase start (granted)".into(),
         format!("{:.2}", r.start_p50_ms),
         format!("{:.2}", r.start_p99_ms),
+        format!("{:.2}", r.start_max_ms),
         String::new(),
     ]);
     t.add_row(vec![
         "phase finish (durable)".into(),
         format!("{:.2}", r.finish_p50_ms),
         format!("{:.2}", r.finish_p99_ms),
+        format!("{:.2}", r.finish_max_ms),
         String::new(),
     ]);
     if r.readers > 0 {
@@ -296,7 +344,24 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
             format!("read {} (another tenant)", args.read_path),
             format!("{:.2}", r.read_p50_ms),
             String::new(),
+            String::new(),
             format!("{:.0}/s", r.reads_per_second),
+        ]);
+    }
+    if r.snapshots > 0 {
+        t.add_row(vec![
+            format!("gate while a snapshot was written ({} requests)", r.requests_during_snapshots),
+            String::new(),
+            String::new(),
+            format!("{:.2}", r.max_during_snapshots_ms),
+            String::new(),
+        ]);
+        t.add_row(vec![
+            "gate at other times".into(),
+            String::new(),
+            String::new(),
+            format!("{:.2}", r.max_outside_snapshots_ms),
+            String::new(),
         ]);
     }
     table::align_numbers(&mut t);
@@ -304,10 +369,29 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
         None,
         &format!(
             "{} jobs registered, {} events of history, {} gate round trips, loopback, one gate client, {} readers, \
-             {} slow connections held open\n{t}\n",
-            r.jobs, r.history_events, r.round_trips, r.readers, r.slow_connections
+             {} slow connections held open, {} snapshots taken while measuring\n{t}\n",
+            r.jobs, r.history_events, r.round_trips, r.readers, r.slow_connections, r.snapshots
         ),
     )
+}
+
+/// A request: when it was sent and how long its answer took (ms).
+type Timed = (Instant, f64);
+
+/// The longest of `requests` that overlapped one of `windows`, and the longest of the others
+/// (ms), and how many overlapped.
+fn split_by_windows(requests: &[Timed], windows: &[(Instant, Instant)]) -> (f64, f64, usize) {
+    let (mut during, mut outside, mut n) = (0.0f64, 0.0f64, 0);
+    for &(sent, ms) in requests {
+        let answered = sent + Duration::from_secs_f64(ms / 1e3);
+        if windows.iter().any(|&(a, b)| sent <= b && answered >= a) {
+            during = during.max(ms);
+            n += 1;
+        } else {
+            outside = outside.max(ms);
+        }
+    }
+    (during, outside, n)
 }
 
 /// The gate's driver: every job whose phase is granted at once runs it and reports it.
@@ -319,8 +403,8 @@ struct Gate<'a> {
 }
 
 impl Gate<'_> {
-    /// `n` round trips (start + finish), their latencies pushed (ms).
-    fn round_trips(&mut self, n: usize, start_ms: &mut Vec<f64>, finish_ms: &mut Vec<f64>) -> Result<()> {
+    /// `n` round trips (start + finish), each request's start and latency (ms) pushed.
+    fn round_trips(&mut self, n: usize, starts: &mut Vec<Timed>, finishes: &mut Vec<Timed>) -> Result<()> {
         let (c, url) = (self.c, self.url);
         let mut done = 0;
         while done < n {
@@ -340,7 +424,7 @@ impl Gate<'_> {
                 if st != 200 {
                     continue;
                 }
-                start_ms.push(t.elapsed().as_secs_f64() * 1e3);
+                starts.push((t, t.elapsed().as_secs_f64() * 1e3));
                 let t = Instant::now();
                 let body = serde_json::json!({ "duration_s": 1.0 });
                 let r = c.post(format!("{url}/v1/jobs/j{i}/phases/{p}/{k}/finish")).bearer_auth(DRIVER).json(&body);
@@ -348,7 +432,7 @@ impl Gate<'_> {
                 if st != 200 {
                     bail!("finish of j{i} answered {st}");
                 }
-                finish_ms.push(t.elapsed().as_secs_f64() * 1e3);
+                finishes.push((t, t.elapsed().as_secs_f64() * 1e3));
                 done += 1;
                 progressed = true;
                 (self.phase[i], self.k[i]) = if p == "rollout" { ("train", k) } else { ("rollout", k + 1) };

@@ -52,6 +52,16 @@ fn verify(data: &Path) -> Result<()> {
         String::new()
     };
     let snapshot = v.snapshot_at.map_or(String::new(), |at| format!("a snapshot of records 0..{at} and "));
+    if let Some(why) = &v.passed_over {
+        // Nothing to repair by hand: the older state was kept for this, and the next snapshot
+        // replaces the damaged one.
+        println!(
+            "{}: {why}
+the server passes it over and rebuilds the state from the snapshot before it (or the first \
+             record) and the records after that, all kept; the next snapshot replaces it",
+            path.display()
+        );
+    }
     match v.first_bad {
         None => {
             println!("{}: {snapshot}{} records, all good{unchecked}", path.display(), v.records);

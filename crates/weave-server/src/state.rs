@@ -166,6 +166,42 @@ fn write_durably(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     f.sync_all()
 }
 
+/// A plane configured as `cfg` says, with no state yet.
+fn configured_plane(cfg: &ServerConfig) -> Plane {
+    let mut placer = PlacerConfig::for_cluster(&cfg.cluster, PlacePolicy::Weave, true, true, 0);
+    placer.capacity = match cfg.capacity {
+        Capacity::Elastic => None,
+        Capacity::Fixed => Some((cfg.cluster.rollout.nodes, cfg.cluster.training.nodes)),
+        Capacity::Recorded => Some((0, 0)),
+    };
+    let fixed = placer.capacity.is_some();
+    let mut plane =
+        Plane::new(cfg.cluster.clone(), placer).with_slo_risk(cfg.placement.slo_risk).with_retention(cfg.retention);
+    if cfg.placement.consolidate {
+        plane = plane.with_consolidation(Default::default());
+    }
+    // Quotas mean something only where the pools are fixed.
+    if let (Some(policy), true) = (cfg.tenants.share_policy(), fixed) {
+        plane = plane.with_share(policy);
+    }
+    plane
+}
+
+/// The plane the store's snapshot and the records after it make: at start, and for each
+/// snapshot (rebuilt on the snapshot's own thread, so the live plane is never held for it).
+fn rebuild(cfg: &ServerConfig, loaded: weave_store::Loaded<Record>) -> Result<Plane, ServeError> {
+    let mut plane = configured_plane(cfg);
+    let base = loaded.snapshot.as_ref().map_or(0, |(at, _)| *at);
+    if let Some((at, bytes)) = loaded.snapshot {
+        plane = plane.restore(&bytes).map_err(|e| ServeError::Snapshot { at, message: e.to_string() })?;
+    }
+    for (i, r) in loaded.records.iter().enumerate() {
+        let index = base as usize + i;
+        plane.apply(r).map_err(|error| ServeError::Recovery { index, error })?;
+    }
+    Ok(plane)
+}
+
 pub struct Inner {
     pub plane: Plane,
     store: Store,
@@ -173,7 +209,13 @@ pub struct Inner {
     pub heartbeats: BTreeMap<String, Instant>,
     /// The plane's events as readers take them out of the lock.
     pub history: crate::history::History,
+    /// Snapshots committed since the server started.
+    snapshots: u64,
+    snapshot_windows: std::collections::VecDeque<(Instant, Instant)>,
 }
+
+/// Recent snapshot windows kept (see [`Inner::snapshot_windows`]).
+const SNAPSHOT_WINDOWS_KEPT: usize = 64;
 
 /// Whether the job `rec` names is `c`'s to drive: a submission may not take another tenant's
 /// job name (refused without saying whose it is), and a report or cancel must name a job the
@@ -200,6 +242,29 @@ impl Inner {
     /// (see `weave_store::Store::probe`).
     pub fn probe_store(&mut self) -> Result<(), String> {
         self.store.probe()
+    }
+
+    /// Snapshots committed since the server started (one just written is counted here).
+    pub fn snapshots_taken(&mut self) -> u64 {
+        self.collect_snapshot();
+        self.snapshots
+    }
+
+    /// When the recent snapshots were being written (started, ended; newest last).
+    pub fn snapshot_windows(&mut self) -> Vec<(Instant, Instant)> {
+        self.collect_snapshot();
+        self.snapshot_windows.iter().copied().collect()
+    }
+
+    /// Counts a snapshot the store has finished writing in the background, if any.
+    fn collect_snapshot(&mut self) {
+        if let Some(done) = self.store.finish_compaction(false) {
+            self.snapshots += u64::from(done.outcome.is_ok());
+            if self.snapshot_windows.len() == SNAPSHOT_WINDOWS_KEPT {
+                self.snapshot_windows.pop_front();
+            }
+            self.snapshot_windows.push_back((done.started, done.ended));
+        }
     }
 }
 
@@ -230,31 +295,15 @@ impl Shared {
         let key = cfg.data_dir.join("job-token.key");
         let job_tokens = JobTokens::load_or_create(&key)
             .map_err(|e| StoreError::Open { path: key.display().to_string(), message: e.to_string() })?;
-        let mut placer = PlacerConfig::for_cluster(&cfg.cluster, PlacePolicy::Weave, true, true, 0);
-        placer.capacity = match cfg.capacity {
-            Capacity::Elastic => None,
-            Capacity::Fixed => Some((cfg.cluster.rollout.nodes, cfg.cluster.training.nodes)),
-            Capacity::Recorded => Some((0, 0)),
-        };
-        let fixed = placer.capacity.is_some();
-        let mut plane =
-            Plane::new(cfg.cluster.clone(), placer).with_slo_risk(cfg.placement.slo_risk).with_retention(cfg.retention);
-        if cfg.placement.consolidate {
-            plane = plane.with_consolidation(Default::default());
+        let loaded = store.load_reporting::<Record>()?;
+        if let Some(damage) = &loaded.passed_over {
+            // Nothing is lost: the older state and every record after it were kept for this.
+            eprintln!(
+                "weave serve: {damage}; rebuilding the state from the snapshot before it (or the first record) and \
+                 the records after that"
+            );
         }
-        // Quotas mean something only where the pools are fixed.
-        if let (Some(policy), true) = (cfg.tenants.share_policy(), fixed) {
-            plane = plane.with_share(policy);
-        }
-        let (snapshot, records) = store.load::<Record>()?;
-        let base = snapshot.as_ref().map_or(0, |(at, _)| *at);
-        if let Some((at, bytes)) = snapshot {
-            plane = plane.restore(&bytes).map_err(|e| ServeError::Snapshot { at, message: e.to_string() })?;
-        }
-        for (i, r) in records.iter().enumerate() {
-            let index = base as usize + i;
-            plane.apply(r).map_err(|error| ServeError::Recovery { index, error })?;
-        }
+        let plane = rebuild(&cfg, loaded)?;
         let offset_us = plane.last_time_us().map_or(0, |t| t + 1);
         let now = Instant::now();
         // Running jobs get a fresh heartbeat grace period after a restart.
@@ -262,7 +311,10 @@ impl Shared {
         let (changed, _) = watch::channel(plane.version);
         Ok(Shared {
             cfg,
-            inner: Mutex::new(Inner { plane, store, heartbeats, history: Default::default() }),
+            inner: Mutex::new(Inner { plane, store, heartbeats, history: Default::default(),
+                snapshots: 0,
+                snapshot_windows: Default::default(),
+            }),
             started: now,
             offset_us,
             changed,
@@ -367,18 +419,22 @@ impl Shared {
         Ok(())
     }
 
-    /// Snapshots the plane into the store once enough records follow the last snapshot. A
-    /// failed compaction loses nothing (the records stay; the store reports not ready until
-    /// a write works again) and is tried again after the next record.
+    /// Snapshots the plane into the store once enough records follow the last snapshot. The
+    /// live plane is not held for it: the snapshot's own thread rebuilds the plane from the
+    /// store (the last snapshot and the records since, exactly as a restart would) and encodes
+    /// that, while requests go on. A failed snapshot loses nothing (the records stay; the
+    /// store reports not ready until a write works again) and is tried again after the next
+    /// record.
     fn compact_if_due(&self, g: &mut Inner) {
+        g.collect_snapshot();
         let every = self.cfg.snapshot_every;
-        if every == 0 || g.store.records_since_snapshot() < every {
+        if every == 0 || g.store.records_since_snapshot() < every || g.store.compacting() {
             return;
         }
-        // Encoded straight into the store's parts: the whole snapshot is never in memory. A
-        // failure is kept by the store and reported by `/readyz` (see `Store::ready`).
-        let Inner { plane, store, .. } = g;
-        let _ = store.compact_with(|out| plane.write_snapshot(out));
+        let cfg = self.cfg.clone();
+        g.store.compact_in_background::<Record>(Box::new(move |loaded, out| {
+            rebuild(&cfg, loaded).map_err(std::io::Error::other)?.write_snapshot(out)
+        }));
     }
 
     /// Runs the periodic consolidation pass when it is due (a durable record, so replay

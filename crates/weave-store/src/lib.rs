@@ -16,15 +16,18 @@
 //! restart: the log continues at the snapshot's position. The snapshot carries its own
 //! checksum over all its bytes.
 
-use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{de::DeserializeOwned, Serialize};
 use sha2::{Digest, Sha256};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use thiserror::Error;
 
+mod compact;
 mod snapshot;
-use snapshot::{read_snapshot, PartWriter, PARTS, SNAPSHOT};
+pub use compact::{Compacted, Rebuild};
+use snapshot::{read_snapshot, SNAPSHOT};
 
 pub(crate) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
 /// Written and removed again to find out whether the disk takes writes (see `Store::probe`).
@@ -132,6 +135,9 @@ pub struct Verification {
     pub records: u64,
     /// Records without a checksum (written before checksums): readable, not verifiable.
     pub unchecked: u64,
+    /// Why the newest snapshot was passed over (damaged): the state is the older snapshot's
+    /// (or the first record's) and the records after it, all kept for this.
+    pub passed_over: Option<String>,
     /// The first record that fails, and why; `None`: all good.
     pub first_bad: Option<(u64, String)>,
 }
@@ -143,8 +149,11 @@ pub fn verify<T: DeserializeOwned>(path: &Path) -> Result<Verification, StoreErr
     let found = guarded(path, || {
         let rtx = db.begin_read().map_err(db_err)?;
         let mut v = Verification::default();
-        let base = match read_snapshot(&rtx) {
-            Ok(snap) => snap.map_or(0, |(at, _)| at),
+        let base = match read_snapshot(&rtx, &snapshot::snapshot_dir(path)) {
+            Ok(chosen) => {
+                v.passed_over = chosen.passed_over.map(|e| e.to_string());
+                chosen.snapshot.map_or(0, |(at, _)| at)
+            }
             Err(e) => {
                 v.first_bad = Some((0, e.to_string()));
                 return Ok(v);
@@ -152,7 +161,7 @@ pub fn verify<T: DeserializeOwned>(path: &Path) -> Result<Verification, StoreErr
         };
         v.snapshot_at = (base > 0).then_some(base);
         let t = rtx.open_table(LOG).map_err(db_err)?;
-        for (i, row) in t.iter().map_err(db_err)?.enumerate() {
+        for (i, row) in t.range(base..).map_err(db_err)?.enumerate() {
             let expected = base + i as u64;
             let (k, stored) = match row {
                 Ok(r) => r,
@@ -205,7 +214,7 @@ pub fn truncate_after(path: &Path, last: u64) -> Result<(u64, PathBuf), StoreErr
     let db = open_existing(path)?;
     let base = guarded(path, || {
         let rtx = db.begin_read().map_err(db_err)?;
-        let base = read_snapshot(&rtx)?.map_or(0, |(at, _)| at);
+        let base = read_snapshot(&rtx, &snapshot::snapshot_dir(path))?.snapshot.map_or(0, |(at, _)| at);
         let end = match rtx.open_table(LOG) {
             Ok(t) => t.last().map_err(db_err)?.map(|(k, _)| k.value()),
             Err(redb::TableError::TableDoesNotExist(_)) => None,
@@ -262,10 +271,18 @@ fn close(db: Database) {
     let _ = quietly(move || drop(db));
 }
 
+/// [`close`] for the store's shared handle (closed when its last holder lets go).
+fn close_shared(db: Arc<Database>) {
+    let _ = quietly(move || drop(db));
+}
+
 impl Drop for Store {
     fn drop(&mut self) {
+        // A snapshot being written is finished first: the file is then closed whole, and can
+        // be opened again at once.
+        self.finish_compaction(true);
         if let Some(db) = self.db.take() {
-            close(db);
+            close_shared(db);
         }
     }
 }
@@ -281,22 +298,36 @@ fn open_existing(path: &Path) -> Result<Database, StoreError> {
     })
 }
 
+/// What [`Store::load_reporting`] read.
+#[derive(Debug)]
+pub struct Loaded<T> {
+    /// The snapshot's position (the first record it does not cover) and bytes.
+    pub snapshot: Option<(u64, Vec<u8>)>,
+    /// Every record after it, in append order.
+    pub records: Vec<T>,
+    /// A newer snapshot passed over as damaged: the state above is rebuilt without it.
+    pub passed_over: Option<StoreError>,
+}
+
 pub struct Store {
     path: PathBuf,
-    /// `None` after a failed write until the store is opened again.
-    db: Option<Database>,
+    /// `None` after a failed write until the store is opened again. Shared with a snapshot
+    /// being written in the background.
+    db: Option<Arc<Database>>,
     next: u64,
     /// The first record the snapshot does not cover (0: no snapshot).
     base: u64,
     /// Why the last write failed, while the store has not recovered.
     failed: Option<String>,
+    /// A snapshot being written on a thread of its own.
+    in_flight: Option<compact::InFlight>,
 }
 
 impl Store {
     /// Opens (or creates) the store at `path`.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         let (db, next, base) = Self::open_db(path)?;
-        Ok(Store { path: path.to_path_buf(), db: Some(db), next, base, failed: None })
+        Ok(Store { path: path.to_path_buf(), db: Some(Arc::new(db)), next, base, failed: None, in_flight: None })
     }
 
     /// The database, the next record's number and the snapshot's position (0: none).
@@ -349,8 +380,11 @@ impl Store {
         if self.db.is_some() && self.failed.is_none() {
             return Ok(());
         }
+        // The database is opened again below, which it cannot be while a snapshot writer
+        // holds it.
+        self.finish_compaction(true);
         if let Some(old) = self.db.take() {
-            close(old);
+            close_shared(old);
         }
         let (db, next, _) = Self::open_db(&self.path)?;
         // A write reported failed can still have reached the disk (the commit's last step
@@ -373,7 +407,7 @@ impl Store {
                 self.next
             )));
         }
-        self.db = Some(db);
+        self.db = Some(Arc::new(db));
         Ok(())
     }
 
@@ -449,88 +483,19 @@ impl Store {
     }
 
     /// The snapshot (its position and bytes), if any, and every record after it in append
-    /// order; a record whose checksum fails, that is out of sequence or does not parse stops
-    /// the read with its number, as does a damaged snapshot.
+    /// order (see [`Store::load_reporting`], which also says what it passed over).
     #[allow(clippy::type_complexity)]
     pub fn load<T: DeserializeOwned>(&self) -> Result<(Option<(u64, Vec<u8>)>, Vec<T>), StoreError> {
+        self.load_reporting().map(|l| (l.snapshot, l.records))
+    }
+
+    /// The newest intact snapshot, if any, and every record after it in append order; a
+    /// record whose checksum fails, that is out of sequence or does not parse stops the read
+    /// with its number. A damaged newest snapshot is passed over for the one before it (or
+    /// record 0) when the records after that are kept, and the damage reported.
+    pub fn load_reporting<T: DeserializeOwned>(&self) -> Result<Loaded<T>, StoreError> {
         let db = self.db.as_ref().ok_or_else(|| StoreError::Db("the store is not open".into()))?;
-        guarded(&self.path, || {
-            let rtx = db.begin_read().map_err(db_err)?;
-            let snapshot = read_snapshot(&rtx)?;
-            let base = snapshot.as_ref().map_or(0, |(at, _)| *at);
-            let t = rtx.open_table(LOG).map_err(db_err)?;
-            let mut out = Vec::new();
-            for (i, row) in t.iter().map_err(db_err)?.enumerate() {
-                let expected = base + i as u64;
-                let (k, v) = row.map_err(|e| StoreError::Corrupt { seq: expected, message: e.to_string() })?;
-                let seq = k.value();
-                if seq != expected {
-                    return Err(StoreError::Corrupt {
-                        seq,
-                        message: format!("out of sequence: expected record {expected}"),
-                    });
-                }
-                let (payload, _) = unframe(seq, v.value())?;
-                let rec =
-                    serde_json::from_slice(payload).map_err(|e| StoreError::Corrupt { seq, message: e.to_string() })?;
-                out.push(rec);
-            }
-            Ok((snapshot, out))
-        })
-    }
-
-    /// Stores `snapshot` as the state after every record so far and deletes those records (see
-    /// [`Store::compact_with`]). Returns how many records were deleted.
-    pub fn compact(&mut self, snapshot: &[u8]) -> Result<u64, StoreError> {
-        self.compact_with(|w| w.write_all(snapshot))
-    }
-
-    /// Stores what `encode` writes as the snapshot of the state after every record so far and
-    /// deletes those records. The bytes go to the database in parts as they are written; the
-    /// manifest naming them, the deletion of the records and of older snapshots commit in one
-    /// durable transaction, so a crash leaves either the old snapshot and log or the new
-    /// snapshot, never neither (parts without a manifest are dropped by the next compaction).
-    /// Returns how many records were deleted.
-    pub fn compact_with(
-        &mut self,
-        encode: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
-    ) -> Result<u64, StoreError> {
-        let at = self.next;
-        let done = self.recover().and_then(|()| {
-            let db = self.db.as_ref().ok_or_else(|| StoreError::Db("the store is not open".into()))?;
-            let mut parts = PartWriter::new(db, at);
-            if let Err(e) = encode(&mut parts) {
-                return Err(parts.failed.take().unwrap_or_else(|| StoreError::Db(format!("snapshot: {e}"))));
-            }
-            let manifest = parts.finish()?;
-            let tx = db.begin_write().map_err(db_err)?;
-            let deleted = {
-                let mut snap = tx.open_table(SNAPSHOT).map_err(db_err)?;
-                snap.retain(|_, _| false).map_err(db_err)?;
-                snap.insert(at, manifest.encode().as_slice()).map_err(db_err)?;
-                let mut stored = tx.open_table(PARTS).map_err(db_err)?;
-                stored.retain(|(pos, part), _| pos == at && part < manifest.parts).map_err(db_err)?;
-                let mut log = tx.open_table(LOG).map_err(db_err)?;
-                let before = log.len().map_err(db_err)?;
-                log.retain_in(..at, |_, _| false).map_err(db_err)?;
-                before - log.len().map_err(db_err)?
-            };
-            tx.commit().map_err(db_err)?;
-            Ok(deleted)
-        });
-        if done.is_ok() {
-            self.base = at;
-            // Give the freed pages back: without it the file keeps every old snapshot's
-            // space and grows with history. Best effort (a failure only leaves the file larger).
-            if let Some(db) = self.db.as_mut() {
-                let _ = quietly(|| db.compact());
-            }
-        }
-        match &done {
-            Ok(_) => self.failed = None,
-            Err(e) => self.failed = Some(e.to_string()),
-        }
-        done
+        load_until(db, &self.path, u64::MAX)
     }
 
     pub fn len(&self) -> u64 {
@@ -545,6 +510,30 @@ impl Store {
     pub fn is_empty(&self) -> bool {
         self.next == 0
     }
+}
+
+/// [`Store::load_reporting`] of the records before `end` only (one read transaction: what is
+/// appended meanwhile is not seen).
+fn load_until<T: DeserializeOwned>(db: &Database, path: &Path, end: u64) -> Result<Loaded<T>, StoreError> {
+    guarded(path, || {
+        let rtx = db.begin_read().map_err(db_err)?;
+        let chosen = read_snapshot(&rtx, &snapshot::snapshot_dir(path))?;
+        let base = chosen.snapshot.as_ref().map_or(0, |(at, _)| *at);
+        let t = rtx.open_table(LOG).map_err(db_err)?;
+        let mut records = Vec::new();
+        for (i, row) in t.range(base..end.max(base)).map_err(db_err)?.enumerate() {
+            let expected = base + i as u64;
+            let (k, v) = row.map_err(|e| StoreError::Corrupt { seq: expected, message: e.to_string() })?;
+            let seq = k.value();
+            if seq != expected {
+                return Err(StoreError::Corrupt { seq, message: format!("out of sequence: expected record {expected}") });
+            }
+            let (payload, _) = unframe(seq, v.value())?;
+            let rec = serde_json::from_slice(payload).map_err(|e| StoreError::Corrupt { seq, message: e.to_string() })?;
+            records.push(rec);
+        }
+        Ok(Loaded { snapshot: chosen.snapshot, records, passed_over: chosen.passed_over })
+    })
 }
 
 fn db_err<E: std::fmt::Display>(e: E) -> StoreError {

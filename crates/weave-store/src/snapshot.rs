@@ -1,18 +1,26 @@
-//! Snapshots in the store: the snapshot row (a manifest, or the whole snapshot in the form
-//! written before parts) and the parts a manifest names, with the checksum over all the bytes.
+//! Snapshots: the snapshot row in the store (a manifest, or the whole snapshot in the form
+//! written first) and where a manifest's bytes are: a file of their own beside the store (how
+//! snapshots are written now), or parts in the store (as written before; still read).
+//!
+//! A snapshot's bytes are kept out of the store's own file so that writing them never rides
+//! on the store's commits: in the store, each durable append would flush whatever snapshot
+//! pages were written since the last one, and appends would wait for it.
 
 use crate::{db_err, StoreError, SUM_LEN};
-use redb::{Database, ReadableTable, TableDefinition};
+use redb::{ReadableTable, TableDefinition};
 use sha2::{Digest, Sha256};
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
-/// At most one row: the snapshot of the state after every record before its key. Either the
-/// whole snapshot ([`frame_snapshot`], as written before parts) or a [`Manifest`] of parts.
+/// The snapshot of the state after every record before its key: the newest and the one before
+/// it (kept until a newer one has been read back). Either the whole snapshot
+/// ([`frame_snapshot`], as written first) or a [`Manifest`].
 pub(crate) const SNAPSHOT: TableDefinition<u64, &[u8]> = TableDefinition::new("snapshot");
 
-/// A snapshot's bytes in parts of [`PART_BYTES`], keyed by (its position, part number). Each
-/// part is written in its own transaction, so neither the encoder nor the database ever holds
-/// the whole snapshot in memory; the manifest that makes them the snapshot is written last.
+/// A snapshot's bytes in parts, keyed by (its position, part number), as written before
+/// snapshots had files of their own (still read; let go once no kept snapshot names them).
 pub(crate) const PARTS: TableDefinition<(u64, u32), &[u8]> = TableDefinition::new("snapshot-parts");
+#[cfg(test)]
 const PART_BYTES: usize = 1 << 20;
 
 /// A stored snapshot: its checksum (over a domain tag, its position and bytes) and bytes. The
@@ -43,37 +51,79 @@ fn corrupt(at: u64, message: &str) -> StoreError {
     StoreError::Corrupt { seq: at, message: format!("snapshot before record {at}: {message}") }
 }
 
-/// The snapshot row of a snapshot stored in parts: a tag no checksum starts with in practice
-/// (so the older whole form is told apart), the checksum over all its bytes, how many parts
-/// and bytes.
+/// Where the snapshots of the store at `store` keep their files.
+pub(crate) fn snapshot_dir(store: &Path) -> PathBuf {
+    store.with_extension("snapshots")
+}
+
+/// The file of the snapshot at `at`.
+pub(crate) fn snapshot_file(dir: &Path, at: u64) -> PathBuf {
+    dir.join(format!("{at:020}.snap"))
+}
+
+/// The position a snapshot file (or a partly written one) is for.
+pub(crate) fn file_position(name: &str) -> Option<u64> {
+    name.strip_suffix(".snap").or_else(|| name.strip_suffix(".snap.partial"))?.parse().ok()
+}
+
+/// The snapshot row of a snapshot whose bytes are elsewhere: a tag no checksum starts with in
+/// practice (so the first, whole form is told apart), the checksum over all its bytes, where
+/// they are, and how many.
 pub(crate) struct Manifest {
     sum: [u8; SUM_LEN],
-    pub(crate) parts: u32,
+    pub(crate) bytes: Bytes,
     len: u64,
 }
 
-const MANIFEST_TAG: &[u8] = b"weave-snapshot-parts-v1";
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Bytes {
+    /// In [`PARTS`], this many.
+    Parts(u32),
+    /// In the snapshot's file ([`snapshot_file`]).
+    File,
+}
+
+const PARTS_TAG: &[u8] = b"weave-snapshot-parts-v1";
+const FILE_TAG: &[u8] = b"weave-snapshot-file-v1";
 
 impl Manifest {
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut v = MANIFEST_TAG.to_vec();
+        let mut v = match self.bytes {
+            Bytes::Parts(_) => PARTS_TAG.to_vec(),
+            Bytes::File => FILE_TAG.to_vec(),
+        };
         v.extend_from_slice(&self.sum);
-        v.extend_from_slice(&self.parts.to_be_bytes());
+        if let Bytes::Parts(n) = self.bytes {
+            v.extend_from_slice(&n.to_be_bytes());
+        }
         v.extend_from_slice(&self.len.to_be_bytes());
         v
     }
 
     /// `None`: not a manifest (a whole snapshot).
     fn decode(stored: &[u8]) -> Option<Manifest> {
-        let rest = stored.strip_prefix(MANIFEST_TAG)?;
-        if rest.len() != SUM_LEN + 12 {
-            return None;
+        let (rest, parts) = match stored.strip_prefix(FILE_TAG) {
+            Some(rest) => (rest, false),
+            None => (stored.strip_prefix(PARTS_TAG)?, true),
+        };
+        let sum = rest.get(..SUM_LEN)?.try_into().ok()?;
+        let (bytes, rest) = if parts {
+            (Bytes::Parts(u32::from_be_bytes(rest.get(SUM_LEN..SUM_LEN + 4)?.try_into().ok()?)), &rest[SUM_LEN + 4..])
+        } else {
+            (Bytes::File, &rest[SUM_LEN..])
+        };
+        Some(Manifest { sum, bytes, len: u64::from_be_bytes(rest.try_into().ok()?) })
+    }
+
+    /// Whether `bytes` are the snapshot at `at` this manifest describes.
+    fn check(&self, at: u64, bytes: &[u8]) -> Result<(), StoreError> {
+        if bytes.len() as u64 != self.len {
+            return Err(corrupt(at, &format!("{} bytes, {} expected", bytes.len(), self.len)));
         }
-        Some(Manifest {
-            sum: rest[..SUM_LEN].try_into().ok()?,
-            parts: u32::from_be_bytes(rest[SUM_LEN..SUM_LEN + 4].try_into().ok()?),
-            len: u64::from_be_bytes(rest[SUM_LEN + 4..].try_into().ok()?),
-        })
+        if snapshot_checksum(at, bytes) != self.sum {
+            return Err(corrupt(at, "checksum mismatch"));
+        }
+        Ok(())
     }
 }
 
@@ -88,126 +138,197 @@ fn unframe_snapshot(at: u64, stored: &[u8]) -> Result<&[u8], StoreError> {
     Ok(payload)
 }
 
-/// The snapshot row, if any: its position (the first record it does not cover) and bytes.
-pub(crate) fn read_snapshot(rtx: &redb::ReadTransaction) -> Result<Option<(u64, Vec<u8>)>, StoreError> {
+/// The snapshot a restart starts from, and what it passed over.
+pub(crate) struct Chosen {
+    /// The newest intact snapshot: its position (the first record it does not cover) and
+    /// bytes; `None`: replay every record from the first.
+    pub(crate) snapshot: Option<(u64, Vec<u8>)>,
+    /// Why a newer snapshot was passed over (damaged): the state is rebuilt from the older one
+    /// and the records after it, which compaction keeps for exactly this.
+    pub(crate) passed_over: Option<StoreError>,
+}
+
+/// Finds the newest intact snapshot whose records after it are all still there. A damaged
+/// newest snapshot falls back to the one before it (or to record 0) when the log reaches back
+/// that far; otherwise its damage is the error. `dir`: where snapshot files are.
+pub(crate) fn read_snapshot(rtx: &redb::ReadTransaction, dir: &Path) -> Result<Chosen, StoreError> {
     let t = match rtx.open_table(SNAPSHOT) {
         Ok(t) => t,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Chosen { snapshot: None, passed_over: None }),
         Err(e) => return Err(db_err(e)),
     };
-    let Some((k, v)) = t.last().map_err(db_err)? else { return Ok(None) };
-    let at = k.value();
-    match Manifest::decode(v.value()) {
-        Some(m) => Ok(Some((at, read_parts(rtx, at, &m)?))),
-        None => Ok(Some((at, unframe_snapshot(at, v.value())?.to_vec()))),
+    let first_record = match rtx.open_table(crate::LOG) {
+        Ok(log) => log.first().map_err(db_err)?.map(|(k, _)| k.value()),
+        Err(redb::TableError::TableDoesNotExist(_)) => None,
+        Err(e) => return Err(db_err(e)),
+    };
+    let rows: Vec<(u64, Vec<u8>)> = t
+        .iter()
+        .map_err(db_err)?
+        .map(|r| r.map(|(k, v)| (k.value(), v.value().to_vec())).map_err(db_err))
+        .collect::<Result<_, _>>()?;
+    let mut passed_over: Option<StoreError> = None;
+    for (at, stored) in rows.iter().rev() {
+        let at = *at;
+        // An older snapshot serves only if the records from it on are still kept.
+        if passed_over.is_some() && first_record.is_none_or(|f| f > at) {
+            break;
+        }
+        let read = match Manifest::decode(stored) {
+            Some(m) => read_manifest(rtx, dir, at, &m),
+            None => unframe_snapshot(at, stored).map(<[u8]>::to_vec),
+        };
+        match read {
+            Ok(bytes) => return Ok(Chosen { snapshot: Some((at, bytes)), passed_over }),
+            Err(e) => {
+                passed_over.get_or_insert(e);
+            }
+        }
+    }
+    match passed_over {
+        // Every record from the first is kept: they are the state.
+        Some(e) if first_record == Some(0) => Ok(Chosen { snapshot: None, passed_over: Some(e) }),
+        Some(e) => Err(e),
+        None => Ok(Chosen { snapshot: None, passed_over: None }),
     }
 }
 
-/// The bytes of the snapshot at `at` stored in the parts `m` lists, checked against `m`.
-fn read_parts(rtx: &redb::ReadTransaction, at: u64, m: &Manifest) -> Result<Vec<u8>, StoreError> {
+/// The bytes of the snapshot at `at` that `m` describes, checked against it.
+pub(crate) fn read_manifest(
+    rtx: &redb::ReadTransaction,
+    dir: &Path,
+    at: u64,
+    m: &Manifest,
+) -> Result<Vec<u8>, StoreError> {
+    let bytes = match m.bytes {
+        Bytes::Parts(n) => read_parts(rtx, at, n)?,
+        Bytes::File => read_file(dir, at, m.len)?,
+    };
+    m.check(at, &bytes)?;
+    Ok(bytes)
+}
+
+fn read_file(dir: &Path, at: u64, len: u64) -> Result<Vec<u8>, StoreError> {
+    use std::io::Read;
+    let path = snapshot_file(dir, at);
+    let file = std::fs::File::open(&path).map_err(|e| corrupt(at, &format!("{}: {e}", path.display())))?;
+    // Read up to one byte past the length the manifest names, never more (a damaged length
+    // must give the error in `check`, not an allocation of that size).
+    let mut bytes = Vec::new();
+    file.take(len.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| corrupt(at, &e.to_string()))?;
+    Ok(bytes)
+}
+
+fn read_parts(rtx: &redb::ReadTransaction, at: u64, parts: u32) -> Result<Vec<u8>, StoreError> {
     let t = match rtx.open_table(PARTS) {
         Ok(t) => t,
         Err(redb::TableError::TableDoesNotExist(_)) => return Err(corrupt(at, "its parts are missing")),
         Err(e) => return Err(db_err(e)),
     };
-    // Grown as the parts are read, never reserved from the manifest's length: a damaged
-    // length must give the error below, not an allocation of that size.
+    // Grown as the parts are read, never reserved from the manifest's length.
     let mut bytes = Vec::new();
-    for part in 0..m.parts {
+    for part in 0..parts {
         let v = t
             .get((at, part))
             .map_err(db_err)?
-            .ok_or_else(|| corrupt(at, &format!("part {part} of {} is missing", m.parts)))?;
+            .ok_or_else(|| corrupt(at, &format!("part {part} of {parts} is missing")))?;
         bytes.extend_from_slice(v.value());
-    }
-    if bytes.len() as u64 != m.len {
-        return Err(corrupt(at, &format!("{} bytes in its parts, {} expected", bytes.len(), m.len)));
-    }
-    if snapshot_checksum(at, &bytes) != m.sum {
-        return Err(corrupt(at, "checksum mismatch"));
     }
     Ok(bytes)
 }
 
-/// Writes a snapshot's bytes as parts, each in its own non-durable transaction (the final
-/// durable commit of the manifest makes them durable), keeping its checksum as it goes.
-pub(crate) struct PartWriter<'d> {
-    db: &'d Database,
+/// Writes a snapshot's bytes to its file as they are encoded, keeping their checksum: to
+/// `<at>.snap.partial`, synced and renamed into place by [`FileWriter::finish`], so a file
+/// under the final name is always whole. Readable by the store's owner only (the state holds
+/// what the records hold).
+pub(crate) struct FileWriter {
+    dir: PathBuf,
     at: u64,
-    buf: Vec<u8>,
-    parts: u32,
+    out: std::io::BufWriter<std::fs::File>,
     len: u64,
+    /// Bytes written since the file was last synced.
+    unsynced: u64,
     hash: Sha256,
-    /// The store's error behind an I/O error handed to the encoder.
-    pub(crate) failed: Option<StoreError>,
 }
 
-impl<'d> PartWriter<'d> {
-    pub(crate) fn new(db: &'d Database, at: u64) -> Self {
-        PartWriter {
-            db,
+/// A snapshot file is synced every this many bytes as it is written: a sync of everything at
+/// the end would flush tens of megabytes at once, and the file system makes a store append
+/// that syncs meanwhile wait for it.
+const SYNC_EVERY: u64 = 4 << 20;
+
+impl FileWriter {
+    pub(crate) fn create(dir: &Path, at: u64) -> Result<FileWriter, StoreError> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let err = |e: std::io::Error| StoreError::Db(format!("snapshot file in {}: {e}", dir.display()));
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(err)?;
+        let partial = dir.join(format!("{at:020}.snap.partial"));
+        let file =
+            std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(partial).map_err(err)?;
+        Ok(FileWriter {
+            dir: dir.to_path_buf(),
             at,
-            buf: Vec::with_capacity(PART_BYTES),
-            parts: 0,
+            out: std::io::BufWriter::with_capacity(1 << 20, file),
             len: 0,
+            unsynced: 0,
             hash: snapshot_hasher(at),
-            failed: None,
-        }
+        })
     }
 
-    fn store_part(&mut self) -> Result<(), StoreError> {
-        if self.buf.is_empty() {
-            return Ok(());
-        }
-        let mut tx = self.db.begin_write().map_err(db_err)?;
-        tx.set_durability(redb::Durability::None).map_err(db_err)?;
-        {
-            let mut t = tx.open_table(PARTS).map_err(db_err)?;
-            t.insert((self.at, self.parts), self.buf.as_slice()).map_err(db_err)?;
-        }
-        tx.commit().map_err(db_err)?;
-        self.parts += 1;
-        self.buf.clear();
-        Ok(())
-    }
-
-    /// The manifest, once every byte is stored.
-    pub(crate) fn finish(mut self) -> Result<Manifest, StoreError> {
-        self.store_part()?;
-        Ok(Manifest { sum: sum_of(self.hash), parts: self.parts, len: self.len })
+    /// The manifest, once every byte is on disk under the snapshot's name.
+    pub(crate) fn finish(self) -> Result<Manifest, StoreError> {
+        let err = |e: std::io::Error| StoreError::Db(format!("snapshot file in {}: {e}", self.dir.display()));
+        let file = self.out.into_inner().map_err(|e| err(e.into_error()))?;
+        file.sync_all().map_err(err)?;
+        let partial = self.dir.join(format!("{:020}.snap.partial", self.at));
+        std::fs::rename(partial, snapshot_file(&self.dir, self.at)).map_err(err)?;
+        std::fs::File::open(&self.dir).and_then(|d| d.sync_all()).map_err(err)?;
+        Ok(Manifest { sum: sum_of(self.hash), bytes: Bytes::File, len: self.len })
     }
 }
 
-impl std::io::Write for PartWriter<'_> {
+impl Write for FileWriter {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        let n = data.len().min(PART_BYTES - self.buf.len());
-        self.buf.extend_from_slice(&data[..n]);
+        let n = self.out.write(data)?;
         self.hash.update(&data[..n]);
         self.len += n as u64;
-        if self.buf.len() == PART_BYTES {
-            if let Err(e) = self.store_part() {
-                let message = e.to_string();
-                self.failed = Some(e);
-                return Err(std::io::Error::other(message));
-            }
+        self.unsynced += n as u64;
+        if self.unsynced >= SYNC_EVERY {
+            self.out.flush()?;
+            self.out.get_ref().sync_data()?;
+            self.unsynced = 0;
         }
         Ok(n)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
+        self.out.flush()
     }
+}
+
+/// Stores `bytes` as the snapshot at `at` in parts, as stores were written before snapshots
+/// had files (to test that such stores still read).
+#[cfg(test)]
+pub(crate) fn write_parts(db: &redb::Database, at: u64, bytes: &[u8]) -> Manifest {
+    let tx = db.begin_write().unwrap();
+    let chunks: Vec<&[u8]> = bytes.chunks(PART_BYTES).collect();
+    {
+        let mut t = tx.open_table(PARTS).unwrap();
+        for (i, c) in chunks.iter().enumerate() {
+            t.insert((at, i as u32), *c).unwrap();
+        }
+    }
+    tx.commit().unwrap();
+    Manifest { sum: snapshot_checksum(at, bytes), bytes: Bytes::Parts(chunks.len() as u32), len: bytes.len() as u64 }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::Store;
-    use redb::ReadableDatabase;
-    use std::path::PathBuf;
+    use redb::{Database, ReadableDatabase};
 
     fn store(name: &str) -> (PathBuf, Store) {
-        let dir = std::env::temp_dir().join(format!("weave-store-parts-{}-{name}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("weave-store-snapfiles-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("weave.redb");
@@ -215,48 +336,71 @@ mod tests {
         (path, s)
     }
 
-    /// Bytes no two parts share, so a part read in the wrong place shows.
+    /// Bytes that differ along their length, so a piece read in the wrong place shows.
     fn pattern(len: usize) -> Vec<u8> {
         (0..len).map(|i| (i / 7 % 251) as u8).collect()
     }
 
-    fn part_keys(path: &std::path::Path) -> Vec<(u64, u32)> {
+    /// Removes record `seq` behind the store's back.
+    fn drop_record(path: &Path, seq: u64) {
         let db = Database::open(path).unwrap();
-        let rtx = db.begin_read().unwrap();
-        let t = rtx.open_table(PARTS).unwrap();
-        t.iter().unwrap().map(|r| r.unwrap().0.value()).collect()
+        let tx = db.begin_write().unwrap();
+        tx.open_table(crate::LOG).unwrap().remove(seq).unwrap();
+        tx.commit().unwrap();
+    }
+
+    /// The snapshot files beside the store, by name.
+    fn files(path: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(snapshot_dir(path))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn name(at: u64) -> String {
+        format!("{at:020}.snap")
     }
 
     #[test]
-    fn a_snapshot_larger_than_a_part_reads_back_whole_and_replaces_the_last_one() {
+    fn a_snapshot_reads_back_whole_and_the_one_before_the_newest_is_kept_until_the_next() {
         let (path, mut s) = store("whole");
         s.append(&"r0".to_string()).unwrap();
-        let big = pattern(2 * PART_BYTES + 12_345);
+        let big = pattern(3 << 20);
         s.compact(&big).unwrap();
         assert_eq!(s.load::<String>().unwrap(), (Some((1, big.clone())), vec![]));
-        // Written in pieces of any size by the encoder: the same parts.
+        // Written in pieces of any size by the encoder: the same bytes.
         s.append(&"r1".to_string()).unwrap();
         s.compact_with(|w| big.chunks(1000).try_for_each(|c| w.write_all(c))).unwrap();
+        assert_eq!(files(&path), [name(1), name(2)], "the snapshot before the newest is kept");
+        s.append(&"r2".to_string()).unwrap();
+        s.compact(b"third").unwrap();
+        assert_eq!(files(&path), [name(2), name(3)], "the one before that is let go");
         drop(s);
-        assert_eq!(part_keys(&path), [(2, 0), (2, 1), (2, 2)], "the older snapshot's parts are gone");
-        assert_eq!(Store::open(&path).unwrap().load::<String>().unwrap(), (Some((2, big)), vec![]));
+        assert_eq!(Store::open(&path).unwrap().load::<String>().unwrap(), (Some((3, b"third".to_vec())), vec![]));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(snapshot_file(&snapshot_dir(&path), 3)).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "the state is readable by the store's owner only");
     }
 
     #[test]
-    fn a_missing_part_is_refused_with_the_snapshot_named() {
+    fn a_missing_snapshot_file_is_passed_over_while_the_records_are_kept_and_then_refused() {
         let (path, mut s) = store("missing");
         s.append(&"r0".to_string()).unwrap();
-        s.compact(&pattern(PART_BYTES + 1)).unwrap();
+        s.compact(&pattern(1000)).unwrap();
         drop(s);
-        {
-            let db = Database::open(&path).unwrap();
-            let tx = db.begin_write().unwrap();
-            tx.open_table(PARTS).unwrap().remove((1, 1)).unwrap();
-            tx.commit().unwrap();
-        }
+        std::fs::remove_file(snapshot_file(&snapshot_dir(&path), 1)).unwrap();
+        // Record 0 is kept until a second snapshot covers it: the state is rebuilt from it.
+        let loaded = Store::open(&path).unwrap().load_reporting::<String>().unwrap();
+        assert_eq!((loaded.snapshot, loaded.records), (None, vec!["r0".to_string()]));
+        let why = loaded.passed_over.expect("the damaged snapshot is reported").to_string();
+        assert!(why.contains("snapshot before record 1") && why.contains(&name(1)), "{why}");
+        // Without the record, nothing else holds the state: refused.
+        drop_record(&path, 0);
         match Store::open(&path).unwrap().load::<String>() {
-            Err(StoreError::Corrupt { seq: 1, message }) => assert!(message.contains("part 1 of 2"), "{message}"),
-            other => panic!("expected the missing part to be refused, got {other:?}"),
+            Err(StoreError::Corrupt { seq: 1, message }) => assert!(message.contains(&name(1)), "{message}"),
+            other => panic!("expected the missing file to be refused, got {other:?}"),
         }
     }
 
@@ -278,21 +422,20 @@ mod tests {
             }
             tx.commit().unwrap();
         }
+        drop_record(&path, 0);
         match Store::open(&path).unwrap().load::<String>() {
-            Err(StoreError::Corrupt { seq: 1, message }) => {
-                assert!(message.contains("bytes in its parts"), "{message}")
-            }
+            Err(StoreError::Corrupt { seq: 1, message }) => assert!(message.contains("expected"), "{message}"),
             other => panic!("expected the length to be refused, got {other:?}"),
         }
     }
 
     #[test]
-    fn a_failed_encoding_leaves_the_old_snapshot_and_log_and_its_parts_go_later() {
+    fn a_failed_encoding_leaves_the_old_snapshot_and_log_and_its_partial_file_goes_later() {
         let (path, mut s) = store("failed");
         s.append(&"r0".to_string()).unwrap();
         s.compact(b"first").unwrap();
         s.append(&"r1".to_string()).unwrap();
-        let half = pattern(PART_BYTES + 10);
+        let half = pattern(3 << 20);
         let failed = s.compact_with(|w| {
             w.write_all(&half)?;
             Err(std::io::Error::other("the encoder gave up"))
@@ -300,29 +443,40 @@ mod tests {
         assert!(failed.unwrap_err().to_string().contains("the encoder gave up"));
         assert!(s.ready().is_err(), "a failed compaction is reported until a write works");
         assert_eq!(s.load::<String>().unwrap(), (Some((1, b"first".to_vec())), vec!["r1".to_string()]));
-        // The next compaction drops the stray part.
+        assert_eq!(files(&path), [name(1), format!("{}.partial", name(2))]);
+        // The next compaction drops the partial file.
         s.compact(b"second").unwrap();
         assert!(s.ready().is_ok());
-        drop(s);
-        assert_eq!(part_keys(&path), [(2, 0)]);
+        assert_eq!(files(&path), [name(1), name(2)]);
     }
 
+    /// Stores written before snapshots had files: the whole form, and parts in the store.
     #[test]
-    fn a_snapshot_in_the_earlier_whole_form_still_reads() {
+    fn snapshots_in_the_earlier_forms_still_read_and_their_parts_go_once_superseded() {
         let (path, mut s) = store("earlier");
         for i in 0..3 {
             s.append(&format!("r{i}")).unwrap();
         }
         drop(s);
+        let parts = pattern(PART_BYTES * 2 + 5);
         {
             let db = Database::open(&path).unwrap();
+            let m = write_parts(&db, 2, &parts);
             let tx = db.begin_write().unwrap();
-            tx.open_table(SNAPSHOT).unwrap().insert(2, frame_snapshot(2, b"old-form").as_slice()).unwrap();
-            tx.open_table(crate::LOG).unwrap().retain_in(..2, |_, _| false).unwrap();
+            tx.open_table(SNAPSHOT).unwrap().insert(1, frame_snapshot(1, b"old-form").as_slice()).unwrap();
+            tx.open_table(SNAPSHOT).unwrap().insert(2, m.encode().as_slice()).unwrap();
+            tx.open_table(crate::LOG).unwrap().retain_in(..1, |_, _| false).unwrap();
             tx.commit().unwrap();
         }
-        let s = Store::open(&path).unwrap();
+        let mut s = Store::open(&path).unwrap();
         assert_eq!(s.len(), 3);
-        assert_eq!(s.load::<String>().unwrap(), (Some((2, b"old-form".to_vec())), vec!["r2".to_string()]));
+        assert_eq!(s.load::<String>().unwrap(), (Some((2, parts.clone())), vec!["r2".to_string()]));
+        s.compact(b"new").unwrap();
+        s.append(&"r3".to_string()).unwrap();
+        s.compact(b"newer").unwrap();
+        drop(s);
+        let db = Database::open(&path).unwrap();
+        let rtx = db.begin_read().unwrap();
+        assert_eq!(rtx.open_table(PARTS).unwrap().iter().unwrap().count(), 0, "no kept snapshot names them");
     }
 }

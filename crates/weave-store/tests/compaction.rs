@@ -1,6 +1,7 @@
 //! Compaction: a snapshot replaces the records it covers in one transaction; the log goes on
 //! at the same position; the snapshot is checksummed like records.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use weave_store::{truncate_after, verify, Store, StoreError};
 
@@ -24,7 +25,8 @@ fn compacted(d: &Path) -> PathBuf {
     for i in 0..10 {
         s.append(&format!("r{i}")).unwrap();
     }
-    assert_eq!(s.compact(b"state-after-ten-records").unwrap(), 10);
+    // Nothing is let go yet: the records stay until a second snapshot covers them too.
+    assert_eq!(s.compact(b"state-after-ten-records").unwrap(), 0);
     for i in 10..15 {
         assert_eq!(s.append(&format!("r{i}")).unwrap(), i, "numbering goes on after the snapshot");
     }
@@ -42,8 +44,9 @@ fn a_snapshot_replaces_the_records_it_covers_and_the_log_goes_on() {
     assert_eq!(s.len(), 15);
     // `records` alone would silently miss the compacted ones: it refuses.
     assert!(s.records::<String>().is_err());
-    // A second compaction replaces the first snapshot; an empty log keeps its position.
-    assert_eq!(s.compact(b"state-after-fifteen").unwrap(), 5);
+    // A second compaction lets go of the records the first covers (kept until now, should the
+    // newer snapshot be damaged); an empty log keeps its position.
+    assert_eq!(s.compact(b"state-after-fifteen").unwrap(), 10);
     drop(s);
     let mut s = Store::open(&path).unwrap();
     assert_eq!(s.len(), 15);
@@ -54,17 +57,61 @@ fn a_snapshot_replaces_the_records_it_covers_and_the_log_goes_on() {
     assert_eq!((v.snapshot_at, v.records, v.first_bad), (Some(15), 1, None));
 }
 
+/// The files of the store at `path`: the store's own and its snapshots'.
+fn store_files(path: &Path) -> Vec<PathBuf> {
+    let mut files = vec![path.to_path_buf()];
+    let mut snaps: Vec<PathBuf> =
+        std::fs::read_dir(path.with_extension("snapshots")).unwrap().map(|e| e.unwrap().path()).collect();
+    snaps.sort();
+    files.extend(snaps);
+    files
+}
+
+/// Flips a bit inside the stored bytes `needle`, wherever the store keeps them.
+fn flip_inside(path: &Path, needle: &[u8]) {
+    for file in store_files(path) {
+        let mut bytes = std::fs::read(&file).unwrap();
+        if let Some(at) = bytes.windows(needle.len()).position(|w| w == needle) {
+            bytes[at + 3] ^= 0x01;
+            std::fs::write(&file, &bytes).unwrap();
+            return;
+        }
+    }
+    panic!("the snapshot's bytes are in none of the store's files");
+}
+
 #[test]
-fn a_damaged_snapshot_is_refused_never_read_as_other_state() {
+fn a_damaged_snapshot_is_passed_over_for_the_kept_records_and_never_read_as_other_state() {
     let d = dir("damaged");
     let path = compacted(&d);
-    let mut bytes = std::fs::read(&path).unwrap();
-    let needle = b"state-after-ten-records";
-    let at = bytes.windows(needle.len()).position(|w| w == needle).expect("the snapshot's bytes are in the file");
-    bytes[at + 3] ^= 0x01;
-    std::fs::write(&path, &bytes).unwrap();
+    flip_inside(&path, b"state-after-ten-records");
+    // Every record is still kept: the state is rebuilt from them, and the damage reported.
+    let loaded = Store::open(&path).unwrap().load_reporting::<String>().unwrap();
+    assert_eq!((loaded.snapshot, loaded.records), (None, (0..15).map(|i| format!("r{i}")).collect::<Vec<_>>()));
+    assert!(loaded.passed_over.unwrap().to_string().contains("snapshot before record 10"));
+    let v = verify::<String>(&path).unwrap();
+    assert_eq!((v.snapshot_at, v.records, v.first_bad), (None, 15, None));
+    assert!(v.passed_over.unwrap().contains("checksum mismatch"));
+}
+
+#[test]
+fn a_damaged_newest_snapshot_falls_back_to_the_one_before_and_without_it_is_refused() {
+    let d = dir("fallback");
+    let path = compacted(&d);
+    let mut s = Store::open(&path).unwrap();
+    s.compact(b"state-after-fifteen-records").unwrap();
+    s.append(&"r15".to_string()).unwrap();
+    drop(s);
+    flip_inside(&path, b"state-after-fifteen-records");
+    let loaded = Store::open(&path).unwrap().load_reporting::<String>().unwrap();
+    let after_ten: Vec<String> = (10..16).map(|i| format!("r{i}")).collect();
+    assert_eq!((loaded.snapshot, loaded.records), (Some((10, b"state-after-ten-records".to_vec())), after_ten));
+    assert!(loaded.passed_over.is_some());
+    // With the older snapshot damaged too, the records before 10 are gone: refused, naming
+    // the newest.
+    flip_inside(&path, b"state-after-ten-records");
     match load(&path) {
-        Err(StoreError::Corrupt { seq: 10, message }) => assert!(message.contains("snapshot"), "{message}"),
+        Err(StoreError::Corrupt { seq: 15, message }) => assert!(message.contains("snapshot"), "{message}"),
         other => panic!("expected the snapshot to be refused, got {other:?}"),
     }
     let v = verify::<String>(&path).unwrap();
@@ -75,22 +122,46 @@ fn a_damaged_snapshot_is_refused_never_read_as_other_state() {
 fn a_flipped_byte_anywhere_in_a_compacted_store_is_refused_or_changes_nothing() {
     let d = dir("anywhere");
     let path = compacted(&d);
-    let original = std::fs::read(&path).unwrap();
     let expected = load(&path).unwrap();
-    let stride = (original.len() / 400).max(1);
+    // The same state without the snapshot: every record from the first.
+    let replayed: Loaded = (None, (0..15).map(|i| format!("r{i}")).collect());
     let mut refused = 0;
-    for offset in (0..original.len()).step_by(stride) {
-        let copy = d.join(format!("flip-{offset}.redb"));
-        let mut bytes = original.clone();
-        bytes[offset] ^= 0xFF;
-        std::fs::write(&copy, &bytes).unwrap();
-        match load(&copy) {
-            Err(_) => refused += 1,
-            Ok(got) => assert_eq!(got, expected, "a flip at byte {offset} was read as different data"),
+    // Each file of the store (its own, then the snapshot's), a byte flipped in a copy.
+    for (n, file) in store_files(&path).iter().enumerate() {
+        let original = std::fs::read(file).unwrap();
+        let stride = (original.len() / 400).max(1);
+        for offset in (0..original.len()).step_by(stride) {
+            let copy = d.join(format!("flip-{n}-{offset}"));
+            copy_store(&path, &copy);
+            let target = copy.join(file.strip_prefix(&d).unwrap());
+            let mut bytes = original.clone();
+            bytes[offset] ^= 0xFF;
+            std::fs::write(&target, &bytes).unwrap();
+            match Store::open(&copy.join("weave.redb")).and_then(|s| s.load_reporting::<String>()) {
+                Err(_) => refused += 1,
+                Ok(got) => {
+                    let passed_over = got.passed_over.is_some();
+                    let got = (got.snapshot, got.records);
+                    let same = if passed_over { &replayed } else { &expected };
+                    assert_eq!(&got, same, "a flip at byte {offset} of {} was read as different data", file.display());
+                    refused += usize::from(passed_over);
+                }
+            }
+            let _ = std::fs::remove_dir_all(&copy);
         }
-        let _ = std::fs::remove_file(&copy);
     }
     assert!(refused > 0, "no flip was noticed");
+}
+
+/// Copies the store at `path` (its file and its snapshots) into the directory `to`.
+fn copy_store(path: &Path, to: &Path) {
+    let snaps = to.join("weave.snapshots");
+    std::fs::create_dir_all(&snaps).unwrap();
+    for file in store_files(path) {
+        let name = file.file_name().unwrap();
+        let dest = if file == path { to.join(name) } else { snaps.join(name) };
+        std::fs::copy(&file, dest).unwrap();
+    }
 }
 
 #[test]
@@ -110,4 +181,54 @@ fn truncation_never_reaches_into_the_snapshot() {
     truncate_after(&path, 9).unwrap();
     assert_eq!(load(&path).unwrap().1, Vec::<String>::new());
     assert_eq!(Store::open(&path).unwrap().len(), 10);
+}
+
+#[test]
+fn a_snapshot_written_in_the_background_lets_appends_go_on_and_covers_only_what_came_before() {
+    let d = dir("background");
+    let path = d.join("weave.redb");
+    let mut s = Store::open(&path).unwrap();
+    for i in 0..10 {
+        s.append(&format!("r{i}")).unwrap();
+    }
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let (show, shown) = std::sync::mpsc::channel::<Vec<String>>();
+    let started = s.compact_in_background::<String>(Box::new(move |state, out| {
+        show.send(state.records.clone()).unwrap();
+        // Held until the appends below are done: they must not wait for it.
+        released.recv_timeout(std::time::Duration::from_secs(60)).map_err(std::io::Error::other)?;
+        out.write_all(state.records.join(",").as_bytes())
+    }));
+    assert!(started);
+    let before: Vec<String> = (0..10).map(|i| format!("r{i}")).collect();
+    assert_eq!(shown.recv().unwrap(), before, "the state as of the snapshot's position");
+    for i in 10..15 {
+        assert_eq!(s.append(&format!("r{i}")).unwrap(), i);
+    }
+    assert!(s.compacting());
+    assert!(!s.compact_in_background::<String>(Box::new(|_, _| Ok(()))), "one snapshot at a time");
+    release.send(()).unwrap();
+    let done = s.finish_compaction(true).unwrap();
+    assert_eq!(done.outcome.unwrap(), 0, "nothing let go before a second snapshot");
+    assert!(done.ended >= done.started);
+    assert_eq!(s.records_since_snapshot(), 5);
+    drop(s);
+    let (snap, records) = load(&path).unwrap();
+    assert_eq!(snap, Some((10, before.join(",").into_bytes())));
+    assert_eq!(records, (10..15).map(|i| format!("r{i}")).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_background_snapshot_that_fails_loses_nothing_and_is_reported_until_a_write_works() {
+    let d = dir("background-fails");
+    let path = d.join("weave.redb");
+    let mut s = Store::open(&path).unwrap();
+    s.append(&"r0".to_string()).unwrap();
+    assert!(s.compact_in_background::<String>(Box::new(|_, _| Err(std::io::Error::other("rebuild failed")))));
+    let e = s.finish_compaction(true).unwrap().outcome.unwrap_err().to_string();
+    assert!(e.contains("rebuild failed"), "{e}");
+    assert!(s.ready().is_err());
+    s.append(&"r1".to_string()).unwrap();
+    assert!(s.ready().is_ok());
+    assert_eq!(s.load::<String>().unwrap(), (None, vec!["r0".to_string(), "r1".to_string()]));
 }
