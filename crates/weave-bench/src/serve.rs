@@ -164,7 +164,8 @@ pub fn slow_clients(args: SlowClientsArgs) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_io().build()?;
     let held: Vec<std::net::TcpStream> = (0..args.count)
         .map(|i| -> Result<std::net::TcpStream> {
-            let mut s = rt.block_on(connect_from_another_address(args.addr)).with_context(|| format!("slow connection {i}"))?;
+            let mut s =
+                rt.block_on(connect_from_another_address(args.addr)).with_context(|| format!("slow connection {i}"))?;
             s.write_all(b"GET /v1/jobs HTTP/1.1\r\nx-slow: ")?;
             Ok(s)
         })

@@ -311,7 +311,11 @@ impl Shared {
         let (changed, _) = watch::channel(plane.version);
         Ok(Shared {
             cfg,
-            inner: Mutex::new(Inner { plane, store, heartbeats, history: Default::default(),
+            inner: Mutex::new(Inner {
+                plane,
+                store,
+                heartbeats,
+                history: Default::default(),
                 snapshots: 0,
                 snapshot_windows: Default::default(),
             }),

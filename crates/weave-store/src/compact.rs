@@ -15,8 +15,8 @@
 
 use crate::snapshot::{file_position, read_manifest, snapshot_dir, FileWriter, Manifest, PARTS, SNAPSHOT};
 use crate::{db_err, guarded, load_until, Loaded, Store, StoreError, LOG};
-use serde::de::DeserializeOwned;
 use redb::{Database, ReadableDatabase, ReadableTable};
+use serde::de::DeserializeOwned;
 use std::path::Path;
 use std::time::Instant;
 
@@ -169,7 +169,8 @@ fn commit_manifest(db: &Database, at: u64, manifest: &Manifest) -> Result<Option
     let tx = db.begin_write().map_err(db_err)?;
     let previous = {
         let mut snap = tx.open_table(SNAPSHOT).map_err(db_err)?;
-        let previous = snap.range(..at).map_err(db_err)?.next_back().transpose().map_err(db_err)?.map(|(k, _)| k.value());
+        let previous =
+            snap.range(..at).map_err(db_err)?.next_back().transpose().map_err(db_err)?.map(|(k, _)| k.value());
         snap.retain(|pos, _| Some(pos) == previous).map_err(db_err)?;
         snap.insert(at, manifest.encode().as_slice()).map_err(db_err)?;
         previous

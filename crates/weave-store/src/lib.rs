@@ -526,10 +526,14 @@ fn load_until<T: DeserializeOwned>(db: &Database, path: &Path, end: u64) -> Resu
             let (k, v) = row.map_err(|e| StoreError::Corrupt { seq: expected, message: e.to_string() })?;
             let seq = k.value();
             if seq != expected {
-                return Err(StoreError::Corrupt { seq, message: format!("out of sequence: expected record {expected}") });
+                return Err(StoreError::Corrupt {
+                    seq,
+                    message: format!("out of sequence: expected record {expected}"),
+                });
             }
             let (payload, _) = unframe(seq, v.value())?;
-            let rec = serde_json::from_slice(payload).map_err(|e| StoreError::Corrupt { seq, message: e.to_string() })?;
+            let rec =
+                serde_json::from_slice(payload).map_err(|e| StoreError::Corrupt { seq, message: e.to_string() })?;
             records.push(rec);
         }
         Ok(Loaded { snapshot: chosen.snapshot, records, passed_over: chosen.passed_over })

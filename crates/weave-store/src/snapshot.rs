@@ -262,8 +262,13 @@ impl FileWriter {
         let err = |e: std::io::Error| StoreError::Db(format!("snapshot file in {}: {e}", dir.display()));
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(err)?;
         let partial = dir.join(format!("{at:020}.snap.partial"));
-        let file =
-            std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(partial).map_err(err)?;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(partial)
+            .map_err(err)?;
         Ok(FileWriter {
             dir: dir.to_path_buf(),
             at,

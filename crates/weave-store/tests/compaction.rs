@@ -1,7 +1,6 @@
 //! Compaction: a snapshot replaces the records it covers in one transaction; the log goes on
 //! at the same position; the snapshot is checksummed like records.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use weave_store::{truncate_after, verify, Store, StoreError};
 
