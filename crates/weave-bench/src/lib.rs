@@ -1,6 +1,7 @@
 //! `weave bench ...`: measurements that are reported, never asserted on timing.
 
 mod chaos;
+mod diskfull;
 mod place;
 mod replay;
 mod restart;
@@ -32,6 +33,9 @@ pub enum BenchCommand {
     Serve(crate::serve::ServeBenchArgs),
     /// `weave serve` under SIGKILLs and generated hostile requests, every outcome checked.
     Chaos(crate::chaos::ChaosArgs),
+    /// `weave serve` on a small file system filled up and freed round after round: refused
+    /// writes never durable, acknowledged ones kept, readiness back without a restart (root).
+    DiskFull(crate::diskfull::DiskFullArgs),
     /// `weave serve` under steady load for a long time with `/v1/events` polled: its memory.
     Soak(crate::soak::SoakArgs),
     /// Restart time of `weave serve` (store replay) by records in its store.
@@ -116,6 +120,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Serve(args) => crate::serve::run(args),
         BenchCommand::Restart(args) => crate::restart::run(args),
         BenchCommand::Chaos(args) => crate::chaos::run(args),
+        BenchCommand::DiskFull(args) => crate::diskfull::run(args),
         BenchCommand::Soak(args) => crate::soak::run(args),
         BenchCommand::Timing(args) => crate::timing::run(args),
         BenchCommand::SlowClients(args) => crate::serve::slow_clients(args),

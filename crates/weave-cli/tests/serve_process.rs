@@ -260,6 +260,27 @@ fn sigterm_answers_parked_long_polls() {
     assert!(child.wait().unwrap().success(), "a clean exit on SIGTERM");
 }
 
+/// The disk-full benchmark, short: the disk filled and freed twenty times under a server that
+/// snapshots often. No refused write is ever durable, no acknowledged one lost, and readiness
+/// comes back each time without a restart.
+#[test]
+#[ignore = "needs root to mount a small tmpfs: .ci/run runs it with --ignored"]
+fn a_disk_filled_and_freed_again_and_again_never_keeps_a_refused_write() {
+    let o = Command::new(env!("CARGO_BIN_EXE_weave"))
+        .args(["bench", "disk-full", "--rounds", "20", "--snapshot-every", "10", "--json"])
+        .output()
+        .unwrap();
+    if String::from_utf8_lossy(&o.stderr).contains("needs root") {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    }
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["refused"], 20, "every round refused a write: {r}");
+    assert_eq!((r["refused_but_durable"].as_u64(), r["acknowledged_lost"].as_u64()), (Some(0), Some(0)), "{r}");
+    assert_eq!(r["writes_refused_after_ready"], 0, "{r}");
+}
+
 /// The disk fills up under the server and is freed again: writes are refused with 503 and
 /// `/readyz` says why, nothing is half-applied, and writes resume without a restart; a
 /// restart then finds every acknowledged job.
