@@ -6,6 +6,7 @@ mod place;
 mod replay;
 mod restart;
 mod serve;
+mod slowbody;
 mod soak;
 pub mod sync;
 mod timing;
@@ -36,6 +37,9 @@ pub enum BenchCommand {
     /// `weave serve` on a small file system filled up and freed round after round: refused
     /// writes never durable, acknowledged ones kept, readiness back without a restart (root).
     DiskFull(crate::diskfull::DiskFullArgs),
+    /// Clients trickling request bodies a byte at a time against `weave serve`: its memory
+    /// before, during and after, and whether the body deadline cuts every connection.
+    SlowBodies(crate::slowbody::SlowBodiesArgs),
     /// `weave serve` under steady load for a long time with `/v1/events` polled: its memory.
     Soak(crate::soak::SoakArgs),
     /// Restart time of `weave serve` (store replay) by records in its store.
@@ -122,6 +126,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Chaos(args) => crate::chaos::run(args),
         BenchCommand::DiskFull(args) => crate::diskfull::run(args),
         BenchCommand::Soak(args) => crate::soak::run(args),
+        BenchCommand::SlowBodies(args) => crate::slowbody::run(args),
         BenchCommand::Timing(args) => crate::timing::run(args),
         BenchCommand::SlowClients(args) => crate::serve::slow_clients(args),
     }

@@ -48,7 +48,7 @@ struct Report {
     growth_after_warmup: f64,
 }
 
-fn rss_mb(pid: u32) -> Result<f64> {
+pub(crate) fn rss_mb(pid: u32) -> Result<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).context("reading the server's memory")?;
     let kb: f64 = status
         .lines()
