@@ -1,5 +1,6 @@
-//! `weave store verify` and `weave store recover`: check a server's durable store, and drop a
-//! damaged tail when asked (never silently; a copy of the file is kept).
+//! `weave store verify`, `recover` and `export`: check a server's durable store, drop a damaged
+//! tail when asked (never silently; a copy of the file is kept), and copy what can still be
+//! read of a store damaged inside its storage engine into a new data directory.
 
 use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
@@ -21,6 +22,17 @@ pub enum StoreCommand {
         #[arg(long, value_name = "N")]
         truncate_after: u64,
     },
+    /// Copy the newest intact snapshot and every record after it that can still be read (up to
+    /// the first that cannot) into a new data directory, with the server's other files (its
+    /// placement and job-token key); the damaged store is not changed. For a store damaged
+    /// inside its storage engine; start the server on the new directory afterwards.
+    Export {
+        #[arg(long, value_name = "DIR", default_value = "weave-data")]
+        data: PathBuf,
+        /// The new data directory (must not exist).
+        #[arg(long, value_name = "DIR")]
+        to: PathBuf,
+    },
 }
 
 fn store_file(data: &Path) -> PathBuf {
@@ -30,6 +42,7 @@ fn store_file(data: &Path) -> PathBuf {
 pub fn run(cmd: StoreCommand) -> Result<()> {
     match cmd {
         StoreCommand::Verify { data } => verify(&data),
+        StoreCommand::Export { data, to } => export(&data, &to),
         StoreCommand::Recover { data, truncate_after } => {
             let path = store_file(&data);
             let (dropped, backup) = weave_store::truncate_after(&path, truncate_after)?;
@@ -41,6 +54,40 @@ pub fn run(cmd: StoreCommand) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// The server's files in a data directory besides its store.
+const SERVER_FILES: [&str; 2] = ["placement", "job-token.key"];
+
+fn export(data: &Path, to: &Path) -> Result<()> {
+    use anyhow::Context;
+    if to.exists() {
+        bail!("{}: already exists: export writes a new data directory", to.display());
+    }
+    std::fs::create_dir_all(to).with_context(|| format!("cannot create {}", to.display()))?;
+    let e = weave_store::export(&store_file(data), &store_file(to))?;
+    for name in SERVER_FILES {
+        let from = data.join(name);
+        if from.exists() {
+            std::fs::copy(&from, to.join(name)).with_context(|| format!("cannot copy {}", from.display()))?;
+        }
+    }
+    let snapshot = e.snapshot_at.map_or(String::new(), |at| format!("the snapshot of records 0..{at} and "));
+    let first = e.snapshot_at.unwrap_or(0);
+    println!("{}: copied {snapshot}{} records after it into {}", data.display(), e.records, to.display());
+    if let Some(why) = &e.passed_over {
+        println!("passed over a newer snapshot: {why}");
+    }
+    match &e.stopped_at {
+        None => println!("every record was copied"),
+        Some((seq, why)) => println!(
+            "record {seq} cannot be read ({why}): the new store holds the state after records 0..{}; what came \
+             after is not in it",
+            first + e.records
+        ),
+    }
+    println!("start the server with `--data {}`", to.display());
+    Ok(())
 }
 
 fn verify(data: &Path) -> Result<()> {

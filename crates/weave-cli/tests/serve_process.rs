@@ -376,7 +376,8 @@ fn a_full_disk_refuses_writes_and_recovers_when_freed() {
 
 /// One changed byte inside an acknowledged record: the server refuses to start and names the
 /// record, `weave store verify` says which records are good and how to keep them, `weave store
-/// recover` keeps exactly those (and a copy of the file), and the server starts again.
+/// recover` keeps exactly those (and a copy of the file), and the server starts again, also
+/// from a copy `weave store export` made.
 #[test]
 fn a_damaged_record_is_named_and_recovered_on_request() {
     let d = dir("damaged");
@@ -415,6 +416,14 @@ fn a_damaged_record_is_named_and_recovered_on_request() {
     assert!(String::from_utf8_lossy(&r.stdout).contains("dropped 1"));
     let v = weave(&["store", "verify", "--data", data]);
     assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
+    // The way out of engine damage copies the store and the server's files into a new data
+    // directory, from which the server starts (here in place of the recovered one).
+    let exported = d.join("exported");
+    let e = weave(&["store", "export", "--data", data, "--to", exported.to_str().unwrap()]);
+    assert!(e.status.success(), "{}", String::from_utf8_lossy(&e.stderr));
+    assert!(String::from_utf8_lossy(&e.stdout).contains("every record was copied"));
+    std::fs::remove_dir_all(data).unwrap();
+    std::fs::rename(&exported, data).unwrap();
 
     let (_child, url) = serve(&d);
     let jobs: serde_json::Value = c.get(format!("{url}/v1/jobs")).bearer_auth(TOKEN).send().unwrap().json().unwrap();

@@ -25,8 +25,10 @@ use std::sync::Arc;
 use thiserror::Error;
 
 mod compact;
+mod export;
 mod snapshot;
 pub use compact::{Compacted, Rebuild};
+pub use export::{export, Exported};
 use snapshot::{read_snapshot, SNAPSHOT};
 
 pub(crate) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
@@ -44,8 +46,9 @@ pub enum StoreError {
     #[error("store record {seq}: {message} (see `weave store verify`)")]
     Corrupt { seq: u64, message: String },
     #[error(
-        "store {path} is damaged inside its storage engine ({message}): no record can be read from it; \
-         it was not changed: restore the data directory from a backup (`weave store verify` checks a copy)"
+        "store {path} is damaged inside its storage engine ({message}); it was not changed: `weave store export` \
+         copies the newest snapshot and every record it can still read into a new store, or restore the data \
+         directory from a backup"
     )]
     Damaged { path: String, message: String },
 }

@@ -231,3 +231,36 @@ fn a_background_snapshot_that_fails_loses_nothing_and_is_reported_until_a_write_
     assert!(s.ready().is_ok());
     assert_eq!(s.load::<String>().unwrap(), (None, vec!["r0".to_string(), "r1".to_string()]));
 }
+
+#[test]
+fn export_copies_the_snapshot_and_the_records_after_it_into_a_new_store() {
+    let d = dir("export");
+    let path = compacted(&d);
+    let to = d.join("exported.redb");
+    let e = weave_store::export(&path, &to).unwrap();
+    assert_eq!((e.snapshot_at, e.records, e.stopped_at), (Some(10), 5, None));
+    assert_eq!(load(&to).unwrap(), load(&path).unwrap());
+    let mut s = Store::open(&to).unwrap();
+    assert_eq!(s.append(&"r15".to_string()).unwrap(), 15, "the log goes on where it was");
+    drop(s);
+    let again = weave_store::export(&path, &to).unwrap_err().to_string();
+    assert!(again.contains("already exists"), "{again}");
+}
+
+#[test]
+fn export_stops_at_the_first_record_it_cannot_read() {
+    let d = dir("export-bad");
+    let path = compacted(&d);
+    // Damage record 12's bytes (a checksum mismatch).
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes.windows(5).position(|w| w == b"\"r12\"").expect("record 12 is in the file");
+    bytes[at + 2] ^= 0x01;
+    std::fs::write(&path, &bytes).unwrap();
+    let to = d.join("exported.redb");
+    let e = weave_store::export(&path, &to).unwrap();
+    assert_eq!((e.snapshot_at, e.records), (Some(10), 2));
+    let (seq, why) = e.stopped_at.unwrap();
+    assert_eq!(seq, 12, "{why}");
+    assert_eq!(load(&to).unwrap().1, ["r10", "r11"]);
+    assert_eq!(std::fs::read(&path).unwrap(), bytes, "the damaged store is not changed");
+}

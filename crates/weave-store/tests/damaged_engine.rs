@@ -1,6 +1,7 @@
 //! Damage inside the storage engine's own structures (the library panics on it) is reported
 //! as one clear error, without the panic's message and backtrace, and every other panic still
-//! reaches the hook installed before. Its own test binary: it installs a panic hook.
+//! reaches the hook installed before; `export`, the way out it names, copies a prefix of the
+//! records as written (or says it can read nothing). Its own test binary: it installs a hook.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -24,8 +25,9 @@ fn engine_damage_is_one_clear_error_and_no_panic_output() {
             s.append(&format!("{{\"n\":{i}}}")).unwrap();
         }
     }
+    let written: Vec<serde_json::Value> = Store::open(&path).unwrap().records().unwrap();
     let original = std::fs::read(&path).unwrap();
-    let mut damaged = 0;
+    let (mut damaged, mut exported, mut whole) = (0, 0, 0);
     for offset in (0..original.len()).step_by((original.len() / 2000).max(1)) {
         let copy = d.join("flipped.redb");
         let mut bytes = original.clone();
@@ -35,11 +37,28 @@ fn engine_damage_is_one_clear_error_and_no_panic_output() {
             let m = e.to_string();
             if m.contains("damaged inside its storage engine") {
                 assert!(m.contains("restore the data directory from a backup"), "{m}");
+                assert!(m.contains("weave store export"), "{m}");
                 damaged += 1;
+                // The way out copies a prefix of the records, each as written, or says it can
+                // read nothing; never anything else.
+                let to = d.join("exported.redb");
+                let _ = std::fs::remove_file(&to);
+                match weave_store::export(&copy, &to) {
+                    Ok(e) => {
+                        let got: Vec<serde_json::Value> = Store::open(&to).unwrap().records().unwrap();
+                        assert_eq!(got.len() as u64, e.records);
+                        assert_eq!(got, written[..got.len()], "a flip at {offset} exported other records");
+                        exported += 1;
+                        whole += usize::from(got.len() == written.len());
+                    }
+                    Err(e) => assert!(e.to_string().contains("damaged"), "{e}"),
+                }
             }
         }
     }
     assert!(damaged > 0, "no flip reached the storage engine's structures");
+    eprintln!("{damaged} flips damaged the engine; export copied a prefix from {exported}, every record from {whole}");
+    assert!(exported > 0, "export never got past the damage");
     assert_eq!(printed.load(Ordering::SeqCst), 0, "a guarded panic reached the panic hook");
     let _ = std::panic::catch_unwind(|| panic!("an ordinary panic"));
     assert_eq!(printed.load(Ordering::SeqCst), 1, "other panics still reach the hook");
