@@ -127,6 +127,14 @@ class Requeued(WeaveError):
         self.reason = reason
 
 
+def _next_page(headers: Dict[str, str]) -> Optional[str]:
+    """The path of the next page a ``Link: <PATH>; rel="next"`` header names, if any."""
+    for name, value in headers.items():
+        if name.lower() == "link" and 'rel="next"' in value and value.startswith("<"):
+            return value[1 : value.index(">")]
+    return None
+
+
 class WeaveClient:
     def __init__(self, server: str, token: Optional[str] = None, timeout: float = 40.0, retry_s: float = 60.0) -> None:
         self.server = server.rstrip("/")
@@ -137,17 +145,19 @@ class WeaveClient:
         # admission ended means the job was re-queued, even if it has been re-admitted since.
         self._admission: Dict[str, int] = {}
 
-    def _request(self, method: str, path: str, body: JSON = None, retry: bool = False) -> Tuple[int, JSON]:
+    def _request(
+        self, method: str, path: str, body: JSON = None, retry: bool = False, headers_out: Optional[Dict[str, str]] = None
+    ) -> Tuple[int, JSON]:
         """One request; with ``retry``, connection failures and 503 answers (server down,
         restarting, replaying its store, or its disk refusing writes) are retried for
         ``retry_s`` seconds. A 429 (this token's rate limit) is always retried, after the
         ``Retry-After`` the server gives: a limited request changed nothing. Other HTTP errors
-        are never retried."""
+        are never retried. ``headers_out``, if given, receives the answer's headers."""
         deadline = time.monotonic() + self.retry_s
         while True:
             wait = 0.5
             try:
-                return self._request_once(method, path, body)
+                return self._request_once(method, path, body, headers_out)
             except WeaveError as e:
                 retried = e.status == 429 or (e.status == 503 and retry)
                 if not retried or time.monotonic() > deadline:
@@ -158,7 +168,9 @@ class WeaveClient:
                     raise
             time.sleep(max(0.0, min(wait, deadline - time.monotonic())))
 
-    def _request_once(self, method: str, path: str, body: JSON = None) -> Tuple[int, JSON]:
+    def _request_once(
+        self, method: str, path: str, body: JSON = None, headers_out: Optional[Dict[str, str]] = None
+    ) -> Tuple[int, JSON]:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.server + path, data=data, method=method)
         req.add_header("Content-Type", "application/json")
@@ -167,6 +179,8 @@ class WeaveClient:
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 raw = resp.read()
+                if headers_out is not None:
+                    headers_out.update(resp.headers.items())
                 return resp.status, (json.loads(raw) if raw else None)
         except urllib.error.HTTPError as e:
             raw = e.read()
@@ -188,7 +202,15 @@ class WeaveClient:
         return self._request("GET", f"/v1/jobs/{job_id}")[1]
 
     def jobs(self) -> List[JSON]:
-        return self._request("GET", "/v1/jobs")[1]
+        """Every job this token may see, page by page (the server answers at most a page, and
+        names the next in its ``Link`` header)."""
+        out: List[JSON] = []
+        path: Optional[str] = "/v1/jobs"
+        while path is not None:
+            headers: Dict[str, str] = {}
+            out.extend(self._request("GET", path, headers_out=headers)[1])
+            path = _next_page(headers)
+        return out
 
     def queue(self) -> List[JSON]:
         """Jobs waiting for room in fixed pools, in the order they will start."""

@@ -146,6 +146,30 @@ pub(crate) fn client() -> Result<reqwest::blocking::Client> {
     Ok(reqwest::blocking::Client::builder().timeout(Duration::from_secs(10)).build()?)
 }
 
+/// Every job the server lists (following its pages), as `token` (none: an open server) sees.
+pub(crate) fn all_jobs(
+    c: &reqwest::blocking::Client,
+    url: &str,
+    token: Option<&str>,
+) -> Result<Vec<serde_json::Value>> {
+    let mut out = Vec::new();
+    let mut path = Some("/v1/jobs".to_string());
+    while let Some(p) = path {
+        let req = c.get(format!("{url}{p}"));
+        let resp = match token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        }
+        .send()?
+        .error_for_status()?;
+        let link = resp.headers().get(reqwest::header::LINK).and_then(|v| v.to_str().ok()).map(String::from);
+        let page: Vec<serde_json::Value> = resp.json()?;
+        out.extend(page);
+        path = weave_server::http::next_page(link.as_deref()).map(String::from);
+    }
+    Ok(out)
+}
+
 pub(crate) type Acked = Arc<Mutex<(Vec<String>, Vec<(String, String, u64)>)>>;
 
 /// One worker: submits jobs and drives their phases until `stop`; records what the server
@@ -212,7 +236,7 @@ pub(crate) fn all_events(c: &reqwest::blocking::Client, url: &str) -> Result<Vec
 /// Checks that everything acknowledged is there exactly once; returns (lost, duplicated).
 fn verify(url: &str, jobs: &[String], finishes: &[(String, String, u64)]) -> Result<(usize, usize)> {
     let c = client()?;
-    let listed: Vec<serde_json::Value> = c.get(format!("{url}/v1/jobs")).send()?.json()?;
+    let listed = all_jobs(&c, url, None)?;
     let mut ids: Vec<&str> = listed.iter().filter_map(|j| j["id"].as_str()).collect();
     ids.sort_unstable();
     let before = ids.len();

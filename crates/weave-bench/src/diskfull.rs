@@ -4,8 +4,8 @@
 //! the space is freed `/readyz` turns ready and a write goes through, with nobody writing and
 //! no restart. Needs root (it mounts a tmpfs).
 
-use crate::chaos::{client, start_with, Server};
-use anyhow::{bail, Context, Result};
+use crate::chaos::{all_jobs, client, start_with, Server};
+use anyhow::{bail, Result};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -97,8 +97,7 @@ impl Client {
 
     /// Every job the server lists.
     fn jobs(&self) -> Result<std::collections::BTreeSet<String>> {
-        let list: serde_json::Value = self.c.get(format!("{}/v1/jobs", self.url)).send()?.json()?;
-        let jobs = list.as_array().context("a job list")?;
+        let jobs = all_jobs(&self.c, &self.url, None)?;
         Ok(jobs.iter().filter_map(|j| j["id"].as_str().map(String::from)).collect())
     }
 }

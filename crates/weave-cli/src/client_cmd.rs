@@ -71,18 +71,36 @@ pub enum GroupListCommand {
 }
 
 fn send(conn: &Conn, req: RequestBuilder) -> Result<serde_json::Value> {
+    send_for_page(conn, req).map(|(body, _)| body)
+}
+
+/// [`send`], with the next page a list answer names in its `Link` header.
+fn send_for_page(conn: &Conn, req: RequestBuilder) -> Result<(serde_json::Value, Option<String>)> {
     let req = match &conn.token {
         Some(t) => req.bearer_auth(t),
         None => req,
     };
     let resp: Response = req.send().with_context(|| format!("cannot reach {}", conn.server))?;
     let status = resp.status();
+    let link = resp.headers().get(reqwest::header::LINK).and_then(|v| v.to_str().ok()).map(String::from);
     let body: serde_json::Value = resp.json().unwrap_or(serde_json::Value::Null);
     if !status.is_success() {
         let msg = body.get("error").and_then(|e| e.as_str()).unwrap_or("(no message)");
         bail!("server answered {status}: {msg}");
     }
-    Ok(body)
+    Ok((body, weave_server::http::next_page(link.as_deref()).map(String::from)))
+}
+
+/// Every item of a list the server answers page by page (the next named in `Link`).
+fn all_pages(c: &Client, conn: &Conn, first: &str) -> Result<serde_json::Value> {
+    let mut items = Vec::new();
+    let mut path = Some(first.to_string());
+    while let Some(p) = path {
+        let (body, next) = send_for_page(conn, c.get(url(conn, &p)))?;
+        items.extend(body.as_array().cloned().unwrap_or_default());
+        path = next;
+    }
+    Ok(serde_json::Value::Array(items))
 }
 
 fn client() -> Result<Client> {
@@ -142,7 +160,7 @@ pub fn job(cmd: JobCommand) -> Result<()> {
             })
         }
         JobCommand::List { conn } => {
-            let out = send(&conn, c.get(url(&conn, "/v1/jobs")))?;
+            let out = all_pages(&c, &conn, "/v1/jobs")?;
             print(&conn, &out, |v| {
                 let mut t = table::new(&["job", "tenant", "state", "type", "group", "now", "iterations"]);
                 for j in v.as_array().into_iter().flatten() {

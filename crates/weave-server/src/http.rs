@@ -5,7 +5,7 @@ use crate::auth::Caller;
 use crate::history::HistoryView;
 use crate::plane::{JobState, PlaneError, Record, SubmitSpec};
 use crate::state::{Inner, ServeError, Shared};
-use crate::views::{events_for, for_caller, key_of, lookup, queued_views, view, JobView};
+use crate::views::{events_for, for_caller, key_of, lookup, view, JobView};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -24,6 +24,8 @@ use tower_http::timeout::RequestBodyTimeoutLayer;
 use weave_dispatch::Phase;
 
 mod cluster;
+mod listing;
+pub use listing::next_page;
 
 pub struct ApiError {
     status: StatusCode,
@@ -171,32 +173,6 @@ async fn submit(
         d.slowdowns.retain(|(id, _)| *id == j.id);
     }
     Ok((StatusCode::CREATED, Json(json!({ "job": for_caller(view(j), &c), "decision": decision }))))
-}
-
-/// The jobs waiting for room, in the order they will start (the caller's own only, unless
-/// it is an admin).
-async fn queue(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<Json<Vec<JobView>>> {
-    let c = caller(&s, &headers)?;
-    let now_us = s.now_us();
-    let g = s.lock();
-    Ok(Json(queued_views(&g.plane, now_us, &c)))
-}
-
-async fn list_jobs(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<Json<Vec<JobView>>> {
-    let c = caller(&s, &headers)?;
-    // Views are built under the lock; the response is serialized after it is released.
-    let now_us = s.now_us();
-    let g = s.lock();
-    let mut jobs = queued_views(&g.plane, now_us, &c);
-    let waiting: std::collections::BTreeSet<&str> = g.plane.queue().iter().map(|q| q.submit.id.as_str()).collect();
-    jobs.extend(
-        g.plane
-            .jobs()
-            .filter(|j| c.may_see(&j.tenant, &j.name) && !waiting.contains(j.name.as_str()))
-            .map(|j| for_caller(view(j), &c)),
-    );
-    drop(g);
-    Ok(Json(jobs))
 }
 
 async fn show_job(
@@ -646,7 +622,7 @@ pub fn router(shared: Arc<Shared>, rate: Option<RateLimits>) -> Router {
         .route("/status", get(status_page));
     let mut authenticated = Router::new()
         .route("/metrics", get(metrics))
-        .route("/v1/jobs", post(submit).get(list_jobs))
+        .route("/v1/jobs", post(submit).get(listing::list_jobs))
         .route("/v1/jobs/{id}", get(show_job).delete(cancel_job))
         .route("/v1/jobs/{id}/heartbeat", post(heartbeat))
         .route("/v1/jobs/{id}/phases/{phase}/{iteration}/start", post(phase_start))
@@ -657,7 +633,7 @@ pub fn router(shared: Arc<Shared>, rate: Option<RateLimits>) -> Router {
         .route("/v1/nodes/{node}/up", post(cluster::node_up))
         .route("/v1/cluster", get(cluster::cluster))
         .route("/v1/events", get(events))
-        .route("/v1/queue", get(queue))
+        .route("/v1/queue", get(listing::queue))
         // Inside the rate limit: a limited request's body is never read.
         .route_layer(from_fn_with_state(shared.clone(), whole_body));
     if let Some(cfg) = rate {

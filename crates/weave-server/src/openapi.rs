@@ -74,7 +74,12 @@ pub fn document() -> Value {
                 "post": { "summary": "Submit a job", "security": auth,
                           "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/SubmitSpec" } } } },
                           "responses": { "201": ok("admitted, with the placement decision"), "202": ok("fixed pools full: queued (state `queued`, `queue_position`); it starts when room is freed"), "400": err(), "401": err(), "409": err(), "413": err() } },
-                "get": { "summary": "List the caller's jobs (all for admins)", "security": auth, "responses": { "200": ok("jobs"), "401": err() } }
+                "get": { "summary": "List the caller's jobs (all for admins), queued and placed, by key, a page at a time: when more follow, the `Link` header names the next page (`<PATH>; rel=\"next\"`)", "security": auth,
+                         "parameters": [
+                             { "name": "after", "in": "query", "description": "only jobs after this key (the cursor a `Link` header carries)", "schema": { "type": "string" } },
+                             { "name": "limit", "in": "query", "description": "at most this many (default 1000, at most 10000)", "schema": { "type": "integer", "minimum": 1 } }
+                         ],
+                         "responses": { "200": ok("jobs"), "401": err() } }
             },
             "/v1/jobs/{id}": {
                 "get": { "summary": "Show a job and its history", "security": auth, "parameters": [job_id], "responses": { "200": ok("job"), "401": err(), "404": err() } },

@@ -208,6 +208,13 @@ impl Plane {
         self.jobs.values()
     }
 
+    /// The jobs held whose keys follow `after` (all of them for `None`), in key order.
+    pub fn jobs_after(&self, after: Option<&str>) -> impl Iterator<Item = &JobEntry> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let from = after.map_or(Unbounded, Excluded);
+        self.jobs.range::<str, _>((from, Unbounded)).map(|(_, j)| j)
+    }
+
     /// The events still held, oldest first (see [`Retention`]).
     pub fn events(&self) -> &[Arc<PlaneEvent>] {
         &self.events

@@ -147,15 +147,55 @@ fn places(plane: &crate::plane::Plane, now_us: u64, c: &Caller) -> Vec<(usize, O
 
 /// Waiting jobs `c` may see, in the order they will start, as clients see them.
 pub(crate) fn queued_views(plane: &crate::plane::Plane, now_us: u64, c: &Caller) -> Vec<JobView> {
-    let mut views: Vec<JobView> = plane
+    let mut views: Vec<JobView> = queued_by_key(plane, now_us, c).into_values().collect();
+    views.sort_by_key(|v| v.queue_position);
+    views
+}
+
+/// The queued submissions `c` may see, as it sees them, by job key.
+fn queued_by_key(plane: &crate::plane::Plane, now_us: u64, c: &Caller) -> std::collections::BTreeMap<String, JobView> {
+    plane
         .queue()
         .iter()
         .zip(places(plane, now_us, c))
         .filter(|(q, _)| c.may_see(&q.tenant, &q.submit.id))
-        .map(|(q, (position, start))| for_caller(queued_view(q, position, start.map(|t| t.saturating_sub(now_us))), c))
+        .map(|(q, (position, start))| {
+            let v = for_caller(queued_view(q, position, start.map(|t| t.saturating_sub(now_us))), c);
+            (q.submit.id.clone(), v)
+        })
+        .collect()
+}
+
+/// The most jobs one list answer carries unless asked for fewer, and at most (page on with the
+/// cursor): an answer's size, and the time the plane is held to build it, are bounded
+/// whatever the plane holds.
+pub const JOBS_PAGE: usize = 1_000;
+pub const JOBS_PAGE_MAX: usize = 10_000;
+
+/// One page of the jobs `c` may see, queued and placed alike, in order of their keys: those
+/// after the key `after`, at most `limit`; and the key to page on from, if more follow.
+pub(crate) fn job_page(
+    plane: &crate::plane::Plane,
+    now_us: u64,
+    c: &Caller,
+    after: Option<&str>,
+    limit: usize,
+) -> (Vec<JobView>, Option<String>) {
+    let beyond = |key: &str| after.is_none_or(|a| key > a);
+    let mut page: std::collections::BTreeMap<String, JobView> =
+        queued_by_key(plane, now_us, c).into_iter().filter(|(k, _)| beyond(k)).collect();
+    // Views are built for the placed jobs that can still make the page, no more (a re-queued
+    // job's queued view stands for it).
+    let placed: Vec<_> = plane
+        .jobs_after(after)
+        .filter(|j| c.may_see(&j.tenant, &j.name) && !page.contains_key(&j.name))
+        .take(limit + 1)
         .collect();
-    views.sort_by_key(|v| v.queue_position);
-    views
+    for j in placed {
+        page.insert(j.name.clone(), for_caller(view(j), c));
+    }
+    let next = (page.len() > limit).then(|| page.keys().nth(limit - 1).cloned()).flatten();
+    (page.into_values().take(limit).collect(), next)
 }
 
 /// A submission waiting in the queue, as clients see it; `start_in_us`: its projected start.
