@@ -9,9 +9,9 @@
 //! `snapshot::read_snapshot`). So compaction at position `at`, with the previous snapshot at
 //! `p`, keeps the snapshots at `p` and `at` and the records from `p` on.
 //!
-//! The part that holds the database's writer is short: parts are written one megabyte per
-//! transaction, the manifest in one small durable transaction, and what is let go in batches,
-//! so appends from another thread are never held up for long.
+//! The part that holds the database's writer is short: the snapshot's bytes go to a file of
+//! their own (never through the database), the manifest in one small durable transaction, and
+//! what is let go in batches, so appends from another thread are never held up for long.
 
 use crate::snapshot::{file_position, read_manifest, snapshot_dir, FileWriter, Manifest, PARTS, SNAPSHOT};
 use crate::{db_err, guarded, load_until, Loaded, Store, StoreError, LOG};
@@ -66,6 +66,10 @@ impl Store {
             let db = self.db.clone().ok_or_else(|| StoreError::Db("the store is not open".into()))?;
             guarded(&self.path, || write_snapshot(&db, &self.path, at, encode))
         });
+        // A write that worked here (after `recover`) shows the store takes writes again.
+        if done.is_ok() {
+            self.failed = None;
+        }
         self.compaction_done(at, done)
     }
 
@@ -116,12 +120,12 @@ impl Store {
         Some(Compacted { started, ended, outcome: self.compaction_done(at, outcome) })
     }
 
+    /// Takes a snapshot's outcome in. Success never clears a failure: an append may have
+    /// failed while a background snapshot was written, and only a write of the caller's (or
+    /// the probe) shows the store works again.
     fn compaction_done(&mut self, at: u64, done: Result<u64, StoreError>) -> Result<u64, StoreError> {
         match &done {
-            Ok(_) => {
-                self.base = at;
-                self.failed = None;
-            }
+            Ok(_) => self.base = at,
             Err(e) => self.failed = Some(e.to_string()),
         }
         done

@@ -35,12 +35,28 @@ pub fn export(from: &Path, to: &Path) -> Result<Exported, StoreError> {
     if !from.exists() {
         return Err(open_err(from, &"no such store file"));
     }
-    // Read from a copy: opening a file may repair it, and the damaged one stays as it was.
+    // Read from a copy (opening a file may repair it; the damaged one stays as it was), first
+    // as it is, then, unless that read everything, with the library's repair forced: repair
+    // rebuilds damaged free-page state but refuses a file whose data pages fail their
+    // checksums, which a plain read gets through up to the damaged record. The better wins.
     let copy = to.with_extension("export-source");
-    std::fs::copy(from, &copy).map_err(|e| open_err(from, &e))?;
-    ask_for_repair(&copy).map_err(|e| open_err(&copy, &e))?;
-    let read = read_what_can_be_read(&copy, &snapshot_dir(from));
-    let _ = std::fs::remove_file(&copy);
+    let attempt = |repair: bool| {
+        std::fs::copy(from, &copy).map_err(|e| open_err(from, &e))?;
+        if repair {
+            ask_for_repair(&copy).map_err(|e| open_err(&copy, &e))?;
+        }
+        let read = read_what_can_be_read(&copy, &snapshot_dir(from));
+        let _ = std::fs::remove_file(&copy);
+        read
+    };
+    let read = match attempt(false) {
+        Ok(r) if r.2.is_none() => Ok(r),
+        plain => match (plain, attempt(true)) {
+            (Ok(p), Ok(r)) => Ok(if r.1.len() > p.1.len() { r } else { p }),
+            (Ok(p), Err(_)) => Ok(p),
+            (Err(_), repaired) => repaired,
+        },
+    };
     let (snapshot, frames, stopped_at, passed_over) = read?;
     let mut out = Store::open(to)?;
     if let Some((at, bytes)) = &snapshot {
