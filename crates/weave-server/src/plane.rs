@@ -574,6 +574,7 @@ impl Plane {
                 submit: submit.clone(),
                 measured,
                 switches: Default::default(),
+                host: Default::default(),
                 finishes: Default::default(),
                 iteration_started_us: time_us,
             },

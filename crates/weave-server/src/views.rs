@@ -42,6 +42,10 @@ pub struct JobView {
     pub measured_switch_warm_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured_switch_cold_s: Option<f64>,
+    /// Host memory the job's runtime reported holding, per node of each pool, against what the
+    /// ledger admission fills models for it (absent until the runtime reports some).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_memory: Option<HostMemoryView>,
     pub failure: Option<String>,
     /// A queued job's place in the queue (0: next to start) and why it waits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -52,6 +56,34 @@ pub struct JobView {
     /// running jobs are assumed to take their remaining iterations at their SLO.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimated_start_s: Option<f64>,
+}
+
+/// Bytes of host memory per node: what the job's runtime reported (`meta.host_bytes` with its
+/// last phase on that pool) and what the host-memory ledger holds for it there. `within_model`:
+/// every report is at most the modelled state, so the ledger never under-counts this job.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct HostMemoryView {
+    pub rollout_reported: Option<u64>,
+    pub rollout_modelled: u64,
+    pub train_reported: Option<u64>,
+    pub train_modelled: u64,
+    pub within_model: bool,
+}
+
+fn host_memory(j: &JobEntry) -> Option<HostMemoryView> {
+    if j.host.is_empty() {
+        return None;
+    }
+    let rollout_modelled = weave_model::job_rollout_state(&j.spec).0;
+    let train_modelled = weave_model::job_training_state(&j.spec).0;
+    let within = |reported: Option<u64>, modelled: u64| reported.is_none_or(|r| r <= modelled);
+    Some(HostMemoryView {
+        rollout_reported: j.host.rollout,
+        rollout_modelled,
+        train_reported: j.host.train,
+        train_modelled,
+        within_model: within(j.host.rollout, rollout_modelled) && within(j.host.train, train_modelled),
+    })
 }
 
 pub(crate) fn grants_text(gate: &crate::plane::Gate) -> Option<String> {
@@ -83,6 +115,7 @@ pub fn view(j: &JobEntry) -> JobView {
         estimate_train_s: j.estimate.train.as_secs_f64(),
         measured_switch_warm_s: j.switches.medians().0.map(|m| m.as_secs_f64()),
         measured_switch_cold_s: j.switches.medians().1.map(|m| m.as_secs_f64()),
+        host_memory: host_memory(j),
         failure: j.failure.clone(),
         queue_position: None,
         queue_reason: None,
@@ -225,6 +258,7 @@ pub fn queued_view(q: &crate::plane::Queued, position: usize, start_in_us: Optio
         // A re-queued job's resubmission carries what it measured (see `resubmission`).
         measured_switch_warm_s: None,
         measured_switch_cold_s: None,
+        host_memory: None,
         failure: None,
         queue_position: Some(position),
         queue_reason: Some(q.reason.clone()),

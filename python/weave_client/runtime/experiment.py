@@ -291,6 +291,8 @@ def one_round(a, serve: Serve, ops: WeaveClient, r: int) -> Dict[str, Any]:
         check_versions(events, pair[k], a.iterations)
     pair_span = span_s(events, a.work, list(pair.values()))
     pair_prof = {k: profile(events, phases(a.work, pair[k]), pair[k]) for k in "AB"}
+    # What each runtime reported holding in host memory, against the server's ledger model.
+    out["host_memory"] = {k: ops.job(pair[k])["job"].get("host_memory") for k in "AB"}
     meta_measured = statistics.median(periods(events, pair["A"], 3) + periods(events, pair["B"], 3))
 
     # 3. The model's prediction: from what the solo runs measured (what admission was told)
@@ -431,6 +433,17 @@ def sync_rows(o: Dict[str, Any], p: Dict[str, Dict[str, float]]) -> List["tuple[
     return rows
 
 
+def host_memory_text(k: str, h: Optional[Dict[str, Any]]) -> str:
+    """A job's reported host memory against the ledger's model, as the report prints it."""
+    if not h:
+        return f"{k}: not reported"
+    mb = lambda b: "-" if b is None else f"{b / 1e6:.1f} MB"
+    gb = lambda b: f"{b / 1e9:.0f} GB"
+    verdict = "within the model" if h["within_model"] else "ABOVE the model: the ledger under-counts"
+    return (f"{k}: rollout {mb(h['rollout_reported'])} / {gb(h['rollout_modelled'])}, "
+            f"trainer {mb(h['train_reported'])} / {gb(h['train_modelled'])}, {verdict}")
+
+
 def report(o: Dict[str, Any]) -> None:
     first = o["rounds"][0]
     p = first["profile"]
@@ -452,6 +465,8 @@ def report(o: Dict[str, Any]) -> None:
          f"(median error {o['meta_error_from_solo']:+.1%})"),
         ("switch of A's trainer state, warm / cold s", f"{o['switch']['warm_s']:.4f} / {o['switch']['cold_s']:.4f} "
          f"({o['switch']['cold_s'] / o['switch']['warm_s']:.0f}x, {o['switch']['bytes']} B)"),
+        ("host memory per node reported / ledger's model, round 1",
+         "; ".join(host_memory_text(k, first["host_memory"][k]) for k in "AB")),
         ("weight sync A / B, median s, round 1", f"{p['A']['sync_s']:.4f} / {p['B']['sync_s']:.4f}"),
         *sync_rows(o, p),
         ("damaged syncs refused and re-sent", f"{first['refused_syncs']}"),

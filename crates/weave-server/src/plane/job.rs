@@ -58,6 +58,10 @@ pub struct JobEntry {
     /// some, its re-admissions and moves are placed with them in place of the model's.
     #[serde(default, skip_serializing_if = "SwitchSamples::is_empty")]
     pub switches: SwitchSamples,
+    /// Host memory the job's runtime last reported holding (`meta.host_bytes` with a phase):
+    /// held against the state the ledger models for it (see `views::HostMemoryView`).
+    #[serde(default, skip_serializing_if = "HostBytes::is_empty")]
+    pub host: HostBytes,
     /// Recent finishes, (phase, iteration, time), oldest first: a lane is ready for a phase
     /// once the phases it depends on have finished (`lane_ready`), which with staleness is not
     /// the job's last finish (the other lane's may come in between).
@@ -110,6 +114,35 @@ impl SwitchSamples {
             v.get(v.len() / 2).copied()
         };
         (median(&self.warm), median(&self.cold))
+    }
+}
+
+/// Bytes of state a job's runtime reported holding in host memory on a node of each pool, as
+/// of its last phase there (the rollout worker's copy of the weights; the trainer's weights
+/// and optimizer state).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostBytes {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub train: Option<u64>,
+}
+
+/// More than any node holds: a report above it is not believed.
+const HOST_BYTES_MAX: u64 = 1 << 50;
+
+impl HostBytes {
+    pub fn is_empty(&self) -> bool {
+        self.rollout.is_none() && self.train.is_none()
+    }
+
+    /// Keeps what a phase's metadata reports (`host_bytes`, a whole number of bytes below a
+    /// petabyte); anything else is ignored.
+    fn record(&mut self, phase: Phase, meta: Option<&serde_json::Value>) {
+        let Some(b) = meta.and_then(|m| m.get("host_bytes")).and_then(serde_json::Value::as_u64) else { return };
+        if b < HOST_BYTES_MAX {
+            *if phase == Phase::Rollout { &mut self.rollout } else { &mut self.train } = Some(b);
+        }
     }
 }
 
@@ -188,6 +221,7 @@ impl Plane {
         let j = self.jobs.get_mut(name).expect("checked");
         j.gate.finish(phase, iteration);
         j.switches.record(meta.as_ref());
+        j.host.record(phase, meta.as_ref());
         let kept = if phase == Phase::Rollout { &mut j.measured.0 } else { &mut j.measured.1 };
         kept.push_back(duration);
         if kept.len() > MEASURED_KEPT {
