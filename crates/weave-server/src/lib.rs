@@ -249,6 +249,17 @@ const MALLOC_ARENAS: i32 = 2;
 /// stay with the process) and few arenas (each thread the blocking pool starts would otherwise
 /// get one, up to eight per core, each keeping its own freed pages). Measured by `weave bench
 /// soak`: see the README. Best effort: elsewhere it does nothing.
+/// Gives the memory the allocator holds free back to the system (glibc keeps freed pages in its
+/// arenas otherwise). Called after a snapshot's rebuilt plane is dropped: that plane is as large
+/// as the live one, and without this every snapshot would leave the process that much larger.
+pub fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free memory to the system, under the allocator's locks.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 pub fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets allocator parameters (under its own lock); called at start,

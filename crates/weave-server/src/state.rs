@@ -437,7 +437,11 @@ impl Shared {
         }
         let cfg = self.cfg.clone();
         g.store.compact_in_background::<Record>(Box::new(move |loaded, out| {
-            rebuild(&cfg, loaded).map_err(std::io::Error::other)?.write_snapshot(out)
+            let plane = rebuild(&cfg, loaded).map_err(std::io::Error::other)?;
+            let written = plane.write_snapshot(out);
+            drop(plane);
+            crate::release_freed_memory();
+            written
         }));
     }
 
