@@ -22,18 +22,28 @@ fn get(s: &TestServer, path: &str) -> serde_json::Value {
     v
 }
 
+/// Three 3-iteration jobs of alice's (two fit the 2 + 2 nodes; c waits for a).
+fn submit_a_b_c(s: &TestServer) {
+    let spec =
+        |id: &str| json!({ "id": id, "type": "3B_4k", "iterations": 3, "rollout_s": 50, "train_s": 60, "slo": 1.0 });
+    for id in ["a", "b", "c"] {
+        assert!(matches!(submit(s, ALICE, spec(id)).0, 201 | 202));
+    }
+}
+
+/// What a restart must find as it was: jobs, queue, events, groups.
+fn everything(s: &TestServer) -> [serde_json::Value; 4] {
+    ["/v1/jobs", "/v1/queue", "/v1/events", "/v1/groups"].map(|path| get(s, path))
+}
+
 #[test]
 fn a_restart_after_compaction_finds_everything_as_it_was() {
     let dir = temp_dir("compaction");
     let s = server(dir.clone(), 7);
-    let spec =
-        |id: &str| json!({ "id": id, "type": "3B_4k", "iterations": 3, "rollout_s": 50, "train_s": 60, "slo": 1.0 });
-    for id in ["a", "b", "c"] {
-        assert!(matches!(submit(&s, ALICE, spec(id)).0, 201 | 202));
-    }
+    submit_a_b_c(&s);
     run_job(&s, ALICE, "a", 3); // c starts when a is done
     run_job(&s, ALICE, "b", 1);
-    let before = (get(&s, "/v1/jobs"), get(&s, "/v1/queue"), get(&s, "/v1/events"), get(&s, "/v1/groups"));
+    let before = everything(&s);
     s.stop();
     // Compacted: a snapshot of at least the first 7 records. (How many records follow it
     // depends on timing: snapshots are written in the background, one at a time.)
@@ -43,7 +53,7 @@ fn a_restart_after_compaction_finds_everything_as_it_was() {
     assert_eq!(v.first_bad, None);
 
     let s = server(dir.clone(), 7);
-    let after = (get(&s, "/v1/jobs"), get(&s, "/v1/queue"), get(&s, "/v1/events"), get(&s, "/v1/groups"));
+    let after = everything(&s);
     assert_eq!(before, after);
     // And it goes on: b and c run to the end.
     run_job(&s, ALICE, "c", 3);
@@ -63,14 +73,10 @@ fn a_restart_after_compaction_finds_everything_as_it_was() {
 fn a_damaged_newest_snapshot_is_passed_over_at_restart() {
     let dir = temp_dir("compaction-damaged");
     let s = server(dir.clone(), 5);
-    let spec =
-        |id: &str| json!({ "id": id, "type": "3B_4k", "iterations": 3, "rollout_s": 50, "train_s": 60, "slo": 1.0 });
-    for id in ["a", "b", "c"] {
-        assert!(matches!(submit(&s, ALICE, spec(id)).0, 201 | 202));
-    }
+    submit_a_b_c(&s);
     run_job(&s, ALICE, "a", 3);
     run_job(&s, ALICE, "b", 2);
-    let before = (get(&s, "/v1/jobs"), get(&s, "/v1/queue"), get(&s, "/v1/events"), get(&s, "/v1/groups"));
+    let before = everything(&s);
     s.stop();
     let mut snaps: Vec<std::path::PathBuf> = std::fs::read_dir(dir.join("weave.snapshots"))
         .unwrap()
@@ -88,7 +94,7 @@ fn a_damaged_newest_snapshot_is_passed_over_at_restart() {
     assert!(v.passed_over.is_some() && v.first_bad.is_none(), "{v:?}");
 
     let s = server(dir, 5);
-    let after = (get(&s, "/v1/jobs"), get(&s, "/v1/queue"), get(&s, "/v1/events"), get(&s, "/v1/groups"));
+    let after = everything(&s);
     assert_eq!(before, after);
     run_job(&s, ALICE, "c", 3);
 }

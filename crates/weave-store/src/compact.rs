@@ -76,12 +76,11 @@ impl Store {
     /// Starts a snapshot of the state after every record so far on a thread of its own:
     /// there the store's newest snapshot and the records after it, up to now, are read (one
     /// read transaction, never in the appender's way) and handed to `rebuild`, which encodes
-    /// the state they make. Appends go on meanwhile. `false` when one is still being written
-    /// or the store has failed (nothing started). Its outcome is collected by
-    /// [`Store::finish_compaction`]; a failure is reported by [`Store::ready`] like a failed
-    /// write, and loses nothing.
+    /// the state they make. Appends go on meanwhile. `false` when one is still in flight (its
+    /// outcome not yet collected by [`Store::finish_compaction`]) or the store has failed
+    /// (nothing started). A failure is reported by [`Store::ready`] like a failed write, and
+    /// loses nothing.
     pub fn compact_in_background<T: DeserializeOwned + 'static>(&mut self, rebuild: Rebuild<T>) -> bool {
-        self.finish_compaction(false);
         if self.in_flight.is_some() || self.failed.is_some() {
             return false;
         }

@@ -50,14 +50,14 @@ pub fn export(from: &Path, to: &Path) -> Result<Exported, StoreError> {
         read
     };
     let read = match attempt(false) {
-        Ok(r) if r.2.is_none() => Ok(r),
+        Ok(r) if r.stopped_at.is_none() => Ok(r),
         plain => match (plain, attempt(true)) {
-            (Ok(p), Ok(r)) => Ok(if r.1.len() > p.1.len() { r } else { p }),
+            (Ok(p), Ok(r)) => Ok(if r.frames.len() > p.frames.len() { r } else { p }),
             (Ok(p), Err(_)) => Ok(p),
             (Err(_), repaired) => repaired,
         },
     };
-    let (snapshot, frames, stopped_at, passed_over) = read?;
+    let Readable { snapshot, frames, stopped_at, passed_over } = read?;
     let mut out = Store::open(to)?;
     if let Some((at, bytes)) = &snapshot {
         out.import_snapshot(*at, bytes)?;
@@ -86,11 +86,18 @@ fn ask_for_repair(copy: &Path) -> std::io::Result<()> {
     f.write_all(&[flags])
 }
 
-type Read = (Option<(u64, Vec<u8>)>, Vec<(u64, Vec<u8>)>, Option<(u64, String)>, Option<String>);
+/// What one read of a damaged store got: the snapshot, the records after it as stored (with
+/// their numbers), where it stopped, and a newer snapshot passed over.
+struct Readable {
+    snapshot: Option<(u64, Vec<u8>)>,
+    frames: Vec<(u64, Vec<u8>)>,
+    stopped_at: Option<(u64, String)>,
+    passed_over: Option<String>,
+}
 
 /// The newest intact snapshot and the records after it, as stored, up to the first that cannot
 /// be read (each step of the storage engine guarded: a panic there ends the copy, not the run).
-fn read_what_can_be_read(path: &Path, snapshots: &Path) -> Result<Read, StoreError> {
+fn read_what_can_be_read(path: &Path, snapshots: &Path) -> Result<Readable, StoreError> {
     let db = guarded(path, || {
         Database::open(path)
             .map_err(|e| StoreError::Damaged { path: path.display().to_string(), message: e.to_string() })
@@ -128,7 +135,12 @@ fn read_what_can_be_read(path: &Path, snapshots: &Path) -> Result<Read, StoreErr
     }
     drop(rows);
     let _ = quietly(move || drop((rtx, db)));
-    Ok((chosen.snapshot, frames, stopped_at, chosen.passed_over.map(|e| e.to_string())))
+    Ok(Readable {
+        snapshot: chosen.snapshot,
+        frames,
+        stopped_at,
+        passed_over: chosen.passed_over.map(|e| e.to_string()),
+    })
 }
 
 impl Store {
