@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use weave_core::ClusterConfig;
 use weave_io::table;
 use weave_io::{json, write_output};
+use weave_server::state::SnapshotWindow;
 use weave_server::{ServerConfig, Shared, Tenants};
 
 #[derive(clap::Args)]
@@ -123,6 +124,8 @@ struct Report {
     requests_during_snapshots: usize,
     max_during_snapshots_ms: f64,
     max_outside_snapshots_ms: f64,
+    /// The longest the plane's lock was held to take a snapshot's frozen copy.
+    snapshot_copy_max_ms: f64,
 }
 
 fn pct(sorted: &[f64], q: f64) -> f64 {
@@ -280,6 +283,7 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
     };
     let all: Vec<Timed> = starts.iter().chain(&finishes).copied().collect();
     let (during_max, outside_max, during_n) = split_by_windows(&all, &windows);
+    let copy_max_ms = windows.iter().map(|w| w.copy.as_secs_f64() * 1e3).fold(0.0, f64::max);
     let (mut start_ms, mut finish_ms): (Vec<f64>, Vec<f64>) =
         (starts.iter().map(|t| t.1).collect(), finishes.iter().map(|t| t.1).collect());
     let reads_per_second = read_ms.len() as f64 / t_read.elapsed().as_secs_f64();
@@ -314,6 +318,7 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
         requests_during_snapshots: during_n,
         max_during_snapshots_ms: during_max,
         max_outside_snapshots_ms: outside_max,
+        snapshot_copy_max_ms: copy_max_ms,
     };
     if args.json {
         return write_output(None, &json(&r)?);
@@ -358,6 +363,13 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
             String::new(),
         ]);
         t.add_row(vec![
+            "snapshot's frozen copy (lock held)".into(),
+            String::new(),
+            String::new(),
+            format!("{:.2}", r.snapshot_copy_max_ms),
+            String::new(),
+        ]);
+        t.add_row(vec![
             "gate at other times".into(),
             String::new(),
             String::new(),
@@ -381,11 +393,11 @@ type Timed = (Instant, f64);
 
 /// The longest of `requests` that overlapped one of `windows`, and the longest of the others
 /// (ms), and how many overlapped.
-fn split_by_windows(requests: &[Timed], windows: &[(Instant, Instant)]) -> (f64, f64, usize) {
+fn split_by_windows(requests: &[Timed], windows: &[SnapshotWindow]) -> (f64, f64, usize) {
     let (mut during, mut outside, mut n) = (0.0f64, 0.0f64, 0);
     for &(sent, ms) in requests {
         let answered = sent + Duration::from_secs_f64(ms / 1e3);
-        if windows.iter().any(|&(a, b)| sent <= b && answered >= a) {
+        if windows.iter().any(|w| sent <= w.ended && answered >= w.began) {
             during = during.max(ms);
             n += 1;
         } else {

@@ -44,19 +44,36 @@ struct Report {
     rss_mb_at_warmup_end: f64,
     rss_mb_max_after_warmup: f64,
     rss_mb_at_end: f64,
-    /// Max after warm-up over the level at its end (the target is at most 1.2).
+    /// Max sample after warm-up over the level at its end (the target is at most 1.2).
     growth_after_warmup: f64,
+    /// The kernel's high-water mark of resident memory from the end of warm-up on (VmHWM,
+    /// reset then): catches the peaks that fall between samples. `None` where the reset is
+    /// not allowed.
+    peak_rss_mb_after_warmup: Option<f64>,
+    /// That peak over the level at the end of warm-up.
+    peak_growth_after_warmup: Option<f64>,
 }
 
 pub(crate) fn rss_mb(pid: u32) -> Result<f64> {
+    status_mb(pid, "VmRSS:")
+}
+
+/// A memory figure from the server's `/proc/PID/status`, in MB.
+fn status_mb(pid: u32, field: &str) -> Result<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).context("reading the server's memory")?;
     let kb: f64 = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
-        .context("no VmRSS in /proc status")?;
+        .with_context(|| format!("no {field} in /proc status"))?;
     Ok(kb / 1024.0)
+}
+
+/// Starts the server's resident high-water mark again from its present size (Linux:
+/// `clear_refs` with 5); false where that is not allowed.
+fn reset_peak(pid: u32) -> bool {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").is_ok()
 }
 
 /// Polls `/v1/events` like a dashboard (by cursor) and like a careless client (everything held,
@@ -109,18 +126,31 @@ pub fn run(args: SoakArgs) -> Result<()> {
     }
     let start = Instant::now();
     let total = Duration::from_secs_f64(args.minutes * 60.0);
+    let warm = Duration::from_secs_f64(args.minutes * 60.0 * args.warmup);
     let mut samples = Vec::new();
+    let (mut peak_from_warmup, mut warm_sample_s) = (None, None);
     while start.elapsed() < total {
-        std::thread::sleep(Duration::from_secs_f64(args.sample_s).min(total.saturating_sub(start.elapsed())));
+        // The high-water mark starts again at the end of warm-up (a sample is taken then too).
+        let until = if peak_from_warmup.is_none() && start.elapsed() < warm { warm } else { total };
+        let next = Duration::from_secs_f64(args.sample_s).min(until.saturating_sub(start.elapsed()));
+        std::thread::sleep(next);
         samples.push((start.elapsed().as_secs_f64(), rss_mb(pid)?));
+        if peak_from_warmup.is_none() && start.elapsed() >= warm {
+            peak_from_warmup = Some(reset_peak(pid));
+            warm_sample_s = samples.last().map(|s| s.0);
+        }
     }
+    let peak = match peak_from_warmup {
+        Some(true) => Some(status_mb(pid, "VmHWM:")?),
+        _ => None,
+    };
     stop.store(true, Ordering::Relaxed);
     for t in threads {
         let _ = t.join();
     }
     drop(server);
     let _ = std::fs::remove_dir_all(&data);
-    let warm_end = args.minutes * 60.0 * args.warmup;
+    let warm_end = warm_sample_s.unwrap_or(args.minutes * 60.0 * args.warmup);
     let at_warmup = samples.iter().rev().find(|s| s.0 <= warm_end).or(samples.first()).map_or(0.0, |s| s.1);
     let max_after = samples.iter().filter(|s| s.0 > warm_end).map(|s| s.1).fold(0.0, f64::max);
     let (jobs, fins) = acked.lock().expect("acked").clone();
@@ -134,6 +164,8 @@ pub fn run(args: SoakArgs) -> Result<()> {
         rss_mb_max_after_warmup: max_after,
         rss_mb_at_end: samples.last().map_or(0.0, |s| s.1),
         growth_after_warmup: if at_warmup > 0.0 { max_after / at_warmup } else { 0.0 },
+        peak_rss_mb_after_warmup: peak,
+        peak_growth_after_warmup: peak.filter(|_| at_warmup > 0.0).map(|p| p / at_warmup),
         rss_mb: samples,
     };
     if args.json {
@@ -143,7 +175,8 @@ pub fn run(args: SoakArgs) -> Result<()> {
         None,
         &format!(
             "{:.1} min: {} jobs, {} phase completions acknowledged; /v1/events polled {} times by cursor, read in full {} times\n\
-             server memory: {:.1} MB at the end of warm-up, at most {:.1} MB after ({:.2}x), {:.1} MB at the end\n",
+             server memory: {:.1} MB at the end of warm-up, at most {:.1} MB after ({:.2}x), {:.1} MB at the end\n\
+             peak resident memory after warm-up (between samples too): {}\n",
             r.minutes,
             r.acknowledged_jobs,
             r.acknowledged_completions,
@@ -152,7 +185,11 @@ pub fn run(args: SoakArgs) -> Result<()> {
             r.rss_mb_at_warmup_end,
             r.rss_mb_max_after_warmup,
             r.growth_after_warmup,
-            r.rss_mb_at_end
+            r.rss_mb_at_end,
+            match (r.peak_rss_mb_after_warmup, r.peak_growth_after_warmup) {
+                (Some(p), Some(g)) => format!("{p:.1} MB ({g:.2}x)"),
+                _ => "not measured (the high-water mark could not be reset)".into(),
+            }
         ),
     )
 }

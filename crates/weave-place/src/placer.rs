@@ -13,6 +13,7 @@ use crate::job::PlaceJob;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use weave_core::{Bytes, GroupId, JobId, Micros, Money, NodeId, Pool};
 use weave_model::named_stream;
 
@@ -63,10 +64,12 @@ impl OptionCost {
     }
 }
 
-#[derive(Serialize, Deserialize)]
+/// Cloning is cheap: groups are shared (copy-on-write), so the server can take a frozen copy
+/// for a snapshot under its lock and write it out after.
+#[derive(Clone, Serialize, Deserialize)]
 pub struct Placer {
     cfg: PlacerConfig,
-    groups: BTreeMap<GroupId, Group>,
+    groups: BTreeMap<GroupId, Arc<Group>>,
     job_group: BTreeMap<JobId, GroupId>,
     next_group: u32,
     next_node: [u32; 2],
@@ -96,11 +99,16 @@ impl Placer {
     }
 
     pub fn groups(&self) -> impl Iterator<Item = &Group> {
-        self.groups.values()
+        self.groups.values().map(|g| &**g)
     }
 
     pub fn group(&self, id: GroupId) -> Option<&Group> {
-        self.groups.get(&id)
+        self.groups.get(&id).map(|g| &**g)
+    }
+
+    /// A group to change (copied first if a frozen copy of the placer still shares it).
+    fn group_mut(&mut self, id: GroupId) -> Option<&mut Group> {
+        self.groups.get_mut(&id).map(Arc::make_mut)
     }
 
     pub fn group_of(&self, job: JobId) -> Option<GroupId> {
@@ -339,7 +347,7 @@ impl Placer {
     fn update_member(&mut self, job: JobId, change: impl FnOnce(&mut PlaceJob)) -> bool {
         let Some(gid) = self.job_group.get(&job) else { return false };
         let resident = self.cfg.residency.resident;
-        let g = self.groups.get_mut(gid).expect("placed jobs have groups");
+        let g = self.group_mut(*gid).expect("placed jobs have groups");
         if let Some(m) = g.members.iter_mut().find(|m| m.job.id == job) {
             change(&mut m.job);
         }
@@ -501,7 +509,7 @@ impl Placer {
                     prediction,
                     colocated,
                 };
-                self.groups.insert(id, group);
+                self.groups.insert(id, Arc::new(group));
                 id
             }
         };
@@ -511,15 +519,15 @@ impl Placer {
             None => {
                 let nodes = self.new_nodes(Pool::Rollout, job.rollout_width);
                 new_nodes.extend(nodes.iter().copied());
-                let g = self.groups.get_mut(&gid).expect("group exists");
+                let g = self.group_mut(gid).expect("group exists");
                 let id = g.next_block;
                 g.next_block += 1;
                 g.blocks.push(Block { id, nodes, used: Bytes(0) });
                 id
             }
         };
-        let g = self.groups.get_mut(&gid).expect("group exists");
         let resident = self.cfg.residency.resident;
+        let g = self.group_mut(gid).expect("group exists");
         if resident {
             if let Some(b) = g.blocks.iter_mut().find(|b| b.id == block_id) {
                 b.used = b.used + job.rollout_state;
@@ -559,7 +567,7 @@ impl Placer {
     pub fn depart(&mut self, job: JobId) -> Result<Departure, PlaceError> {
         let gid = self.job_group.remove(&job).ok_or(PlaceError::NotPlaced(job))?;
         let resident = self.cfg.residency.resident;
-        let g = self.groups.get_mut(&gid).expect("placed jobs have groups");
+        let g = self.group_mut(gid).expect("placed jobs have groups");
         let pos = g.members.iter().position(|m| m.job.id == job).expect("member of its group");
         let m = g.members.remove(pos);
         if resident {
@@ -576,7 +584,7 @@ impl Placer {
         }
         let dissolved = g.members.is_empty();
         if dissolved {
-            let g = self.groups.remove(&gid).expect("exists");
+            let g = Arc::unwrap_or_clone(self.groups.remove(&gid).expect("exists"));
             released.extend(g.training_nodes);
         } else {
             g.refresh(resident);

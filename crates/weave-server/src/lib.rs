@@ -250,8 +250,9 @@ const MALLOC_ARENAS: i32 = 2;
 /// get one, up to eight per core, each keeping its own freed pages). Measured by `weave bench
 /// soak`: see the README. Best effort: elsewhere it does nothing.
 /// Gives the memory the allocator holds free back to the system (glibc keeps freed pages in its
-/// arenas otherwise). Called after a snapshot's rebuilt plane is dropped: that plane is as large
-/// as the live one, and without this every snapshot would leave the process that much larger.
+/// arenas otherwise). Called after a snapshot's frozen copy of the plane is dropped, with the
+/// entries the live plane copied while it was written (before the copy was frozen, each
+/// snapshot rebuilt a whole second plane, and without this the process kept that much more).
 pub fn release_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only returns free memory to the system, under the allocator's locks.

@@ -187,8 +187,7 @@ fn configured_plane(cfg: &ServerConfig) -> Plane {
     plane
 }
 
-/// The plane the store's snapshot and the records after it make: at start, and for each
-/// snapshot (rebuilt on the snapshot's own thread, so the live plane is never held for it).
+/// The plane the store's snapshot and the records after it make (at start).
 fn rebuild(cfg: &ServerConfig, loaded: weave_store::Loaded<Record>) -> Result<Plane, ServeError> {
     let mut plane = configured_plane(cfg);
     let base = loaded.snapshot.as_ref().map_or(0, |(at, _)| *at);
@@ -211,7 +210,22 @@ pub struct Inner {
     pub history: crate::history::History,
     /// Snapshots committed since the server started.
     snapshots: u64,
-    snapshot_windows: std::collections::VecDeque<(Instant, Instant)>,
+    snapshot_windows: std::collections::VecDeque<SnapshotWindow>,
+    /// When the snapshot in flight began (before its frozen copy was taken under the lock, so
+    /// that its window covers the copy too) and how long the copy took.
+    snapshot_began: Option<(Instant, std::time::Duration)>,
+}
+
+/// When a snapshot was being taken, on the monotonic clock (for operators and benchmarks;
+/// never part of any decision).
+#[derive(Clone, Copy, Debug)]
+pub struct SnapshotWindow {
+    /// Before its frozen copy of the plane was taken, under the lock.
+    pub began: Instant,
+    /// How long that copy held the lock.
+    pub copy: std::time::Duration,
+    /// When its file and manifest were written.
+    pub ended: Instant,
 }
 
 /// Recent snapshot windows kept (see [`Inner::snapshot_windows`]).
@@ -251,7 +265,7 @@ impl Inner {
     }
 
     /// When the recent snapshots were being written (started, ended; newest last).
-    pub fn snapshot_windows(&mut self) -> Vec<(Instant, Instant)> {
+    pub fn snapshot_windows(&mut self) -> Vec<SnapshotWindow> {
         self.collect_snapshot();
         self.snapshot_windows.iter().copied().collect()
     }
@@ -263,7 +277,8 @@ impl Inner {
             if self.snapshot_windows.len() == SNAPSHOT_WINDOWS_KEPT {
                 self.snapshot_windows.pop_front();
             }
-            self.snapshot_windows.push_back((done.started, done.ended));
+            let (began, copy) = self.snapshot_began.take().unwrap_or((done.started, Default::default()));
+            self.snapshot_windows.push_back(SnapshotWindow { began: began.min(done.started), copy, ended: done.ended });
         }
     }
 }
@@ -318,6 +333,7 @@ impl Shared {
                 history: Default::default(),
                 snapshots: 0,
                 snapshot_windows: Default::default(),
+                snapshot_began: None,
             }),
             started: now,
             offset_us,
@@ -424,25 +440,30 @@ impl Shared {
     }
 
     /// Snapshots the plane into the store once enough records follow the last snapshot. The
-    /// live plane is not held for it: the snapshot's own thread rebuilds the plane from the
-    /// store (the last snapshot and the records since, exactly as a restart would) and encodes
-    /// that, while requests go on. A failed snapshot loses nothing (the records stay; the
-    /// store reports not ready until a write works again) and is tried again after the next
-    /// record.
+    /// live plane is not held for it: a frozen copy is taken under the lock (cheap: its job
+    /// entries, dispatchers, groups and events are shared, copy-on-write) and the snapshot's
+    /// own thread encodes that while requests go on. A failed snapshot loses nothing (the
+    /// records stay; the store reports not ready until a write works again) and is tried
+    /// again after the next record.
     fn compact_if_due(&self, g: &mut Inner) {
         g.collect_snapshot();
         let every = self.cfg.snapshot_every;
         if every == 0 || g.store.records_since_snapshot() < every || g.store.compacting() {
             return;
         }
-        let cfg = self.cfg.clone();
-        g.store.compact_in_background::<Record>(Box::new(move |loaded, out| {
-            let plane = rebuild(&cfg, loaded).map_err(std::io::Error::other)?;
-            let written = plane.write_snapshot(out);
-            drop(plane);
+        let began = Instant::now();
+        let frozen = g.plane.clone();
+        let copy = began.elapsed();
+        let started = g.store.compact_in_background(Box::new(move |out| {
+            let written = frozen.write_snapshot(out);
+            // What the live plane changed meanwhile was copied; those copies go with it.
+            drop(frozen);
             crate::release_freed_memory();
             written
         }));
+        if started {
+            g.snapshot_began = Some((began, copy));
+        }
     }
 
     /// Runs the periodic consolidation pass when it is due (a durable record, so replay

@@ -114,6 +114,27 @@ proptest! {
         prop_assert!(whole.snapshot() == resumed.snapshot(), "differs after a cut at {k} of {}", records.len());
         prop_assert_eq!(whole.events(), resumed.events());
     }
+
+    /// The server snapshots a frozen copy (`Plane::clone`, sharing job entries, dispatchers,
+    /// groups and events) while the live plane goes on: nothing the live plane does after
+    /// may show in the copy.
+    #[test]
+    fn a_frozen_copy_is_untouched_by_what_the_live_plane_does_after(
+        ops in proptest::collection::vec((any::<u8>(), any::<u8>(), any::<u8>()), 1..120),
+        cut in 0.0..1.0f64,
+        consolidate in any::<bool>(),
+    ) {
+        let records = history(&ops, consolidate);
+        let k = (records.len() as f64 * cut) as usize;
+        let mut live = replay(plane(consolidate), &records[..k]);
+        let at_cut = live.snapshot();
+        let frozen = live.clone();
+        for r in &records[k..] {
+            live.apply(r).unwrap();
+        }
+        prop_assert!(frozen.snapshot() == at_cut, "the copy changed after a cut at {k} of {}", records.len());
+        prop_assert!(live.snapshot() == replay(plane(consolidate), &records).snapshot());
+    }
 }
 
 /// Seeded histories (a fixed generator, so this test always covers the same ground): cuts

@@ -1,7 +1,7 @@
 //! Compaction: a snapshot of the caller's state replaces the records it covers, written
 //! either on the caller's thread ([`Store::compact_with`]) or on a thread of its own while the
-//! caller goes on appending ([`Store::compact_in_background`]: the state is rebuilt there from
-//! the store itself, so the caller's state is never held or copied for it).
+//! caller goes on appending ([`Store::compact_in_background`]: the caller hands over a frozen
+//! copy of its state, as of every record so far, and it is encoded there).
 //!
 //! The newest snapshot is read back and checked before anything older is let go, and the
 //! snapshot before it stays, with every record after that one: a newest snapshot found
@@ -14,15 +14,14 @@
 //! what is let go in batches, so appends from another thread are never held up for long.
 
 use crate::snapshot::{file_position, read_manifest, snapshot_dir, FileWriter, Manifest, PARTS, SNAPSHOT};
-use crate::{db_err, guarded, load_until, Loaded, Store, StoreError, LOG};
+use crate::{db_err, guarded, Store, StoreError, LOG};
 use redb::{Database, ReadableDatabase, ReadableTable};
-use serde::de::DeserializeOwned;
 use std::path::Path;
 use std::time::Instant;
 
-/// Rebuilds the caller's state from what the store holds up to a position (the newest
-/// snapshot and the records after it) and encodes it as the snapshot at that position.
-pub type Rebuild<T> = Box<dyn FnOnce(Loaded<T>, &mut dyn std::io::Write) -> std::io::Result<()> + Send>;
+/// Encodes the caller's state as of the snapshot's position (a frozen copy it owns: the
+/// caller goes on changing its own meanwhile).
+pub type Encode = Box<dyn FnOnce(&mut dyn std::io::Write) -> std::io::Result<()> + Send>;
 
 /// Records, and snapshot parts (a megabyte each), let go per transaction, so that no
 /// transaction holds the database's writer long.
@@ -73,14 +72,12 @@ impl Store {
         self.compaction_done(at, done)
     }
 
-    /// Starts a snapshot of the state after every record so far on a thread of its own:
-    /// there the store's newest snapshot and the records after it, up to now, are read (one
-    /// read transaction, never in the appender's way) and handed to `rebuild`, which encodes
-    /// the state they make. Appends go on meanwhile. `false` when one is still in flight (its
-    /// outcome not yet collected by [`Store::finish_compaction`]) or the store has failed
-    /// (nothing started). A failure is reported by [`Store::ready`] like a failed write, and
-    /// loses nothing.
-    pub fn compact_in_background<T: DeserializeOwned + 'static>(&mut self, rebuild: Rebuild<T>) -> bool {
+    /// Starts a snapshot of the state after every record so far on a thread of its own, where
+    /// `encode` writes it (it must own a copy of that state; the caller goes on appending
+    /// meanwhile). `false` when one is still in flight (its outcome not yet collected by
+    /// [`Store::finish_compaction`]) or the store has failed (nothing started). A failure is
+    /// reported by [`Store::ready`] like a failed write, and loses nothing.
+    pub fn compact_in_background(&mut self, encode: Encode) -> bool {
         if self.in_flight.is_some() || self.failed.is_some() {
             return false;
         }
@@ -88,8 +85,7 @@ impl Store {
         let (at, path) = (self.next, self.path.clone());
         let started = Instant::now();
         let spawned = std::thread::Builder::new().name("weave-snapshot".into()).spawn(move || {
-            let written = load_until::<T>(&db, &path, at)
-                .and_then(|state| guarded(&path, || write_snapshot(&db, &path, at, |out| rebuild(state, out))));
+            let written = guarded(&path, || write_snapshot(&db, &path, at, encode));
             (written, Instant::now())
         });
         match spawned {

@@ -27,7 +27,7 @@ use thiserror::Error;
 mod compact;
 mod export;
 mod snapshot;
-pub use compact::{Compacted, Rebuild};
+pub use compact::{Compacted, Encode};
 pub use export::{export, Exported};
 use snapshot::{read_snapshot, SNAPSHOT};
 

@@ -108,7 +108,7 @@ impl Plane {
 
     fn move_failed(&mut self, time_us: u64, name: &str, e: PlaneError) {
         let reason = format!("re-admission after a consolidation move failed: {e}");
-        if let Some(j) = self.jobs.get_mut(name) {
+        if let Some(j) = self.job_mut(name) {
             j.state = JobState::Failed;
             j.failure = Some(reason.clone());
         }

@@ -4,15 +4,16 @@
 
 use super::{ev, JobState, Plane, PlaneError, PlaneEvent};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use weave_core::{GroupId, JobId, Micros};
 use weave_dispatch::{Action, Input, Phase};
 use weave_model::SwitchKind;
 
 impl Plane {
     pub(super) fn depart(&mut self, g: GroupId, id: JobId) {
-        if let Ok(d) = self.placer.depart(id) {
+        if let Ok(d) = Arc::make_mut(&mut self.placer).depart(id) {
             if d.dissolved {
-                self.dispatchers.remove(&g);
+                Arc::make_mut(&mut self.dispatchers).remove(&g);
             } else if self.churn.is_some() && self.placer.group(g).is_some_and(|grp| grp.runs_alone()) {
                 self.lone_pending.push(g);
             }
@@ -26,7 +27,7 @@ impl Plane {
         // A switch the dispatcher planned before a grant: the grant's event says which.
         let mut switches: BTreeMap<JobId, (SwitchKind, Micros)> = BTreeMap::new();
         while let Some(input) = queue.pop_front() {
-            let Some(d) = self.dispatchers.get_mut(&g) else { return };
+            let Some(d) = Arc::make_mut(&mut self.dispatchers).get_mut(&g).map(Arc::make_mut) else { return };
             let actions = match d.handle(now, input) {
                 Ok(a) => a,
                 // Only checked inputs reach here; a refusal means the job already left.
@@ -49,7 +50,7 @@ impl Plane {
                     }
                     Action::Completed { job, .. } => {
                         let name = self.names[job.0 as usize].clone();
-                        if let Some(j) = self.jobs.get_mut(&name) {
+                        if let Some(j) = self.job_mut(&name) {
                             j.state = JobState::Completed;
                         }
                         self.event(ev(time_us, &name, "completed", None, None, Some(g)));
@@ -86,7 +87,7 @@ impl Plane {
         let name = self.names[job.0 as usize].clone();
         let mut wait = 0;
         let mut stale = false;
-        if let Some(j) = self.jobs.get_mut(&name) {
+        if let Some(j) = self.job_mut(&name) {
             j.gate.grant(phase, iteration, weights);
             stale = j.gate.staleness > 0;
             let k = (phase == Phase::Train) as usize;

@@ -4,6 +4,7 @@
 use super::{ev, Gate, Plane, PlaneEvent, SubmitSpec};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
+use std::sync::Arc;
 use weave_core::{JobId, JobSpec, Micros, PhaseTimes};
 use weave_dispatch::{Input, Phase};
 use weave_place::{Decision, Variation};
@@ -218,7 +219,7 @@ impl Plane {
         duration: Micros,
         meta: Option<serde_json::Value>,
     ) {
-        let j = self.jobs.get_mut(name).expect("checked");
+        let j = Arc::make_mut(&mut self.jobs).get_mut(name).map(Arc::make_mut).expect("checked");
         j.gate.finish(phase, iteration);
         j.switches.record(meta.as_ref());
         j.host.record(phase, meta.as_ref());
@@ -253,8 +254,8 @@ impl Plane {
             let (id, est) = (j.id, j.estimate);
             let remaining = j.iterations.map(|n| n.saturating_sub(j.completed_iterations));
             let variation = measured_variation(&j.measured, est, remaining, self.slo_z);
-            self.placer.update_measured(id, est);
-            self.placer.update_variation(id, variation);
+            Arc::make_mut(&mut self.placer).update_measured(id, est);
+            Arc::make_mut(&mut self.placer).update_variation(id, variation);
         }
         let (id, group) = (self.jobs[name].id, self.group_of(name));
         self.event(PlaneEvent { meta, ..ev(time_us, name, "finish", Some(phase), Some(iteration), group) });

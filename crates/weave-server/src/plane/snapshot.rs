@@ -13,6 +13,7 @@
 use super::{JobEntry, Measured, Plane, PlaneEvent, PlaneStats, Queued};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use weave_core::{GroupId, JobId};
 use weave_dispatch::Dispatcher;
 use weave_place::consolidate::Churn;
@@ -53,7 +54,7 @@ struct SnapshotRef<'a> {
     version: u32,
     plane_version: u64,
     placer: &'a Placer,
-    dispatchers: &'a BTreeMap<GroupId, Dispatcher>,
+    dispatchers: &'a BTreeMap<GroupId, Arc<Dispatcher>>,
     jobs: Vec<JobSnapshotRef<'a>>,
     names: &'a [String],
     events: &'a [std::sync::Arc<PlaneEvent>],
@@ -146,23 +147,24 @@ impl Plane {
         if let (Some(sizes), Some(_)) = (grown, self.placer.config().capacity) {
             placer.grow_capacity(sizes);
         }
-        self.placer = placer;
-        self.dispatchers = snap.dispatchers;
-        self.jobs = snap
-            .jobs
-            .into_iter()
-            .map(|j| {
-                let mut entry = j.entry;
-                entry.measured = j.measured;
-                entry.iteration_started_us = j.iteration_started_us;
-                if let Some(next) = entry.legacy_next.take() {
-                    entry.gate = super::Gate::from_barrier(entry.legacy_granted.take(), next);
-                }
-                (entry.name.clone(), entry)
-            })
-            .collect();
-        self.names = snap.names;
-        self.events = snap.events.into_iter().map(std::sync::Arc::new).collect();
+        self.placer = Arc::new(placer);
+        self.dispatchers = Arc::new(snap.dispatchers.into_iter().map(|(g, d)| (g, Arc::new(d))).collect());
+        self.jobs = Arc::new(
+            snap.jobs
+                .into_iter()
+                .map(|j| {
+                    let mut entry = j.entry;
+                    entry.measured = j.measured;
+                    entry.iteration_started_us = j.iteration_started_us;
+                    if let Some(next) = entry.legacy_next.take() {
+                        entry.gate = super::Gate::from_barrier(entry.legacy_granted.take(), next);
+                    }
+                    (entry.name.clone(), Arc::new(entry))
+                })
+                .collect(),
+        );
+        self.names = Arc::new(snap.names);
+        self.events = Arc::new(snap.events.into_iter().map(Arc::new).collect());
         // Consolidation on or off is configuration; what it did so far is state.
         if let (Some(mine), Some(theirs)) = (self.churn.as_mut(), snap.churn) {
             let limits = mine.limits;
@@ -170,7 +172,7 @@ impl Plane {
             mine.limits = limits;
         }
         self.queue = snap.queue;
-        self.arrivals = snap.arrivals;
+        self.arrivals = Arc::new(snap.arrivals);
         self.next_arrival = snap.next_arrival;
         self.stats = snap.stats;
         self.last_time_us = snap.last_time_us;
