@@ -531,7 +531,9 @@ async fn require_token(State(s): State<Arc<Shared>>, req: axum::extract::Request
 /// smuggling) and bodies in another character set than the UTF-8 every body is read as: a
 /// Transfer-Encoding other than plain `chunked`, a charset other than UTF-8. The connection of
 /// a refused framing is closed (its end is unknown). (A Content-Length beside `chunked` never
-/// reaches here: hyper reads such a request as chunked, as RFC 9112 6.3 says, and drops it.)
+/// reaches here: hyper reads such a request as chunked and drops the Content-Length, and
+/// closes the connection after the answer, both as RFC 9112 6.3 says; `tests/api.rs` holds it
+/// to that.)
 async fn strict_framing(req: axum::extract::Request, next: Next) -> Response {
     let h = req.headers();
     let te: Vec<_> = h.get_all(header::TRANSFER_ENCODING).iter().collect();

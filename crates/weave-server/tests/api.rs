@@ -463,6 +463,34 @@ fn ambiguous_framing_and_other_charsets_are_refused() {
     assert!(status.contains(" 201 "), "UTF-8 named is fine: {body}");
 }
 
+/// RFC 9112 6.3: a request with both Transfer-Encoding and Content-Length is read as chunked
+/// and its connection MUST be closed after the answer, so that what the Content-Length would
+/// have framed (a smuggled request, here a second submission pipelined behind it) is never
+/// read as a request.
+#[test]
+fn a_request_with_chunked_and_content_length_closes_its_connection() {
+    let s = TestServer::start(temp_dir("te-cl"), Duration::from_secs(600));
+    let job = r#"{"id":"tc","type":"7B_8k","iterations":2}"#;
+    let auth = format!("Authorization: Bearer {ALICE}");
+    let smuggled = format!(
+        "POST /v1/jobs HTTP/1.1\r\nHost: x\r\n{auth}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
+        job.len(),
+        job.replace("tc", "td")
+    );
+    let first = format!(
+        "POST /v1/jobs HTTP/1.1\r\nHost: x\r\n{auth}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n{:x}\r\n{job}\r\n0\r\n\r\n{smuggled}",
+        job.len()
+    );
+    let (status, text) = raw(&s, &first);
+    assert!(status.contains(" 201 "), "the chunked body is the request: {text}");
+    assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "one answer, then the connection closed: {text}");
+    assert!(text.to_ascii_lowercase().contains("connection: close"), "{text}");
+    let c = client();
+    let jobs: Vec<serde_json::Value> = c.get(s.url("/v1/jobs")).bearer_auth(ALICE).send().unwrap().json().unwrap();
+    let ids: Vec<&str> = jobs.iter().filter_map(|j| j["id"].as_str()).collect();
+    assert!(ids.contains(&"tc") && !ids.contains(&"td"), "the pipelined request was never read: {ids:?}");
+}
+
 /// A body over the limit is answered with a JSON 413 the client can read (the server reads and
 /// throws away what it sent rather than resetting the connection under it); a body declared
 /// far too large is answered before it is sent.
