@@ -219,6 +219,11 @@ class WeaveClient:
     def cancel(self, job_id: str) -> JSON:
         return self._request("DELETE", f"/v1/jobs/{job_id}")[1]
 
+    def restart(self, job_id: str, reason: str) -> JSON:
+        """Work in flight was lost (a process of the job died): Weave ends this admission and
+        re-admits the job from its last completed iteration, so the lost phase runs again."""
+        return self._request("POST", f"/v1/jobs/{job_id}/restart", {"reason": reason})[1]
+
     def events(self, after: Optional[int] = None, limit: Optional[int] = None) -> List[JSON]:
         """Events this token may see; ``after`` (the last ``seq`` seen) and ``limit`` page them.
         Without ``limit``, every event the server holds after ``after`` (page by page)."""

@@ -242,6 +242,29 @@ async fn cancel_job(
     Ok(visible(&s, &c, &key).map(|(_, v)| Json(v)).unwrap_or_else(|_| cancelled()))
 }
 
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RestartBody {
+    /// Why (a process of the job died, ...): kept with the ended admission.
+    reason: String,
+}
+
+/// The job's driver lost work in flight: this admission ends and the job is re-admitted from
+/// its last completed iteration (the answer is the job as it is now, re-admitted or queued).
+async fn restart_job(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Result<Json<RestartBody>, JsonRejection>,
+) -> ApiResult<Json<JobView>> {
+    let c = caller(&s, &headers)?;
+    let RestartBody { reason } = json_body(body)?;
+    let (key, _) = visible(&s, &c, &name)?;
+    let job = key.clone();
+    commit(&s, &c, move |time_us| Record::Restart { time_us, job, reason }).await?;
+    Ok(Json(visible(&s, &c, &key)?.1))
+}
+
 fn parse_phase(p: &str) -> ApiResult<Phase> {
     match p {
         "rollout" => Ok(Phase::Rollout),
@@ -627,6 +650,7 @@ pub fn router(shared: Arc<Shared>, rate: Option<RateLimits>) -> Router {
         .route("/v1/jobs", post(submit).get(listing::list_jobs))
         .route("/v1/jobs/{id}", get(show_job).delete(cancel_job))
         .route("/v1/jobs/{id}/heartbeat", post(heartbeat))
+        .route("/v1/jobs/{id}/restart", post(restart_job))
         .route("/v1/jobs/{id}/phases/{phase}/{iteration}/start", post(phase_start))
         .route("/v1/jobs/{id}/phases/{phase}/{iteration}/finish", post(phase_finish))
         .route("/v1/groups", get(cluster::groups))

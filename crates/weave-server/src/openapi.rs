@@ -86,6 +86,11 @@ pub fn document() -> Value {
                 "delete": { "summary": "Cancel a job", "security": auth, "parameters": [job_id], "responses": { "200": ok("job"), "401": err(), "404": err(), "409": err() } }
             },
             "/v1/jobs/{id}/heartbeat": { "post": { "summary": "Heartbeat", "security": auth, "parameters": [job_id], "responses": { "200": ok("ok"), "404": err(), "409": err() } } },
+            "/v1/jobs/{id}/restart": {
+                "post": { "summary": "The job's driver lost work in flight (a process died): end this admission and re-admit the job from its last completed iteration", "security": auth, "parameters": [job_id],
+                          "requestBody": { "required": true, "content": { "application/json": { "schema": { "type": "object", "required": ["reason"], "properties": { "reason": { "type": "string" } }, "additionalProperties": false } } } },
+                          "responses": { "200": ok("job, re-admitted (or queued)"), "400": err(), "401": err(), "404": err(), "409": err() } }
+            },
             "/v1/jobs/{id}/phases/{phase}/{iteration}/start": {
                 "post": { "summary": "Ask to start a phase; long-polls up to wait_s", "security": auth,
                           "parameters": [job_id, phase, iteration, { "name": "wait_s", "in": "query", "schema": { "type": "number" } }],

@@ -295,7 +295,9 @@ impl Plane {
                 }
             }
             Record::Cancel { job, .. } if self.queued(job).is_some() => Ok(()),
-            Record::Cancel { job, .. } | Record::Fail { job, .. } => self.running(job).map(|_| ()),
+            Record::Cancel { job, .. } | Record::Fail { job, .. } | Record::Restart { job, .. } => {
+                self.running(job).map(|_| ())
+            }
             Record::NodeDown { node, .. } => {
                 self.in_inventory(*node)?;
                 if self.placer.is_down(*node) {
@@ -415,6 +417,10 @@ impl Plane {
                 self.end(*time_us, job, JobState::Failed, Some(reason.clone()));
                 Ok(())
             }
+            Record::Restart { time_us, job, reason } => {
+                self.readmit_from_checkpoint(*time_us, vec![job.clone()], &format!("restarted: {reason}"));
+                Ok(())
+            }
             Record::Finish { time_us, job, phase, iteration, duration_us, meta, .. } => {
                 self.finish(*time_us, job, *phase, *iteration, Micros(*duration_us), meta.clone());
                 Ok(())
@@ -448,15 +454,21 @@ impl Plane {
         Arc::make_mut(&mut self.placer).set_node_down(node, true);
         let meta = serde_json::json!({ "node": node.to_string(), "reason": reason });
         self.event(PlaneEvent { meta: Some(meta), ..ev(time_us, "", "node-down", None, None, None) });
+        let names = self.placer.jobs_on(node).into_iter().map(|id| self.names[id.0 as usize].clone()).collect();
+        self.readmit_from_checkpoint(time_us, names, &format!("node {node} lost: {reason}"));
+    }
+
+    /// Ends the admissions of `names` (failed, for `why`) and re-admits each job from its last
+    /// completed iteration (its checkpoint) wherever the placer finds room, or queues it.
+    fn readmit_from_checkpoint(&mut self, time_us: u64, names: Vec<String>, why: &str) {
         // Every affected job leaves first, so none is re-admitted into what is left of a
-        // group that still holds the lost node.
+        // group that still holds a lost node.
         let mut leaving = Vec::new();
-        for id in self.placer.jobs_on(node) {
-            let name = self.names[id.0 as usize].clone();
+        for name in names {
             let j = &self.jobs[&name];
             let (resubmit, carried) = j.resubmission();
             leaving.push((name.clone(), j.tenant.clone(), resubmit, carried));
-            self.end(time_us, &name, JobState::Failed, Some(format!("node {node} lost: {reason}")));
+            self.end(time_us, &name, JobState::Failed, Some(why.to_string()));
         }
         for (name, tenant, resubmit, carried) in leaving {
             let outcome = match self.admit_or_queue(time_us, &tenant, &resubmit, carried, true) {

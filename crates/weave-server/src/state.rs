@@ -243,7 +243,10 @@ fn owned_by(plane: &Plane, c: &crate::Caller, rec: &Record) -> Result<(), PlaneE
             }
             _ => Ok(()),
         },
-        Record::Cancel { job, .. } | Record::Finish { job, .. } | Record::Fail { job, .. } => match plane.owner(job) {
+        Record::Cancel { job, .. }
+        | Record::Finish { job, .. }
+        | Record::Fail { job, .. }
+        | Record::Restart { job, .. } => match plane.owner(job) {
             Some(t) if c.may_see(t, job) => Ok(()),
             _ => Err(PlaneError::NotFound(job.clone())),
         },
@@ -421,7 +424,7 @@ impl Shared {
                     g.heartbeats.insert(job.clone(), Instant::now());
                 }
             }
-            Record::NodeDown { time_us, .. } => {
+            Record::NodeDown { time_us, .. } | Record::Restart { time_us, .. } => {
                 // Failed jobs stop being watched; re-admitted ones get a fresh grace period.
                 let Inner { plane, heartbeats, .. } = &mut *g;
                 heartbeats.retain(|name, _| plane.job(name).is_some_and(|j| j.state == JobState::Running));

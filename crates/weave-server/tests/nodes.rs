@@ -204,7 +204,7 @@ fn a_readmission_is_placed_with_the_switches_the_job_reported() {
 }
 
 mod common;
-use common::{body, client, finish_phase, start_phase, temp_dir, TestServer, ALICE, OPS};
+use common::{body, client, finish_phase, start_phase, temp_dir, TestServer, ALICE, BOB, OPS};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -273,4 +273,88 @@ fn nodes_reported_by_a_backend_are_not_changed_by_hand() {
     });
     let (code, err) = post(&s, OPS, "/v1/nodes/r0/down", None);
     assert!(code == 409 && err["error"].as_str().unwrap().contains("Ray"), "{code} {err}");
+}
+
+/// A job whose process died after its rollout finished (its trajectories gone with it) asks
+/// for a restart: the admission ends and the job runs again from its last completed
+/// iteration, so the lost rollout is run again; the others carry on; replay agrees.
+#[test]
+fn a_restart_runs_the_job_again_from_its_last_completed_iteration() {
+    let mut p = plane();
+    let mut records = vec![inventory(0, 3, 1), submit(1, "a"), submit(2, "b")];
+    for r in &records {
+        p.apply(r).unwrap();
+    }
+    let mut t = 10;
+    run(&mut p, &mut records, "b", 2, &mut t);
+    // b's rollout 2 finishes: its gate moves on to training 2.
+    let rollout = finish(t + 1, "b", Phase::Rollout, 2);
+    p.apply(&rollout).unwrap();
+    records.push(rollout);
+    let (b_before, a_before) = (p.job("b").unwrap().clone(), p.job("a").unwrap().clone());
+    assert_eq!(b_before.next(), (Phase::Train, 2));
+
+    let unknown = Record::Restart { time_us: t + 2, job: "zz".into(), reason: "x".into() };
+    assert!(matches!(p.check(&unknown), Err(PlaneError::NotFound(_))));
+    let restart = Record::Restart { time_us: t + 2, job: "b".into(), reason: "its processes exited".into() };
+    p.check(&restart).unwrap();
+    p.apply(&restart).unwrap();
+    records.push(restart);
+    let b = p.job("b").unwrap();
+    assert_eq!(b.state, JobState::Running, "re-admitted");
+    assert_ne!(b.id, b_before.id, "a new admission");
+    assert_eq!((b.completed_iterations, b.submit.resume_from), (2, Some(2)));
+    assert_eq!(b.next(), (Phase::Rollout, 2), "the lost rollout runs again");
+    let readmitted = p.events().iter().rev().find(|e| e.job == "b" && e.kind == "readmitted").unwrap();
+    assert_eq!(readmitted.meta.as_ref().unwrap()["resume_from"], 2);
+    let a = p.job("a").unwrap();
+    assert_eq!((a.id, a.next(), a.granted()), (a_before.id, a_before.next(), a_before.granted()), "a carries on");
+    // The old admission's training can no longer be reported.
+    let stale = Record::Finish {
+        time_us: t + 3,
+        job: "b".into(),
+        phase: Phase::Train,
+        iteration: 2,
+        duration_us: 100_000_000,
+        meta: None,
+        admission: Some(b_before.id.0),
+    };
+    assert!(p.check(&stale).is_err());
+
+    let mut q = plane();
+    for r in &records {
+        q.apply(r).unwrap();
+    }
+    assert_eq!(q.events(), p.events());
+    assert!(q.snapshot() == p.snapshot(), "replay rebuilds the same plane");
+}
+
+/// The restart endpoint: the job's own tenant only, a JSON body with the reason; the job runs
+/// again as a new admission from its last completed iteration.
+#[test]
+fn a_driver_restarts_its_job_over_http() {
+    let s = TestServer::start(temp_dir("restart-http"), Duration::from_secs(600));
+    let spec = json!({ "id": "a", "type": "3B_4k", "iterations": 4, "rollout_s": 50, "train_s": 60 });
+    assert_eq!(common::submit(&s, ALICE, spec).0, 201);
+    for phase in ["rollout", "train"] {
+        assert_eq!(start_phase(&s, ALICE, "a", phase, 0, 1.0).0, 200);
+        assert_eq!(finish_phase(&s, ALICE, "a", phase, 0, 1.0).0, 200);
+    }
+    assert_eq!(start_phase(&s, ALICE, "a", "rollout", 1, 1.0).0, 200);
+    assert_eq!(finish_phase(&s, ALICE, "a", "rollout", 1, 1.0).0, 200);
+    let before = job(&s, "a");
+    assert_eq!(before["next"], "train 1");
+
+    let (code, err) = post(&s, BOB, "/v1/jobs/a/restart", Some(json!({ "reason": "x" })));
+    assert_eq!(code, 404, "another tenant's job: {err}");
+    let (code, err) = post(&s, ALICE, "/v1/jobs/a/restart", Some(json!({ "why": "x" })));
+    assert!(code == 400 && err["error"].as_str().unwrap().contains("why"), "{code} {err}");
+    assert_eq!(job(&s, "a")["uid"], before["uid"], "refused requests changed nothing");
+
+    let (code, a) = post(&s, ALICE, "/v1/jobs/a/restart", Some(json!({ "reason": "trainer died" })));
+    assert_eq!(code, 200, "{a}");
+    assert_eq!((a["state"].as_str(), a["next"].as_str()), (Some("running"), Some("rollout 1")), "{a}");
+    assert_ne!(a["uid"], before["uid"]);
+    assert_eq!(a["completed_iterations"], 1);
+    assert_eq!(start_phase(&s, ALICE, "a", "rollout", 1, 1.0).0, 200, "the lost rollout runs again");
 }

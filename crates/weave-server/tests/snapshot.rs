@@ -62,7 +62,8 @@ fn step(p: &Plane, op: (u8, u8, u8), n: usize, t: u64) -> Option<Record> {
             let duration_us = (20 + b as u64) * S * if phase == Phase::Rollout { 2 } else { 1 };
             Some(Record::Finish { time_us, job, phase, iteration, duration_us, meta: None, admission: None })
         }
-        6 => Some(Record::Cancel { time_us, job: pick(&running)? }),
+        6 if b % 2 == 0 => Some(Record::Cancel { time_us, job: pick(&running)? }),
+        6 => Some(Record::Restart { time_us, job: pick(&running)?, reason: "test".into() }),
         _ => {
             let node: NodeId = format!("{}{}", ["r", "t"][a as usize % 2], b % 3).parse().unwrap();
             if a % 3 == 0 {
@@ -171,7 +172,7 @@ fn seeded_histories_cover_what_snapshots_must_carry() {
         let ended = whole.jobs().filter(|j| matches!(j.state, JobState::Completed | JobState::Cancelled)).count();
         assert!(ended <= 4, "{ended} ended jobs held");
     }
-    for kind in ["preempted", "completed", "node-down", "queued", "cancelled", "moved", "requeued"] {
+    for kind in ["preempted", "completed", "node-down", "queued", "cancelled", "moved", "requeued", "readmitted"] {
         assert!(seen.contains(kind), "no {kind} event in any history: {seen:?}");
     }
 }

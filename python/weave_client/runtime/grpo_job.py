@@ -14,6 +14,14 @@ its own CPU set (its "node"), joined by ``torch.distributed`` (gloo). Iteration 
    ``--checkpoint-every`` iterations (the copy was taken inside the phase; the disk write is
    slack work), and the rollout worker publishes the received weights into its host copy.
 
+Inside every training phase, before the phase is reported, the trainer also stages the new
+state in host memory outside its own process (``/dev/shm``, one copy per version parity, so
+the copies of iterations ``k`` and ``k + 1`` are both there while ``k + 1`` is being
+reported): a trainer killed at any moment, between a finish Weave acknowledged and the next
+checkpoint too, resumes from exactly the iteration Weave counts. The staged copies are host
+memory and counted in the bytes the trainer reports. (A lost training node loses them with
+the host; that case still needs a checkpoint of the acknowledged iteration.)
+
 When the job loses its admission (its node is lost, it is preempted or moved: the gate
 raises ``Requeued``) or one of its processes dies, the surviving process saves what it holds of
 the last acknowledged iteration and exits; the launcher waits until Weave runs the job again
@@ -33,6 +41,8 @@ Run one job::
 import argparse
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -70,6 +80,9 @@ def _args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     ap.add_argument("--rollout-s", type=float, help="declared rollout seconds (placement estimate)")
     ap.add_argument("--train-s", type=float, help="declared training seconds (placement estimate)")
     ap.add_argument("--corrupt-sync-once", action="store_true", help="fault injection: damage the first sync")
+    ap.add_argument("--die-after-finish", type=int, metavar="K",
+                    help="fault injection: the trainer SIGKILLs itself once, after training K is acknowledged and "
+                         "before its slack checkpoint")
     ap.add_argument("--minicluster", action="store_true",
                     help="run the trainer and the rollout worker on the mini cluster's nodes (minicluster.py): "
                          "weights cross its rate-limited link")
@@ -89,6 +102,38 @@ def cpus(spec: str) -> List[int]:
 
 def checkpoint_path(d: str) -> str:
     return os.path.join(d, "trainer.pt")
+
+
+def staging_dir(d: str) -> str:
+    """Where the trainer stages each acknowledged state in host memory, outside its process
+    (tmpfs where there is one, so the bytes are memory, not disk)."""
+    import hashlib
+
+    tag = hashlib.sha256(os.path.abspath(d).encode()).hexdigest()[:12]
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else d
+    return os.path.join(base, f"weave-staging-{tag}")
+
+
+def staged_path(d: str, version: int) -> str:
+    return os.path.join(staging_dir(d), f"trainer-{version % 2}.pt")
+
+
+def resume_file(d: str, iteration: int) -> Optional[str]:
+    """The checkpoint or staged copy that holds exactly ``iteration`` (digest checked), if any."""
+    from .resident import CheckpointError, load_checkpoint
+
+    for path in (checkpoint_path(d), staged_path(d, iteration)):
+        try:
+            if os.path.exists(path) and load_checkpoint(path)["version"] == iteration:
+                return path
+        except CheckpointError:
+            continue
+    return None
+
+
+def _staged_bytes(d: str) -> int:
+    s = staging_dir(d)
+    return sum(os.path.getsize(os.path.join(s, f)) for f in os.listdir(s)) if os.path.isdir(s) else 0
 
 
 def _log(path: str, record: Dict[str, Any]) -> None:
@@ -135,7 +180,7 @@ def run_trainer(a: argparse.Namespace) -> None:
 
     state = ResidentState(f"{a.job}/trainer", build)
     ckpt = checkpoint_path(a.dir)
-    cold = state.activate(ckpt if os.path.exists(ckpt) else None)
+    cold = state.activate(_start_from(a.dir, ckpt))
     start = state.version
     log = a.log or os.path.join(a.dir, "phases.jsonl")
     _log(log, {"job": a.job, "role": "trainer", "event": "start", "iteration": start, "switch": cold.kind,
@@ -155,6 +200,16 @@ def run_trainer(a: argparse.Namespace) -> None:
         sys.exit(EXIT_RESTART)
     _log(log, {"job": a.job, "role": "trainer", "event": "done", "first_sync_s": first.seconds})
     _teardown()
+
+
+def _start_from(d: str, ckpt: str) -> Optional[str]:
+    """What the trainer loads: after a restart, the file the launcher found holding the
+    iteration Weave counts (``resume.json``); at first start the checkpoint, if any."""
+    resume = os.path.join(d, "resume.json")
+    if os.path.exists(resume):
+        with open(resume) as f:
+            return json.load(f)["path"]
+    return ckpt if os.path.exists(ckpt) else None
 
 
 def _save_acked(state, ckpt: str, log: str, job: str, run: Dict[str, Any]) -> None:
@@ -191,13 +246,18 @@ def _train_loop(a, client, state, ckpt: str, log: str, start: int, run: Dict[str
             loss = train_step(state.modules["policy"], state.optimizers["adam"], batch, gcfg)
             state.version = k + 1
             flat = state.parameters_flat()
+            copy = state.snapshot()
+            t_stage = time.perf_counter()
+            os.makedirs(staging_dir(a.dir), exist_ok=True)
+            save_checkpoint(staged_path(a.dir, k + 1), copy)
+            staged_s = time.perf_counter() - t_stage
             if (k + 1) % a.checkpoint_every == 0 or k + 1 == a.iterations:
-                run["pending"] = (k + 1, state.snapshot())
+                run["pending"] = (k + 1, copy)
             off = state.offload()
             meta.update({
                 "trajectory_version": version, "new_weights_version": k + 1, "loss": round(loss, 6),
-                "switch": sw.kind, "switch_s": sw.seconds, "offload_s": off.seconds,
-                "host_bytes": state.host_bytes(), "compute_s": time.perf_counter() - t0,
+                "switch": sw.kind, "switch_s": sw.seconds, "offload_s": off.seconds, "staged_s": staged_s,
+                "host_bytes": state.host_bytes() + _staged_bytes(a.dir), "compute_s": time.perf_counter() - t0,
             })
         run["acked"] = k + 1
         # The sync follows the training phase (the dispatcher's sync step): the rollout
@@ -207,6 +267,11 @@ def _train_loop(a, client, state, ckpt: str, log: str, start: int, run: Dict[str
             sync = send_weights(flat, k + 1, ROLLOUT, corrupt_first=a.corrupt_sync_once and k == start)
             synced = {"sync_s": sync.seconds, "sync_bytes": sync.bytes, "sync_attempts": sync.attempts}
         _log(log, {"job": a.job, "role": "trainer", "phase": "train", "iteration": k, **meta, **synced})
+        if a.die_after_finish == k and not os.path.exists(os.path.join(a.dir, "died-after-finish")):
+            # Fault injection: the trainer dies between an acknowledged finish and its slack
+            # checkpoint (once: the restarted trainer goes on).
+            open(os.path.join(a.dir, "died-after-finish"), "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
         if run["pending"] is not None:
             # Slack: the job's own idle window (its rollout runs), never inside a phase.
             t0 = time.perf_counter()
@@ -323,10 +388,14 @@ def _resume_point(a: argparse.Namespace, client) -> int:
         time.sleep(0.5)
     resume = int(view["completed_iterations"])
     ckpt = checkpoint_path(a.dir)
-    have = load_checkpoint(ckpt)["version"] if os.path.exists(ckpt) else 0
-    if have != resume:
-        raise SystemExit(f"{a.job}: its checkpoint {ckpt} holds iteration {have}, but Weave counts {resume} "
-                         "completed: resuming would repeat or skip acknowledged work")
+    path = resume_file(a.dir, resume) if resume > 0 else None
+    if path is None and resume > 0:
+        have = load_checkpoint(ckpt)["version"] if os.path.exists(ckpt) else 0
+        raise SystemExit(f"{a.job}: neither its checkpoint {ckpt} (iteration {have}) nor its staged copies in "
+                         f"{staging_dir(a.dir)} hold iteration {resume}, which Weave counts completed: resuming "
+                         "would repeat or skip acknowledged work")
+    with open(os.path.join(a.dir, "resume.json"), "w") as f:
+        json.dump({"iteration": resume, "path": path}, f)
     return resume
 
 
@@ -348,6 +417,9 @@ def launch(a: argparse.Namespace, argv: List[str]) -> int:
     from weave_client import WeaveClient
 
     os.makedirs(a.dir, exist_ok=True)
+    for stale in ("resume.json", "died-after-finish"):
+        if os.path.exists(os.path.join(a.dir, stale)):
+            os.remove(os.path.join(a.dir, stale))
     client = WeaveClient(a.server, a.token)
     if a.submit:
         spec: Dict[str, Any] = {"id": a.job, "type": "3B_4k", "iterations": a.iterations, "slo": a.slo}
@@ -359,16 +431,25 @@ def launch(a: argparse.Namespace, argv: List[str]) -> int:
     log = a.log or os.path.join(a.dir, "phases.jsonl")
     port, restarts = a.port, 0
     while True:
+        uid = client.job(a.job)["job"]["uid"]
         cmd = [sys.executable, "-m", "weave_client.runtime.grpo_job", *argv, "--port", str(port)]
         procs = {role: _start_role(a, cmd, role) for role in ("trainer", "rollout")}
         with open(os.path.join(a.dir, "pids.json"), "w") as f:
             json.dump({role: p.pid for role, p in procs.items()}, f)
         codes = _supervise(procs)
         if all(c == 0 for c in codes.values()):
+            shutil.rmtree(staging_dir(a.dir), ignore_errors=True)
             return 0
         if restarts >= a.max_restarts or any(c not in (0, EXIT_RESTART, -9) for c in codes.values()):
             return next(c for c in codes.values() if c != 0)
         restarts += 1
+        view = client.job(a.job)["job"]
+        if view["state"] == "running" and view["uid"] == uid:
+            # Still the same admission: Weave does not know work in flight died with the
+            # processes (a finished rollout's trajectories, say), and its gate would hold the
+            # job at the phase after it. A new admission runs it from the last completed
+            # iteration again.
+            client.restart(a.job, f"its processes exited {codes}")
         resume = _resume_point(a, client)
         _log(log, {"job": a.job, "event": "restart", "iteration": resume, "restart": restarts,
                    "exit_codes": codes})

@@ -252,6 +252,14 @@ pub enum Record {
         job: String,
         reason: String,
     },
+    /// The job's driver lost work in flight (a process of the job died): this admission ends
+    /// and the job is re-admitted from its last completed iteration, as after a lost node,
+    /// so that the phase whose output died with the process is run again.
+    Restart {
+        time_us: u64,
+        job: String,
+        reason: String,
+    },
     /// An execution backend lost a node: it leaves service, every job on it fails and is
     /// re-admitted from its last completed iteration where capacity allows.
     NodeDown {
@@ -283,6 +291,7 @@ impl Record {
             | Record::Cancel { time_us, .. }
             | Record::Finish { time_us, .. }
             | Record::Fail { time_us, .. }
+            | Record::Restart { time_us, .. }
             | Record::NodeDown { time_us, .. }
             | Record::NodeUp { time_us, .. }
             | Record::Inventory { time_us, .. }
