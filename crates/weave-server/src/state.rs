@@ -214,6 +214,17 @@ pub struct Inner {
     /// When the snapshot in flight began (before its frozen copy was taken under the lock, so
     /// that its window covers the copy too) and how long the copy took.
     snapshot_began: Option<(Instant, std::time::Duration)>,
+    /// The longest a record took to apply to the plane (under the lock, after the disk), while
+    /// a snapshot was being written and at other times: what copy-on-write costs the requests
+    /// that change what a frozen copy still shares, apart from the disk's noise.
+    pub apply_max: ApplyMax,
+}
+
+/// See [`Inner::apply_max`] (benchmarks reset it with `Default`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ApplyMax {
+    pub during_snapshots: std::time::Duration,
+    pub at_other_times: std::time::Duration,
 }
 
 /// When a snapshot was being taken, on the monotonic clock (for operators and benchmarks;
@@ -337,6 +348,7 @@ impl Shared {
                 snapshots: 0,
                 snapshot_windows: Default::default(),
                 snapshot_began: None,
+                apply_max: ApplyMax::default(),
             }),
             started: now,
             offset_us,
@@ -394,7 +406,12 @@ impl Shared {
         g.plane.check(&rec)?;
         g.store.append(&rec)?;
         let seen = g.plane.next_event_seq();
+        let applying = Instant::now();
         g.plane.apply_checked(&rec)?;
+        let took = applying.elapsed();
+        let max =
+            if g.store.compacting() { &mut g.apply_max.during_snapshots } else { &mut g.apply_max.at_other_times };
+        *max = (*max).max(took);
         if let Some(t) = &self.telemetry {
             t.observe(&g.plane);
         }
