@@ -249,6 +249,24 @@ const MALLOC_ARENAS: i32 = 2;
 /// stay with the process) and few arenas (each thread the blocking pool starts would otherwise
 /// get one, up to eight per core, each keeping its own freed pages). Measured by `weave bench
 /// soak`: see the README. Best effort: elsewhere it does nothing.
+/// Drops `garbage` on a thread of its own (started once), so that freeing a large structure
+/// never holds the caller (and the plane's lock) up. Without that thread it is dropped here.
+pub fn drop_elsewhere<T: Send + 'static>(garbage: T) {
+    use std::sync::{mpsc, OnceLock};
+    type Garbage = Box<dyn Send>;
+    static BIN: OnceLock<Option<mpsc::Sender<Garbage>>> = OnceLock::new();
+    let bin = BIN.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Garbage>();
+        let spawned =
+            std::thread::Builder::new().name("weave-drop".into()).spawn(move || rx.into_iter().for_each(drop));
+        spawned.ok().map(|_| tx)
+    });
+    if let Some(tx) = bin {
+        // A send that fails hands the garbage back in its error, dropped here.
+        let _ = tx.send(Box::new(garbage));
+    }
+}
+
 /// Gives the memory the allocator holds free back to the system (glibc keeps freed pages in its
 /// arenas otherwise). Called after a snapshot's frozen copy of the plane is dropped, with the
 /// entries the live plane copied while it was written (before the copy was frozen, each
