@@ -243,12 +243,6 @@ const MMAP_THRESHOLD_BYTES: i32 = 128 * 1024;
 /// Allocator arenas: a few, however many threads the blocking pool has started.
 const MALLOC_ARENAS: i32 = 2;
 
-/// Keeps a long-running server's resident memory at its live heap (glibc): a fixed mmap
-/// threshold (glibc otherwise raises it to the largest block freed so far, up to 32 MiB, after
-/// which big buffers, such as a page of events, are carved from the arenas and their pages
-/// stay with the process) and few arenas (each thread the blocking pool starts would otherwise
-/// get one, up to eight per core, each keeping its own freed pages). Measured by `weave bench
-/// soak`: see the README. Best effort: elsewhere it does nothing.
 /// Drops `garbage` on a thread of its own (started once), so that freeing a large structure
 /// never holds the caller (and the plane's lock) up. Without that thread it is dropped here.
 pub fn drop_elsewhere<T: Send + 'static>(garbage: T) {
@@ -279,6 +273,12 @@ pub fn release_freed_memory() {
     }
 }
 
+/// Keeps a long-running server's resident memory at its live heap (glibc): a fixed mmap
+/// threshold (glibc otherwise raises it to the largest block freed so far, up to 32 MiB, after
+/// which big buffers, such as a page of events, are carved from the arenas and their pages
+/// stay with the process) and few arenas (each thread the blocking pool starts would otherwise
+/// get one, up to eight per core, each keeping its own freed pages). Measured by `weave bench
+/// soak`: see the README. Best effort: elsewhere it does nothing.
 pub fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets allocator parameters (under its own lock); called at start,

@@ -498,7 +498,7 @@ impl Store {
     /// record 0) when the records after that are kept, and the damage reported.
     pub fn load_reporting<T: DeserializeOwned>(&self) -> Result<Loaded<T>, StoreError> {
         let db = self.db.as_ref().ok_or_else(|| StoreError::Db("the store is not open".into()))?;
-        load_until(db, &self.path, u64::MAX)
+        load_all(db, &self.path)
     }
 
     pub fn len(&self) -> u64 {
@@ -517,14 +517,14 @@ impl Store {
 
 /// [`Store::load_reporting`] of the records before `end` only (one read transaction: what is
 /// appended meanwhile is not seen).
-fn load_until<T: DeserializeOwned>(db: &Database, path: &Path, end: u64) -> Result<Loaded<T>, StoreError> {
+fn load_all<T: DeserializeOwned>(db: &Database, path: &Path) -> Result<Loaded<T>, StoreError> {
     guarded(path, || {
         let rtx = db.begin_read().map_err(db_err)?;
         let chosen = read_snapshot(&rtx, &snapshot::snapshot_dir(path))?;
         let base = chosen.snapshot.as_ref().map_or(0, |(at, _)| *at);
         let t = rtx.open_table(LOG).map_err(db_err)?;
         let mut records = Vec::new();
-        for (i, row) in t.range(base..end.max(base)).map_err(db_err)?.enumerate() {
+        for (i, row) in t.range(base..).map_err(db_err)?.enumerate() {
             let expected = base + i as u64;
             let (k, v) = row.map_err(|e| StoreError::Corrupt { seq: expected, message: e.to_string() })?;
             let seq = k.value();

@@ -388,12 +388,14 @@ def _resume_point(a: argparse.Namespace, client) -> int:
         time.sleep(0.5)
     resume = int(view["completed_iterations"])
     ckpt = checkpoint_path(a.dir)
-    path = resume_file(a.dir, resume) if resume > 0 else None
-    if path is None and resume > 0:
-        have = load_checkpoint(ckpt)["version"] if os.path.exists(ckpt) else 0
-        raise SystemExit(f"{a.job}: neither its checkpoint {ckpt} (iteration {have}) nor its staged copies in "
-                         f"{staging_dir(a.dir)} hold iteration {resume}, which Weave counts completed: resuming "
-                         "would repeat or skip acknowledged work")
+    path = None  # nothing completed: the trainer starts afresh
+    if resume > 0:
+        path = resume_file(a.dir, resume)
+        if path is None:
+            have = load_checkpoint(ckpt)["version"] if os.path.exists(ckpt) else 0
+            raise SystemExit(f"{a.job}: neither its checkpoint {ckpt} (iteration {have}) nor its staged copies in "
+                             f"{staging_dir(a.dir)} hold iteration {resume}, which Weave counts completed: resuming "
+                             "would repeat or skip acknowledged work")
     with open(os.path.join(a.dir, "resume.json"), "w") as f:
         json.dump({"iteration": resume, "path": path}, f)
     return resume
