@@ -124,6 +124,12 @@ struct Report {
     requests_during_snapshots: usize,
     max_during_snapshots_ms: f64,
     max_outside_snapshots_ms: f64,
+    /// The same apart: phase starts (answered under the lock, no disk) and finishes (durable:
+    /// an append synced to disk), during snapshots and at other times; max and p99.
+    start_during_snapshots: Spread,
+    start_outside_snapshots: Spread,
+    finish_during_snapshots: Spread,
+    finish_outside_snapshots: Spread,
     /// The longest the plane's lock was held to take a snapshot's frozen copy.
     snapshot_copy_max_ms: f64,
     /// The longest a record took to apply (CPU under the lock, no disk), while a snapshot was
@@ -287,7 +293,10 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
         (g.snapshots_taken() - snapshots_before, g.snapshot_windows(), g.apply_max)
     };
     let all: Vec<Timed> = starts.iter().chain(&finishes).copied().collect();
-    let (during_max, outside_max, during_n) = split_by_windows(&all, &windows);
+    let (during, outside) = split_by_windows(&all, &windows);
+    let (during_max, outside_max, during_n) = (Spread::of(&during).max, Spread::of(&outside).max, during.len());
+    let (start_during, start_outside) = split_by_windows(&starts, &windows);
+    let (finish_during, finish_outside) = split_by_windows(&finishes, &windows);
     let copy_max_ms = windows.iter().map(|w| w.copy.as_secs_f64() * 1e3).fold(0.0, f64::max);
     let (mut start_ms, mut finish_ms): (Vec<f64>, Vec<f64>) =
         (starts.iter().map(|t| t.1).collect(), finishes.iter().map(|t| t.1).collect());
@@ -323,6 +332,10 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
         requests_during_snapshots: during_n,
         max_during_snapshots_ms: during_max,
         max_outside_snapshots_ms: outside_max,
+        start_during_snapshots: Spread::of(&start_during),
+        start_outside_snapshots: Spread::of(&start_outside),
+        finish_during_snapshots: Spread::of(&finish_during),
+        finish_outside_snapshots: Spread::of(&finish_outside),
         snapshot_copy_max_ms: copy_max_ms,
         apply_max_during_snapshots_ms: apply_max.during_snapshots.as_secs_f64() * 1e3,
         apply_max_outside_snapshots_ms: apply_max.at_other_times.as_secs_f64() * 1e3,
@@ -369,6 +382,18 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
             format!("{:.2}", r.max_during_snapshots_ms),
             String::new(),
         ]);
+        for (what, during, outside) in [
+            ("phase start (lock, no disk)", r.start_during_snapshots, r.start_outside_snapshots),
+            ("phase finish (durable)", r.finish_during_snapshots, r.finish_outside_snapshots),
+        ] {
+            t.add_row(vec![
+                format!("  {what}: during snapshots / other times"),
+                String::new(),
+                format!("{:.2} / {:.2}", during.p99, outside.p99),
+                format!("{:.2} / {:.2}", during.max, outside.max),
+                String::new(),
+            ]);
+        }
         t.add_row(vec![
             "snapshot's frozen copy (lock held)".into(),
             String::new(),
@@ -405,20 +430,33 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
 /// A request: when it was sent and how long its answer took (ms).
 type Timed = (Instant, f64);
 
-/// The longest of `requests` that overlapped one of `windows`, and the longest of the others
-/// (ms), and how many overlapped.
-fn split_by_windows(requests: &[Timed], windows: &[SnapshotWindow]) -> (f64, f64, usize) {
-    let (mut during, mut outside, mut n) = (0.0f64, 0.0f64, 0);
+/// The times (ms) of `requests` that overlapped one of `windows`, and of the others.
+fn split_by_windows(requests: &[Timed], windows: &[SnapshotWindow]) -> (Vec<f64>, Vec<f64>) {
+    let (mut during, mut outside) = (Vec::new(), Vec::new());
     for &(sent, ms) in requests {
         let answered = sent + Duration::from_secs_f64(ms / 1e3);
         if windows.iter().any(|w| sent <= w.ended && answered >= w.began) {
-            during = during.max(ms);
-            n += 1;
+            during.push(ms);
         } else {
-            outside = outside.max(ms);
+            outside.push(ms);
         }
     }
-    (during, outside, n)
+    (during, outside)
+}
+
+/// A set of request times (ms): its 99th percentile and its longest.
+#[derive(Clone, Copy, Default, Serialize)]
+struct Spread {
+    p99: f64,
+    max: f64,
+}
+
+impl Spread {
+    fn of(ms: &[f64]) -> Spread {
+        let mut sorted = ms.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        Spread { p99: pct(&sorted, 0.99), max: sorted.last().copied().unwrap_or(0.0) }
+    }
 }
 
 /// The gate's driver: every job whose phase is granted at once runs it and reports it.

@@ -144,7 +144,7 @@ mod tests {
     }
 
     fn held(p: &Plane, from: u64) -> Vec<PlaneEvent> {
-        p.events_from(from).iter().map(|e| (**e).clone()).collect()
+        p.events_from(from).map(|e| (**e).clone()).collect()
     }
 
     /// A view equals the plane's events from its cursor, whatever was let go in between, and a

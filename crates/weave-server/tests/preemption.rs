@@ -140,7 +140,7 @@ fn reclaim_borrowed_then_outranked_never_inside_the_minimum_run_and_replay_agree
     let view = |p: &Plane| {
         let jobs: Vec<_> = p.jobs().map(|j| serde_json::to_value(j).unwrap()).collect();
         let queue: Vec<_> = p.queue().iter().map(|w| (w.submit.id.clone(), w.reason.clone())).collect();
-        (jobs, queue, p.events().to_vec())
+        (jobs, queue, p.events().iter().cloned().collect::<Vec<_>>())
     };
     assert_eq!(view(&p), view(&q));
 

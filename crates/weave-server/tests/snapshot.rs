@@ -157,7 +157,7 @@ fn seeded_histories_cover_what_snapshots_must_carry() {
         for r in &records {
             let from = whole.next_event_seq();
             whole.apply(r).unwrap();
-            seen.extend(whole.events_from(from).iter().map(|e| e.kind.clone()));
+            seen.extend(whole.events_from(from).map(|e| e.kind.clone()));
         }
         for k in [0, records.len() / 3, records.len() / 2, records.len()] {
             let head = replay(plane(consolidate), &records[..k]);

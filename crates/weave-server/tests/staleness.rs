@@ -224,7 +224,7 @@ fn grant_waits_count_from_the_lanes_own_readiness() {
         t += (13 + (step * 29) % 41) * S;
         finish(&mut p, t, &job, phase, k);
     }
-    let events = p.events().to_vec();
+    let events = p.events().iter().cloned().collect::<Vec<_>>();
     let mut checked = 0;
     for (i, e) in events.iter().enumerate().filter(|(_, e)| e.kind == "grant") {
         let (phase, n) = (e.phase.unwrap(), e.iteration.unwrap());

@@ -13,7 +13,7 @@ impl Plane {
     pub(super) fn depart(&mut self, g: GroupId, id: JobId) {
         if let Ok(d) = Arc::make_mut(&mut self.placer).depart(id) {
             if d.dissolved {
-                Arc::make_mut(&mut self.dispatchers).remove(&g);
+                self.dispatchers.remove(&g);
             } else if self.churn.is_some() && self.placer.group(g).is_some_and(|grp| grp.runs_alone()) {
                 self.lone_pending.push(g);
             }
@@ -27,7 +27,7 @@ impl Plane {
         // A switch the dispatcher planned before a grant: the grant's event says which.
         let mut switches: BTreeMap<JobId, (SwitchKind, Micros)> = BTreeMap::new();
         while let Some(input) = queue.pop_front() {
-            let Some(d) = Arc::make_mut(&mut self.dispatchers).get_mut(&g).map(Arc::make_mut) else { return };
+            let Some(d) = self.dispatchers.get_mut(&g).map(Arc::make_mut) else { return };
             let actions = match d.handle(now, input) {
                 Ok(a) => a,
                 // Only checked inputs reach here; a refusal means the job already left.

@@ -219,7 +219,7 @@ impl Plane {
         duration: Micros,
         meta: Option<serde_json::Value>,
     ) {
-        let j = Arc::make_mut(&mut self.jobs).get_mut(name).map(Arc::make_mut).expect("checked");
+        let j = self.jobs.get_mut(name).map(Arc::make_mut).expect("checked");
         j.gate.finish(phase, iteration);
         j.switches.record(meta.as_ref());
         j.host.record(phase, meta.as_ref());

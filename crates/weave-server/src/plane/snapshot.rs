@@ -54,18 +54,18 @@ struct SnapshotRef<'a> {
     version: u32,
     plane_version: u64,
     placer: &'a Placer,
-    dispatchers: &'a BTreeMap<GroupId, Arc<Dispatcher>>,
+    dispatchers: &'a imbl::OrdMap<GroupId, Arc<Dispatcher>>,
     jobs: Vec<JobSnapshotRef<'a>>,
-    names: &'a [String],
-    events: &'a [std::sync::Arc<PlaneEvent>],
+    names: &'a imbl::Vector<String>,
+    events: &'a imbl::Vector<Arc<PlaneEvent>>,
     churn: &'a Option<Churn>,
     queue: &'a [Queued],
-    arrivals: &'a BTreeMap<String, u64>,
+    arrivals: &'a imbl::OrdMap<String, u64>,
     next_arrival: u64,
     stats: PlaneStats,
     last_time_us: Option<u64>,
     events_base: u64,
-    ended: &'a VecDeque<(String, JobId)>,
+    ended: &'a imbl::Vector<(String, JobId)>,
     preemptions: &'a BTreeMap<String, u64>,
     usage_history: &'a UsageHistory,
     last_pass_us: Option<u64>,
@@ -148,23 +148,22 @@ impl Plane {
             placer.grow_capacity(sizes);
         }
         self.placer = Arc::new(placer);
-        self.dispatchers = Arc::new(snap.dispatchers.into_iter().map(|(g, d)| (g, Arc::new(d))).collect());
-        self.jobs = Arc::new(
-            snap.jobs
-                .into_iter()
-                .map(|j| {
-                    let mut entry = j.entry;
-                    entry.measured = j.measured;
-                    entry.iteration_started_us = j.iteration_started_us;
-                    if let Some(next) = entry.legacy_next.take() {
-                        entry.gate = super::Gate::from_barrier(entry.legacy_granted.take(), next);
-                    }
-                    (entry.name.clone(), Arc::new(entry))
-                })
-                .collect(),
-        );
-        self.names = Arc::new(snap.names);
-        self.events = Arc::new(snap.events.into_iter().map(Arc::new).collect());
+        self.dispatchers = snap.dispatchers.into_iter().map(|(g, d)| (g, Arc::new(d))).collect();
+        self.jobs = snap
+            .jobs
+            .into_iter()
+            .map(|j| {
+                let mut entry = j.entry;
+                entry.measured = j.measured;
+                entry.iteration_started_us = j.iteration_started_us;
+                if let Some(next) = entry.legacy_next.take() {
+                    entry.gate = super::Gate::from_barrier(entry.legacy_granted.take(), next);
+                }
+                (entry.name.clone(), Arc::new(entry))
+            })
+            .collect();
+        self.names = snap.names.into_iter().collect();
+        self.events = snap.events.into_iter().map(Arc::new).collect();
         // Consolidation on or off is configuration; what it did so far is state.
         if let (Some(mine), Some(theirs)) = (self.churn.as_mut(), snap.churn) {
             let limits = mine.limits;
@@ -172,12 +171,12 @@ impl Plane {
             mine.limits = limits;
         }
         self.queue = snap.queue;
-        self.arrivals = Arc::new(snap.arrivals);
+        self.arrivals = snap.arrivals.into_iter().collect();
         self.next_arrival = snap.next_arrival;
         self.stats = snap.stats;
         self.last_time_us = snap.last_time_us;
         self.events_base = snap.events_base;
-        self.ended = snap.ended;
+        self.ended = snap.ended.into_iter().collect();
         self.preemptions = snap.preemptions;
         self.usage_history = snap.usage_history;
         self.last_pass_us = snap.last_pass_us;
