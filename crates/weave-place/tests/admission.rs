@@ -177,3 +177,26 @@ fn a_stale_jobs_group_takes_a_complementary_job() {
     let second = p.admit(b).unwrap();
     assert_eq!((second.kind, second.group), (DecisionKind::Direct, first.group));
 }
+
+/// A partner's arrival makes the members it shares the training pool with wait once (its
+/// first rollout and two trainings, cold): a member whose SLO leaves less room than that
+/// over its life is not joined, though the steady state would leave it at its solo time
+/// (job47 of `weave sweep staleness` waited 618 s once and ended 0.36% over its SLO).
+#[test]
+fn a_member_without_room_for_a_partners_arrival_is_not_joined() {
+    let joined = |slo_a: f64| {
+        let mut p = Placer::new(config(PlacePolicy::Weave));
+        let mut a = job(0, 100, 20, slo_a);
+        a.staleness = 1;
+        a.variation = weave_place::Variation { samples: vec![(1.0, 1.0)].into(), iterations: 200, z: 2.33 };
+        let first = p.admit(a).unwrap();
+        let mut b = job(1, 50, 30, 2.5);
+        b.staleness = 1;
+        let second = p.admit(b).unwrap();
+        second.group == first.group
+    };
+    // Steady state: a keeps its 100 s period (the pool's load is 50 s), b runs at a's pace.
+    assert!(joined(1.2), "room to spare: not even checked");
+    assert!(joined(1.04), "within 5% of its SLO, with room for the wait (about 0.6% of its life)");
+    assert!(!joined(1.001), "0.1% of room is less than the wait");
+}
