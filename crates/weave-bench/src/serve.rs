@@ -292,11 +292,13 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
         let mut g = history.lock();
         (g.snapshots_taken() - snapshots_before, g.snapshot_windows(), g.apply_max)
     };
-    let all: Vec<Timed> = starts.iter().chain(&finishes).copied().collect();
-    let (during, outside) = split_by_windows(&all, &windows);
-    let (during_max, outside_max, during_n) = (Spread::of(&during).max, Spread::of(&outside).max, during.len());
     let (start_during, start_outside) = split_by_windows(&starts, &windows);
     let (finish_during, finish_outside) = split_by_windows(&finishes, &windows);
+    let [start_during, start_outside, finish_during, finish_outside] =
+        [&start_during, &start_outside, &finish_during, &finish_outside].map(|ms| Spread::of(ms));
+    let during_n = start_during.n + finish_during.n;
+    let during_max = start_during.max.max(finish_during.max);
+    let outside_max = start_outside.max.max(finish_outside.max);
     let copy_max_ms = windows.iter().map(|w| w.copy.as_secs_f64() * 1e3).fold(0.0, f64::max);
     let (mut start_ms, mut finish_ms): (Vec<f64>, Vec<f64>) =
         (starts.iter().map(|t| t.1).collect(), finishes.iter().map(|t| t.1).collect());
@@ -332,10 +334,10 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
         requests_during_snapshots: during_n,
         max_during_snapshots_ms: during_max,
         max_outside_snapshots_ms: outside_max,
-        start_during_snapshots: Spread::of(&start_during),
-        start_outside_snapshots: Spread::of(&start_outside),
-        finish_during_snapshots: Spread::of(&finish_during),
-        finish_outside_snapshots: Spread::of(&finish_outside),
+        start_during_snapshots: start_during,
+        start_outside_snapshots: start_outside,
+        finish_during_snapshots: finish_during,
+        finish_outside_snapshots: finish_outside,
         snapshot_copy_max_ms: copy_max_ms,
         apply_max_during_snapshots_ms: apply_max.during_snapshots.as_secs_f64() * 1e3,
         apply_max_outside_snapshots_ms: apply_max.at_other_times.as_secs_f64() * 1e3,
@@ -444,9 +446,10 @@ fn split_by_windows(requests: &[Timed], windows: &[SnapshotWindow]) -> (Vec<f64>
     (during, outside)
 }
 
-/// A set of request times (ms): its 99th percentile and its longest.
+/// A set of request times (ms): how many, its 99th percentile and its longest.
 #[derive(Clone, Copy, Default, Serialize)]
 struct Spread {
+    n: usize,
     p99: f64,
     max: f64,
 }
@@ -455,7 +458,7 @@ impl Spread {
     fn of(ms: &[f64]) -> Spread {
         let mut sorted = ms.to_vec();
         sorted.sort_by(f64::total_cmp);
-        Spread { p99: pct(&sorted, 0.99), max: sorted.last().copied().unwrap_or(0.0) }
+        Spread { n: sorted.len(), p99: pct(&sorted, 0.99), max: sorted.last().copied().unwrap_or(0.0) }
     }
 }
 

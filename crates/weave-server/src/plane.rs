@@ -250,7 +250,7 @@ impl Plane {
         }
     }
 
-    pub fn events_from(&self, seq: u64) -> impl DoubleEndedIterator<Item = &Arc<PlaneEvent>> + ExactSizeIterator {
+    pub fn events_from(&self, seq: u64) -> impl Iterator<Item = &Arc<PlaneEvent>> {
         let k = seq.saturating_sub(self.events_base).min(self.events.len() as u64) as usize;
         self.events.focus().narrow(k..).into_iter()
     }

@@ -515,8 +515,8 @@ impl Store {
     }
 }
 
-/// [`Store::load_reporting`] of the records before `end` only (one read transaction: what is
-/// appended meanwhile is not seen).
+/// [`Store::load_reporting`]: the newest intact snapshot and every record after it (one read
+/// transaction: what is appended meanwhile is not seen).
 fn load_all<T: DeserializeOwned>(db: &Database, path: &Path) -> Result<Loaded<T>, StoreError> {
     guarded(path, || {
         let rtx = db.begin_read().map_err(db_err)?;
