@@ -67,34 +67,60 @@ pub struct Arc {
 
 const NONE: i64 = i64::MIN;
 
+/// Buffers [`max_cycle_mean_in`] reuses from one graph to the next (an order search evaluates
+/// thousands of graphs of one size; allocating them each time cost as much as the arithmetic).
+#[derive(Default)]
+pub struct Scratch {
+    zero: Vec<(usize, usize, i64)>,
+    one: Vec<(usize, usize, i64)>,
+    /// Longest zero-token paths, all pairs.
+    paths: Vec<i64>,
+    /// One round's longest ways, all pairs.
+    round: Vec<i64>,
+    /// Karp's table.
+    walks: Vec<i64>,
+}
+
 /// The maximum cycle mean of an event graph on `events` events, or `None` if a cycle carries
 /// no token (a deadlock) or the graph has no cycle. Arcs with more than one token are split
 /// into chains of one-token arcs through extra events.
 pub fn max_cycle_mean(events: usize, arcs: &[Arc]) -> Option<Period> {
-    let (n, zero, one) = split(events, arcs);
-    let closure = longest_zero_token_paths(n, &zero)?;
-    // M[u][v]: the longest way from u in round n-1 to v in round n (one token, then any
+    max_cycle_mean_in(&mut Scratch::default(), events, arcs)
+}
+
+/// [`max_cycle_mean`] in a caller's buffers.
+pub fn max_cycle_mean_in(s: &mut Scratch, events: usize, arcs: &[Arc]) -> Option<Period> {
+    let n = split(events, arcs, &mut s.zero, &mut s.one);
+    if !longest_zero_token_paths(n, &s.zero, &mut s.paths) {
+        return None;
+    }
+    // round[u][v]: the longest way from u in round n-1 to v in round n (one token, then any
     // zero-token path).
-    let mut m = vec![NONE; n * n];
-    for &(u, w, weight) in &one {
-        for v in 0..n {
-            let p = closure[w * n + v];
-            if p != NONE {
-                let cand = weight + p;
-                if cand > m[u * n + v] {
-                    m[u * n + v] = cand;
-                }
+    let (closure, m) = (&s.paths, &mut s.round);
+    m.clear();
+    m.resize(n * n, NONE);
+    for &(u, w, weight) in &s.one {
+        let (from_w, to_u) = (&closure[w * n..(w + 1) * n], &mut m[u * n..(u + 1) * n]);
+        for (best, &p) in to_u.iter_mut().zip(from_w) {
+            if p != NONE && weight + p > *best {
+                *best = weight + p;
             }
         }
     }
-    karp(n, &m)
+    karp(n, m, &mut s.walks)
 }
 
-/// Zero-token and one-token arcs as (from, to, weight), multi-token arcs split into chains.
-#[allow(clippy::type_complexity)]
-fn split(events: usize, arcs: &[Arc]) -> (usize, Vec<(usize, usize, i64)>, Vec<(usize, usize, i64)>) {
+/// Zero-token and one-token arcs as (from, to, weight) into `zero` and `one`, multi-token arcs
+/// split into chains; returns the number of events with the chains' extra ones.
+fn split(
+    events: usize,
+    arcs: &[Arc],
+    zero: &mut Vec<(usize, usize, i64)>,
+    one: &mut Vec<(usize, usize, i64)>,
+) -> usize {
+    zero.clear();
+    one.clear();
     let mut n = events;
-    let (mut zero, mut one) = (Vec::new(), Vec::new());
     for a in arcs {
         let w = a.weight as i64;
         match a.tokens {
@@ -114,57 +140,72 @@ fn split(events: usize, arcs: &[Arc]) -> (usize, Vec<(usize, usize, i64)>, Vec<(
             }
         }
     }
-    (n, zero, one)
+    n
 }
 
-/// All-pairs longest paths over zero-token arcs (each event reaches itself with 0); `None`
-/// if those arcs close a cycle.
-fn longest_zero_token_paths(n: usize, zero: &[(usize, usize, i64)]) -> Option<Vec<i64>> {
-    let mut p = vec![NONE; n * n];
+/// All-pairs longest paths over zero-token arcs into `p` (each event reaches itself with 0);
+/// false if those arcs close a cycle.
+fn longest_zero_token_paths(n: usize, zero: &[(usize, usize, i64)], p: &mut Vec<i64>) -> bool {
+    p.clear();
+    p.resize(n * n, NONE);
     for &(u, v, w) in zero {
         if u == v {
-            return None;
+            return false;
         }
         p[u * n + v] = p[u * n + v].max(w);
     }
     for k in 0..n {
-        for i in 0..n {
+        // Row k itself is skipped: through k it only changes if k is on a cycle, and then its
+        // diagonal already shows it.
+        for i in (0..n).filter(|&i| i != k) {
             let ik = p[i * n + k];
             if ik == NONE {
                 continue;
             }
-            for j in 0..n {
-                let kj = p[k * n + j];
-                if kj != NONE && ik + kj > p[i * n + j] {
-                    p[i * n + j] = ik + kj;
+            let (row_i, row_k) = two_rows(p, n, i, k);
+            for (best, &kj) in row_i.iter_mut().zip(row_k) {
+                if kj != NONE && ik + kj > *best {
+                    *best = ik + kj;
                 }
             }
         }
     }
     if (0..n).any(|v| p[v * n + v] != NONE) {
-        return None;
+        return false;
     }
     for v in 0..n {
         p[v * n + v] = 0;
     }
-    Some(p)
+    true
+}
+
+/// Row `i` of the `n`-wide matrix `p` to change and row `k` to read (`i != k`).
+fn two_rows(p: &mut [i64], n: usize, i: usize, k: usize) -> (&mut [i64], &[i64]) {
+    if i < k {
+        let (a, b) = p.split_at_mut(k * n);
+        (&mut a[i * n..(i + 1) * n], &b[..n])
+    } else {
+        let (a, b) = p.split_at_mut(i * n);
+        (&mut b[..n], &a[k * n..(k + 1) * n])
+    }
 }
 
 /// Karp's maximum cycle mean of the dense max-plus matrix `m` (`m[u * n + v]`, arc u -> v).
-fn karp(n: usize, m: &[i64]) -> Option<Period> {
+fn karp(n: usize, m: &[i64], d: &mut Vec<i64>) -> Option<Period> {
     // d[k * n + v]: the heaviest walk of exactly k arcs ending at v, from anywhere.
-    let mut d = vec![NONE; (n + 1) * n];
+    d.clear();
+    d.resize((n + 1) * n, NONE);
     d[..n].fill(0);
     for k in 1..=n {
-        for u in 0..n {
-            let du = d[(k - 1) * n + u];
+        let (done, next) = d.split_at_mut(k * n);
+        let (prev, next) = (&done[(k - 1) * n..], &mut next[..n]);
+        for (u, &du) in prev.iter().enumerate() {
             if du == NONE {
                 continue;
             }
-            for v in 0..n {
-                let w = m[u * n + v];
-                if w != NONE && du + w > d[k * n + v] {
-                    d[k * n + v] = du + w;
+            for (best, &w) in next.iter_mut().zip(&m[u * n..(u + 1) * n]) {
+                if w != NONE && du + w > *best {
+                    *best = du + w;
                 }
             }
         }

@@ -7,7 +7,7 @@
 //! nodes of a class in opposite orders would deadlock the members that need both). The
 //! period of every order is exact ([`crate::cycle`]); [`best`] searches the orders.
 
-use crate::cycle::{max_cycle_mean, Arc, Period};
+use crate::cycle::{max_cycle_mean_in, Arc, Period, Scratch};
 use crate::load::{bounds, memo_key, overheads, TimingMember, MEMO_LIMIT};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -46,29 +46,64 @@ fn node_classes(members: &[TimingMember]) -> Vec<(Vec<usize>, Vec<u32>)> {
     classes.into_iter().collect()
 }
 
-/// The event graph of `members` under `order`: event `2j` is member j's rollout start, `2j+1`
-/// its training start.
-fn arcs(members: &[TimingMember], order: &IndexOrder) -> Vec<Arc> {
-    let (roll_sw, train_sw) = overheads(members);
-    let roll_occ = |j: usize| (members[j].rollout + roll_sw[j]).0;
-    let train_occ = |j: usize| (members[j].train + train_sw[j]).0;
-    let mut arcs = Vec::with_capacity(members.len() * 4);
-    for (j, m) in members.iter().enumerate() {
-        // Training n needs rollout n; rollout n needs training n - k - 1 and its sync.
-        let lag = m.staleness + 1;
-        arcs.push(Arc { from: 2 * j, to: 2 * j + 1, weight: roll_occ(j), tokens: 0 });
-        arcs.push(Arc { from: 2 * j + 1, to: 2 * j, weight: train_occ(j) + m.sync.0, tokens: lag });
-        if m.staleness > 0 {
-            // Each lane runs one phase at a time (at k = 0 the barrier already implies it).
-            arcs.push(Arc { from: 2 * j, to: 2 * j, weight: roll_occ(j), tokens: 1 });
-            arcs.push(Arc { from: 2 * j + 1, to: 2 * j + 1, weight: train_occ(j) + m.sync.0, tokens: 1 });
+/// What every order of one group shares: the members' own arcs and what each occupies a
+/// resource for (computed once per search, not once per order tried).
+struct Frame {
+    events: usize,
+    own: Vec<Arc>,
+    roll_occ: Vec<u64>,
+    train_occ: Vec<u64>,
+}
+
+impl Frame {
+    /// Event `2j` is member j's rollout start, `2j+1` its training start.
+    fn new(members: &[TimingMember]) -> Frame {
+        let (roll_sw, train_sw) = overheads(members);
+        let roll_occ: Vec<u64> = members.iter().zip(&roll_sw).map(|(m, &sw)| (m.rollout + sw).0).collect();
+        let train_occ: Vec<u64> = members.iter().zip(&train_sw).map(|(m, &sw)| (m.train + sw).0).collect();
+        let mut own = Vec::with_capacity(members.len() * 4);
+        for (j, m) in members.iter().enumerate() {
+            // Training n needs rollout n; rollout n needs training n - k - 1 and its sync.
+            let lag = m.staleness + 1;
+            let (roll, train) = (roll_occ[j], train_occ[j] + m.sync.0);
+            own.push(Arc { from: 2 * j, to: 2 * j + 1, weight: roll, tokens: 0 });
+            own.push(Arc { from: 2 * j + 1, to: 2 * j, weight: train, tokens: lag });
+            if m.staleness > 0 {
+                // Each lane runs one phase at a time (at k = 0 the barrier already implies it).
+                own.push(Arc { from: 2 * j, to: 2 * j, weight: roll, tokens: 1 });
+                own.push(Arc { from: 2 * j + 1, to: 2 * j + 1, weight: train, tokens: 1 });
+            }
+        }
+        Frame { events: 2 * members.len(), own, roll_occ, train_occ }
+    }
+
+    /// The event graph under `order`: the members' own arcs and one ring per resource.
+    fn arcs_into(&self, order: &IndexOrder, arcs: &mut Vec<Arc>) {
+        arcs.clear();
+        arcs.extend_from_slice(&self.own);
+        ring(&order.train, |j| 2 * j + 1, |j| self.train_occ[j], arcs);
+        for class in &order.classes {
+            ring(class, |j| 2 * j, |j| self.roll_occ[j], arcs);
         }
     }
-    ring(&order.train, |j| 2 * j + 1, train_occ, &mut arcs);
-    for class in &order.classes {
-        ring(class, |j| 2 * j, roll_occ, &mut arcs);
+}
+
+/// Evaluates orders of one group, reusing its buffers.
+struct Evaluator {
+    frame: Frame,
+    arcs: Vec<Arc>,
+    scratch: Scratch,
+}
+
+impl Evaluator {
+    fn new(members: &[TimingMember]) -> Evaluator {
+        Evaluator { frame: Frame::new(members), arcs: Vec::new(), scratch: Scratch::default() }
     }
-    arcs
+
+    fn period(&mut self, order: &IndexOrder) -> Option<Period> {
+        self.frame.arcs_into(order, &mut self.arcs);
+        max_cycle_mean_in(&mut self.scratch, self.frame.events, &self.arcs)
+    }
 }
 
 /// A resource's round: each member hands over to the next, the last to the first of the next
@@ -81,7 +116,7 @@ fn ring(order: &[usize], event: impl Fn(usize) -> usize, occupation: impl Fn(usi
 }
 
 fn period(members: &[TimingMember], order: &IndexOrder) -> Option<Period> {
-    max_cycle_mean(2 * members.len(), &arcs(members, order))
+    Evaluator::new(members).period(order)
 }
 
 /// The exact steady-state period of `members` under `order`, or `None` if the order
@@ -166,7 +201,7 @@ fn search(members: &[TimingMember], classes: &[(Vec<usize>, Vec<u32>)]) -> (Inde
     }
     let (t_cycle, t_load) = bounds(members);
     let floor = Period::new(t_cycle.max(t_load).0, 1);
-    let mut search = Search { members, floor, best: None };
+    let mut search = Search { eval: Evaluator::new(members), floor, best: None };
     let sizes: Vec<usize> =
         std::iter::once(members.len()).chain(classes.iter().map(|(users, _)| users.len())).collect();
     let candidates = sizes.iter().try_fold(1usize, |acc, &k| acc.checked_mul(factorial(k)));
@@ -203,16 +238,16 @@ fn factorial(k: usize) -> usize {
     (1..=k).try_fold(1usize, |a, b| a.checked_mul(b)).unwrap_or(usize::MAX)
 }
 
-struct Search<'a> {
-    members: &'a [TimingMember],
+struct Search {
+    eval: Evaluator,
     floor: Period,
     best: Option<(IndexOrder, Period)>,
 }
 
-impl Search<'_> {
+impl Search {
     /// Records `order` if it beats the best so far; true once the floor is reached.
     fn try_order(&mut self, order: &IndexOrder) -> bool {
-        if let Some(p) = period(self.members, order) {
+        if let Some(p) = self.eval.period(order) {
             if self.best.as_ref().is_none_or(|(_, b)| p < *b) {
                 self.best = Some((order.clone(), p));
             }
@@ -257,10 +292,10 @@ impl Search<'_> {
     }
 
     /// Whether some completion of `order`'s first `fixed` resources could beat the best so far.
-    fn may_beat_best(&self, order: &IndexOrder, fixed: usize) -> bool {
-        let Some((_, best)) = &self.best else { return true };
+    fn may_beat_best(&mut self, order: &IndexOrder, fixed: usize) -> bool {
+        let Some((_, best)) = self.best.clone() else { return true };
         let partial = IndexOrder { train: order.train.clone(), classes: order.classes[..fixed - 1].to_vec() };
-        max_cycle_mean(2 * self.members.len(), &arcs(self.members, &partial)).is_some_and(|p| p < *best)
+        self.eval.period(&partial).is_some_and(|p| p < best)
     }
 
     /// Orders that follow one ranking of the members everywhere (never a deadlock), then

@@ -475,6 +475,7 @@ impl Shared {
         let frozen = g.plane.clone();
         let copy = began.elapsed();
         let started = g.store.compact_in_background(Box::new(move |out| {
+            crate::lower_this_thread_priority();
             let written = frozen.write_snapshot(out);
             // What the live plane changed meanwhile was copied; those copies go with it.
             drop(frozen);
