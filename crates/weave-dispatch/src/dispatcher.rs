@@ -55,6 +55,9 @@ struct Member {
     /// When each lane's next phase became startable (FIFO order among ready members).
     rollout_seq: u64,
     train_seq: u64,
+    /// Joined a group whose training pool had already served someone (not one formed at
+    /// once): until its first training it holds no one up ([`Dispatcher::holds_no_one_up`]).
+    late: bool,
 }
 
 impl Member {
@@ -104,6 +107,8 @@ enum MemberRecord {
         train: LaneState,
         rollout_seq: u64,
         train_seq: u64,
+        #[serde(default)]
+        late: bool,
     },
     Staged {
         spec: MemberSpec,
@@ -124,8 +129,8 @@ enum Stage {
 impl From<MemberRecord> for Member {
     fn from(r: MemberRecord) -> Member {
         match r {
-            MemberRecord::Lanes { spec, iteration, rolled, rollout, train, rollout_seq, train_seq } => {
-                Member { spec, iteration, rolled, rollout, train, rollout_seq, train_seq }
+            MemberRecord::Lanes { spec, iteration, rolled, rollout, train, rollout_seq, train_seq, late } => {
+                Member { spec, iteration, rolled, rollout, train, rollout_seq, train_seq, late }
             }
             MemberRecord::Staged { spec, iteration, stage, ready_seq } => {
                 use LaneState::{Idle, Running, Switching, Syncing};
@@ -138,7 +143,8 @@ impl From<MemberRecord> for Member {
                     Stage::Running(Phase::Train) => (iteration + 1, Idle, Running),
                     Stage::Syncing => (iteration + 1, Idle, Syncing),
                 };
-                Member { spec, iteration, rolled, rollout, train, rollout_seq: ready_seq, train_seq: ready_seq }
+                let (rollout_seq, train_seq, late) = (ready_seq, ready_seq, false);
+                Member { spec, iteration, rolled, rollout, train, rollout_seq, train_seq, late }
             }
         }
     }
@@ -161,9 +167,15 @@ struct Resource {
 impl Resource {
     /// Whether `job` is due: no member has been served fewer phases, and none served as many
     /// comes before it in the order.
-    fn eligible(&self, job: JobId) -> bool {
-        let mine = (self.served.get(&job).copied().unwrap_or(0), self.rank_of(job));
-        self.served.iter().all(|(&o, &s)| o == job || (s, self.rank_of(o)) >= mine)
+    /// Members `passed_over` holds no one up.
+    fn eligible(&self, job: JobId, passed_over: impl Fn(JobId) -> bool) -> bool {
+        let mine = self.place(job);
+        self.served.iter().all(|(&o, &s)| o == job || (s, self.rank_of(o)) >= mine || passed_over(o))
+    }
+
+    /// Where `job` stands in the round: phases served, then its place in the order.
+    fn place(&self, job: JobId) -> (u64, u32) {
+        (self.served.get(&job).copied().unwrap_or(0), self.rank_of(job))
     }
 
     fn rank_of(&self, job: JobId) -> u32 {
@@ -377,6 +389,7 @@ impl Dispatcher {
         // Levels taken per resource instead can order it before a partner on the pool but
         // after it on their shared rollout node; first-come round-robin then serialised the
         // two for good (a 444 s meta-iteration became 683 s in a wild-trace replay).
+        let late = self.train.level() > 0;
         let level = spec
             .rollout_nodes
             .iter()
@@ -395,7 +408,8 @@ impl Dispatcher {
         let seq = self.next_seq();
         let iteration = spec.start_iteration;
         let (rollout, train) = (LaneState::Idle, LaneState::Idle);
-        let member = Member { spec, iteration, rolled: iteration, rollout, train, rollout_seq: seq, train_seq: seq };
+        let (rolled, rollout_seq, train_seq) = (iteration, seq, seq);
+        let member = Member { spec, iteration, rolled, rollout, train, rollout_seq, train_seq, late };
         self.members.insert(job, member);
         Ok(())
     }
@@ -616,7 +630,48 @@ impl Dispatcher {
 
     /// Whether fairness lets `job` take `r` now.
     fn due(&self, r: &Resource, job: JobId) -> bool {
-        self.fairness == Fairness::Fifo || r.eligible(job)
+        self.fairness == Fairness::Fifo || r.eligible(job, |o| self.holds_no_one_up(o))
+    }
+
+    /// A member that joined a running group and is still in its first rollout, on rollout
+    /// nodes no other member uses, holds no one up on the training pool: waiting for it idled
+    /// the pool for its whole first (cold) rollout and then its training (a partner missed
+    /// its SLO that way in the default workload with every job at k = 1). Whoever passes it
+    /// puts it level with itself ([`Dispatcher::level_passed_newcomers`]), so it is due right
+    /// after and waits at most one phase.
+    fn holds_no_one_up(&self, job: JobId) -> bool {
+        self.members.get(&job).is_some_and(|m| {
+            m.late
+                && m.iteration == m.spec.start_iteration
+                && m.train == LaneState::Idle
+                && !m.train_ready()
+                && m.spec.rollout_nodes.iter().all(|n| self.rollout.get(n).is_some_and(|r| r.served.len() == 1))
+        })
+    }
+
+    /// Puts every newcomer `job` passes over on the training pool level with it, on all of
+    /// the newcomer's resources alike: raised on the pool alone, its rollouts and trainings
+    /// fell into different rounds, and a later partner on its nodes was then served out of
+    /// step (tried: 95% of jobs within SLO for the paper's Weave on the default workload).
+    fn level_passed_newcomers(&mut self, job: JobId) {
+        let taker = self.train.place(job);
+        let passed: Vec<JobId> = self
+            .train
+            .served
+            .keys()
+            .copied()
+            .filter(|&o| o != job && self.train.place(o) < taker && self.holds_no_one_up(o))
+            .collect();
+        for o in passed {
+            let raise = taker.0 - self.train.place(o).0;
+            self.train.served.insert(o, taker.0);
+            let nodes = self.members[&o].spec.rollout_nodes.clone();
+            for n in nodes {
+                if let Some(served) = self.node(n).served.get_mut(&o) {
+                    *served += raise;
+                }
+            }
+        }
     }
 
     fn start(&mut self, job: JobId, phase: Phase, actions: &mut Vec<Action>) {
@@ -625,7 +680,12 @@ impl Dispatcher {
         // Only a rollout names nodes; the training pool is the group's whole pool.
         let nodes = if phase == Phase::Rollout { m.spec.rollout_nodes.clone() } else { Vec::new() };
         let switch = match phase {
-            Phase::Train => self.train.take(job, resident),
+            Phase::Train => {
+                if self.fairness == Fairness::RoundRobin {
+                    self.level_passed_newcomers(job);
+                }
+                self.train.take(job, resident)
+            }
             Phase::Rollout => {
                 // All nodes switch in parallel; one cold node makes the switch cold.
                 let mut kind = None;

@@ -128,3 +128,51 @@ fn the_earlier_indexed_form_still_reads() {
     let restored: Dispatcher = ciborium::from_reader(old.as_slice()).unwrap();
     assert_eq!(cbor(&restored), cbor(&d));
 }
+
+/// Feeds `input` and finishes every switch it begins at once; the phases started.
+fn started(d: &mut Dispatcher, at: u64, input: Input) -> Vec<(JobId, Phase, u64)> {
+    let mut pending = d.handle(Micros(at), input).unwrap();
+    let mut out = Vec::new();
+    while let Some(a) = pending.pop() {
+        match a {
+            Action::BeginSwitch { job, phase, iteration, .. } => {
+                pending.extend(d.handle(Micros(at), Input::SwitchFinished { job, phase, iteration }).unwrap())
+            }
+            Action::StartRollout { job, iteration, .. } => out.push((job, Phase::Rollout, iteration)),
+            Action::StartTraining { job, iteration } => out.push((job, Phase::Train, iteration)),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// A member that joins a running group and is still in its first rollout, on a node of its
+/// own, does not hold the training pool: the incumbent trains meanwhile (before, it waited on
+/// the idle pool for the newcomer's whole first rollout and training), and the newcomer is
+/// due right after. Joined at formation, members wait for their turn as before.
+#[test]
+fn a_late_newcomer_in_its_first_rollout_holds_no_one_up() {
+    let (incumbent, newcomer) = (JobId(0), JobId(1));
+    let mut d = Dispatcher::new(GroupLimits::UNLIMITED);
+    let mut spec = member(0, &[0]);
+    spec.iterations = Some(10);
+    assert_eq!(started(&mut d, 0, Input::Join(spec)), [(incumbent, Phase::Rollout, 0)]);
+    let roll_done = Input::PhaseFinished { job: incumbent, phase: Phase::Rollout, iteration: 0 };
+    assert_eq!(started(&mut d, 1, roll_done), [(incumbent, Phase::Train, 0)]);
+    started(&mut d, 2, Input::PhaseFinished { job: incumbent, phase: Phase::Train, iteration: 0 });
+    assert_eq!(
+        started(&mut d, 3, Input::SyncFinished { job: incumbent, iteration: 0 }),
+        [(incumbent, Phase::Rollout, 1)]
+    );
+    let mut spec = member(1, &[1]);
+    spec.iterations = Some(10);
+    assert_eq!(started(&mut d, 4, Input::Join(spec)), [(newcomer, Phase::Rollout, 0)]);
+    // The incumbent's rollout ends long before the newcomer's first one: it trains at once.
+    let roll_done = Input::PhaseFinished { job: incumbent, phase: Phase::Rollout, iteration: 1 };
+    assert_eq!(started(&mut d, 5, roll_done), [(incumbent, Phase::Train, 1)]);
+    // The newcomer's rollout ends while the pool is busy; it trains next, before the
+    // incumbent's next training.
+    assert!(started(&mut d, 6, Input::PhaseFinished { job: newcomer, phase: Phase::Rollout, iteration: 0 }).is_empty());
+    let next = started(&mut d, 7, Input::PhaseFinished { job: incumbent, phase: Phase::Train, iteration: 1 });
+    assert_eq!(next, [(newcomer, Phase::Train, 0)]);
+}
