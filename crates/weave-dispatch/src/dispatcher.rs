@@ -20,11 +20,14 @@
 //! Sync is a network transfer into the job's host buffers: it occupies neither pool's GPUs,
 //! only the job's own critical path.
 
+mod resource;
+
 use crate::memory::{GroupLimits, MemoryLedger};
 use crate::order::GroupOrder;
 use crate::{Action, DispatchError, Fairness, Input, LogEntry, LogKind, MemberSpec, Phase, MAX_STALENESS};
+use resource::{rollout_resources, Resource};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use weave_core::{JobId, Micros};
 use weave_model::SwitchKind;
 
@@ -148,97 +151,6 @@ impl From<MemberRecord> for Member {
             }
         }
     }
-}
-
-/// A training pool or one rollout node.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-struct Resource {
-    holder: Option<JobId>,
-    last: Option<JobId>,
-    /// Members whose state is already loaded in this resource's host DRAM.
-    loaded: BTreeSet<JobId>,
-    /// Phases served per current member (round-robin fairness).
-    served: BTreeMap<JobId, u64>,
-    /// Place of each member in the round (the group's cyclic order); unordered members last.
-    #[serde(default)]
-    rank: BTreeMap<JobId, u32>,
-}
-
-impl Resource {
-    /// Whether `job` is due: no member has been served fewer phases, and none served as many
-    /// comes before it in the order.
-    /// Members `passed_over` holds no one up.
-    fn eligible(&self, job: JobId, passed_over: impl Fn(JobId) -> bool) -> bool {
-        let mine = self.place(job);
-        self.served.iter().all(|(&o, &s)| o == job || (s, self.rank_of(o)) >= mine || passed_over(o))
-    }
-
-    /// Where `job` stands in the round: phases served, then its place in the order.
-    fn place(&self, job: JobId) -> (u64, u32) {
-        (self.served.get(&job).copied().unwrap_or(0), self.rank_of(job))
-    }
-
-    fn rank_of(&self, job: JobId) -> u32 {
-        self.rank.get(&job).copied().unwrap_or(u32::MAX)
-    }
-
-    /// The most phases any current member has been served.
-    fn level(&self) -> u64 {
-        self.served.values().copied().max().unwrap_or(0)
-    }
-
-    fn add_member(&mut self, job: JobId, level: u64) {
-        self.served.insert(job, level);
-    }
-
-    fn set_order(&mut self, order: &[JobId]) {
-        self.rank = order.iter().filter(|j| self.served.contains_key(j)).zip(0u32..).map(|(&j, r)| (j, r)).collect();
-    }
-
-    fn remove_member(&mut self, job: JobId) {
-        self.served.remove(&job);
-        self.rank.remove(&job);
-        self.loaded.remove(&job);
-        if self.holder == Some(job) {
-            self.holder = None;
-        }
-    }
-
-    /// The switch needed to hand this resource to `job`, and takes it.
-    fn take(&mut self, job: JobId, resident: bool) -> Option<SwitchKind> {
-        self.holder = Some(job);
-        *self.served.entry(job).or_default() += 1;
-        if self.last == Some(job) {
-            return None;
-        }
-        let kind = if resident && self.loaded.contains(&job) { SwitchKind::Warm } else { SwitchKind::Cold };
-        if resident {
-            self.loaded.insert(job);
-        }
-        Some(kind)
-    }
-
-    fn release(&mut self, job: JobId) {
-        if self.holder == Some(job) {
-            self.holder = None;
-            self.last = Some(job);
-        }
-    }
-}
-
-/// Reads the rollout resources keyed by node, or in the earlier form, a vector indexed by
-/// node (snapshots written before the change), keeping only nodes a member still uses.
-fn rollout_resources<'de, D: serde::Deserializer<'de>>(d: D) -> Result<BTreeMap<u32, Resource>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Form {
-        Keyed(BTreeMap<u32, Resource>),
-        Indexed(Vec<Resource>),
-    }
-    Ok(match Form::deserialize(d)? {
-        Form::Keyed(map) => map,
-        Form::Indexed(v) => (0u32..).zip(v).filter(|(_, r)| !r.served.is_empty()).collect(),
-    })
 }
 
 /// The intra-group dispatcher. Deterministic: the same inputs give the same actions.
