@@ -567,15 +567,14 @@ impl Dispatcher {
     /// step (tried: 95% of jobs within SLO for the paper's Weave on the default workload).
     fn level_passed_newcomers(&mut self, job: JobId) {
         let taker = self.train.place(job);
-        let passed: Vec<JobId> = self
+        let passed: Vec<(JobId, u64)> = self
             .train
             .served
-            .keys()
-            .copied()
-            .filter(|&o| o != job && self.train.place(o) < taker && self.holds_no_one_up(o))
+            .iter()
+            .filter(|&(&o, _)| o != job && self.train.place(o) < taker && self.holds_no_one_up(o))
+            .map(|(&o, &served)| (o, taker.0 - served))
             .collect();
-        for o in passed {
-            let raise = taker.0 - self.train.place(o).0;
+        for (o, raise) in passed {
             self.train.served.insert(o, taker.0);
             let nodes = self.members[&o].spec.rollout_nodes.clone();
             for n in nodes {

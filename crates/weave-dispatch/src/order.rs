@@ -293,7 +293,7 @@ impl Search {
 
     /// Whether some completion of `order`'s first `fixed` resources could beat the best so far.
     fn may_beat_best(&mut self, order: &IndexOrder, fixed: usize) -> bool {
-        let Some((_, best)) = self.best.clone() else { return true };
+        let Some(best) = self.best.as_ref().map(|&(_, p)| p) else { return true };
         let partial = IndexOrder { train: order.train.clone(), classes: order.classes[..fixed - 1].to_vec() };
         self.eval.period(&partial).is_some_and(|p| p < best)
     }
