@@ -79,6 +79,12 @@ pub struct Scratch {
     round: Vec<i64>,
     /// Karp's table.
     walks: Vec<i64>,
+    /// [`mean_below_in`]'s arcs weighed against its bound, and its longest paths (in i64 when
+    /// they fit, else in i128).
+    narrow: Vec<(usize, usize, i64)>,
+    narrow_dist: Vec<i64>,
+    wide: Vec<(usize, usize, i128)>,
+    wide_dist: Vec<i128>,
 }
 
 /// The maximum cycle mean of an event graph on `events` events, or `None` if a cycle carries
@@ -108,6 +114,59 @@ pub fn max_cycle_mean_in(s: &mut Scratch, events: usize, arcs: &[Arc]) -> Option
         }
     }
     karp(n, m, &mut s.walks)
+}
+
+/// Whether every cycle of the event graph carries tokens and weighs less than `bound` per
+/// token: the same as `max_cycle_mean(events, arcs)` being `None` for want of a cycle or below
+/// `bound`, and `false` for a deadlock. A search asks this of every order it tries and needs
+/// the exact period only of those that beat the best so far: a longest-path pass (Bellman-Ford)
+/// over the arcs as given, no closure, no chains, a fraction of Karp's cubic cost.
+///
+/// With `bound = total / rounds`, a cycle of weight `W` and `K` tokens is at or above it iff
+/// `W * rounds - total * K >= 0`. Scaling each arc's `weight * rounds - total * tokens` by
+/// `events + 1` and adding 1 keeps every such cycle's sum positive (it has at most `events`
+/// arcs) and makes every cycle below it negative, so a cycle at or above the bound, a
+/// token-free one included, is exactly a positive cycle.
+pub fn mean_below_in(s: &mut Scratch, events: usize, arcs: &[Arc], bound: Period) -> bool {
+    let scale = events as i128 + 1;
+    let (rounds, total) = (bound.rounds as i128, bound.total as i128);
+    let scaled = |a: &Arc| (a.weight as i128 * rounds - total * a.tokens as i128) * scale + 1;
+    // Bellman-Ford's sums stay in i64 (the usual case, half the work of i128) if no arc
+    // exceeds i64 over the most arcs its passes can add up.
+    let limit = i64::MAX as i128 / ((events as i128 + 2) * (arcs.len() as i128 + 1));
+    if arcs.iter().all(|a| scaled(a).abs() <= limit) {
+        s.narrow.clear();
+        s.narrow.extend(arcs.iter().map(|a| (a.from, a.to, scaled(a) as i64)));
+        no_positive_cycle(events, &s.narrow, &mut s.narrow_dist)
+    } else {
+        s.wide.clear();
+        s.wide.extend(arcs.iter().map(|a| (a.from, a.to, scaled(a))));
+        no_positive_cycle(events, &s.wide, &mut s.wide_dist)
+    }
+}
+
+/// Bellman-Ford from a virtual source to every event at 0: without a positive cycle the
+/// longest paths settle within `events` passes; with one they never do.
+fn no_positive_cycle<W>(events: usize, arcs: &[(usize, usize, W)], dist: &mut Vec<W>) -> bool
+where
+    W: Copy + Ord + Default + std::ops::Add<Output = W>,
+{
+    dist.clear();
+    dist.resize(events, W::default());
+    for _ in 0..=events {
+        let mut changed = false;
+        for &(from, to, weight) in arcs {
+            let through = dist[from] + weight;
+            if through > dist[to] {
+                dist[to] = through;
+                changed = true;
+            }
+        }
+        if !changed {
+            return true;
+        }
+    }
+    false
 }
 
 /// Zero-token and one-token arcs as (from, to, weight) into `zero` and `one`, multi-token arcs
@@ -258,6 +317,64 @@ mod tests {
     fn a_cycle_without_tokens_is_a_deadlock() {
         assert_eq!(max_cycle_mean(2, &[arc(0, 1, 1, 0), arc(1, 0, 1, 0)]), None);
         assert_eq!(max_cycle_mean(1, &[arc(0, 0, 1, 0)]), None);
+    }
+
+    /// The search's shortcut answers exactly what comparing Karp's period would: on random
+    /// graphs (deadlocks, multi-token arcs and bounds equal to the period itself included).
+    #[test]
+    fn mean_below_agrees_with_the_exact_period() {
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut draw = |n: u64| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (x >> 33) % n
+        };
+        let (mut below, mut not_below, mut deadlocks, mut scratch) = (0, 0, 0, Scratch::default());
+        for _ in 0..3000 {
+            let events = 1 + draw(6) as usize;
+            // Some graphs weigh too much for the shortcut's i64 sums (its i128 path).
+            let unit = if draw(8) == 0 { 1_000_000_000_000_000 } else { 1 };
+            let arcs: Vec<Arc> = (0..1 + draw(12))
+                .map(|_| {
+                    let (from, to) = (draw(events as u64) as usize, draw(events as u64) as usize);
+                    arc(from, to, draw(20) * unit, draw(4) as u32)
+                })
+                .collect();
+            let exact = max_cycle_mean(events, &arcs);
+            deadlocks += usize::from(exact.is_none());
+            let bounds = [Period::new((1 + draw(40)) * unit, 1 + draw(3)), exact.unwrap_or(Period::new(5, 1))];
+            for bound in bounds {
+                let expected = match exact {
+                    Some(p) => p < bound,
+                    // No period: a deadlock, or no cycle at all.
+                    None => !has_cycle(events, &arcs),
+                };
+                let got = mean_below_in(&mut scratch, events, &arcs, bound);
+                assert_eq!(got, expected, "{events} events, {arcs:?}, bound {bound:?}, exact {exact:?}");
+                if got {
+                    below += 1;
+                } else {
+                    not_below += 1;
+                }
+            }
+        }
+        assert!(below > 500 && not_below > 500 && deadlocks > 100, "{below} {not_below} {deadlocks}");
+    }
+
+    fn has_cycle(events: usize, arcs: &[Arc]) -> bool {
+        let mut reach = vec![false; events * events];
+        for a in arcs {
+            reach[a.from * events + a.to] = true;
+        }
+        for k in 0..events {
+            for i in 0..events {
+                for j in 0..events {
+                    if reach[i * events + k] && reach[k * events + j] {
+                        reach[i * events + j] = true;
+                    }
+                }
+            }
+        }
+        (0..events).any(|v| reach[v * events + v])
     }
 
     #[test]

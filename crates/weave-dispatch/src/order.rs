@@ -7,7 +7,7 @@
 //! nodes of a class in opposite orders would deadlock the members that need both). The
 //! period of every order is exact ([`crate::cycle`]); [`best`] searches the orders.
 
-use crate::cycle::{max_cycle_mean_in, Arc, Period, Scratch};
+use crate::cycle::{max_cycle_mean_in, mean_below_in, Arc, Period, Scratch};
 use crate::load::{bounds, memo_key, overheads, TimingMember, MEMO_LIMIT};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -103,6 +103,13 @@ impl Evaluator {
     fn period(&mut self, order: &IndexOrder) -> Option<Period> {
         self.frame.arcs_into(order, &mut self.arcs);
         max_cycle_mean_in(&mut self.scratch, self.frame.events, &self.arcs)
+    }
+
+    /// Whether `order` runs without deadlock at a period below `bound` (the search's question
+    /// for most orders, answered without computing the period).
+    fn beats(&mut self, order: &IndexOrder, bound: Period) -> bool {
+        self.frame.arcs_into(order, &mut self.arcs);
+        mean_below_in(&mut self.scratch, self.frame.events, &self.arcs, bound)
     }
 }
 
@@ -247,6 +254,10 @@ struct Search {
 impl Search {
     /// Records `order` if it beats the best so far; true once the floor is reached.
     fn try_order(&mut self, order: &IndexOrder) -> bool {
+        let best = self.best.as_ref().map(|&(_, p)| p);
+        if best.is_some_and(|b| !self.eval.beats(order, b)) {
+            return false;
+        }
         if let Some(p) = self.eval.period(order) {
             if self.best.as_ref().is_none_or(|(_, b)| p < *b) {
                 self.best = Some((order.clone(), p));
@@ -295,7 +306,7 @@ impl Search {
     fn may_beat_best(&mut self, order: &IndexOrder, fixed: usize) -> bool {
         let Some(best) = self.best.as_ref().map(|&(_, p)| p) else { return true };
         let partial = IndexOrder { train: order.train.clone(), classes: order.classes[..fixed - 1].to_vec() };
-        self.eval.period(&partial).is_some_and(|p| p < best)
+        self.eval.beats(&partial, best)
     }
 
     /// Orders that follow one ranking of the members everywhere (never a deadlock), then
