@@ -51,50 +51,60 @@ fn the_custom_resource_fallback_pins_as_well() {
 /// One local Ray cluster at a time: two would share the machine's two cores.
 static ONE_CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn run_e2e(pin: &str) {
-    let _one = ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+/// A local Ray cluster up in its own namespace (torn down on drop), with a tenants file for
+/// `TOKEN`; `None` (after saying why) where Ray or a namespace is missing. `path` goes first
+/// on the cluster's PATH (the Python whose Ray starts it).
+fn cluster_up(tag: &str, path: Option<&Path>) -> Option<(Cluster, PathBuf)> {
     let script = root().join("scripts/ray-local.sh");
-    let check = Command::new(&script).arg("check").output().expect("run ray-local.sh");
+    let mut env = Vec::new();
+    if let Some(dir) = path {
+        env.push(("PATH".to_string(), format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default())));
+    }
+    let check = Command::new(&script).arg("check").envs(env.iter().cloned()).output().expect("run ray-local.sh");
     if check.status.code() == Some(77) {
         eprintln!("{}", String::from_utf8_lossy(&check.stderr).trim());
         eprintln!("SKIPPED: the Ray end-to-end test (see above)");
-        return;
+        return None;
     }
     assert!(check.status.success(), "ray-local.sh check: {}", String::from_utf8_lossy(&check.stderr));
 
     // Short: Ray's Unix socket paths live under this directory and must stay below 108 bytes.
-    let id = format!("{}{}", std::process::id(), &pin[..1]);
+    let id = format!("{}{tag}", std::process::id());
     let state = std::env::temp_dir().join(format!("weave-ray-e2e-{id}"));
     let _ = std::fs::remove_dir_all(&state);
     std::fs::create_dir_all(state.join("checkpoints")).unwrap();
-    let cluster = Cluster {
-        script,
-        env: vec![
-            ("WEAVE_RAY_NETNS".into(), format!("weave-e2e-{id}")),
-            ("WEAVE_RAY_DIR".into(), state.join("ray").display().to_string()),
-        ],
-    };
+    env.push(("WEAVE_RAY_NETNS".into(), format!("weave-e2e-{id}")));
+    env.push(("WEAVE_RAY_DIR".into(), state.join("ray").display().to_string()));
+    let cluster = Cluster { script, env };
     let up = cluster.cmd(&["up"]).status().unwrap();
     assert!(up.success(), "the Ray cluster did not come up");
 
     let hash = Command::new(env!("CARGO_BIN_EXE_weave")).args(["token", "hash", TOKEN]).output().unwrap();
-    let tenants = state.join("tenants.toml");
     let line =
         format!("[[tenant]]\nname = \"team\"\ntoken_sha256 = \"{}\"\n", String::from_utf8_lossy(&hash.stdout).trim());
-    std::fs::write(&tenants, line).unwrap();
-    let data = state.join("data");
-    // The checker runs the server itself (so it can kill and restart it mid-run), inside the
-    // namespace on a fixed address the launched jobs are told.
+    std::fs::write(state.join("tenants.toml"), line).unwrap();
+    Some((cluster, state))
+}
+
+/// `weave serve --backend ray` inside the namespace on the fixed address the jobs are told.
+fn serve_cmd(state: &Path, flags: &str) -> String {
+    format!(
+        "{} serve --backend ray --ray-address http://127.0.0.2:8265 --addr 127.0.0.2:7070 --tenants {} --data {}{flags}",
+        env!("CARGO_BIN_EXE_weave"),
+        state.join("tenants.toml").display(),
+        state.join("data").display()
+    )
+}
+
+fn run_e2e(pin: &str) {
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+    let Some((cluster, state)) = cluster_up(&pin[..1], None) else { return };
+    // The checker runs the server itself (so it can kill and restart it mid-run).
     // `labels` runs on auto (Ray 2.60 has label selectors, so the jobs choose them); the
     // fallback is forced through the server.
     let pin_flag = if pin == "resources" { " --ray-pin resources" } else { "" };
     // The paper's placement (`--disagg-only`): the checker expects the two jobs in one group.
-    let serve = format!(
-        "{} serve --backend ray --disagg-only --ray-address http://127.0.0.2:8265 --addr 127.0.0.2:7070 --tenants {} --data {}{pin_flag}",
-        env!("CARGO_BIN_EXE_weave"),
-        tenants.display(),
-        data.display()
-    );
+    let serve = serve_cmd(&state, &format!(" --disagg-only{pin_flag}"));
     let kill = format!("{} kill-node {{node}}", cluster.script.display());
     let checker = cluster
         .cmd(&["exec", "python3"])
@@ -113,6 +123,42 @@ fn run_e2e(pin: &str) {
     // The numbers are reported, not asserted (timing on a shared machine); they must be there.
     let m: serde_json::Value = serde_json::from_str(measured).expect("measurements on the last line");
     assert!(m["utilisation"].is_object() && m["solo"]["utilisation"].is_object(), "{m}");
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+/// Real jobs on Ray under the full Weave policy: two reference GRPO jobs (PyTorch) placed by
+/// Weave and launched on Ray as a `Trainer` and a `RolloutWorker` actor each
+/// (`weave_client.runtime.ray_grpo`); the checks live in `python/tests/check_ray_grpo.py`.
+/// `WEAVE_TORCH_PYTHON` names a Python with `./python[torch]` and Ray (the cluster runs on
+/// its Ray, so the actors have torch); without it the test says so and skips.
+#[test]
+#[ignore = "needs Ray and torch in WEAVE_TORCH_PYTHON, root and a network namespace: .ci/run runs it with --ignored"]
+fn real_grpo_jobs_run_on_ray_under_the_full_policy() {
+    let Some(python) = std::env::var_os("WEAVE_TORCH_PYTHON").map(PathBuf::from) else {
+        eprintln!("SKIPPED: WEAVE_TORCH_PYTHON is not set (a Python with ./python[torch] and ray[default])");
+        return;
+    };
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+    let Some((cluster, state)) = cluster_up("g", python.parent()) else { return };
+    let checker = cluster
+        .cmd(&["exec"])
+        .arg(&python)
+        .arg(root().join("python/tests/check_ray_grpo.py"))
+        .args(["--serve-cmd", &serve_cmd(&state, ""), "--token", TOKEN, "--ray", "http://127.0.0.2:8265"])
+        .arg("--checkpoints")
+        .arg(state.join("checkpoints"))
+        .arg("--python")
+        .arg(&python)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&checker.stdout);
+    println!("{stdout}");
+    eprintln!("{}", String::from_utf8_lossy(&checker.stderr));
+    assert!(checker.status.success(), "check_ray_grpo.py failed");
+    let m: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().unwrap_or_default()).expect("measurements on the last line");
+    assert!(m["rewards"].is_object() && m["actors"].is_object(), "{m}");
     drop(cluster);
     let _ = std::fs::remove_dir_all(&state);
 }

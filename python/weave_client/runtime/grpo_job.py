@@ -86,6 +86,8 @@ def _args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     ap.add_argument("--minicluster", action="store_true",
                     help="run the trainer and the rollout worker on the mini cluster's nodes (minicluster.py): "
                          "weights cross its rate-limited link")
+    ap.add_argument("--master", help="address the trainer's process group listens on (default: loopback, or the "
+                    "mini cluster's link); the Ray driver sets it to the training node's")
     ap.add_argument("--max-restarts", type=int, default=5, help="process restarts after a lost admission or peer")
     ap.add_argument("--resume-timeout-s", type=float, default=900.0, help="how long to wait to be admitted again")
     ap.add_argument("--role", choices=["trainer", "rollout"], help=argparse.SUPPRESS)
@@ -150,7 +152,7 @@ def _setup(a: argparse.Namespace, rank: int, cpu_spec: str) -> None:
     torch.set_num_threads(len(cpus(cpu_spec)))
     from . import minicluster
 
-    master = minicluster.link_ip_of_trainer() if a.minicluster else "127.0.0.1"
+    master = a.master or (minicluster.link_ip_of_trainer() if a.minicluster else "127.0.0.1")
     dist.init_process_group("gloo", init_method=f"tcp://{master}:{a.port}", rank=rank, world_size=2)
 
 
@@ -412,10 +414,13 @@ def _start_role(a: argparse.Namespace, cmd: List[str], role: str) -> subprocess.
     return subprocess.Popen([*minicluster.MiniCluster.prefix(node), *cmd, "--role", role], env=env)
 
 
-def launch(a: argparse.Namespace, argv: List[str]) -> int:
+def launch(a: argparse.Namespace, argv: List[str], start_role=None) -> int:
     """Starts the trainer and the rollout worker and keeps them running: after a lost admission
     or a dead process both start again from the checkpoint Weave's count names. Returns the
-    first non-zero exit code of a run that cannot go on."""
+    first non-zero exit code of a run that cannot go on. ``start_role(a, cmd, role)`` starts
+    one process (default: a local one; the Ray driver starts Ray actors) and returns a handle
+    with ``Popen``'s ``pid``, ``poll``, ``kill``, ``wait`` and ``returncode``."""
+    start_role = start_role or _start_role
     from weave_client import WeaveClient
 
     os.makedirs(a.dir, exist_ok=True)
@@ -435,7 +440,7 @@ def launch(a: argparse.Namespace, argv: List[str]) -> int:
     while True:
         uid = client.job(a.job)["job"]["uid"]
         cmd = [sys.executable, "-m", "weave_client.runtime.grpo_job", *argv, "--port", str(port)]
-        procs = {role: _start_role(a, cmd, role) for role in ("trainer", "rollout")}
+        procs = {role: start_role(a, cmd, role) for role in ("trainer", "rollout")}
         with open(os.path.join(a.dir, "pids.json"), "w") as f:
             json.dump({role: p.pid for role, p in procs.items()}, f)
         codes = _supervise(procs)

@@ -1,0 +1,187 @@
+"""Real jobs on Ray under the full Weave policy: two reference GRPO jobs (PyTorch) that
+`weave serve --backend ray` places and launches on a local multi-node Ray cluster (run inside
+its private network namespace, see scripts/ray-local.sh; the cluster's Python needs the
+`torch` extra and Ray).
+
+A rollout-heavy job (8-digit sorting, one update pass) and a training-heavy one (4 digits,
+five passes) are submitted with `launch` sections that run `weave_client.runtime.ray_grpo`.
+Checks: Weave runs them (placement as the full policy decides, reported), Ray's State API puts
+each job's `Trainer` actor on the training node Weave chose and its `RolloutWorker` on its
+rollout node (its training node when Weave co-locates it), both jobs complete every
+iteration, each rollout sampled with its own iteration's weights and each training produced
+the next version (the on-policy barrier), no two jobs held the training pool at once, and one
+Ray submission per admission. Prints what it measured as JSON on the last line.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, HERE)
+from check_ray import actors_nodes, check_barrier, exclusive, phase_spans, ray_get  # noqa: E402
+from server_process import Server, wait_for  # noqa: E402
+from weave_client import WeaveClient  # noqa: E402
+
+# name, digits, GRPO passes, declared rollout / training seconds (steer placement: complementary)
+JOBS = (("sort-a", 8, 1, 300.0, 100.0), ("sort-b", 4, 5, 100.0, 300.0))
+
+
+def say(msg):
+    print(f"check_ray_grpo: {msg}", flush=True)
+
+
+def submit(c, args, name, digits, epochs, rollout_s, train_s):
+    entry = (f"{args.python} -m weave_client.runtime.ray_grpo --dir {args.checkpoints}/{name} --digits {digits} "
+             f"--epochs {epochs} --prompts {args.prompts} --rollout-cpus 0 --train-cpus 1 --checkpoint-every 4")
+    spec = {"id": name, "type": "3B_4k", "iterations": args.iterations, "slo": 2.0, "rollout_s": rollout_s,
+            "train_s": train_s, "launch": {"entrypoint": entry, "env": {"PYTHONPATH": os.path.join(ROOT, "python")}}}
+    return c.submit(spec)["job"]
+
+
+def check_placement(ray, view):
+    """Each actor on the node Weave chose for its phase (both on the training node when co-located)."""
+    sid = f"{view['id']} (uid {view['uid']})"
+    placed = wait_for(f"{sid}'s actors", lambda: (lambda p: p if len(p) == 2 else None)(actors_nodes(ray, view)), 300)
+    colocated = "coloc" in (view["placement"] or "") or not view["rollout_nodes"]
+    rollout_on = view["training_nodes"] if colocated else view["rollout_nodes"]
+    assert placed["Trainer"] == sorted(view["training_nodes"])[:1], (sid, placed, view)
+    assert placed["RolloutWorker"] == sorted(rollout_on)[:1], (sid, placed, view)
+    say(f"{sid}: Ray State API puts its actors on {placed}, as Weave chose")
+    return placed
+
+
+def work_span_s(events, jobs):
+    """From the jobs' first grant to their last finish (server clock): the span of the work,
+    without process and actor start-up."""
+    mine = [e for e in events if e["job"] in jobs and e["kind"] in ("grant", "finish")]
+    return (max(e["time_us"] for e in mine) - min(e["time_us"] for e in mine)) / 1e6
+
+
+def job_spans_s(events, jobs):
+    """Each job's first grant and last finish, in seconds from the first grant of any of them."""
+    mine = [e for e in events if e["job"] in jobs and e["kind"] in ("grant", "finish")]
+    t0 = min(e["time_us"] for e in mine)
+    return {j: [round((f(e["time_us"] for e in mine if e["job"] == j) - t0) / 1e6, 1) for f in (min, max)]
+            for j in jobs}
+
+
+def steady_rate(events, jobs):
+    """Trainings finished per second while every job ran (from the last job's first grant to
+    the first job's last finish): the pair's rate without the start-up stagger."""
+    first = max(min(e["time_us"] for e in events if e["job"] == j and e["kind"] == "grant") for j in jobs)
+    last = min(max(e["time_us"] for e in events if e["job"] == j and e["kind"] == "finish") for j in jobs)
+    done = [e for e in events if e["job"] in jobs and e["kind"] == "finish" and e["phase"] == "train"
+            and first < e["time_us"] <= last]
+    return len(done) / ((last - first) / 1e6)
+
+
+def solo_spans(args, c):
+    """Each job alone, one after the other, on the same cluster: the baseline of the pair."""
+    spans = {}
+    for name, *rest in JOBS:
+        solo = f"{name}-solo"
+        submit(c, args, solo, *rest)
+        wait_for(f"{solo} to complete", lambda: c.job(solo)["job"]["state"] == "completed", args.timeout_s)
+        spans[name] = work_span_s(c.events(), {solo})
+        say(f"{solo}: {args.iterations} iterations alone in {spans[name]:.1f} s of work")
+    return spans
+
+
+def run(args, c):
+    solo = solo_spans(args, c) if args.compare_solo else None
+    t0 = time.time()
+    views = [submit(c, args, *job) for job in JOBS]
+    for v in views:
+        say(f"admitted {v['id']}: {v['placement']}: rollout {v['rollout_nodes']}, "
+            f"training {v['training_nodes']}, group {v['group']}")
+    placed = {v["id"]: check_placement(args.ray, v) for v in views}
+    for v in views:
+        wait_for(f"{v['id']} to complete", lambda v=v: c.job(v["id"])["job"]["state"] == "completed", args.timeout_s)
+        assert c.job(v["id"])["job"]["completed_iterations"] == args.iterations
+    wall_s = time.time() - t0
+    events = c.events()
+    for v in views:
+        check_barrier(events, v["id"], args.iterations)
+    spans = phase_spans(events)
+    same_pool = len({tuple(v["training_nodes"]) for v in views}) == 1
+    if same_pool:
+        exclusive([s for s in spans if s[1] == "train"], "training pool")
+    launches = {}
+    for j in ray_get(args.ray, "/api/jobs/"):
+        meta = j.get("metadata") or {}
+        if "weave_job" in meta:
+            key = (meta["weave_job"], meta["weave_uid"])
+            launches[key] = launches.get(key, 0) + 1
+    assert launches and all(n == 1 for n in launches.values()), f"launches: {launches}"
+    rewards = {}
+    for v in views:
+        r = [s[5]["mean_reward"] for s in sorted(spans, key=lambda s: s[3])
+             if s[0] == v["id"] and s[1] == "rollout" and s[5] is not None]
+        rewards[v["id"]] = {"first": r[0], "last": r[-1]}
+    switches = {v["id"]: sorted({s[5].get("switch") for s in spans if s[0] == v["id"] and s[5]}) for v in views}
+    say(f"both completed {args.iterations} iterations in {wall_s:.0f} s; barrier held; one Ray submission per "
+        f"admission; rewards {rewards}")
+    out = {}
+    if solo is not None:
+        pair = work_span_s(events, {v["id"] for v in views})
+        out = {"solo_work_s": {k: round(v, 1) for k, v in solo.items()}, "pair_work_s": round(pair, 1),
+               "gain": round(sum(solo.values()) / pair, 3),
+               "pair_spans_s": job_spans_s(events, [v["id"] for v in views]),
+               "steady_gain": round(steady_rate(events, [v["id"] for v in views]) * sum(solo.values())
+                                    / (len(views) * args.iterations), 3)}
+        say(f"one after the other {sum(solo.values()):.1f} s of work, co-executed {pair:.1f} s: {out['gain']:.2f}x "
+            f"({out['steady_gain']:.2f}x while both ran)")
+    print(json.dumps({
+        **out,
+        "wall_s": round(wall_s, 1),
+        "groups": {v["id"]: v["group"] for v in views},
+        "placement": {v["id"]: v["placement"] for v in views},
+        "actors": placed,
+        "shared_training_pool": same_pool,
+        "rewards": rewards,
+        "switches": switches,
+    }), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--serve-cmd", required=True, help="starts `weave serve --backend ray` inside the namespace")
+    ap.add_argument("--token", required=True)
+    ap.add_argument("--ray", required=True)
+    ap.add_argument("--checkpoints", required=True)
+    ap.add_argument("--python", default=sys.executable, help="the Python the jobs' drivers run (torch and Ray)")
+    ap.add_argument("--iterations", type=int, default=6)
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--timeout-s", type=float, default=900.0)
+    ap.add_argument("--compare-solo", action="store_true",
+                    help="first run each job alone, one after the other, and report the pair's gain over that")
+    args = ap.parse_args()
+    server = Server(args.serve_cmd)
+    try:
+        run(args, WeaveClient(server.start(), args.token))
+    except BaseException:
+        driver_logs(args.ray)
+        raise
+    finally:
+        server.stop()
+
+
+def driver_logs(ray):
+    """The end of every launched driver's log (Ray's Job API), to see why a run failed."""
+    try:
+        for j in ray_get(ray, "/api/jobs/"):
+            if "weave_job" in (j.get("metadata") or {}):
+                logs = ray_get(ray, f"/api/jobs/{j['submission_id']}/logs").get("logs", "")
+                tail = "\n".join(logs.splitlines()[-40:])
+                print(f"--- Ray job {j['submission_id']} ({j.get('status')}):\n{tail}", file=sys.stderr, flush=True)
+    except OSError as e:
+        print(f"(could not read the drivers' logs from Ray: {e})", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
