@@ -16,6 +16,7 @@ Ray submission per admission. Prints what it measured as JSON on the last line.
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -70,14 +71,21 @@ def job_spans_s(events, jobs):
             for j in jobs}
 
 
-def steady_rate(events, jobs):
-    """Trainings finished per second while every job ran (from the last job's first grant to
-    the first job's last finish): the pair's rate without the start-up stagger."""
-    first = max(min(e["time_us"] for e in events if e["job"] == j and e["kind"] == "grant") for j in jobs)
-    last = min(max(e["time_us"] for e in events if e["job"] == j and e["kind"] == "finish") for j in jobs)
-    done = [e for e in events if e["job"] in jobs and e["kind"] == "finish" and e["phase"] == "train"
-            and first < e["time_us"] <= last]
-    return len(done) / ((last - first) / 1e6)
+def period_s(events, job, lo=0, hi=float("inf")):
+    """Median time between the job's consecutive rollout grants inside [lo, hi] (server µs),
+    skipping its first two iterations (start-up): its iteration time in steady state."""
+    starts = [e["time_us"] for e in events if e["job"] == job and e["kind"] == "grant" and e["phase"] == "rollout"
+              and e["iteration"] >= 2 and lo <= e["time_us"] <= hi]
+    gaps = sorted(b - a for a, b in zip(starts, starts[1:]))
+    return gaps[len(gaps) // 2] / 1e6 if gaps else float("nan")
+
+
+def pair_period_s(events, jobs):
+    """The pair's meta-iteration while both run: the mean of the jobs' steady iteration times
+    inside the window where both do."""
+    lo = max(min(e["time_us"] for e in events if e["job"] == j and e["kind"] == "grant") for j in jobs)
+    hi = min(max(e["time_us"] for e in events if e["job"] == j and e["kind"] == "finish") for j in jobs)
+    return statistics.mean(period_s(events, j, lo, hi) for j in jobs)
 
 
 def solo_spans(args, c):
@@ -87,8 +95,10 @@ def solo_spans(args, c):
         solo = f"{name}-solo"
         submit(c, args, solo, *rest)
         wait_for(f"{solo} to complete", lambda: c.job(solo)["job"]["state"] == "completed", args.timeout_s)
-        spans[name] = work_span_s(c.events(), {solo})
-        say(f"{solo}: {args.iterations} iterations alone in {spans[name]:.1f} s of work")
+        events = c.events()
+        spans[name] = (work_span_s(events, {solo}), period_s(events, solo))
+        say(f"{solo}: {args.iterations} iterations alone in {spans[name][0]:.1f} s of work, "
+            f"{spans[name][1]:.3f} s per iteration in steady state")
     return spans
 
 
@@ -105,6 +115,9 @@ def run(args, c):
         assert c.job(v["id"])["job"]["completed_iterations"] == args.iterations
     wall_s = time.time() - t0
     events = c.events()
+    if args.events:
+        with open(args.events, "w") as f:
+            json.dump(events, f)
     for v in views:
         check_barrier(events, v["id"], args.iterations)
     spans = phase_spans(events)
@@ -129,13 +142,14 @@ def run(args, c):
     out = {}
     if solo is not None:
         pair = work_span_s(events, {v["id"] for v in views})
-        out = {"solo_work_s": {k: round(v, 1) for k, v in solo.items()}, "pair_work_s": round(pair, 1),
-               "gain": round(sum(solo.values()) / pair, 3),
-               "pair_spans_s": job_spans_s(events, [v["id"] for v in views]),
-               "steady_gain": round(steady_rate(events, [v["id"] for v in views]) * sum(solo.values())
-                                    / (len(views) * args.iterations), 3)}
-        say(f"one after the other {sum(solo.values()):.1f} s of work, co-executed {pair:.1f} s: {out['gain']:.2f}x "
-            f"({out['steady_gain']:.2f}x while both ran)")
+        meta = pair_period_s(events, [v["id"] for v in views])
+        solo_work = sum(w for w, _ in solo.values())
+        out = {"solo_work_s": {k: round(w, 1) for k, (w, _) in solo.items()}, "pair_work_s": round(pair, 1),
+               "gain": round(solo_work / pair, 3), "pair_spans_s": job_spans_s(events, [v["id"] for v in views]),
+               "solo_period_s": {k: round(p, 4) for k, (_, p) in solo.items()}, "pair_period_s": round(meta, 4),
+               "steady_gain": round(sum(p for _, p in solo.values()) / meta, 3)}
+        say(f"one after the other {solo_work:.1f} s of work, co-executed {pair:.1f} s: {out['gain']:.2f}x; "
+            f"steady state {out['steady_gain']:.2f}x (solo periods {out['solo_period_s']}, pair {meta:.4f} s)")
     print(json.dumps({
         **out,
         "wall_s": round(wall_s, 1),
@@ -158,6 +172,7 @@ def main():
     ap.add_argument("--iterations", type=int, default=6)
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--timeout-s", type=float, default=900.0)
+    ap.add_argument("--events", help="write the server's event log here (JSON)")
     ap.add_argument("--compare-solo", action="store_true",
                     help="first run each job alone, one after the other, and report the pair's gain over that")
     args = ap.parse_args()
