@@ -4,6 +4,7 @@ Skipped where torch is not installed (the stdlib client's own tests run without 
 ``.ci/run`` installs the ``torch`` extra, so they run there.
 """
 
+import json
 import os
 import socket
 import tempfile
@@ -156,6 +157,27 @@ class SyncTest(unittest.TestCase):
                 self.assertEqual(p.exitcode, 0)
             self.assertEqual(msgs[0], ("received", 3, attempts - 1, True))
             self.assertEqual(msgs[1], ("sent", attempts))
+
+
+@unittest.skipIf(torch is None, "needs the torch extra: pip install './python[torch]'")
+class ResumeTest(unittest.TestCase):
+    def test_a_relaunch_resumes_from_exactly_weaves_count_or_refuses(self):
+        from weave_client.runtime import grpo_job
+
+        s = _trained_state("sort/trainer")
+        s.version = 4
+        with tempfile.TemporaryDirectory() as d:
+            s.save(grpo_job.checkpoint_path(d))
+            grpo_job.resume_at("sort", d, 4)
+            with open(os.path.join(d, "resume.json")) as f:
+                self.assertEqual(json.load(f), {"iteration": 4, "path": grpo_job.checkpoint_path(d)})
+            # Weave counts 5 completed, the checkpoint holds 4: refused, naming both.
+            with self.assertRaisesRegex(SystemExit, "iteration 4.*hold iteration 5"):
+                grpo_job.resume_at("sort", d, 5)
+            # Nothing completed: start afresh, whatever lies in the directory.
+            grpo_job.resume_at("sort", d, 0)
+            with open(os.path.join(d, "resume.json")) as f:
+                self.assertEqual(json.load(f), {"iteration": 0, "path": None})
 
 
 @unittest.skipIf(torch is None, "needs the torch extra: pip install './python[torch]'")

@@ -88,6 +88,8 @@ def _args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                          "weights cross its rate-limited link")
     ap.add_argument("--master", help="address the trainer's process group listens on (default: loopback, or the "
                     "mini cluster's link); the Ray driver sets it to the training node's")
+    ap.add_argument("--resume-from", type=int, help="start from exactly this iteration, as Weave counts it "
+                    "(a relaunch after a lost admission; refused if no checkpoint holds it)")
     ap.add_argument("--max-restarts", type=int, default=5, help="process restarts after a lost admission or peer")
     ap.add_argument("--resume-timeout-s", type=float, default=900.0, help="how long to wait to be admitted again")
     ap.add_argument("--role", choices=["trainer", "rollout"], help=argparse.SUPPRESS)
@@ -378,8 +380,6 @@ def _supervise(procs: Dict[str, subprocess.Popen]) -> Dict[str, int]:
 def _resume_point(a: argparse.Namespace, client) -> int:
     """Waits until Weave runs the job again; returns the iteration it resumes from, after
     checking that the checkpoint holds exactly that iteration."""
-    from .resident import load_checkpoint
-
     deadline = time.monotonic() + a.resume_timeout_s
     while True:
         view = client.job(a.job)["job"]
@@ -389,18 +389,27 @@ def _resume_point(a: argparse.Namespace, client) -> int:
             raise SystemExit(f"{a.job}: not running again ({view['state']}) after {a.resume_timeout_s:.0f} s")
         time.sleep(0.5)
     resume = int(view["completed_iterations"])
-    ckpt = checkpoint_path(a.dir)
+    resume_at(a.job, a.dir, resume)
+    return resume
+
+
+def resume_at(job: str, d: str, resume: int) -> None:
+    """Tells the next trainer to start from exactly iteration ``resume`` (``resume.json``),
+    after checking that the checkpoint or a staged copy holds it; refuses (naming both) when
+    neither does."""
+    from .resident import load_checkpoint
+
+    ckpt = checkpoint_path(d)
     path = None  # nothing completed: the trainer starts afresh
     if resume > 0:
-        path = resume_file(a.dir, resume)
+        path = resume_file(d, resume)
         if path is None:
             have = load_checkpoint(ckpt)["version"] if os.path.exists(ckpt) else 0
-            raise SystemExit(f"{a.job}: neither its checkpoint {ckpt} (iteration {have}) nor its staged copies in "
-                             f"{staging_dir(a.dir)} hold iteration {resume}, which Weave counts completed: resuming "
+            raise SystemExit(f"{job}: neither its checkpoint {ckpt} (iteration {have}) nor its staged copies in "
+                             f"{staging_dir(d)} hold iteration {resume}, which Weave counts completed: resuming "
                              "would repeat or skip acknowledged work")
-    with open(os.path.join(a.dir, "resume.json"), "w") as f:
+    with open(os.path.join(d, "resume.json"), "w") as f:
         json.dump({"iteration": resume, "path": path}, f)
-    return resume
 
 
 def _start_role(a: argparse.Namespace, cmd: List[str], role: str) -> subprocess.Popen:
@@ -427,6 +436,9 @@ def launch(a: argparse.Namespace, argv: List[str], start_role=None) -> int:
     for stale in ("resume.json", "died-after-finish"):
         if os.path.exists(os.path.join(a.dir, stale)):
             os.remove(os.path.join(a.dir, stale))
+    if a.resume_from is not None:
+        # Relaunched by Weave after a lost admission (the Ray backend's WEAVE_RESUME_FROM).
+        resume_at(a.job, a.dir, a.resume_from)
     client = WeaveClient(a.server, a.token)
     if a.submit:
         spec: Dict[str, Any] = {"id": a.job, "type": "3B_4k", "iterations": a.iterations, "slo": a.slo}

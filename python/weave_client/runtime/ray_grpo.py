@@ -122,6 +122,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     job_args = ["--server", env.server, "--token", env.token, "--job", env.job, "--master", master, "--port", str(grpo_job._free_port())]
     if env.iterations is not None:
         job_args += ["--iterations", str(env.iterations)]
+    if env.resume_from > 0:
+        # Weave relaunched the job after it lost its admission: resume from exactly its count.
+        job_args += ["--resume-from", str(env.resume_from)]
     a = grpo_job._args([*job_args, *argv])
     return grpo_job.launch(a, [*job_args, *argv], start_role=start_role)
 
