@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -88,6 +89,54 @@ def pair_period_s(events, jobs):
     return statistics.mean(period_s(events, j, lo, hi) for j in jobs)
 
 
+def lose_rollout_node(args, c, views):
+    """Kills the rollout node the jobs use once each completed `--kill-after` iterations: every
+    job on it must be failed, re-admitted elsewhere and relaunched by Weave, its new driver
+    resuming from exactly the iteration Weave counts. Returns {job: resume_from}."""
+    wait_for(f"{args.kill_after} iterations each", lambda: all(
+        c.job(v["id"])["job"]["completed_iterations"] >= args.kill_after for v in views), args.timeout_s)
+    node = views[0]["rollout_nodes"][0]
+    hit = [v for v in views if node in v["rollout_nodes"]]
+    say(f"killing rollout node {node} (used by {[v['id'] for v in hit]})")
+    subprocess.run(args.kill.replace("{node}", node), shell=True, check=True)
+
+    def readmitted(v):
+        # A process of the job may die before Ray reports the node lost: the driver then asks
+        # for a restart, re-admitted in place; Weave moves the job once it knows. Wait for that.
+        j = c.job(v["id"])
+        again = [e["meta"]["resume_from"] for e in j["history"] if e["kind"] == "readmitted"]
+        moved = j["job"]["state"] in ("running", "completed") and node not in j["job"]["rollout_nodes"]
+        return (again, j["job"]) if again and moved else None
+
+    resumed = {}
+    for v in hit:
+        try:
+            again, now = wait_for(f"{v['id']} to be re-admitted off {node}", lambda v=v: readmitted(v), 180)
+        except AssertionError:
+            j = c.job(v["id"])
+            say(f"{v['id']}: {j['job']['state']} on {j['job']['rollout_nodes']}, "
+                f"history {[e['kind'] for e in j['history'] if e['kind'] not in ('grant', 'finish')]}")
+            raise
+        check_placement(args.ray, now)
+        resumed[v["id"]] = again
+        say(f"{v['id']} re-admitted from iterations {again} (the last onto {now['rollout_nodes']} + "
+            f"{now['training_nodes']})")
+    return resumed
+
+
+def check_resumed_trainers(args, resumed):
+    """Every trainer started after a re-admission started from exactly that re-admission's
+    iteration, and the last one from the last (a relaunch stopped before its actors were placed
+    starts none)."""
+    for job, again in resumed.items():
+        with open(os.path.join(args.checkpoints, job, "phases.jsonl")) as f:
+            starts = [r["iteration"] for r in map(json.loads, f) if r.get("role") == "trainer"
+                      and r.get("event") == "start"]
+        assert set(starts[1:]) <= set(again) and starts[-1] == again[-1], \
+            f"{job}: trainers started at {starts}, Weave re-admitted it from {again}"
+        say(f"{job}: trainer starts at iterations {starts} (Weave's resume points {again})")
+
+
 def solo_spans(args, c):
     """Each job alone, one after the other, on the same cluster: the baseline of the pair."""
     spans = {}
@@ -110,6 +159,7 @@ def run(args, c):
         say(f"admitted {v['id']}: {v['placement']}: rollout {v['rollout_nodes']}, "
             f"training {v['training_nodes']}, group {v['group']}")
     placed = {v["id"]: check_placement(args.ray, v) for v in views}
+    resumed = lose_rollout_node(args, c, views) if args.kill else {}
     for v in views:
         wait_for(f"{v['id']} to complete", lambda v=v: c.job(v["id"])["job"]["state"] == "completed", args.timeout_s)
         assert c.job(v["id"])["job"]["completed_iterations"] == args.iterations
@@ -120,6 +170,7 @@ def run(args, c):
             json.dump(events, f)
     for v in views:
         check_barrier(events, v["id"], args.iterations)
+    check_resumed_trainers(args, resumed)
     spans = phase_spans(events)
     same_pool = len({tuple(v["training_nodes"]) for v in views}) == 1
     if same_pool:
@@ -158,6 +209,7 @@ def run(args, c):
         "actors": placed,
         "shared_training_pool": same_pool,
         "rewards": rewards,
+        "resumed_from": resumed,
         "switches": switches,
     }), flush=True)
 
@@ -172,6 +224,8 @@ def main():
     ap.add_argument("--iterations", type=int, default=6)
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--timeout-s", type=float, default=900.0)
+    ap.add_argument("--kill", help="command that kills a node ({node} is replaced): lose the jobs' rollout node")
+    ap.add_argument("--kill-after", type=int, default=3, help="... once every job completed this many iterations")
     ap.add_argument("--events", help="write the server's event log here (JSON)")
     ap.add_argument("--compare-solo", action="store_true",
                     help="first run each job alone, one after the other, and report the pair's gain over that")

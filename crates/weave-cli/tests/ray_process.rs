@@ -129,7 +129,9 @@ fn run_e2e(pin: &str) {
 
 /// Real jobs on Ray under the full Weave policy: two reference GRPO jobs (PyTorch) placed by
 /// Weave and launched on Ray as a `Trainer` and a `RolloutWorker` actor each
-/// (`weave_client.runtime.ray_grpo`); the checks live in `python/tests/check_ray_grpo.py`.
+/// (`weave_client.runtime.ray_grpo`); their rollout node is killed mid-run and each job must
+/// resume elsewhere from exactly Weave's count. The checks live in
+/// `python/tests/check_ray_grpo.py`.
 /// `WEAVE_TORCH_PYTHON` names a Python with `./python[torch]` and Ray (the cluster runs on
 /// its Ray, so the actors have torch); without it the test says so and skips.
 #[test]
@@ -150,6 +152,9 @@ fn real_grpo_jobs_run_on_ray_under_the_full_policy() {
         .arg(state.join("checkpoints"))
         .arg("--python")
         .arg(&python)
+        // Long enough that the rest of the run outlasts Ray noticing the dead node (~3 s).
+        .args(["--iterations", "40", "--kill-after", "3"])
+        .args(["--kill", &format!("{} kill-node {{node}}", cluster.script.display())])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&checker.stdout);
@@ -159,6 +164,7 @@ fn real_grpo_jobs_run_on_ray_under_the_full_policy() {
     let m: serde_json::Value =
         serde_json::from_str(stdout.lines().last().unwrap_or_default()).expect("measurements on the last line");
     assert!(m["rewards"].is_object() && m["actors"].is_object(), "{m}");
+    assert!(m["resumed_from"].as_object().is_some_and(|r| !r.is_empty()), "no job was re-admitted: {m}");
     drop(cluster);
     let _ = std::fs::remove_dir_all(&state);
 }

@@ -423,12 +423,14 @@ def _start_role(a: argparse.Namespace, cmd: List[str], role: str) -> subprocess.
     return subprocess.Popen([*minicluster.MiniCluster.prefix(node), *cmd, "--role", role], env=env)
 
 
-def launch(a: argparse.Namespace, argv: List[str], start_role=None) -> int:
+def launch(a: argparse.Namespace, argv: List[str], start_role=None, relaunched_by_weave: bool = False) -> int:
     """Starts the trainer and the rollout worker and keeps them running: after a lost admission
     or a dead process both start again from the checkpoint Weave's count names. Returns the
     first non-zero exit code of a run that cannot go on. ``start_role(a, cmd, role)`` starts
     one process (default: a local one; the Ray driver starts Ray actors) and returns a handle
-    with ``Popen``'s ``pid``, ``poll``, ``kill``, ``wait`` and ``returncode``."""
+    with ``Popen``'s ``pid``, ``poll``, ``kill``, ``wait`` and ``returncode``. With
+    ``relaunched_by_weave`` (the Ray driver) a failed run ends the launcher instead: Weave
+    launches the job's next admission itself."""
     start_role = start_role or _start_role
     from weave_client import WeaveClient
 
@@ -469,6 +471,8 @@ def launch(a: argparse.Namespace, argv: List[str], start_role=None) -> int:
             # job at the phase after it. A new admission runs it from the last completed
             # iteration again.
             client.restart(a.job, f"its processes exited {codes}")
+        if relaunched_by_weave:
+            return EXIT_RESTART
         resume = _resume_point(a, client)
         _log(log, {"job": a.job, "event": "restart", "iteration": resume, "restart": restarts,
                    "exit_codes": codes})

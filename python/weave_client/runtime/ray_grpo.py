@@ -12,9 +12,10 @@ The driver pins one placement group to the job's rollout nodes and one to its tr
 nodes for both) and runs the job's two processes as Ray actors in them: ``Trainer`` on the
 training node and ``RolloutWorker`` on the rollout node. Each actor runs exactly what
 ``grpo_job`` runs in a local process (``--role trainer`` / ``--role rollout``), its process
-group listening on the training node's address, and the driver supervises them as the local
-launcher does: a dead actor or a lost admission restarts both from the checkpoint that holds
-Weave's count.
+group listening on the training node's address. When an actor dies or the job loses its
+admission, the driver stops both, asks Weave for a restart if the admission still stands (so the
+lost phase runs again) and exits: Weave launches the next admission, whose driver resumes from
+exactly ``WEAVE_RESUME_FROM`` (refused if no checkpoint or staged copy holds it).
 """
 
 import argparse
@@ -126,7 +127,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         # Weave relaunched the job after it lost its admission: resume from exactly its count.
         job_args += ["--resume-from", str(env.resume_from)]
     a = grpo_job._args([*job_args, *argv])
-    return grpo_job.launch(a, [*job_args, *argv], start_role=start_role)
+    return grpo_job.launch(a, [*job_args, *argv], start_role=start_role, relaunched_by_weave=True)
 
 
 if __name__ == "__main__":
