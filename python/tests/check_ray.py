@@ -112,7 +112,7 @@ def check_barrier(events, job, iterations):
     for e in events:
         if e["job"] != job:
             continue
-        if e["kind"] == "readmitted":
+        if e["kind"] in ("readmitted", "requeued"):
             expected = ("rollout", e["meta"]["resume_from"])
         elif e["kind"] == "finish":
             assert (e["phase"], e["iteration"]) == expected, f"{job}: barrier broken at {e}, expected {expected}"
@@ -296,15 +296,21 @@ def run(args, c, server):
     m["training_gpus"] = sorted({f"{e['job']}: {e['meta']['gpus']}" for e in events
                                  if e["kind"] == "finish" and e["phase"] == "train"})
     m["solo"] = check_cancel_stops_ray(c, args.ray, args.checkpoints)
+    launches = launches_per_admission(args.ray)
+    assert all(n == 1 for n in launches.values()), f"launched twice: {launches}"
+    say(f"one Ray submission per admission: {sorted(launches)}")
+    print(json.dumps(m), flush=True)
+
+
+def launches_per_admission(ray):
+    """{(Weave job, admission uid): Ray submissions of it} on this cluster."""
     launches = {}
-    for j in ray_get(args.ray, "/api/jobs/"):
+    for j in ray_get(ray, "/api/jobs/"):
         meta = j.get("metadata") or {}
         if "weave_job" in meta:
             key = (meta["weave_job"], meta["weave_uid"])
             launches[key] = launches.get(key, 0) + 1
-    assert all(n == 1 for n in launches.values()), f"launched twice: {launches}"
-    say(f"one Ray submission per admission: {sorted(launches)}")
-    print(json.dumps(m), flush=True)
+    return launches
 
 
 def check_cancel_stops_ray(c, ray, checkpoints):

@@ -25,7 +25,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
-from check_ray import actors_nodes, check_barrier, exclusive, phase_spans, ray_get  # noqa: E402
+from check_ray import (  # noqa: E402
+    actors_nodes,
+    check_barrier,
+    exclusive,
+    launches_per_admission,
+    phase_spans,
+    ray_get,
+)
 from server_process import Server, wait_for  # noqa: E402
 from weave_client import WeaveClient  # noqa: E402
 
@@ -104,7 +111,8 @@ def lose_rollout_node(args, c, views):
         # A process of the job may die before Ray reports the node lost: the driver then asks
         # for a restart, re-admitted in place; Weave moves the job once it knows. Wait for that.
         j = c.job(v["id"])
-        again = [e["meta"]["resume_from"] for e in j["history"] if e["kind"] == "readmitted"]
+        # Re-admitted at once, or queued until there is room ("requeued"): both resume there.
+        again = [e["meta"]["resume_from"] for e in j["history"] if e["kind"] in ("readmitted", "requeued")]
         moved = j["job"]["state"] in ("running", "completed") and node not in j["job"]["rollout_nodes"]
         return (again, j["job"]) if again and moved else None
 
@@ -175,12 +183,7 @@ def run(args, c):
     same_pool = len({tuple(v["training_nodes"]) for v in views}) == 1
     if same_pool:
         exclusive([s for s in spans if s[1] == "train"], "training pool")
-    launches = {}
-    for j in ray_get(args.ray, "/api/jobs/"):
-        meta = j.get("metadata") or {}
-        if "weave_job" in meta:
-            key = (meta["weave_job"], meta["weave_uid"])
-            launches[key] = launches.get(key, 0) + 1
+    launches = launches_per_admission(args.ray)
     assert launches and all(n == 1 for n in launches.values()), f"launches: {launches}"
     rewards = {}
     for v in views:

@@ -86,6 +86,17 @@ fn cluster_up(tag: &str, path: Option<&Path>) -> Option<(Cluster, PathBuf)> {
     Some((cluster, state))
 }
 
+/// Runs a checker script, shows what it said, and returns the measurements it printed as
+/// JSON on its last line (it must succeed).
+fn run_checker(checker: &mut Command, name: &str) -> serde_json::Value {
+    let out = checker.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{name} failed");
+    serde_json::from_str(stdout.lines().last().unwrap_or_default()).expect("measurements on the last line")
+}
+
 /// `weave serve --backend ray` inside the namespace on the fixed address the jobs are told.
 fn serve_cmd(state: &Path, flags: &str) -> String {
     format!(
@@ -106,22 +117,15 @@ fn run_e2e(pin: &str) {
     // The paper's placement (`--disagg-only`): the checker expects the two jobs in one group.
     let serve = serve_cmd(&state, &format!(" --disagg-only{pin_flag}"));
     let kill = format!("{} kill-node {{node}}", cluster.script.display());
-    let checker = cluster
-        .cmd(&["exec", "python3"])
+    let mut checker = cluster.cmd(&["exec", "python3"]);
+    checker
         .arg(root().join("python/tests/check_ray.py"))
         .args(["--serve-cmd", &serve, "--token", TOKEN, "--ray", "http://127.0.0.2:8265"])
         .arg("--checkpoints")
         .arg(state.join("checkpoints"))
-        .args(["--kill", &kill, "--pin", pin])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&checker.stdout);
-    println!("{stdout}");
-    eprintln!("{}", String::from_utf8_lossy(&checker.stderr));
-    assert!(checker.status.success(), "check_ray.py failed");
-    let measured = stdout.lines().last().unwrap_or_default();
+        .args(["--kill", &kill, "--pin", pin]);
     // The numbers are reported, not asserted (timing on a shared machine); they must be there.
-    let m: serde_json::Value = serde_json::from_str(measured).expect("measurements on the last line");
+    let m = run_checker(&mut checker, "check_ray.py");
     assert!(m["utilisation"].is_object() && m["solo"]["utilisation"].is_object(), "{m}");
     drop(cluster);
     let _ = std::fs::remove_dir_all(&state);
@@ -143,8 +147,8 @@ fn real_grpo_jobs_run_on_ray_under_the_full_policy() {
     };
     let _one = ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
     let Some((cluster, state)) = cluster_up("g", python.parent()) else { return };
-    let checker = cluster
-        .cmd(&["exec"])
+    let mut checker = cluster.cmd(&["exec"]);
+    checker
         .arg(&python)
         .arg(root().join("python/tests/check_ray_grpo.py"))
         .args(["--serve-cmd", &serve_cmd(&state, ""), "--token", TOKEN, "--ray", "http://127.0.0.2:8265"])
@@ -154,15 +158,8 @@ fn real_grpo_jobs_run_on_ray_under_the_full_policy() {
         .arg(&python)
         // Long enough that the rest of the run outlasts Ray noticing the dead node (~3 s).
         .args(["--iterations", "40", "--kill-after", "3"])
-        .args(["--kill", &format!("{} kill-node {{node}}", cluster.script.display())])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&checker.stdout);
-    println!("{stdout}");
-    eprintln!("{}", String::from_utf8_lossy(&checker.stderr));
-    assert!(checker.status.success(), "check_ray_grpo.py failed");
-    let m: serde_json::Value =
-        serde_json::from_str(stdout.lines().last().unwrap_or_default()).expect("measurements on the last line");
+        .args(["--kill", &format!("{} kill-node {{node}}", cluster.script.display())]);
+    let m = run_checker(&mut checker, "check_ray_grpo.py");
     assert!(m["rewards"].is_object() && m["actors"].is_object(), "{m}");
     assert!(m["resumed_from"].as_object().is_some_and(|r| !r.is_empty()), "no job was re-admitted: {m}");
     drop(cluster);
