@@ -130,17 +130,18 @@ pub fn max_cycle_mean_in(s: &mut Scratch, events: usize, arcs: &[Arc]) -> Option
 pub fn mean_below_in(s: &mut Scratch, events: usize, arcs: &[Arc], bound: Period) -> bool {
     let scale = events as i128 + 1;
     let (rounds, total) = (bound.rounds as i128, bound.total as i128);
-    let scaled = |a: &Arc| (a.weight as i128 * rounds - total * a.tokens as i128) * scale + 1;
+    s.wide.clear();
+    s.wide.extend(
+        arcs.iter().map(|a| (a.from, a.to, (a.weight as i128 * rounds - total * a.tokens as i128) * scale + 1)),
+    );
     // Bellman-Ford's sums stay in i64 (the usual case, half the work of i128) if no arc
     // exceeds i64 over the most arcs its passes can add up.
     let limit = i64::MAX as i128 / ((events as i128 + 2) * (arcs.len() as i128 + 1));
-    if arcs.iter().all(|a| scaled(a).abs() <= limit) {
+    if s.wide.iter().all(|&(_, _, w)| w.abs() <= limit) {
         s.narrow.clear();
-        s.narrow.extend(arcs.iter().map(|a| (a.from, a.to, scaled(a) as i64)));
+        s.narrow.extend(s.wide.iter().map(|&(from, to, w)| (from, to, w as i64)));
         no_positive_cycle(events, &s.narrow, &mut s.narrow_dist)
     } else {
-        s.wide.clear();
-        s.wide.extend(arcs.iter().map(|a| (a.from, a.to, scaled(a))));
         no_positive_cycle(events, &s.wide, &mut s.wide_dist)
     }
 }

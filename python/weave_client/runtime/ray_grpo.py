@@ -116,18 +116,20 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     def start_role(a: argparse.Namespace, cmd: List[str], role: str) -> RayProcess:
         cls, pg = remote[role]
+        # Half the bundle's CPU share: the driver's own small task (the master's address) fits beside.
         actor = cls.options(**actor_options(pg, 0, GPUS * share, CPUS * share * 0.5)).remote()
         # cmd is the local launcher's [python, -m, module, *args]: the actor runs the args.
         return RayProcess(actor, [*cmd[3:], "--role", role])
 
-    job_args = ["--server", env.server, "--token", env.token, "--job", env.job, "--master", master, "--port", str(grpo_job._free_port())]
+    job_args = ["--server", env.server, "--token", env.token, "--job", env.job, "--master", master,
+                "--port", str(grpo_job._free_port())]
     if env.iterations is not None:
         job_args += ["--iterations", str(env.iterations)]
     if env.resume_from > 0:
         # Weave relaunched the job after it lost its admission: resume from exactly its count.
         job_args += ["--resume-from", str(env.resume_from)]
-    a = grpo_job._args([*job_args, *argv])
-    return grpo_job.launch(a, [*job_args, *argv], start_role=start_role, relaunched_by_weave=True)
+    argv = [*job_args, *argv]
+    return grpo_job.launch(grpo_job._args(argv), argv, start_role=start_role, relaunched_by_weave=True)
 
 
 if __name__ == "__main__":
