@@ -2,6 +2,13 @@
 # A local multi-node Ray cluster for trying Weave's Ray backend, sealed in a private network
 # namespace that has only loopback: nothing Ray starts can reach the network.
 #
+# With WEAVE_RAY_LINK_MBIT set it is a miniature cluster instead: every node is a network
+# namespace of its own on its own CPU set (the training node on the last CPU, the rollout
+# nodes on the others), all joined by a switch (a bridge in the sealed namespace, which has no
+# link to this machine's network); the training node's port is limited to that many Mbit/s in
+# each direction (tc tbf), so every byte between the pools crosses a slow inter-pool link while
+# the rollout nodes talk among themselves at full speed. `exec` runs in the switch's namespace.
+#
 #   scripts/ray-local.sh check            can a namespace be made and is Ray installed? (exit 77: no)
 #   scripts/ray-local.sh up               head (training node t0) + workers (rollout r0, r1, r2)
 #   scripts/ray-local.sh exec CMD [ARG]   run CMD inside the namespace with Ray's hygiene settings
@@ -10,16 +17,28 @@
 #
 # Settings (environment): WEAVE_RAY_NETNS (namespace name, default weave-ray), WEAVE_RAY_DIR
 # (state: HOME, logs, temp; default /tmp/weave-ray-$WEAVE_RAY_NETNS), WEAVE_RAY_GPUS (fake GPUs
-# per node, default 8), WEAVE_RAY_ROLLOUT (rollout worker count, default 3).
+# per node, default 8), WEAVE_RAY_ROLLOUT (rollout worker count, default 3), WEAVE_RAY_LINK_MBIT
+# (the miniature cluster's inter-pool link, see above).
 # Addresses: the head is 127.0.0.2 (GCS :6379, dashboard and job API :8265), worker i is
-# 127.0.0.(3+i). Never 127.0.0.1, which Ray rewrites to a routable address.
+# 127.0.0.(3+i). Never 127.0.0.1, which Ray rewrites to a routable address. On the miniature
+# cluster: head 10.218.0.2, worker i 10.218.0.(3+i), the switch's namespace 10.218.0.1.
+# `scripts/ray-local.sh head` prints the head's address, `serve-ip` where `exec` may bind a server
+# every node reaches (the head's address, or the switch's on the miniature cluster).
 set -euo pipefail
 
 NS=${WEAVE_RAY_NETNS:-weave-ray}
 DIR=${WEAVE_RAY_DIR:-/tmp/weave-ray-$NS}
 GPUS=${WEAVE_RAY_GPUS:-8}
 ROLLOUT=${WEAVE_RAY_ROLLOUT:-3}
-HEAD=127.0.0.2
+LINK_MBIT=${WEAVE_RAY_LINK_MBIT:-}
+if [ -n "$LINK_MBIT" ]; then
+  NET=10.218.0
+  # Each node's NIC has this name in its own namespace: gloo binds it.
+  NIC=wv0
+else
+  NET=127.0.0
+fi
+HEAD=$NET.2
 
 die() { echo "ray-local: $*" >&2; exit 1; }
 
@@ -36,9 +55,33 @@ ray_env() {
 
 in_ns() { ip netns exec "$NS" "$@"; }
 
+# The namespace a node's processes run in: the one namespace, or the node's own.
+node_ns() { if [ -n "$LINK_MBIT" ]; then echo "$NS-$1"; else echo "$NS"; fi; }
+
+node_ip() {
+  case $1 in
+    t0) echo "$HEAD" ;;
+    r*) echo "$NET.$((3 + ${1#r}))" ;;
+    *) die "unknown node $1" ;;
+  esac
+}
+
+# The CPUs a node's processes may use on the miniature cluster: the training node the last CPU,
+# rollout nodes the others (all of them on a one-CPU machine).
+node_cpus() {
+  local last=$(($(nproc) - 1))
+  if [ "$last" = 0 ]; then echo 0
+  elif [ "$1" = t0 ]; then echo "$last"
+  else echo "0-$((last - 1))"; fi
+}
+
 check() {
   command -v ray >/dev/null 2>&1 || { echo "ray-local: SKIP: Ray is not installed (pip install \"ray[default]\")" >&2; exit 77; }
   command -v ip >/dev/null 2>&1 || { echo "ray-local: SKIP: iproute2 (ip) is not installed" >&2; exit 77; }
+  if [ -n "$LINK_MBIT" ]; then
+    command -v tc >/dev/null 2>&1 || { echo "ray-local: SKIP: tc (iproute2) is not installed" >&2; exit 77; }
+    command -v taskset >/dev/null 2>&1 || { echo "ray-local: SKIP: taskset (util-linux) is not installed" >&2; exit 77; }
+  fi
   local probe="weave-probe-$$"
   if ! ip netns add "$probe" 2>/dev/null; then
     echo "ray-local: SKIP: cannot create a private network namespace (needs root / CAP_SYS_ADMIN); refusing to run Ray unprotected" >&2
@@ -55,19 +98,51 @@ ns_up() {
   local links
   links=$(in_ns ip -o link show | awk -F': ' '{print $2}' | tr '\n' ' ')
   [ "$links" = "lo " ] || die "namespace $NS has links other than lo: $links"
+  [ -z "$LINK_MBIT" ] || switch_up
 }
 
-# start_node IP WEAVE_NODE POOL [--head]
+# The miniature cluster's network: a bridge in the sealed namespace and a namespace per node
+# joined to it; the training node's port shaped both ways. Nothing is linked to this machine.
+switch_up() {
+  in_ns ip link add br0 type bridge
+  in_ns ip addr add "$NET.1/24" dev br0
+  in_ns ip link set br0 up
+  local node rate burst
+  rate="${LINK_MBIT}mbit"
+  # A small bucket (2 ms at the rate, at least 10 full frames), as the runtime's mini cluster.
+  burst="$(( LINK_MBIT * 1000 / 8 / 500 > 15 ? LINK_MBIT * 1000 / 8 / 500 : 15 ))kb"
+  for node in t0 $(seq -f 'r%g' 0 $((ROLLOUT - 1))); do
+    local ns
+    ns=$(node_ns "$node")
+    ip netns add "$ns"
+    ip -n "$ns" link set lo up
+    ip link add "$NIC" netns "$ns" type veth peer name "p-$node" netns "$NS"
+    in_ns ip link set "p-$node" master br0
+    in_ns ip link set "p-$node" up
+    ip -n "$ns" addr add "$(node_ip "$node")/24" dev "$NIC"
+    ip -n "$ns" link set "$NIC" up
+  done
+  ip netns exec "$(node_ns t0)" tc qdisc add dev "$NIC" root tbf rate "$rate" burst "$burst" latency 100ms
+  in_ns tc qdisc add dev p-t0 root tbf rate "$rate" burst "$burst" latency 100ms
+}
+
+# start_node WEAVE_NODE POOL [--head]
 start_node() {
-  local ip=$1 node=$2 pool=$3; shift 3
+  local node=$1 pool=$2 ip run; shift 2
+  ip=$(node_ip "$node")
+  run=(ip netns exec "$(node_ns "$node")")
+  if [ -n "$LINK_MBIT" ]; then
+    # The node's CPU set and NIC hold for everything it starts (raylet, workers, actors).
+    run+=(env GLOO_SOCKET_IFNAME="$NIC" taskset -c "$(node_cpus "$node")")
+  fi
   local common=(--node-ip-address="$ip" --num-cpus=4 --num-gpus="$GPUS" --temp-dir="$DIR/tmp"
     --object-store-memory=100000000 --disable-usage-stats
     --resources="{\"weave_node_$node\": 1000}" --labels="weave.io/pool=$pool,weave.io/node=$node")
   if [ "${1:-}" = --head ]; then
-    in_ns ray start --head --port=6379 --dashboard-host="$ip" --dashboard-port=8265 --include-dashboard=true \
+    "${run[@]}" ray start --head --port=6379 --dashboard-host="$ip" --dashboard-port=8265 --include-dashboard=true \
       "${common[@]}" >"$DIR/logs/$node.log" 2>&1 || { cat "$DIR/logs/$node.log" >&2; die "head failed to start"; }
   else
-    in_ns ray start --address="$HEAD:6379" "${common[@]}" >"$DIR/logs/$node.log" 2>&1 \
+    "${run[@]}" ray start --address="$HEAD:6379" "${common[@]}" >"$DIR/logs/$node.log" 2>&1 \
       || { cat "$DIR/logs/$node.log" >&2; die "node $node failed to start"; }
   fi
 }
@@ -78,9 +153,9 @@ up() {
   mkdir -p "$DIR/logs"
   ray_env
   ns_up
-  start_node "$HEAD" t0 training --head
+  start_node t0 training --head
   for i in $(seq 0 $((ROLLOUT - 1))); do
-    start_node "127.0.0.$((3 + i))" "r$i" rollout
+    start_node "r$i" rollout
   done
   # Wait until the job API answers and every node is alive.
   local want=$((ROLLOUT + 1))
@@ -89,7 +164,7 @@ up() {
     n=$(in_ns curl -sf "http://$HEAD:8265/api/v0/nodes?limit=100" 2>/dev/null \
       | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(1 for n in d["data"]["result"]["result"] if n["state"]=="ALIVE"))' 2>/dev/null || echo 0)
     if [ "$n" = "$want" ]; then
-      echo "ray-local: up in namespace $NS: dashboard http://$HEAD:8265, $want nodes (t0 + r0..r$((ROLLOUT - 1)))"
+      echo "ray-local: up in namespace $NS: dashboard http://$HEAD:8265, $want nodes (t0 + r0..r$((ROLLOUT - 1)))${LINK_MBIT:+, inter-pool link $LINK_MBIT Mbit/s}"
       return 0
     fi
     sleep 1
@@ -98,15 +173,18 @@ up() {
 }
 
 kill_node() {
-  local node=$1 ip
-  case $node in
-    t0) ip=$HEAD ;;
-    r*) ip=127.0.0.$((3 + ${node#r})) ;;
-    *) die "unknown node $node" ;;
-  esac
+  local node=$1 ip pids
+  ip=$(node_ip "$node")
+  if [ -n "$LINK_MBIT" ]; then
+    # A node of the miniature cluster is its namespace: every process in it dies.
+    pids=$(ip netns pids "$(node_ns "$node")")
+    [ -n "$pids" ] || die "no processes found for node $node ($ip)"
+    kill -9 $pids
+    echo "ray-local: killed node $node ($ip): $(echo $pids | wc -w) processes"
+    return
+  fi
   # Every process of that node carries its address on the command line; the pattern ends at
   # the address so 127.0.0.3 does not match 127.0.0.30.
-  local pids
   pids=$(ip netns pids "$NS" | while read -r p; do
     { tr '\0' ' ' <"/proc/$p/cmdline"; } 2>/dev/null | grep -qE "(node[-_]ip[-_]address[= ]|--node-ip-address=)$ip( |\$)" && echo "$p"
   done || true)
@@ -116,10 +194,11 @@ kill_node() {
 }
 
 down() {
-  if ip netns list | grep -qw "^$NS"; then
-    ip netns pids "$NS" | xargs -r kill -9 2>/dev/null || true
-    ip netns del "$NS"
-  fi
+  local ns
+  for ns in $(ip netns list | awk '{print $1}' | grep -E "^$NS(-t0|-r[0-9]+)?\$" || true); do
+    ip netns pids "$ns" | xargs -r kill -9 2>/dev/null || true
+    ip netns del "$ns"
+  done
   rm -rf "$DIR"
 }
 
@@ -129,5 +208,7 @@ case ${1:-} in
   down) down ;;
   exec) shift; ray_env; exec ip netns exec "$NS" "$@" ;;
   kill-node) kill_node "${2:?node name, e.g. r1}" ;;
-  *) sed -n '2,15p' "$0" >&2; exit 2 ;;
+  head) echo "$HEAD" ;;
+  serve-ip) if [ -n "$LINK_MBIT" ]; then echo "$NET.1"; else echo "$HEAD"; fi ;;
+  *) sed -n '2,27p' "$0" >&2; exit 2 ;;
 esac

@@ -132,14 +132,36 @@ def lose_rollout_node(args, c, views):
     return resumed
 
 
+def trainer_records(args, job):
+    with open(os.path.join(args.checkpoints, job, "phases.jsonl")) as f:
+        return [r for r in map(json.loads, f) if r.get("role") == "trainer"]
+
+
+def sync_figures(args, jobs):
+    """Each job's weight syncs (trainer -> rollout worker, digest and answer included): median
+    seconds and bytes, and with `--link-mbit` the share of the link's rate they reached."""
+    out = {}
+    for job in jobs:
+        syncs = [r for r in trainer_records(args, job) if "sync_s" in r]
+        if not syncs:
+            continue
+        s, b = statistics.median(r["sync_s"] for r in syncs), syncs[-1]["sync_bytes"]
+        out[job] = {"syncs": len(syncs), "median_s": round(s, 5), "bytes": b}
+        if args.link_mbit:
+            line_s = b * 8 / (args.link_mbit * 1e6)
+            out[job].update(line_rate_s=round(line_s, 5), of_line_rate=round(line_s / s, 3))
+        say(f"{job}: {len(syncs)} weight syncs, median {s * 1e3:.1f} ms for {b / 1e6:.3f} MB"
+            + (f" ({line_s * 1e3:.1f} ms at {args.link_mbit:g} Mbit/s: {line_s / s:.0%} of line rate)"
+               if args.link_mbit else ""))
+    return out
+
+
 def check_resumed_trainers(args, resumed):
     """Every trainer started after a re-admission started from exactly that re-admission's
     iteration, and the last one from the last (a relaunch stopped before its actors were placed
     starts none)."""
     for job, again in resumed.items():
-        with open(os.path.join(args.checkpoints, job, "phases.jsonl")) as f:
-            starts = [r["iteration"] for r in map(json.loads, f) if r.get("role") == "trainer"
-                      and r.get("event") == "start"]
+        starts = [r["iteration"] for r in trainer_records(args, job) if r.get("event") == "start"]
         assert set(starts[1:]) <= set(again) and starts[-1] == again[-1], \
             f"{job}: trainers started at {starts}, Weave re-admitted it from {again}"
         say(f"{job}: trainer starts at iterations {starts} (Weave's resume points {again})")
@@ -214,6 +236,7 @@ def run(args, c):
         "rewards": rewards,
         "resumed_from": resumed,
         "switches": switches,
+        "sync": sync_figures(args, [v["id"] for v in views]),
     }), flush=True)
 
 
@@ -230,6 +253,8 @@ def main():
     ap.add_argument("--kill", help="command that kills a node ({node} is replaced): lose the jobs' rollout node")
     ap.add_argument("--kill-after", type=int, default=3, help="... once every job completed this many iterations")
     ap.add_argument("--events", help="write the server's event log here (JSON)")
+    ap.add_argument("--link-mbit", type=float, help="the inter-pool link's rate (ray-local.sh's WEAVE_RAY_LINK_MBIT): "
+                    "weight syncs are reported against it")
     ap.add_argument("--compare-solo", action="store_true",
                     help="first run each job alone, one after the other, and report the pair's gain over that")
     args = ap.parse_args()

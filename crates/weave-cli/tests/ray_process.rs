@@ -26,6 +26,30 @@ impl Cluster {
         c.args(args).envs(self.env.iter().map(|(k, v)| (k, v)));
         c
     }
+
+    /// What `ray-local.sh` prints for `what` (`head`, `serve-ip`).
+    fn ask(&self, what: &str) -> String {
+        let out = self.cmd(&[what]).output().unwrap();
+        assert!(out.status.success(), "ray-local.sh {what}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// The Ray job API on the head.
+    fn ray(&self) -> String {
+        format!("http://{}:8265", self.ask("head"))
+    }
+
+    /// `weave serve --backend ray` inside the namespace, on an address every node reaches.
+    fn serve_cmd(&self, state: &Path, flags: &str) -> String {
+        format!(
+            "{} serve --backend ray --ray-address {} --addr {}:7070 --tenants {} --data {}{flags}",
+            env!("CARGO_BIN_EXE_weave"),
+            self.ray(),
+            self.ask("serve-ip"),
+            state.join("tenants.toml").display(),
+            state.join("data").display()
+        )
+    }
 }
 
 impl Drop for Cluster {
@@ -53,10 +77,14 @@ static ONE_CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// A local Ray cluster up in its own namespace (torn down on drop), with a tenants file for
 /// `TOKEN`; `None` (after saying why) where Ray or a namespace is missing. `path` goes first
-/// on the cluster's PATH (the Python whose Ray starts it).
-fn cluster_up(tag: &str, path: Option<&Path>) -> Option<(Cluster, PathBuf)> {
+/// on the cluster's PATH (the Python whose Ray starts it); with `link_mbit` the cluster is the
+/// miniature one (a namespace per node, the inter-pool link shaped to that rate).
+fn cluster_up(tag: &str, path: Option<&Path>, link_mbit: Option<u32>) -> Option<(Cluster, PathBuf)> {
     let script = root().join("scripts/ray-local.sh");
     let mut env = Vec::new();
+    if let Some(mbit) = link_mbit {
+        env.push(("WEAVE_RAY_LINK_MBIT".to_string(), mbit.to_string()));
+    }
     if let Some(dir) = path {
         env.push(("PATH".to_string(), format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default())));
     }
@@ -97,30 +125,20 @@ fn run_checker(checker: &mut Command, name: &str) -> serde_json::Value {
     serde_json::from_str(stdout.lines().last().unwrap_or_default()).expect("measurements on the last line")
 }
 
-/// `weave serve --backend ray` inside the namespace on the fixed address the jobs are told.
-fn serve_cmd(state: &Path, flags: &str) -> String {
-    format!(
-        "{} serve --backend ray --ray-address http://127.0.0.2:8265 --addr 127.0.0.2:7070 --tenants {} --data {}{flags}",
-        env!("CARGO_BIN_EXE_weave"),
-        state.join("tenants.toml").display(),
-        state.join("data").display()
-    )
-}
-
 fn run_e2e(pin: &str) {
     let _one = ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
-    let Some((cluster, state)) = cluster_up(&pin[..1], None) else { return };
+    let Some((cluster, state)) = cluster_up(&pin[..1], None, None) else { return };
     // The checker runs the server itself (so it can kill and restart it mid-run).
     // `labels` runs on auto (Ray 2.60 has label selectors, so the jobs choose them); the
     // fallback is forced through the server.
     let pin_flag = if pin == "resources" { " --ray-pin resources" } else { "" };
     // The paper's placement (`--disagg-only`): the checker expects the two jobs in one group.
-    let serve = serve_cmd(&state, &format!(" --disagg-only{pin_flag}"));
+    let serve = cluster.serve_cmd(&state, &format!(" --disagg-only{pin_flag}"));
     let kill = format!("{} kill-node {{node}}", cluster.script.display());
     let mut checker = cluster.cmd(&["exec", "python3"]);
     checker
         .arg(root().join("python/tests/check_ray.py"))
-        .args(["--serve-cmd", &serve, "--token", TOKEN, "--ray", "http://127.0.0.2:8265"])
+        .args(["--serve-cmd", &serve, "--token", TOKEN, "--ray", &cluster.ray()])
         .arg("--checkpoints")
         .arg(state.join("checkpoints"))
         .args(["--kill", &kill, "--pin", pin]);
@@ -134,7 +152,9 @@ fn run_e2e(pin: &str) {
 /// Real jobs on Ray under the full Weave policy: two reference GRPO jobs (PyTorch) placed by
 /// Weave and launched on Ray as a `Trainer` and a `RolloutWorker` actor each
 /// (`weave_client.runtime.ray_grpo`); their rollout node is killed mid-run and each job must
-/// resume elsewhere from exactly Weave's count. The checks live in
+/// resume elsewhere from exactly Weave's count. It runs on the miniature cluster: each node
+/// its own namespace and CPU set, every byte between the pools (weights, trajectories, Ray's
+/// own traffic) over a link shaped to `LINK_MBIT`. The checks live in
 /// `python/tests/check_ray_grpo.py`.
 /// `WEAVE_TORCH_PYTHON` names a Python with `./python[torch]` and Ray (the cluster runs on
 /// its Ray, so the actors have torch); without it the test says so and skips.
@@ -146,12 +166,14 @@ fn real_grpo_jobs_run_on_ray_under_the_full_policy() {
         return;
     };
     let _one = ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
-    let Some((cluster, state)) = cluster_up("g", python.parent()) else { return };
+    const LINK_MBIT: u32 = 100;
+    let Some((cluster, state)) = cluster_up("g", python.parent(), Some(LINK_MBIT)) else { return };
     let mut checker = cluster.cmd(&["exec"]);
     checker
         .arg(&python)
         .arg(root().join("python/tests/check_ray_grpo.py"))
-        .args(["--serve-cmd", &serve_cmd(&state, ""), "--token", TOKEN, "--ray", "http://127.0.0.2:8265"])
+        .args(["--serve-cmd", &cluster.serve_cmd(&state, ""), "--token", TOKEN, "--ray", &cluster.ray()])
+        .args(["--link-mbit", &LINK_MBIT.to_string()])
         .arg("--checkpoints")
         .arg(state.join("checkpoints"))
         .arg("--python")
@@ -162,6 +184,8 @@ fn real_grpo_jobs_run_on_ray_under_the_full_policy() {
     let m = run_checker(&mut checker, "check_ray_grpo.py");
     assert!(m["rewards"].is_object() && m["actors"].is_object(), "{m}");
     assert!(m["resumed_from"].as_object().is_some_and(|r| !r.is_empty()), "no job was re-admitted: {m}");
+    // Reported, not asserted against a rate (timing): every job's weights did cross the link.
+    assert!(m["sync"].as_object().is_some_and(|s| s.len() == 2), "no weight syncs reported: {m}");
     drop(cluster);
     let _ = std::fs::remove_dir_all(&state);
 }
