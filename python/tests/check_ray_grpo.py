@@ -213,6 +213,10 @@ def run(args, c):
              if s[0] == v["id"] and s[1] == "rollout" and s[5] is not None]
         rewards[v["id"]] = {"first": r[0], "last": r[-1]}
     switches = {v["id"]: sorted({s[5].get("switch") for s in spans if s[0] == v["id"] and s[5]}) for v in views}
+    # Admission to the first ask, per admission (a launched job joins its group then).
+    started = {v["id"]: [round(e["meta"]["waited_s"], 1) for e in events if e["job"] == v["id"] and e["kind"] == "ready"]
+               for v in views}
+    say(f"start-up, admission to first ask (s, per admission): {started}")
     say(f"both completed {args.iterations} iterations in {wall_s:.0f} s; barrier held; one Ray submission per "
         f"admission; rewards {rewards}")
     out = {}
@@ -236,6 +240,7 @@ def run(args, c):
         "rewards": rewards,
         "resumed_from": resumed,
         "switches": switches,
+        "started_after_s": started,
         "sync": sync_figures(args, [v["id"] for v in views]),
     }), flush=True)
 

@@ -297,6 +297,17 @@ async fn phase_start(
     let wait = Duration::from_secs_f64(wait_s.clamp(0.0, s.cfg.max_wait.as_secs_f64()));
     let deadline = tokio::time::Instant::now() + wait;
     let mut rx = s.changed.subscribe();
+    let waiting_to_start = s.lock().plane.awaits_start(&key);
+    if let Some(admission) = waiting_to_start {
+        // A launched job's first ask: it has started and joins its group's rotation. Two of
+        // its processes may ask at once; the one refused finds it joined.
+        let job = key.clone();
+        if let Err(e) = commit(&s, &c, move |time_us| Record::Ready { time_us, job, admission }).await {
+            if s.lock().plane.awaits_start(&key).is_some() {
+                return Err(e);
+            }
+        }
+    }
     loop {
         let admission = {
             let g = s.lock();

@@ -49,7 +49,7 @@ pub fn document() -> Value {
                         "priority": { "type": "string", "enum": ["low", "normal", "high"],
                                       "description": "Order among the tenant's own waiting jobs when the pools have quotas." },
                         "launch": {
-                            "description": "What an execution backend (weave serve --backend ray) runs for the job.",
+                            "description": "What an execution backend (weave serve --backend ray) runs for the job. Such a job joins its group's rotation when it first asks to start a phase: its nodes serve the group's other members while its processes start (the job shows `starting`).",
                             "type": "object", "required": ["entrypoint"], "additionalProperties": false,
                             "properties": {
                                 "entrypoint": { "type": "string", "minLength": 1, "maxLength": 4096 },

@@ -333,6 +333,16 @@ impl Plane {
                 }
                 Ok(())
             }
+            Record::Ready { job, admission, .. } => {
+                let j = self.running(job)?;
+                if j.pending_join.is_none() || j.id.0 != *admission {
+                    return Err(PlaneError::Conflict {
+                        job: job.clone(),
+                        reason: format!("admission {admission} is not waiting for its job to start"),
+                    });
+                }
+                Ok(())
+            }
             Record::Finish { job, phase, iteration, admission, .. } => {
                 let j = self.running(job)?;
                 if let Some(a) = admission.filter(|a| *a != j.id.0) {
@@ -441,6 +451,10 @@ impl Plane {
             }
             Record::Consolidate { time_us } => {
                 self.consolidation_pass(*time_us);
+                Ok(())
+            }
+            Record::Ready { time_us, job, .. } => {
+                self.join_when_ready(*time_us, job);
                 Ok(())
             }
             Record::NodeUp { time_us, node } => {
@@ -601,6 +615,7 @@ impl Plane {
                 host: Default::default(),
                 finishes: Default::default(),
                 iteration_started_us: time_us,
+                pending_join: None,
             }),
         );
         self.event(ev(time_us, &submit.id, "admitted", None, None, Some(group)));
@@ -613,11 +628,33 @@ impl Plane {
             d.set_logging(false);
             Arc::new(d)
         });
-        self.drive(time_us, group, Input::Join(member));
+        if submit.launch.is_some() {
+            // A launched job starts its processes after admission (seconds to minutes): its
+            // nodes serve the group meanwhile, and it joins the rotation when it first asks.
+            self.job_mut(&submit.id).expect("just admitted").pending_join = Some(member);
+        } else {
+            self.drive(time_us, group, Input::Join(member));
+        }
         if let Some((pair, movable)) = pairing {
             self.partner_joins(time_us, group, pair, &movable);
         }
         Ok(())
+    }
+
+    /// Whether `name` is admitted and waits for its processes to start (see `Record::Ready`):
+    /// the admission to name in the record.
+    pub fn awaits_start(&self, name: &str) -> Option<u32> {
+        self.jobs.get(name).filter(|j| j.starting()).map(|j| j.id.0)
+    }
+
+    /// A launched job's processes asked for their first phase: it joins its group.
+    fn join_when_ready(&mut self, time_us: u64, name: &str) {
+        let Some(j) = self.job_mut(name) else { return };
+        let (Some(member), Some(group)) = (j.pending_join.take(), j.decision.as_ref().map(|d| d.group)) else { return };
+        let waited_s = time_us.saturating_sub(j.submitted_us) as f64 / 1e6;
+        let meta = serde_json::json!({ "waited_s": waited_s });
+        self.event(PlaneEvent { meta: Some(meta), ..ev(time_us, name, "ready", None, None, Some(group)) });
+        self.drive(time_us, group, Input::Join(member));
     }
 
     /// A job's entry to change (copied first if a frozen copy of the plane still shares it).

@@ -257,7 +257,8 @@ fn owned_by(plane: &Plane, c: &crate::Caller, rec: &Record) -> Result<(), PlaneE
         Record::Cancel { job, .. }
         | Record::Finish { job, .. }
         | Record::Fail { job, .. }
-        | Record::Restart { job, .. } => match plane.owner(job) {
+        | Record::Restart { job, .. }
+        | Record::Ready { job, .. } => match plane.owner(job) {
             Some(t) if c.may_see(t, job) => Ok(()),
             _ => Err(PlaneError::NotFound(job.clone())),
         },
@@ -450,7 +451,7 @@ impl Shared {
                     heartbeats.insert(j.name.clone(), now);
                 }
             }
-            Record::NodeUp { .. } | Record::Inventory { .. } | Record::Consolidate { .. } => {}
+            Record::NodeUp { .. } | Record::Inventory { .. } | Record::Consolidate { .. } | Record::Ready { .. } => {}
         }
         let version = g.plane.version;
         self.compact_if_due(&mut g);

@@ -42,6 +42,10 @@ pub struct JobView {
     pub measured_switch_warm_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured_switch_cold_s: Option<f64>,
+    /// Admitted for an execution backend to launch and not yet asked for a phase: its group's
+    /// other members run meanwhile; it joins their rotation when it first asks.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub starting: bool,
     /// Host memory the job's runtime reported holding, per node of each pool, against what the
     /// ledger admission fills models for it (absent until the runtime reports some).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -115,6 +119,7 @@ pub fn view(j: &JobEntry) -> JobView {
         estimate_train_s: j.estimate.train.as_secs_f64(),
         measured_switch_warm_s: j.switches.medians().0.map(|m| m.as_secs_f64()),
         measured_switch_cold_s: j.switches.medians().1.map(|m| m.as_secs_f64()),
+        starting: j.starting(),
         host_memory: host_memory(j),
         failure: j.failure.clone(),
         queue_position: None,
@@ -258,6 +263,7 @@ pub fn queued_view(q: &crate::plane::Queued, position: usize, start_in_us: Optio
         // A re-queued job's resubmission carries what it measured (see `resubmission`).
         measured_switch_warm_s: None,
         measured_switch_cold_s: None,
+        starting: false,
         host_memory: None,
         failure: None,
         queue_position: Some(position),

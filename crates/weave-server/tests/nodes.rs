@@ -19,8 +19,12 @@ fn inventory(time_us: u64, rollout: u32, training: u32) -> Record {
 }
 
 fn submit(time_us: u64, id: &str) -> Record {
+    submit_timed(time_us, id, 300.0, 100.0)
+}
+
+fn submit_timed(time_us: u64, id: &str, rollout_s: f64, train_s: f64) -> Record {
     let job: SubmitSpec = serde_json::from_value(serde_json::json!({
-        "id": id, "type": "7B_8k", "iterations": 10, "slo": 1.3, "rollout_s": 300.0, "train_s": 100.0,
+        "id": id, "type": "7B_8k", "iterations": 10, "slo": 1.3, "rollout_s": rollout_s, "train_s": train_s,
         "launch": { "entrypoint": "python3 job.py", "env": { "SEED": "1" } }
     }))
     .unwrap();
@@ -37,9 +41,23 @@ fn node(s: &str) -> NodeId {
     s.parse().unwrap()
 }
 
-/// Finishes every granted phase, round after round, until `job` has completed `n` iterations.
+/// Every launched job admitted but not started asks for its first phase (its driver is up):
+/// it joins its group's rotation.
+fn start_launched(p: &mut Plane, records: &mut Vec<Record>, time_us: u64) {
+    let waiting: Vec<(String, u32)> =
+        p.jobs().filter_map(|j| p.awaits_start(&j.name).map(|a| (j.name.clone(), a))).collect();
+    for (job, admission) in waiting {
+        let r = Record::Ready { time_us, job, admission };
+        p.apply(&r).unwrap();
+        records.push(r);
+    }
+}
+
+/// Finishes every granted phase, round after round, until `job` has completed `n` iterations
+/// (launched jobs start first).
 fn run(p: &mut Plane, records: &mut Vec<Record>, job: &str, n: u64, t: &mut u64) {
     while p.job(job).unwrap().completed_iterations < n {
+        start_launched(p, records, *t);
         let granted: Vec<(String, Phase, u64)> =
             p.jobs().flat_map(|j| j.gate.grants().into_iter().map(|(ph, k)| (j.name.clone(), ph, k))).collect();
         assert!(!granted.is_empty(), "nothing granted");
@@ -83,7 +101,12 @@ fn a_lost_node_fails_its_jobs_readmits_them_and_leaves_the_others() {
     assert!(b.measured_estimate(), "the re-admission keeps what b measured of itself");
     assert_eq!(b.estimate.rollout.as_secs_f64(), 300.0);
     let kinds: Vec<&str> = p.events().iter().filter(|e| e.job == "b").map(|e| e.kind.as_str()).collect();
-    assert!(kinds.ends_with(&["failed", "admitted", "grant", "readmitted"]), "{kinds:?}");
+    assert!(kinds.ends_with(&["failed", "admitted", "readmitted"]), "launched: no grant before it starts: {kinds:?}");
+    assert_eq!(b.granted(), None);
+    start_launched(&mut p, &mut records, 100);
+    let kinds: Vec<&str> = p.events().iter().filter(|e| e.job == "b").map(|e| e.kind.as_str()).collect();
+    assert!(kinds.ends_with(&["readmitted", "ready", "grant"]), "{kinds:?}");
+    let b = p.job("b").unwrap();
     let a = p.job("a").unwrap();
     assert_eq!((a.state, a.id, &a.decision), (JobState::Running, a_before.id, &a_before.decision));
     assert_eq!((a.next(), a.granted()), (a_before.next(), a_before.granted()), "a carries on where it was");
@@ -168,7 +191,8 @@ fn node_failures_need_fixed_pools_and_launch_specs_are_checked() {
 #[test]
 fn a_readmission_is_placed_with_the_switches_the_job_reported() {
     let mut p = plane();
-    let mut records = vec![inventory(0, 2, 1), submit(1, "a")];
+    let mut records =
+        vec![inventory(0, 2, 1), submit(1, "a"), Record::Ready { time_us: 2, job: "a".into(), admission: 0 }];
     let reports = [
         (Phase::Rollout, 0, serde_json::json!({ "switch": "cold", "switch_s": 2.5 })),
         (Phase::Train, 0, serde_json::json!({ "switch": "warm", "switch_s": 0.25 })),
@@ -357,4 +381,100 @@ fn a_driver_restarts_its_job_over_http() {
     assert_ne!(a["uid"], before["uid"]);
     assert_eq!(a["completed_iterations"], 1);
     assert_eq!(start_phase(&s, ALICE, "a", "rollout", 1, 1.0).0, 200, "the lost rollout runs again");
+}
+
+/// A launched job holds nothing while its processes start: admitted beside a running partner
+/// on the same rollout and training node, it gets no grant and the partner runs on until it
+/// first asks (`Record::Ready`); then it joins and both go on. A replay rebuilds the same.
+#[test]
+fn a_launched_job_joins_its_group_when_it_first_asks_and_holds_no_one_up_before() {
+    let mut p = plane();
+    // Complementary: a rollout-heavy, b training-heavy, packed on one node of each pool.
+    let mut records = vec![inventory(0, 1, 1), submit_timed(1, "a", 300.0, 100.0), submit_timed(2, "b", 100.0, 300.0)];
+    for r in &records {
+        p.apply(r).unwrap();
+    }
+    let (a, b) = (p.job("a").unwrap(), p.job("b").unwrap());
+    assert_eq!(a.decision.as_ref().unwrap().group, b.decision.as_ref().unwrap().group, "one group, one node each");
+    assert_eq!((a.granted(), b.granted()), (None, None), "neither has asked yet");
+    assert_eq!((p.awaits_start("a"), p.awaits_start("b")), (Some(a.id.0), Some(b.id.0)));
+    // Refused: another admission's start, or a job that is not waiting.
+    let stale = Record::Ready { time_us: 3, job: "a".into(), admission: b.id.0 };
+    assert!(matches!(p.check(&stale), Err(PlaneError::Conflict { .. })));
+
+    let ready = Record::Ready { time_us: 3, job: "a".into(), admission: a.id.0 };
+    p.apply(&ready).unwrap();
+    records.push(ready.clone());
+    assert!(matches!(p.check(&ready), Err(PlaneError::Conflict { .. })), "once only");
+    // a runs three whole iterations while b starts up: b's admission holds neither node.
+    let mut t = 10;
+    for k in 0..3 {
+        for phase in [Phase::Rollout, Phase::Train] {
+            assert_eq!(p.job("a").unwrap().granted(), Some((phase, k)), "a is never held up");
+            t += 10;
+            let r = finish(t, "a", phase, k);
+            p.apply(&r).unwrap();
+            records.push(r);
+        }
+    }
+    assert_eq!(p.job("b").unwrap().granted(), None);
+
+    t += 1;
+    let ready = Record::Ready { time_us: t, job: "b".into(), admission: p.job("b").unwrap().id.0 };
+    p.apply(&ready).unwrap();
+    records.push(ready);
+    assert_eq!(p.awaits_start("b"), None);
+    let waited = p.events().iter().find(|e| e.job == "b" && e.kind == "ready").unwrap().meta.clone().unwrap();
+    assert_eq!(waited["waited_s"], serde_json::json!((t - 2) as f64 / 1e6));
+    // Now both run, sharing the nodes under the gate, each phase as long as declared.
+    while p.job("b").unwrap().completed_iterations < 3 {
+        let granted: Vec<(String, Phase, u64)> =
+            p.jobs().flat_map(|j| j.gate.grants().into_iter().map(|(ph, k)| (j.name.clone(), ph, k))).collect();
+        assert!(!granted.is_empty(), "nothing granted");
+        for (name, phase, k) in granted {
+            t += 10;
+            let long = (name == "a") == (phase == Phase::Rollout);
+            let duration_us = if long { 300_000_000 } else { 100_000_000 };
+            let r =
+                Record::Finish { time_us: t, job: name, phase, iteration: k, duration_us, meta: None, admission: None };
+            p.apply(&r).unwrap();
+            records.push(r);
+        }
+    }
+    assert!(p.job("a").unwrap().completed_iterations > 3, "a went on beside b");
+
+    let mut q = plane();
+    for r in &records {
+        q.apply(r).unwrap();
+    }
+    assert_eq!(q.events(), p.events());
+}
+
+/// Over HTTP: a launched job waits `starting` (no grant) through a restart of the server; its
+/// first ask to start a phase joins it and is granted at once; a second process's ask after
+/// that finds it joined.
+#[test]
+fn a_launched_job_starts_on_its_first_ask_over_http_and_waits_through_a_restart() {
+    let dir = temp_dir("launched-start");
+    let spec = json!({ "id": "l", "type": "3B_4k", "iterations": 2, "rollout_s": 50, "train_s": 60,
+                       "launch": { "entrypoint": "python3 job.py" } });
+    {
+        let s = TestServer::start(dir.clone(), Duration::from_secs(600));
+        assert_eq!(common::submit(&s, ALICE, spec).0, 201);
+        let j = job(&s, "l");
+        assert_eq!((j["starting"].clone(), j["granted"].clone()), (json!(true), Value::Null), "{j}");
+        s.stop();
+    }
+    let s = TestServer::start(dir, Duration::from_secs(600));
+    assert_eq!(job(&s, "l")["starting"], json!(true), "still waiting after the restart");
+    let (code, granted) = start_phase(&s, ALICE, "l", "rollout", 0, 5.0);
+    assert_eq!((code, granted["status"].as_str()), (200, Some("granted")), "{granted}");
+    assert_eq!(job(&s, "l")["starting"], Value::Null);
+    // Asked again (a second process, a retry): it is joined, and granted as before.
+    let (code, again) = start_phase(&s, ALICE, "l", "rollout", 0, 0.2);
+    assert_eq!((code, again["status"].as_str()), (200, Some("granted")), "{again}");
+    let events = body(client().get(s.url("/v1/events")).bearer_auth(ALICE).send().unwrap()).1;
+    let kinds: Vec<&str> = events.as_array().unwrap().iter().filter_map(|e| e["kind"].as_str()).collect();
+    assert_eq!(kinds.iter().filter(|k| **k == "ready").count(), 1, "{kinds:?}");
+    assert!(kinds.ends_with(&["admitted", "ready", "grant"]), "{kinds:?}");
 }

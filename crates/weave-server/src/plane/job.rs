@@ -71,6 +71,10 @@ pub struct JobEntry {
     /// When its current iteration started (admission or its last training finish).
     #[serde(skip)]
     pub(super) iteration_started_us: u64,
+    /// A launched job admitted but not yet started (no phase asked for): its member joins the
+    /// group's dispatcher when it first asks (`Record::Ready`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) pending_join: Option<weave_dispatch::MemberSpec>,
 }
 
 /// Recent measured (rollout, training) durations.
@@ -148,6 +152,11 @@ impl HostBytes {
 }
 
 impl JobEntry {
+    /// Admitted for a backend to launch, and no phase asked for yet (see `Record::Ready`).
+    pub fn starting(&self) -> bool {
+        self.state == JobState::Running && self.pending_join.is_some()
+    }
+
     /// The phase granted now, rollout first (on-policy the only one; see `gate.grants()`).
     pub fn granted(&self) -> Option<(Phase, u64)> {
         self.gate.grants().first().copied()

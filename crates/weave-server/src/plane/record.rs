@@ -282,6 +282,14 @@ pub enum Record {
     Consolidate {
         time_us: u64,
     },
+    /// A job an execution backend launches asked for its first phase under this admission
+    /// (`admission`: `JobView::uid`): it joins its group's rotation now. Until then its nodes
+    /// serve the group's other members, not its start-up.
+    Ready {
+        time_us: u64,
+        job: String,
+        admission: u32,
+    },
 }
 
 impl Record {
@@ -295,7 +303,8 @@ impl Record {
             | Record::NodeDown { time_us, .. }
             | Record::NodeUp { time_us, .. }
             | Record::Inventory { time_us, .. }
-            | Record::Consolidate { time_us } => *time_us,
+            | Record::Consolidate { time_us }
+            | Record::Ready { time_us, .. } => *time_us,
         }
     }
 }
