@@ -35,6 +35,7 @@ from check_ray import (  # noqa: E402
 )
 from server_process import Server, wait_for  # noqa: E402
 from weave_client import WeaveClient  # noqa: E402
+from weave_client.runtime import experiment  # noqa: E402
 
 # name, digits, GRPO passes, declared rollout / training seconds (steer placement: complementary)
 JOBS = (("sort-a", 8, 1, 300.0, 100.0), ("sort-b", 4, 5, 100.0, 300.0))
@@ -181,6 +182,29 @@ def solo_spans(args, c):
     return spans
 
 
+def predicted_meta(args, events, names):
+    """The pair's measured meta-iteration against what `weave group analyze` predicts from
+    the jobs' measured phases: from their solo runs (what admission was told) and from the pair
+    run itself (the schedule model on its own inputs), as the runtime's experiment does."""
+    work = argparse.Namespace(work=args.checkpoints, weave=args.serve_cmd.split()[0])
+    keys = dict(zip("AB", names))
+    solo = {k: experiment.profile(events, experiment.phases(work.work, f"{n}-solo"), f"{n}-solo")
+            for k, n in keys.items()}
+    pair = {k: experiment.profile(events, experiment.phases(work.work, n), n) for k, n in keys.items()}
+    for k in keys:
+        pair[k]["gap_s"] = solo[k]["gap_s"]
+    measured = statistics.median(experiment.periods(events, keys["A"], 3) + experiment.periods(events, keys["B"], 3))
+    out = {"measured_s": round(measured, 4)}
+    for what, prof in (("from_solo", solo), ("from_pair", pair)):
+        p, _ = experiment.predict(work, prof, f"group-{what}.json")
+        out[f"predicted_{what}_s"] = round(p, 4)
+        out[f"error_{what}"] = round(measured / p - 1, 3)
+    say(f"meta-iteration measured {measured:.4f} s; predicted from the pair's phases {out['predicted_from_pair_s']} s "
+        f"({out['error_from_pair']:+.1%}), from the solo runs {out['predicted_from_solo_s']} s "
+        f"({out['error_from_solo']:+.1%})")
+    return out
+
+
 def run(args, c):
     solo = solo_spans(args, c) if args.compare_solo else None
     t0 = time.time()
@@ -227,7 +251,8 @@ def run(args, c):
         out = {"solo_work_s": {k: round(w, 1) for k, (w, _) in solo.items()}, "pair_work_s": round(pair, 1),
                "gain": round(solo_work / pair, 3), "pair_spans_s": job_spans_s(events, [v["id"] for v in views]),
                "solo_period_s": {k: round(p, 4) for k, (_, p) in solo.items()}, "pair_period_s": round(meta, 4),
-               "steady_gain": round(sum(p for _, p in solo.values()) / meta, 3)}
+               "steady_gain": round(sum(p for _, p in solo.values()) / meta, 3),
+               "meta_iteration": predicted_meta(args, events, [v["id"] for v in views])}
         say(f"one after the other {solo_work:.1f} s of work, co-executed {pair:.1f} s: {out['gain']:.2f}x; "
             f"steady state {out['steady_gain']:.2f}x (solo periods {out['solo_period_s']}, pair {meta:.4f} s)")
     print(json.dumps({

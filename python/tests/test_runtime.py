@@ -181,6 +181,25 @@ class ResumeTest(unittest.TestCase):
 
 
 @unittest.skipIf(torch is None, "needs the torch extra: pip install './python[torch]'")
+@unittest.skipUnless(hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) >= 2, "needs two CPUs")
+class PinTest(unittest.TestCase):
+    def test_a_process_pinned_by_its_node_stays_on_the_nodes_cpus(self):
+        import subprocess
+        import sys
+
+        a, b = sorted(os.sched_getaffinity(0))[:2]
+        # A child on CPU a (as a node's CPU set pins it) asked for b keeps a; asked for a, runs on a.
+        code = ("import os; from weave_client.runtime.grpo_job import pin_to; "
+                f"os.sched_setaffinity(0, [{a}]); print(pin_to([{b}]), pin_to([{a}]), sorted(os.sched_getaffinity(0)))")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        self.assertEqual(out.split(), [f"[{a}]", f"[{a}]", f"[{a}]"])
+        # Free to use both: it is pinned where it asks.
+        code = f"from weave_client.runtime.grpo_job import pin_to; import os; pin_to([{b}]); print(sorted(os.sched_getaffinity(0)))"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        self.assertEqual(out.strip(), f"[{b}]")
+
+
+@unittest.skipIf(torch is None, "needs the torch extra: pip install './python[torch]'")
 class GrpoTest(unittest.TestCase):
     def test_reward_and_advantages(self):
         prompt = torch.tensor([[3, 1, 2, 0]])

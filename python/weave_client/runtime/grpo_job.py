@@ -145,13 +145,25 @@ def _log(path: str, record: Dict[str, Any]) -> None:
         f.write(json.dumps(record) + "\n")
 
 
+def pin_to(want: List[int]) -> List[int]:
+    """Runs this process on the CPUs ``want`` if it may use them all; else it stays on the ones
+    it has (a node with a CPU set of its own, such as a Ray node of ``ray-local.sh``'s miniature
+    cluster, already pinned it: a job co-located on the training node must not escape to the
+    rollout node's CPU). Returns the CPUs it runs on."""
+    if not hasattr(os, "sched_setaffinity"):
+        return want
+    have = os.sched_getaffinity(0)
+    if not set(want) <= have:
+        return sorted(have)
+    os.sched_setaffinity(0, want)
+    return want
+
+
 def _setup(a: argparse.Namespace, rank: int, cpu_spec: str) -> None:
     import torch
     import torch.distributed as dist
 
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, cpus(cpu_spec))
-    torch.set_num_threads(len(cpus(cpu_spec)))
+    torch.set_num_threads(len(pin_to(cpus(cpu_spec))))
     from . import minicluster
 
     master = a.master or (minicluster.link_ip_of_trainer() if a.minicluster else "127.0.0.1")
