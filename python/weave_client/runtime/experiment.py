@@ -198,6 +198,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--kill-trainer", action="store_true",
                     help="then run one job whose trainer is SIGKILLed between an acknowledged finish and its slack "
                          "checkpoint")
+    ap.add_argument("--kill-rollout-mid-sync", action="store_true",
+                    help="then run one job whose rollout worker is SIGKILLed while new weights are on their way to it")
     ap.add_argument("--lose-node", action="store_true",
                     help="then run the pair again and lose the rollout node halfway (its processes SIGKILLed)")
     a = ap.parse_args(argv)
@@ -236,6 +238,8 @@ def run(a, server_ip: str) -> int:
             out["node_loss"] = node_loss(a, serve, ops, rounds[0]["profile"])
         if a.kill_trainer:
             out["trainer_killed"] = trainer_killed(a, serve, ops)
+        if a.kill_rollout_mid_sync:
+            out["rollout_killed_mid_sync"] = rollout_killed_mid_sync(a, serve, ops)
         if a.learn:
             out["learn"] = learn(a, url)
         if a.json:
@@ -370,6 +374,18 @@ def node_loss(a, serve: Serve, ops: WeaveClient, prof: Dict[str, Dict[str, float
     return out
 
 
+def killed_run(a, serve: Serve, ops: WeaveClient, name: str, inject: List[str], every: int) -> "tuple[List[int], list]":
+    """Runs job A once as ``name`` with a fault injected; checks every iteration trained once on
+    its own version. Returns the iterations its trainer started at and its restarts."""
+    spec = {"id": name, "type": "3B_4k", "iterations": a.iterations, "slo": 2.0}
+    assert ops.submit(spec)["job"]["state"] == "running", f"{name} was not admitted"
+    run_jobs([job_cmd(a, serve.url, name, "A", 29800, ["--checkpoint-every", str(every), *inject])])
+    check_versions(ops.events(), name, a.iterations)
+    logs = phases(a.work, name)
+    starts = [r["iteration"] for r in logs if r.get("role") == "trainer" and r.get("event") == "start"]
+    return starts, [r for r in logs if r.get("event") == "restart"]
+
+
 def trainer_killed(a, serve: Serve, ops: WeaveClient) -> Dict[str, Any]:
     """One job whose trainer SIGKILLs itself right after training ``c - 1`` is acknowledged,
     before the slack checkpoint of iteration ``c`` is written (``c`` a checkpoint iteration):
@@ -377,20 +393,26 @@ def trainer_killed(a, serve: Serve, ops: WeaveClient) -> Dict[str, Any]:
     memory. Checks that the job resumed from exactly Weave's count and trained every
     iteration once."""
     name, every = "killed-A", max(2, a.iterations // 2)
-    spec = {"id": name, "type": "3B_4k", "iterations": a.iterations, "slo": 2.0}
-    assert ops.submit(spec)["job"]["state"] == "running", f"{name} was not admitted"
-    die = every - 1
-    run_jobs([job_cmd(a, serve.url, name, "A", 29800, ["--checkpoint-every", str(every), "--die-after-finish", str(die)])])
-    events = ops.events()
-    check_versions(events, name, a.iterations)
-    logs = phases(a.work, name)
-    starts = [r["iteration"] for r in logs if r.get("role") == "trainer" and r.get("event") == "start"]
-    restarts = [r for r in logs if r.get("event") == "restart"]
+    starts, restarts = killed_run(a, serve, ops, name, ["--die-after-finish", str(every - 1)], every)
     assert starts == [0, every] and [r["iteration"] for r in restarts] == [every], \
         f"{name}: died after acknowledging {every}, the trainer started at {starts}, restarts {restarts}"
     say(f"trainer killed after acknowledging iteration {every} (before its checkpoint): resumed from {starts[1]}, "
         f"exit codes {restarts[0]['exit_codes']}")
     return {"acknowledged_at_kill": every, "resumed_from": starts[1], "acknowledged_lost": every - starts[1]}
+
+
+def rollout_killed_mid_sync(a, serve: Serve, ops: WeaveClient) -> Dict[str, Any]:
+    """One job whose rollout worker SIGKILLs itself while weights version ``v`` are on their way
+    to it (header received, bytes not): training ``v - 1`` is acknowledged, so the job must
+    resume from ``v``, never sample from a half-received model (every rollout's version is
+    checked), and train every iteration once."""
+    name, v = "sync-killed-A", max(2, a.iterations // 2)
+    starts, restarts = killed_run(a, serve, ops, name, ["--die-mid-sync", str(v)], max(2, a.iterations))
+    assert starts == [0, v] and [r["iteration"] for r in restarts] == [v], \
+        f"{name}: its rollout worker died receiving version {v}; trainer starts {starts}, restarts {restarts}"
+    say(f"rollout worker killed mid-sync of version {v}: the job resumed from {starts[1]}, "
+        f"exit codes {restarts[0]['exit_codes']}")
+    return {"version_in_flight": v, "resumed_from": starts[1], "acknowledged_lost": v - starts[1]}
 
 
 def html_report(a, ops: WeaveClient) -> str:
@@ -513,6 +535,10 @@ def report(o: Dict[str, Any]) -> None:
         tk = o["trainer_killed"]
         rows.append(("trainer SIGKILLed before its checkpoint: resumed from (acknowledged lost)",
                      f"{tk['resumed_from']} of {tk['acknowledged_at_kill']} ({tk['acknowledged_lost']})"))
+    if "rollout_killed_mid_sync" in o:
+        rk = o["rollout_killed_mid_sync"]
+        rows.append(("rollout worker SIGKILLed mid-sync: resumed from (acknowledged lost)",
+                     f"{rk['resumed_from']} of {rk['version_in_flight']} ({rk['acknowledged_lost']})"))
     if any(x["gain"] > 2.0 for x in o["rounds"]):
         rows.append(("WARNING", "a round's gain is above the 2.0 a perfect pair allows: the machine's speed "
                                 "changed between its runs; trust the median less"))

@@ -83,6 +83,9 @@ def _args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     ap.add_argument("--die-after-finish", type=int, metavar="K",
                     help="fault injection: the trainer SIGKILLs itself once, after training K is acknowledged and "
                          "before its slack checkpoint")
+    ap.add_argument("--die-mid-sync", type=int, metavar="K",
+                    help="fault injection: the rollout worker SIGKILLs itself once, mid-way through receiving "
+                         "weights version K (its header in, its bytes not)")
     ap.add_argument("--minicluster", action="store_true",
                     help="run the trainer and the rollout worker on the mini cluster's nodes (minicluster.py): "
                          "weights cross its rate-limited link")
@@ -318,6 +321,14 @@ def run_rollout(a: argparse.Namespace) -> None:
     _teardown()
 
 
+def _die_mid_sync(a: argparse.Namespace, version: int) -> None:
+    """Fault injection (``--die-mid-sync``): once per job directory, so the restarted worker goes on."""
+    marker = os.path.join(a.dir, "died-mid-sync")
+    if a.die_mid_sync == version and not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _rollout_loop(a, state, log: str) -> None:
     import torch
 
@@ -354,7 +365,7 @@ def _rollout_loop(a, state, log: str) -> None:
         _log(log, {"job": a.job, "role": "rollout", "phase": "rollout", "iteration": k, **meta})
         send_batch(batch, k, TRAINER)
         if k + 1 < a.iterations:
-            received = recv_weights(TRAINER)
+            received = recv_weights(TRAINER, on_header=lambda v: _die_mid_sync(a, v))
             # Published between phases, after the digest check: never a half-updated model.
             state.load_parameters(received.flat, received.version)
 

@@ -14,7 +14,7 @@ version of the weights that produced them.
 import dataclasses
 import hashlib
 import time
-from typing import Dict
+from typing import Callable, Dict, Optional
 
 import torch
 import torch.distributed as dist
@@ -68,14 +68,18 @@ class Received:
     refused: int  # attempts refused for a digest mismatch before this one was accepted
 
 
-def recv_weights(src: int) -> Received:
-    """Receives one version from rank ``src``; refuses damaged copies until one checks out."""
+def recv_weights(src: int, on_header: Optional[Callable[[int], None]] = None) -> Received:
+    """Receives one version from rank ``src``; refuses damaged copies until one checks out.
+    ``on_header(version)`` runs once a version's header has arrived, before its bytes (fault
+    injection: a receiver that dies mid-sync)."""
     t0 = time.perf_counter()
     refused = 0
     while True:
         header = torch.zeros(2, dtype=torch.int64)
         dist.recv(header, src)
         version, n = int(header[0]), int(header[1])
+        if on_header is not None:
+            on_header(version)
         want = torch.zeros(32, dtype=torch.uint8)
         dist.recv(want, src)
         staged = torch.empty(n, dtype=torch.float32)
