@@ -16,14 +16,13 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 use std::sync::Arc;
-use std::time::Duration;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::key_extractor::KeyExtractor;
 use tower_governor::{governor::GovernorConfig, GovernorError, GovernorLayer};
 use tower_http::timeout::RequestBodyTimeoutLayer;
-use weave_dispatch::Phase;
 
 mod cluster;
+mod gate;
 mod listing;
 pub use listing::next_page;
 
@@ -263,157 +262,6 @@ async fn restart_job(
     let job = key.clone();
     commit(&s, &c, move |time_us| Record::Restart { time_us, job, reason }).await?;
     Ok(Json(visible(&s, &c, &key)?.1))
-}
-
-fn parse_phase(p: &str) -> ApiResult<Phase> {
-    match p {
-        "rollout" => Ok(Phase::Rollout),
-        "train" | "training" => Ok(Phase::Train),
-        _ => Err(ApiError::new(StatusCode::BAD_REQUEST, format!("phase `{p}`: expected rollout or train"))),
-    }
-}
-
-#[derive(Deserialize)]
-struct WaitQuery {
-    wait_s: Option<f64>,
-}
-
-/// Long-poll: 200 when the phase is granted, 202 if not yet within the wait, 409 if asking
-/// for it breaks the job's on-policy barrier.
-async fn phase_start(
-    State(s): State<Arc<Shared>>,
-    headers: HeaderMap,
-    Path((name, phase, iteration)): Path<(String, String, u64)>,
-    Query(q): Query<WaitQuery>,
-) -> ApiResult<(StatusCode, Json<serde_json::Value>)> {
-    let c = caller(&s, &headers)?;
-    let (key, _) = visible(&s, &c, &name)?;
-    let phase = parse_phase(&phase)?;
-    let wait_s = q.wait_s.unwrap_or(25.0);
-    // NaN passes a clamp untouched and makes Duration panic: refuse it (and infinities) here.
-    if !wait_s.is_finite() {
-        return Err(ApiError::new(StatusCode::BAD_REQUEST, format!("`wait_s`: expected finite seconds, got {wait_s}")));
-    }
-    let wait = Duration::from_secs_f64(wait_s.clamp(0.0, s.cfg.max_wait.as_secs_f64()));
-    let deadline = tokio::time::Instant::now() + wait;
-    let mut rx = s.changed.subscribe();
-    let waiting_to_start = s.lock().plane.awaits_start(&key);
-    if let Some(admission) = waiting_to_start {
-        // A launched job's first ask: it has started and joins its group's rotation. Two of
-        // its processes may ask at once; the one refused finds it joined.
-        let job = key.clone();
-        if let Err(e) = commit(&s, &c, move |time_us| Record::Ready { time_us, job, admission }).await {
-            if s.lock().plane.awaits_start(&key).is_some() {
-                return Err(e);
-            }
-        }
-    }
-    loop {
-        let admission = {
-            let g = s.lock();
-            // The admission a grant belongs to: the client sends it back with the finish.
-            let granted = g.plane.may_start(&key, phase, iteration)?;
-            granted.then(|| g.plane.job(&key).map(|j| (j.id.0, j.gate.rollout.map(|r| r.weights)))).flatten()
-        };
-        if let Some((a, weights)) = admission {
-            let mut body =
-                json!({ "status": "granted", "job": name, "phase": phase.name(), "iteration": iteration, "uid": a });
-            // The weights version the rollout samples with (the iteration itself on-policy).
-            if let (Phase::Rollout, Some(w)) = (phase, weights) {
-                body["weights"] = json!(w);
-            }
-            // With tracing on, the phase span's context: the job's own spans nest under it.
-            if s.telemetry.is_some() {
-                body["traceparent"] = json!(crate::telemetry::AdmissionIds::of(&key, a).traceparent(phase, iteration));
-            }
-            return Ok((StatusCode::OK, Json(body)));
-        }
-        let closing = || s.closing.load(std::sync::atomic::Ordering::SeqCst);
-        let parked = Parked::new(&s.parked);
-        let woken = tokio::time::timeout_at(deadline, rx.changed()).await;
-        drop(parked);
-        match woken {
-            Ok(Ok(())) if !closing() => continue,
-            _ => {
-                let mut body =
-                    json!({ "status": "waiting", "job": name, "phase": phase.name(), "iteration": iteration });
-                if closing() {
-                    body["reason"] = json!("the server is shutting down: ask again after it restarts");
-                }
-                return Ok((StatusCode::ACCEPTED, Json(body)));
-            }
-        }
-    }
-}
-
-/// Counts a long-poll as parked while it lives (also when its request is dropped mid-wait).
-struct Parked<'a>(&'a std::sync::atomic::AtomicU64);
-
-impl<'a> Parked<'a> {
-    fn new(count: &'a std::sync::atomic::AtomicU64) -> Self {
-        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Parked(count)
-    }
-}
-
-impl Drop for Parked<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FinishBody {
-    duration_s: f64,
-    #[serde(default)]
-    meta: Option<serde_json::Value>,
-    /// The admission the phase was granted under (the grant's `uid`): refused if it has ended.
-    #[serde(default)]
-    uid: Option<u32>,
-}
-
-async fn phase_finish(
-    State(s): State<Arc<Shared>>,
-    headers: HeaderMap,
-    Path((name, phase, iteration)): Path<(String, String, u64)>,
-    body: Result<Json<FinishBody>, JsonRejection>,
-) -> ApiResult<Json<JobView>> {
-    let c = caller(&s, &headers)?;
-    let (key, _) = visible(&s, &c, &name)?;
-    let phase = parse_phase(&phase)?;
-    let b = json_body(body)?;
-    if !(b.duration_s.is_finite() && b.duration_s >= 0.0 && b.duration_s < 1e7) {
-        return Err(ApiError::new(StatusCode::BAD_REQUEST, "`duration_s`: expected non-negative seconds"));
-    }
-    let duration_us = (b.duration_s * 1e6).round() as u64;
-    let job = key.clone();
-    let admission = b.uid;
-    commit(&s, &c, move |time_us| Record::Finish {
-        time_us,
-        job,
-        phase,
-        iteration,
-        duration_us,
-        meta: b.meta,
-        admission,
-    })
-    .await?;
-    visible(&s, &c, &key).map(|(_, v)| Json(v))
-}
-
-async fn heartbeat(
-    State(s): State<Arc<Shared>>,
-    headers: HeaderMap,
-    Path(name): Path<String>,
-) -> ApiResult<Json<serde_json::Value>> {
-    let c = caller(&s, &headers)?;
-    let (key, v) = visible(&s, &c, &name)?;
-    if v.state != JobState::Running {
-        return Err(ApiError::new(StatusCode::CONFLICT, format!("job `{name}` is {:?}", v.state).to_lowercase()));
-    }
-    s.lock().heartbeats.insert(key, std::time::Instant::now());
-    Ok(Json(json!({ "status": "ok" })))
 }
 
 async fn events(
@@ -660,10 +508,10 @@ pub fn router(shared: Arc<Shared>, rate: Option<RateLimits>) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/jobs", post(submit).get(listing::list_jobs))
         .route("/v1/jobs/{id}", get(show_job).delete(cancel_job))
-        .route("/v1/jobs/{id}/heartbeat", post(heartbeat))
+        .route("/v1/jobs/{id}/heartbeat", post(gate::heartbeat))
         .route("/v1/jobs/{id}/restart", post(restart_job))
-        .route("/v1/jobs/{id}/phases/{phase}/{iteration}/start", post(phase_start))
-        .route("/v1/jobs/{id}/phases/{phase}/{iteration}/finish", post(phase_finish))
+        .route("/v1/jobs/{id}/phases/{phase}/{iteration}/start", post(gate::phase_start))
+        .route("/v1/jobs/{id}/phases/{phase}/{iteration}/finish", post(gate::phase_finish))
         .route("/v1/groups", get(cluster::groups))
         .route("/v1/nodes", get(cluster::nodes))
         .route("/v1/nodes/{node}/down", post(cluster::node_down))

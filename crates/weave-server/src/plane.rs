@@ -641,22 +641,6 @@ impl Plane {
         Ok(())
     }
 
-    /// Whether `name` is admitted and waits for its processes to start (see `Record::Ready`):
-    /// the admission to name in the record.
-    pub fn awaits_start(&self, name: &str) -> Option<u32> {
-        self.jobs.get(name).filter(|j| j.starting()).map(|j| j.id.0)
-    }
-
-    /// A launched job's processes asked for their first phase: it joins its group.
-    fn join_when_ready(&mut self, time_us: u64, name: &str) {
-        let Some(j) = self.job_mut(name) else { return };
-        let (Some(member), Some(group)) = (j.pending_join.take(), j.decision.as_ref().map(|d| d.group)) else { return };
-        let waited_s = time_us.saturating_sub(j.submitted_us) as f64 / 1e6;
-        let meta = serde_json::json!({ "waited_s": waited_s });
-        self.event(PlaneEvent { meta: Some(meta), ..ev(time_us, name, "ready", None, None, Some(group)) });
-        self.drive(time_us, group, Input::Join(member));
-    }
-
     /// A job's entry to change (copied first if a frozen copy of the plane still shares it).
     fn job_mut(&mut self, name: &str) -> Option<&mut JobEntry> {
         self.jobs.get_mut(name).map(Arc::make_mut)

@@ -106,7 +106,7 @@ fn a_lost_node_fails_its_jobs_readmits_them_and_leaves_the_others() {
     start_launched(&mut p, &mut records, 100);
     let kinds: Vec<&str> = p.events().iter().filter(|e| e.job == "b").map(|e| e.kind.as_str()).collect();
     assert!(kinds.ends_with(&["readmitted", "ready", "grant"]), "{kinds:?}");
-    let b = p.job("b").unwrap();
+    assert_eq!(p.job("b").unwrap().granted(), Some((Phase::Rollout, 2)), "granted once it asks");
     let a = p.job("a").unwrap();
     assert_eq!((a.state, a.id, &a.decision), (JobState::Running, a_before.id, &a_before.decision));
     assert_eq!((a.next(), a.granted()), (a_before.next(), a_before.granted()), "a carries on where it was");

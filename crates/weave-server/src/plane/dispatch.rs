@@ -1,6 +1,6 @@
-//! Driving a group's dispatcher from records: a job's departure, the inputs a record causes
-//! and everything they cause in turn, the group's cyclic order, and the phase grants that
-//! result.
+//! Driving a group's dispatcher from records: a launched job's joining once it has started,
+//! a job's departure, the inputs a record causes and everything they cause in turn, the
+//! group's cyclic order, and the phase grants that result.
 
 use super::{ev, JobState, Plane, PlaneError, PlaneEvent};
 use std::collections::{BTreeMap, VecDeque};
@@ -10,6 +10,22 @@ use weave_dispatch::{Action, Input, Phase};
 use weave_model::SwitchKind;
 
 impl Plane {
+    /// Whether `name` is admitted and waits for its processes to start (see `Record::Ready`):
+    /// the admission to name in the record.
+    pub fn awaits_start(&self, name: &str) -> Option<u32> {
+        self.jobs.get(name).filter(|j| j.starting()).map(|j| j.id.0)
+    }
+
+    /// A launched job's processes asked for their first phase: it joins its group.
+    pub(super) fn join_when_ready(&mut self, time_us: u64, name: &str) {
+        let Some(j) = self.job_mut(name) else { return };
+        let (Some(member), Some(group)) = (j.pending_join.take(), j.decision.as_ref().map(|d| d.group)) else { return };
+        let waited_s = time_us.saturating_sub(j.submitted_us) as f64 / 1e6;
+        let meta = serde_json::json!({ "waited_s": waited_s });
+        self.event(PlaneEvent { meta: Some(meta), ..ev(time_us, name, "ready", None, None, Some(group)) });
+        self.drive(time_us, group, Input::Join(member));
+    }
+
     pub(super) fn depart(&mut self, g: GroupId, id: JobId) {
         if let Ok(d) = Arc::make_mut(&mut self.placer).depart(id) {
             if d.dissolved {
