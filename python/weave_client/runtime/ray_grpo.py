@@ -24,6 +24,7 @@ import subprocess
 import sys
 from typing import Any, List, Optional
 
+from .. import WeaveClient
 from . import grpo_job
 
 # Fractions of the job's bundles (the group's jobs share a node's GPUs; the gate decides).
@@ -101,12 +102,21 @@ def _node_ip() -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    from ..ray_support import WeaveJobEnv
+
+    env = WeaveJobEnv.from_env()
+    # Heartbeats from the driver's start: placing the job on Ray and starting its actors (Ray,
+    # torch, the process group) can outlast the server's heartbeat timeout before the trainer's
+    # own keepalive begins.
+    with WeaveClient(env.server, env.token).keepalive(env.job):
+        return _run(env, list(sys.argv[1:] if argv is None else argv))
+
+
+def _run(env: Any, argv: List[str]) -> int:
     import ray
 
-    from ..ray_support import WeaveJobEnv, actor_options, pinned_placement_groups
+    from ..ray_support import actor_options, pinned_placement_groups
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    env = WeaveJobEnv.from_env()
     ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), log_to_driver=True)
     rollout_pg, train_pg = pinned_placement_groups(env, rollout_gpus=GPUS, training_gpus=GPUS, cpus=CPUS)
     # A co-located job's one group holds both processes: each takes half of its bundle.
