@@ -178,16 +178,13 @@ kill_node() {
   if [ -n "$LINK_MBIT" ]; then
     # A node of the miniature cluster is its namespace: every process in it dies.
     pids=$(ip netns pids "$(node_ns "$node")")
-    [ -n "$pids" ] || die "no processes found for node $node ($ip)"
-    kill -9 $pids
-    echo "ray-local: killed node $node ($ip): $(echo $pids | wc -w) processes"
-    return
+  else
+    # Every process of that node carries its address on the command line; the pattern ends at
+    # the address so 127.0.0.3 does not match 127.0.0.30.
+    pids=$(ip netns pids "$NS" | while read -r p; do
+      { tr '\0' ' ' <"/proc/$p/cmdline"; } 2>/dev/null | grep -qE "(node[-_]ip[-_]address[= ]|--node-ip-address=)$ip( |\$)" && echo "$p"
+    done || true)
   fi
-  # Every process of that node carries its address on the command line; the pattern ends at
-  # the address so 127.0.0.3 does not match 127.0.0.30.
-  pids=$(ip netns pids "$NS" | while read -r p; do
-    { tr '\0' ' ' <"/proc/$p/cmdline"; } 2>/dev/null | grep -qE "(node[-_]ip[-_]address[= ]|--node-ip-address=)$ip( |\$)" && echo "$p"
-  done || true)
   [ -n "$pids" ] || die "no processes found for node $node ($ip)"
   kill -9 $pids
   echo "ray-local: killed node $node ($ip): $(echo $pids | wc -w) processes"

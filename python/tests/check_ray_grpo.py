@@ -134,8 +134,7 @@ def lose_rollout_node(args, c, views):
 
 
 def trainer_records(args, job):
-    with open(os.path.join(args.checkpoints, job, "phases.jsonl")) as f:
-        return [r for r in map(json.loads, f) if r.get("role") == "trainer"]
+    return [r for r in experiment.phases(args.checkpoints, job) if r.get("role") == "trainer"]
 
 
 def sync_figures(args, jobs):

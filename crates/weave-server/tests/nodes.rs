@@ -56,6 +56,18 @@ fn start_launched(p: &mut Plane, records: &mut Vec<Record>, time_us: u64) {
 /// Finishes every granted phase, round after round, until `job` has completed `n` iterations
 /// (launched jobs start first).
 fn run(p: &mut Plane, records: &mut Vec<Record>, job: &str, n: u64, t: &mut u64) {
+    run_finishing(p, records, job, n, t, finish);
+}
+
+/// [`run`] with each finish made by `finish_as` (the phase durations a test wants).
+fn run_finishing(
+    p: &mut Plane,
+    records: &mut Vec<Record>,
+    job: &str,
+    n: u64,
+    t: &mut u64,
+    finish_as: impl Fn(u64, &str, Phase, u64) -> Record,
+) {
     while p.job(job).unwrap().completed_iterations < n {
         start_launched(p, records, *t);
         let granted: Vec<(String, Phase, u64)> =
@@ -63,7 +75,7 @@ fn run(p: &mut Plane, records: &mut Vec<Record>, job: &str, n: u64, t: &mut u64)
         assert!(!granted.is_empty(), "nothing granted");
         for (name, phase, k) in granted {
             *t += 10;
-            let r = finish(*t, &name, phase, k);
+            let r = finish_as(*t, &name, phase, k);
             p.apply(&r).unwrap();
             records.push(r);
         }
@@ -427,20 +439,11 @@ fn a_launched_job_joins_its_group_when_it_first_asks_and_holds_no_one_up_before(
     let waited = p.events().iter().find(|e| e.job == "b" && e.kind == "ready").unwrap().meta.clone().unwrap();
     assert_eq!(waited["waited_s"], serde_json::json!((t - 2) as f64 / 1e6));
     // Now both run, sharing the nodes under the gate, each phase as long as declared.
-    while p.job("b").unwrap().completed_iterations < 3 {
-        let granted: Vec<(String, Phase, u64)> =
-            p.jobs().flat_map(|j| j.gate.grants().into_iter().map(|(ph, k)| (j.name.clone(), ph, k))).collect();
-        assert!(!granted.is_empty(), "nothing granted");
-        for (name, phase, k) in granted {
-            t += 10;
-            let long = (name == "a") == (phase == Phase::Rollout);
-            let duration_us = if long { 300_000_000 } else { 100_000_000 };
-            let r =
-                Record::Finish { time_us: t, job: name, phase, iteration: k, duration_us, meta: None, admission: None };
-            p.apply(&r).unwrap();
-            records.push(r);
-        }
-    }
+    run_finishing(&mut p, &mut records, "b", 3, &mut t, |time_us, name, phase, iteration| {
+        let long = (name == "a") == (phase == Phase::Rollout);
+        let duration_us = if long { 300_000_000 } else { 100_000_000 };
+        Record::Finish { time_us, job: name.into(), phase, iteration, duration_us, meta: None, admission: None }
+    });
     assert!(p.job("a").unwrap().completed_iterations > 3, "a went on beside b");
 
     let mut q = plane();
