@@ -13,7 +13,7 @@
 //! their own (never through the database), the manifest in one small durable transaction, and
 //! what is let go in batches, so appends from another thread are never held up for long.
 
-use crate::snapshot::{file_position, read_manifest, snapshot_dir, FileWriter, Manifest, PARTS, SNAPSHOT};
+use crate::snapshot::{file_position, snapshot_dir, verify_manifest, FileWriter, Manifest, PARTS, SNAPSHOT};
 use crate::{db_err, guarded, Store, StoreError, LOG};
 use redb::{Database, ReadableDatabase, ReadableTable};
 use std::path::Path;
@@ -140,7 +140,7 @@ fn write_snapshot(
     encode(&mut file).map_err(|e| StoreError::Db(format!("snapshot: {e}")))?;
     let manifest = file.finish()?;
     // Checked as stored before anything older is let go.
-    read_manifest(&db.begin_read().map_err(db_err)?, &dir, at, &manifest)?;
+    verify_manifest(&db.begin_read().map_err(db_err)?, &dir, at, &manifest)?;
     let previous = commit_manifest(db, at, &manifest)?;
     let kept = |pos| pos == at || Some(pos) == previous;
     let_go_files(&dir, kept)?;

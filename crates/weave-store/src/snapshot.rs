@@ -117,10 +117,15 @@ impl Manifest {
 
     /// Whether `bytes` are the snapshot at `at` this manifest describes.
     fn check(&self, at: u64, bytes: &[u8]) -> Result<(), StoreError> {
-        if bytes.len() as u64 != self.len {
-            return Err(corrupt(at, &format!("{} bytes, {} expected", bytes.len(), self.len)));
+        self.check_sum(at, bytes.len() as u64, snapshot_checksum(at, bytes))
+    }
+
+    /// Whether bytes of length `len` and checksum `sum` are the snapshot at `at`.
+    fn check_sum(&self, at: u64, len: u64, sum: [u8; SUM_LEN]) -> Result<(), StoreError> {
+        if len != self.len {
+            return Err(corrupt(at, &format!("{len} bytes, {} expected", self.len)));
         }
-        if snapshot_checksum(at, bytes) != self.sum {
+        if sum != self.sum {
             return Err(corrupt(at, "checksum mismatch"));
         }
         Ok(())
@@ -194,12 +199,7 @@ pub(crate) fn read_snapshot(rtx: &redb::ReadTransaction, dir: &Path) -> Result<C
 }
 
 /// The bytes of the snapshot at `at` that `m` describes, checked against it.
-pub(crate) fn read_manifest(
-    rtx: &redb::ReadTransaction,
-    dir: &Path,
-    at: u64,
-    m: &Manifest,
-) -> Result<Vec<u8>, StoreError> {
+fn read_manifest(rtx: &redb::ReadTransaction, dir: &Path, at: u64, m: &Manifest) -> Result<Vec<u8>, StoreError> {
     let bytes = match m.bytes {
         Bytes::Parts(n) => read_parts(rtx, at, n)?,
         Bytes::File => read_file(dir, at, m.len)?,
@@ -208,10 +208,58 @@ pub(crate) fn read_manifest(
     Ok(bytes)
 }
 
+/// Checks that the snapshot at `at` that `m` describes is stored whole, reading its bytes in
+/// chunks rather than into one buffer: compaction checks each snapshot it writes, and holding
+/// the whole snapshot again for that raised the server's memory by its size every time.
+pub(crate) fn verify_manifest(
+    rtx: &redb::ReadTransaction,
+    dir: &Path,
+    at: u64,
+    m: &Manifest,
+) -> Result<(), StoreError> {
+    let mut sum = Summer { hash: snapshot_hasher(at), len: 0 };
+    match m.bytes {
+        Bytes::Parts(n) => for_each_part(rtx, at, n, |part| sum.add(part))?,
+        Bytes::File => {
+            use std::io::Read;
+            let mut file = open_file(dir, at)?.take(m.len.saturating_add(1));
+            let mut chunk = vec![0u8; VERIFY_CHUNK];
+            loop {
+                let n = file.read(&mut chunk).map_err(|e| corrupt(at, &e.to_string()))?;
+                if n == 0 {
+                    break;
+                }
+                sum.add(&chunk[..n]);
+            }
+        }
+    }
+    m.check_sum(at, sum.len, sum_of(sum.hash))
+}
+
+/// How much of a snapshot file [`verify_manifest`] holds at a time.
+const VERIFY_CHUNK: usize = 256 << 10;
+
+/// A checksum and length kept as bytes stream past.
+struct Summer {
+    hash: Sha256,
+    len: u64,
+}
+
+impl Summer {
+    fn add(&mut self, bytes: &[u8]) {
+        self.hash.update(bytes);
+        self.len += bytes.len() as u64;
+    }
+}
+
+fn open_file(dir: &Path, at: u64) -> Result<std::fs::File, StoreError> {
+    let path = snapshot_file(dir, at);
+    std::fs::File::open(&path).map_err(|e| corrupt(at, &format!("{}: {e}", path.display())))
+}
+
 fn read_file(dir: &Path, at: u64, len: u64) -> Result<Vec<u8>, StoreError> {
     use std::io::Read;
-    let path = snapshot_file(dir, at);
-    let file = std::fs::File::open(&path).map_err(|e| corrupt(at, &format!("{}: {e}", path.display())))?;
+    let file = open_file(dir, at)?;
     // Read up to one byte past the length the manifest names, never more (a damaged length
     // must give the error in `check`, not an allocation of that size).
     let mut bytes = Vec::new();
@@ -220,21 +268,32 @@ fn read_file(dir: &Path, at: u64, len: u64) -> Result<Vec<u8>, StoreError> {
 }
 
 fn read_parts(rtx: &redb::ReadTransaction, at: u64, parts: u32) -> Result<Vec<u8>, StoreError> {
+    // Grown as the parts are read, never reserved from the manifest's length.
+    let mut bytes = Vec::new();
+    for_each_part(rtx, at, parts, |part| bytes.extend_from_slice(part))?;
+    Ok(bytes)
+}
+
+/// Hands the snapshot's `parts` at `at` to `each` in order.
+fn for_each_part(
+    rtx: &redb::ReadTransaction,
+    at: u64,
+    parts: u32,
+    mut each: impl FnMut(&[u8]),
+) -> Result<(), StoreError> {
     let t = match rtx.open_table(PARTS) {
         Ok(t) => t,
         Err(redb::TableError::TableDoesNotExist(_)) => return Err(corrupt(at, "its parts are missing")),
         Err(e) => return Err(db_err(e)),
     };
-    // Grown as the parts are read, never reserved from the manifest's length.
-    let mut bytes = Vec::new();
     for part in 0..parts {
         let v = t
             .get((at, part))
             .map_err(db_err)?
             .ok_or_else(|| corrupt(at, &format!("part {part} of {parts} is missing")))?;
-        bytes.extend_from_slice(v.value());
+        each(v.value());
     }
-    Ok(bytes)
+    Ok(())
 }
 
 /// Writes a snapshot's bytes to its file as they are encoded, keeping their checksum: to
@@ -483,5 +542,51 @@ mod tests {
         let db = Database::open(&path).unwrap();
         let rtx = db.begin_read().unwrap();
         assert_eq!(rtx.open_table(PARTS).unwrap().iter().unwrap().count(), 0, "no kept snapshot names them");
+    }
+
+    /// Compaction's chunked check and a restart's whole read agree on every damage: a file
+    /// cut short, one byte too long, one bit flipped; the parts form too.
+    #[test]
+    fn the_chunked_check_refuses_exactly_what_the_whole_read_refuses() {
+        let (path, mut s) = store("chunked");
+        s.append(&"r0".to_string()).unwrap();
+        let bytes = pattern(VERIFY_CHUNK * 2 + 17);
+        s.compact(&bytes).unwrap();
+        drop(s);
+        let db = Database::open(&path).unwrap();
+        let dir = snapshot_dir(&path);
+        let file = snapshot_file(&dir, 1);
+        let m =
+            Manifest::decode(db.begin_read().unwrap().open_table(SNAPSHOT).unwrap().get(1).unwrap().unwrap().value())
+                .expect("a manifest");
+        let both = |db: &Database| {
+            let rtx = db.begin_read().unwrap();
+            (
+                verify_manifest(&rtx, &dir, 1, &m).map_err(|e| e.to_string()),
+                read_manifest(&rtx, &dir, 1, &m).map(|_| ()).map_err(|e| e.to_string()),
+            )
+        };
+        assert_eq!(both(&db), (Ok(()), Ok(())));
+        let mut damaged = bytes.clone();
+        damaged[VERIFY_CHUNK + 3] ^= 0x10;
+        let cases = [damaged, bytes[..bytes.len() - 1].to_vec(), [&bytes[..], b"x"].concat()];
+        for case in cases {
+            std::fs::write(&file, &case).unwrap();
+            let (chunked, whole) = both(&db);
+            assert!(chunked.is_err(), "{} bytes accepted", case.len());
+            assert_eq!(chunked, whole);
+        }
+        // The parts form: a part missing is refused by both, naming it.
+        let parts = pattern(PART_BYTES + 5);
+        let pm = write_parts(&db, 2, &parts);
+        let rtx = db.begin_read().unwrap();
+        assert!(verify_manifest(&rtx, &dir, 2, &pm).is_ok());
+        drop(rtx);
+        let tx = db.begin_write().unwrap();
+        tx.open_table(PARTS).unwrap().remove((2, 1)).unwrap();
+        tx.commit().unwrap();
+        let rtx = db.begin_read().unwrap();
+        let err = verify_manifest(&rtx, &dir, 2, &pm).unwrap_err().to_string();
+        assert!(err.contains("part 1 of 2 is missing"), "{err}");
     }
 }
