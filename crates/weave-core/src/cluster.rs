@@ -111,6 +111,124 @@ impl NetworkConfig {
     }
 }
 
+/// A preemptible (spot) tier of the rollout pool: the same nodes at a lower price, each taken
+/// back now and then after a notice. Either a rate (preemptions arrive at random, each held
+/// node at `preemptions_per_node_hour`) or a replayed trace of preemptions.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpotConfig {
+    /// Dollars per GPU-hour of a preemptible rollout node (required).
+    pub price_per_gpu_hour: f64,
+    /// Mean preemptions per node-hour held (0 with a trace).
+    #[serde(default)]
+    pub preemptions_per_node_hour: f64,
+    /// Warning before a node is taken, seconds (clouds give 30 s to 2 minutes).
+    #[serde(default = "default_notice_s")]
+    pub notice_s: u64,
+    /// How long a replacement node takes to arrive once asked for (at the notice), seconds.
+    #[serde(default = "default_replacement_s")]
+    pub replacement_s: u64,
+    /// What moving a preempted node's in-flight rollout requests to other nodes costs: their
+    /// prompts and generated tokens re-prefilled there, seconds.
+    #[serde(default = "default_resume_s")]
+    pub resume_s: u64,
+    /// A file of preemptions to replay instead of the rate: one `node seconds` per line
+    /// (rollout node number, time from the start), `#` comments. Read by the tools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption_trace: Option<String>,
+    /// The trace's preemptions once read, in time order.
+    #[serde(skip)]
+    pub trace: Vec<Preemption>,
+}
+
+/// One replayed preemption: rollout node `node` is taken at `at` (its notice came earlier).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Preemption {
+    pub node: u32,
+    pub at: Micros,
+}
+
+fn default_notice_s() -> u64 {
+    120
+}
+
+fn default_replacement_s() -> u64 {
+    300
+}
+
+fn default_resume_s() -> u64 {
+    20
+}
+
+impl SpotConfig {
+    pub fn price(&self) -> Price {
+        Price::per_gpu_hour(self.price_per_gpu_hour)
+    }
+
+    /// Spot at `discount` (0 to 1) off the on-demand rollout price, preempted at `rate` per
+    /// node-hour, with the default notice, replacement and resume times.
+    pub fn at_discount(rollout: &PoolConfig, discount: f64, rate: f64) -> SpotConfig {
+        SpotConfig {
+            price_per_gpu_hour: rollout.price_per_gpu_hour * (1.0 - discount),
+            preemptions_per_node_hour: rate,
+            notice_s: default_notice_s(),
+            replacement_s: default_replacement_s(),
+            resume_s: default_resume_s(),
+            preemption_trace: None,
+            trace: Vec::new(),
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |field: &str, reason: String| ConfigError::Invalid { key: format!("rollout_spot.{field}"), reason };
+        if !(self.price_per_gpu_hour.is_finite() && self.price_per_gpu_hour >= 0.0) {
+            return Err(bad(
+                "price_per_gpu_hour",
+                format!("must be a non-negative dollar amount, got {}", self.price_per_gpu_hour),
+            ));
+        }
+        let rate = self.preemptions_per_node_hour;
+        if !(rate.is_finite() && rate >= 0.0) {
+            return Err(bad("preemptions_per_node_hour", format!("must be a rate >= 0, got {rate}")));
+        }
+        if rate > 0.0 && self.preemption_trace.is_some() {
+            return Err(bad(
+                "preemptions_per_node_hour",
+                "must be 0 with a `preemption_trace` (the trace says when nodes are taken)".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Reads a preemption trace: one `node seconds` per line, `#` starts a comment. Every node
+/// must be one of the rollout pool's `nodes`; errors name the line.
+pub fn parse_preemption_trace(text: &str, nodes: u32) -> Result<Vec<Preemption>, ConfigError> {
+    let mut out = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let bad = |reason: String| ConfigError::Invalid { key: format!("line {}", i + 1), reason };
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [node, secs] = fields[..] else {
+            return Err(bad(format!("expected `node seconds`, got `{line}`")));
+        };
+        let node: u32 = node.parse().map_err(|_| bad(format!("`{node}` is not a node number")))?;
+        if node >= nodes {
+            return Err(bad(format!("unknown node {node}: the rollout pool has nodes 0 to {}", nodes - 1)));
+        }
+        let secs: f64 = secs.parse().map_err(|_| bad(format!("`{secs}` is not a number of seconds")))?;
+        if !(secs.is_finite() && secs >= 0.0) {
+            return Err(bad(format!("the time must be >= 0 seconds, got {secs}")));
+        }
+        out.push(Preemption { node, at: Micros::from_secs_f64(secs) });
+    }
+    out.sort_by_key(|p| (p.at, p.node));
+    Ok(out)
+}
+
 /// The whole cluster.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -120,6 +238,9 @@ pub struct ClusterConfig {
     /// Training pool.
     pub training: PoolConfig,
     pub network: NetworkConfig,
+    /// A preemptible tier of the rollout pool; `None`: every rollout node is on demand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_spot: Option<SpotConfig>,
 }
 
 impl Default for ClusterConfig {
@@ -148,6 +269,7 @@ impl Default for ClusterConfig {
                 inter_cluster_aggregate_gbps: 0.0,
                 message_latency_us: 50,
             },
+            rollout_spot: None,
         }
     }
 }
@@ -168,6 +290,9 @@ impl ClusterConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.rollout.validate("rollout")?;
         self.training.validate("training")?;
+        if let Some(spot) = &self.rollout_spot {
+            spot.validate()?;
+        }
         self.network.validate()
     }
 }
@@ -196,6 +321,49 @@ mod tests {
         cfg.training.nodes = 0;
         let err = ClusterConfig::from_toml(&cfg.to_toml()).unwrap_err();
         assert_eq!(err, ConfigError::Invalid { key: "training.nodes".into(), reason: "must be at least 1".into() });
+    }
+
+    #[test]
+    fn a_spot_tier_without_a_price_or_with_a_negative_rate_is_refused_naming_it() {
+        let base = ClusterConfig::default().to_toml();
+        let spot = ClusterConfig::from_toml(&format!(
+            "{base}\n[rollout_spot]\nprice_per_gpu_hour = 0.74\npreemptions_per_node_hour = 0.125\n"
+        ))
+        .unwrap()
+        .rollout_spot
+        .expect("declared");
+        assert_eq!((spot.notice_s, spot.replacement_s, spot.resume_s), (120, 300, 20));
+        let err = ClusterConfig::from_toml(&format!("{base}\n[rollout_spot]\npreemptions_per_node_hour = 1\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("price_per_gpu_hour") && err.contains("line"), "{err}");
+        let err = ClusterConfig::from_toml(&format!(
+            "{base}\n[rollout_spot]\nprice_per_gpu_hour = 0.7\npreemptions_per_node_hour = -1\n"
+        ))
+        .unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::Invalid { key, .. } if key == "rollout_spot.preemptions_per_node_hour"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_preemption_trace_naming_an_unknown_node_is_refused_naming_the_line() {
+        let ok = parse_preemption_trace("# node seconds\n3 7200\n\n0 60.5 # early\n", 41).unwrap();
+        assert_eq!(
+            ok,
+            [Preemption { node: 0, at: Micros(60_500_000) }, Preemption { node: 3, at: Micros(7_200_000_000) }]
+        );
+        let cases = [
+            ("1 10\n41 20\n", "line 2", "unknown node 41"),
+            ("x 1\n", "line 1", "not a node"),
+            ("1 -3\n", "line 1", ">= 0"),
+            ("1\n", "line 1", "node seconds"),
+        ];
+        for (text, line, why) in cases {
+            let err = parse_preemption_trace(text, 41).unwrap_err().to_string();
+            assert!(err.contains(line) && err.contains(why), "{text:?}: {err}");
+        }
     }
 
     #[test]

@@ -10,7 +10,9 @@ pub mod job;
 pub mod placement;
 pub mod units;
 
-pub use cluster::{ClusterConfig, ConfigError, NetworkConfig, PoolConfig};
+pub use cluster::{
+    parse_preemption_trace, ClusterConfig, ConfigError, NetworkConfig, PoolConfig, Preemption, SpotConfig,
+};
 pub use events::EventQueue;
 pub use hardware::{GpuKind, GpuSpec, GPUS_PER_NODE};
 pub use job::{

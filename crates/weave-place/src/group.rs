@@ -122,6 +122,11 @@ impl Group {
         )
     }
 
+    /// Whether its rollout nodes are on the preemptible tier (its members all are).
+    pub fn spot(&self) -> bool {
+        self.members.first().is_some_and(|m| m.job.spot)
+    }
+
     /// The members' work rate (see [`Prediction::work`]).
     pub fn work(&self) -> f64 {
         self.prediction.work(self.members.iter().map(|m| &m.job))

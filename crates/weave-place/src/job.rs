@@ -31,6 +31,10 @@ pub struct PlaceJob {
     /// on-policy.
     #[serde(default)]
     pub staleness: u32,
+    /// Its rollout runs on the preemptible (spot) tier: it shares groups only with jobs on
+    /// that tier, and its SLO as admission sees it has room left for preemption delays.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub spot: bool,
 }
 
 /// What admission knows about a job's run-time variation: sampled iterations relative to the
@@ -157,6 +161,7 @@ impl PlaceJob {
             colo: Some(profile.estimate(Deployment::Colo, job).times),
             variation: Variation::default(),
             staleness: job.staleness,
+            spot: false,
         }
     }
 

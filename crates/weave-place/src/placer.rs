@@ -370,7 +370,7 @@ impl Placer {
         let members = [job.timing_member(0, job.train_width, res.resident)];
         let prediction = crate::group::predict(&members);
         let cost = Money(
-            self.cfg.rollout_node_price.0 * job.rollout_width as i64
+            self.cfg.rollout_price(job.spot).0 * job.rollout_width as i64
                 + self.cfg.train_node_price.0 * job.train_width as i64,
         );
         let work = prediction.work([job]);
@@ -384,7 +384,7 @@ impl Placer {
     }
 
     fn scaling_cost(&self, job: &PlaceJob) -> Money {
-        Money(self.cfg.rollout_node_price.0 * job.rollout_width as i64)
+        Money(self.cfg.rollout_price(job.spot).0 * job.rollout_width as i64)
     }
 
     /// Feasible options in one group: direct on each block (stopping at the first if
@@ -394,7 +394,8 @@ impl Placer {
         let res = &self.cfg.residency;
         // Nothing new ever lands on a node out of service.
         let in_service = |nodes: &[NodeId]| !nodes.iter().any(|n| self.down.contains(n));
-        if !in_service(&g.training_nodes) {
+        // Tiers never mix: a spot group's rollout nodes are all preemptible.
+        if !in_service(&g.training_nodes) || g.spot() != job.spot {
             return out;
         }
         let work_before = g.work();

@@ -200,3 +200,27 @@ fn a_member_without_room_for_a_partners_arrival_is_not_joined() {
     assert!(joined(1.04), "within 5% of its SLO, with room for the wait (about 0.6% of its life)");
     assert!(!joined(1.001), "0.1% of room is less than the wait");
 }
+
+/// Spot and on-demand jobs never share a group (a group's rollout nodes are all on one
+/// tier), a spot job's nodes are priced at the spot price, and spot jobs pack together.
+#[test]
+fn spot_and_on_demand_jobs_never_share_a_group_and_spot_is_priced_as_spot() {
+    let mut cfg = config(PlacePolicy::Weave);
+    cfg.spot_rollout_node_price = Some(Money::from_dollars(0.74 * 8.0));
+    let mut p = Placer::new(cfg);
+    let a = p.admit(job(0, 300, 100, 1.5)).unwrap();
+    let spot = |id, roll, train| weave_place::PlaceJob { spot: true, ..job(id, roll, train, 1.5) };
+    // The partner that packs directly with `a` on demand goes elsewhere on spot.
+    let b = p.admit(spot(1, 100, 250)).unwrap();
+    assert_eq!(b.kind, DecisionKind::Isolated);
+    assert_ne!(b.group, a.group);
+    assert_eq!(b.marginal_cost_per_hour, Money::from_dollars(0.74 * 8.0 + 42.24));
+    // Another spot job joins the spot group, not the on-demand one.
+    let c = p.admit(spot(2, 300, 100)).unwrap();
+    assert_eq!((c.kind, c.group), (DecisionKind::Direct, b.group));
+    let d = p.admit(job(3, 100, 250, 1.5)).unwrap();
+    assert_eq!((d.kind, d.group), (DecisionKind::Direct, a.group));
+    for g in p.groups() {
+        assert!(g.members.iter().all(|m| m.job.spot == g.spot()), "a group mixes tiers");
+    }
+}

@@ -51,6 +51,9 @@ pub struct PlacerConfig {
     /// Hourly price of one node of each pool.
     pub rollout_node_price: Money,
     pub train_node_price: Money,
+    /// Hourly price of one preemptible rollout node, when the cluster has that tier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spot_rollout_node_price: Option<Money>,
     /// Node limits per pool (`fixed` capacity mode); `None` rents on demand.
     pub capacity: Option<(u32, u32)>,
     /// Skip saturated groups before any detailed search (the paper's rule; fast). When
@@ -64,6 +67,14 @@ pub struct PlacerConfig {
 }
 
 impl PlacerConfig {
+    /// Hourly price of one rollout node on a job's tier.
+    pub fn rollout_price(&self, spot: bool) -> Money {
+        match self.spot_rollout_node_price {
+            Some(p) if spot => p,
+            _ => self.rollout_node_price,
+        }
+    }
+
     /// The elastic configuration for `cluster`: its host DRAM and its node prices.
     pub fn for_cluster(cluster: &ClusterConfig, policy: PlacePolicy, scaling: bool, resident: bool, seed: u64) -> Self {
         let hour = Micros(Micros::PER_HOUR);
@@ -78,6 +89,10 @@ impl PlacerConfig {
             },
             rollout_node_price: cluster.rollout.price().cost(cluster.rollout.gpus_per_node as u64, hour),
             train_node_price: cluster.training.price().cost(cluster.training.gpus_per_node as u64, hour),
+            spot_rollout_node_price: cluster
+                .rollout_spot
+                .as_ref()
+                .map(|s| s.price().cost(cluster.rollout.gpus_per_node as u64, hour)),
             capacity: None,
             skip_saturated: true,
             colocate: false,

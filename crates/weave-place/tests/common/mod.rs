@@ -18,6 +18,7 @@ pub fn job(id: u32, roll: u64, train: u64, slo: f64) -> PlaceJob {
         colo: None,
         variation: Default::default(),
         staleness: 0,
+        spot: false,
     }
 }
 
@@ -44,6 +45,7 @@ pub fn config(policy: PlacePolicy) -> PlacerConfig {
         },
         rollout_node_price: c.rollout.price().cost(8, Micros(Micros::PER_HOUR)),
         train_node_price: c.training.price().cost(8, Micros(Micros::PER_HOUR)),
+        spot_rollout_node_price: None,
         capacity: None,
         skip_saturated: true,
         colocate: false,
