@@ -97,9 +97,30 @@ pub fn load_cluster(path: Option<&Path>) -> Result<ClusterConfig> {
         Some(p) => {
             let text =
                 std::fs::read_to_string(p).with_context(|| format!("cannot read cluster config {}", p.display()))?;
-            ClusterConfig::from_toml(&text).with_context(|| format!("invalid cluster config {}", p.display()))
+            let mut cfg =
+                ClusterConfig::from_toml(&text).with_context(|| format!("invalid cluster config {}", p.display()))?;
+            read_preemption_trace(&mut cfg, p)?;
+            Ok(cfg)
         }
     }
+}
+
+/// Reads the preemption trace a spot tier names, relative to the cluster file's directory.
+fn read_preemption_trace(cfg: &mut ClusterConfig, config: &Path) -> Result<()> {
+    let nodes = cfg.rollout.nodes;
+    let Some(spot) = cfg.rollout_spot.as_mut() else { return Ok(()) };
+    let Some(name) = spot.preemption_trace.as_deref() else { return Ok(()) };
+    let path = config.parent().unwrap_or(Path::new(".")).join(name);
+    let text = std::fs::read_to_string(&path).with_context(|| {
+        format!(
+            "cannot read the preemption trace {} (`rollout_spot.preemption_trace` in {})",
+            path.display(),
+            config.display()
+        )
+    })?;
+    spot.trace = weave_core::parse_preemption_trace(&text, nodes)
+        .with_context(|| format!("invalid preemption trace {}", path.display()))?;
+    Ok(())
 }
 
 /// Writes `text` to `path`, or to stdout when `path` is `None` or `-`.

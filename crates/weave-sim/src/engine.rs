@@ -21,6 +21,7 @@ mod failures;
 mod long_tail;
 mod outcome;
 mod sharing;
+mod spot;
 
 /// An event. Kept small: the heap moves these around a lot.
 #[derive(Clone, Copy)]
@@ -61,6 +62,10 @@ enum What {
     Yield,
     /// Graceful preemption: whether every victim of this claimant has yielded.
     ClaimCheck,
+    /// A spot rollout node is taken (drawn from the rate).
+    SpotPreemption,
+    /// The preemption trace's entry number `iteration` is due.
+    SpotTrace,
 }
 
 impl Done {
@@ -142,6 +147,9 @@ struct JobState {
     rollout_plain: Micros,
     /// When its current training phase started.
     train_started: Micros,
+    /// A rollout of its is in flight, and the delay spot preemptions have added to it.
+    rolling: bool,
+    rollout_extra: Micros,
 }
 
 impl JobState {
@@ -188,6 +196,8 @@ pub struct Engine<'a> {
     churn: consolidate::Churn,
     /// Tenants sharing fixed pools (quotas, priorities, preemption, backfill); `None`: one queue.
     share: Option<sharing::Sharing>,
+    /// The preemptible rollout tier, when the cluster has one.
+    spot: Option<spot::Spot>,
     pub metrics: Metrics,
     pub events: Vec<EventRecord>,
     actions: Vec<Action>,
@@ -241,6 +251,7 @@ impl<'a> Engine<'a> {
             consolidating: false,
             churn: consolidate::Churn::new(cfg.consolidation.churn),
             share: cfg.share.clone().map(|p| sharing::Sharing::new(p, jobs)),
+            spot: None,
             metrics: Metrics::default(),
             events: Vec::new(),
             actions: Vec::new(),
@@ -251,6 +262,13 @@ impl<'a> Engine<'a> {
     /// Turns long-tail migration on (shared rollout blocks only).
     pub fn with_migration(mut self, on: bool) -> Self {
         self.migration = on;
+        self
+    }
+
+    /// Runs rollouts on the cluster's spot tier, if it has one: chosen per job and recovered
+    /// the cheaper way (`weave`), or every job on it and restarted (the baselines).
+    pub fn with_spot(mut self, weave: bool) -> Self {
+        self.spot = self.cluster.rollout_spot.as_ref().map(|c| spot::Spot::new(c, self.cluster, self.cfg.seed, weave));
         self
     }
 
@@ -284,6 +302,7 @@ impl<'a> Engine<'a> {
             let wait = exp_wait(f.node_rate_per_hour, &mut self.node_rng);
             self.push(wait, CLASS_OTHER, 0, What::NodeFailure, 0);
         }
+        self.start_spot();
         if self.colocation() {
             self.push(self.cfg.consolidation.interval, CLASS_OTHER, 0, What::ConsolidateTick, 0);
         }
@@ -328,6 +347,7 @@ impl<'a> Engine<'a> {
                 (share.policy.mode >= weave_place::share::ShareMode::Backfill).then_some(share.backfill);
             self.metrics.preempted_training_gpu_hours = Some(share.wasted_training as f64 / 3.6e9);
         }
+        self.metrics.spot = self.spot.as_ref().map(|s| s.counts);
         self.metrics.end = self.metrics.end.max(self.now);
         progress(self.jobs.len(), self.jobs.len());
     }
@@ -414,14 +434,28 @@ impl<'a> Engine<'a> {
                 false
             }
             What::MigrationPoint => {
-                if self.current(i, ev) && !self.left_group(i) {
+                if self.current(i, ev) && !self.left_group(i) && !self.owes_spot_delay(i, ev.what, ev.iteration) {
                     self.migration_point(i, ev.iteration);
                 }
+                false
+            }
+            What::SpotPreemption => {
+                self.spot_preemption();
+                false
+            }
+            What::SpotTrace => {
+                self.spot_trace(ev.iteration);
                 false
             }
             _ => {
                 if !self.current(i, ev) || self.left_group(i) {
                     return false;
+                }
+                if ev.what == What::Phase(Phase::Rollout) {
+                    if self.owes_spot_delay(i, ev.what, ev.iteration) {
+                        return false;
+                    }
+                    self.states[i].as_mut().expect("current").rolling = false;
                 }
                 let input = ev.input().expect("dispatcher event");
                 self.dispatch(ev.group, input)
@@ -474,6 +508,10 @@ impl<'a> Engine<'a> {
             .filter(|g| g.is_lone())
             .fold((0, 0), |acc, g| (acc.0 + g.rollout_node_count(), acc.1 + g.train_width()));
         self.metrics.lone_nodes(self.now, lone, gpus);
+        if self.spot.is_some() {
+            let spot = self.placer.groups().filter(|g| g.spot()).map(|g| g.rollout_node_count()).sum();
+            self.metrics.spot_nodes(self.now, spot, gpus.0);
+        }
         self.share_advance();
     }
 
@@ -560,6 +598,7 @@ impl<'a> Engine<'a> {
                 let s = self.states[i].as_mut().expect("running job");
                 let (disagg, colo) = draw_iteration(&self.jobs[i], &self.cfg.runtime, iteration, &mut s.rng);
                 s.draws.insert(iteration, (disagg, colo));
+                (s.rolling, s.rollout_extra) = (true, Micros::ZERO);
                 s.lag.0 += iteration.saturating_sub(weights);
                 s.lag.1 += 1;
                 let p = s.placed.expect("placed");
@@ -580,6 +619,7 @@ impl<'a> Engine<'a> {
                         d += until.saturating_sub(self.now).min(d).scale(share);
                     }
                 }
+                d += self.spot_shortage(p.group, p.block, p.block_width, d);
                 let shape = self.jobs[i].migration;
                 let shared = self.migration && shape.release < 1.0 && self.block_members(p.group, p.block) > 1;
                 let s = self.states[i].as_mut().expect("running job");
@@ -648,6 +688,7 @@ impl<'a> Engine<'a> {
         let Some(s) = self.states[i].as_mut() else { return };
         let Some(p) = s.placed.take() else { return };
         s.epoch += 1;
+        s.rolling = false;
         self.forget_drain(i);
         let job = JobId(i as u32);
         self.leave_dispatcher(p.group, job);

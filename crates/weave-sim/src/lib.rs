@@ -126,7 +126,8 @@ pub fn replay(
         Some(placement) => {
             let mut e = engine::Engine::new(jobs, cluster, cfg, placement, policy.scaling(), policy.resident())
                 .with_migration(policy.migration())
-                .with_colocation(policy.colocate());
+                .with_colocation(policy.colocate())
+                .with_spot(policy.migration());
             e.run(progress);
             Replay { report: e.metrics.report(policy.name(), cluster), events: std::mem::take(&mut e.events) }
         }

@@ -41,6 +41,40 @@ pub struct Metrics {
     pub backfill: Option<crate::tenancy::BackfillReport>,
     /// Training GPU-hours charged busy for work preemptions threw away (tenants sharing).
     pub preempted_training_gpu_hours: Option<f64>,
+    /// Spot rollout nodes: held now, since when, and the GPU-time they were held in all.
+    spot_nodes: u32,
+    spot_change: Micros,
+    spot_held: u128,
+    /// What the spot tier's preemptions did, when the cluster has one.
+    pub spot: Option<SpotCounts>,
+}
+
+/// What spot preemptions did in one replay.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SpotCounts {
+    /// Admissions that put the job's rollout on spot.
+    pub spot_admissions: u64,
+    /// Spot nodes taken, and of those: the in-flight rollout's requests moved to other nodes,
+    /// restarted, or no rollout in flight on the node.
+    pub preemptions: u64,
+    pub moved: u64,
+    pub restarted: u64,
+    pub idle: u64,
+    /// Rollouts that started while a node of their block was missing.
+    pub shortages: u64,
+    /// Trace entries naming a node no spot group held at the time.
+    pub unheld: u64,
+    /// Rollout time added by preemptions, summed over rollouts, and the rollout GPU-time held
+    /// meanwhile (lost to preemption).
+    pub delay_us: u64,
+    pub lost_gpu_us: u128,
+}
+
+impl SpotCounts {
+    pub fn delay(&mut self, d: Micros, gpus: u32) {
+        self.delay_us += d.0;
+        self.lost_gpu_us += d.0 as u128 * gpus as u128;
+    }
 }
 
 /// What happened to jobs while they ran: re-grouping, failures, long-tail migration. Counted
@@ -178,6 +212,14 @@ impl Metrics {
         self.lone_change = now;
     }
 
+    /// The spot rollout nodes held changed at `now`.
+    pub fn spot_nodes(&mut self, now: Micros, nodes: u32, gpus_per_node: u32) {
+        self.spot_held +=
+            now.saturating_sub(self.spot_change).0 as u128 * self.spot_nodes as u128 * gpus_per_node as u128;
+        self.spot_nodes = nodes;
+        self.spot_change = now;
+    }
+
     /// GPU-time a single-member group used (busy, switching or syncing).
     pub fn lone_active(&mut self, pool: Pool, gpus: u32, t: Micros) {
         self.pools[pool_index(pool)].lone_active += gpus as u128 * t.0 as u128;
@@ -212,7 +254,16 @@ impl Metrics {
     pub fn report(&self, policy: &str, cluster: &ClusterConfig) -> PolicyReport {
         let prices = [cluster.rollout.price(), cluster.training.price()];
         let gpus = [cluster.rollout.gpus_per_node, cluster.training.gpus_per_node];
-        let cost = |i: usize, t: u128| prices[i].cost_of_gpu_micros(t);
+        // With a spot tier, rollout GPU-time is priced at the held mix of the two tiers.
+        let spot_price = cluster.rollout_spot.as_ref().filter(|_| self.spot.is_some()).map(|s| s.price());
+        let (held, spot_held) = (self.pools[0].held, self.spot_held.min(self.pools[0].held));
+        let cost = |i: usize, t: u128| match spot_price {
+            Some(sp) if i == 0 && held > 0 => {
+                prices[0].cost_of_gpu_micros(t * (held - spot_held) / held)
+                    + sp.cost_of_gpu_micros(t * spot_held / held)
+            }
+            _ => prices[i].cost_of_gpu_micros(t),
+        };
         let total = cost(0, self.pools[0].held) + cost(1, self.pools[1].held);
         let lower = cost(0, self.pools[0].busy) + cost(1, self.pools[1].busy);
         let gpu_hours = |t: u128| t as f64 / Micros::PER_HOUR as f64;
@@ -231,14 +282,37 @@ impl Metrics {
             let lone_idle = p.lone_held.saturating_sub(p.lone_active).min(idle - sync);
             [p.busy, p.switching, sync, lone_idle, idle - sync - lone_idle]
         };
-        let (r, t) = (split(0), split(1));
+        let (mut r, t) = (split(0), split(1));
+        // Rollout GPU-time held while preemption delays rollouts: carved out of the idle time
+        // (inside shared groups first, then a lone job's).
+        let lost = self.spot.map(|s| s.lost_gpu_us.min(r[3] + r[4]));
+        let from_other = lost.unwrap_or(0).min(r[4]);
+        r[4] -= from_other;
+        r[3] -= lost.unwrap_or(0) - from_other;
         let part = |k: usize| SplitPart {
             gpu_hours: gpu_hours(r[k] + t[k]),
             cost: cost(0, r[k]) + cost(1, t[k]),
             share: if total.0 > 0 { (cost(0, r[k]) + cost(1, t[k])).0 as f64 / total.0 as f64 } else { 0.0 },
         };
-        let money =
-            MoneySplit { busy: part(0), switching: part(1), sync: part(2), idle_alone: part(3), idle_other: part(4) };
+        let lost_part = |g: u128| SplitPart {
+            gpu_hours: gpu_hours(g),
+            cost: cost(0, g),
+            share: if total.0 > 0 { cost(0, g).0 as f64 / total.0 as f64 } else { 0.0 },
+        };
+        let money = MoneySplit {
+            busy: part(0),
+            switching: part(1),
+            sync: part(2),
+            idle_alone: part(3),
+            idle_other: part(4),
+            lost_to_preemption: lost.map(lost_part),
+        };
+        let spot = self.spot.zip(spot_price).map(|(counts, sp)| SpotReport {
+            counts,
+            spot_gpu_hours: gpu_hours(spot_held),
+            spot_cost: sp.cost_of_gpu_micros(spot_held),
+            delay_hours: Micros(counts.delay_us).as_hours_f64(),
+        });
         let iterations: u64 = self.jobs.iter().map(|j| j.iterations).sum();
         let within: u64 = self.jobs.iter().map(|j| j.iterations_within_slo).sum();
         let mut slowdowns: Vec<f64> = self.jobs.iter().map(|j| j.slowdown).collect();
@@ -284,6 +358,7 @@ impl Metrics {
             tenants: self.tenants.clone(),
             backfill: self.backfill,
             preempted_training_gpu_hours: self.preempted_training_gpu_hours,
+            spot,
         }
     }
 }
@@ -362,6 +437,20 @@ pub struct MoneySplit {
     pub idle_alone: SplitPart,
     /// Other idle: dependency bubbles and imbalance inside shared groups.
     pub idle_other: SplitPart,
+    /// Rollout GPUs held while spot preemptions delayed their rollouts (spot runs only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_to_preemption: Option<SplitPart>,
+}
+
+/// The spot tier in one replay: what it held and cost, and what its preemptions did.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SpotReport {
+    #[serde(flatten)]
+    pub counts: SpotCounts,
+    pub spot_gpu_hours: f64,
+    pub spot_cost: Money,
+    /// Rollout time preemptions added, summed over rollouts.
+    pub delay_hours: f64,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
@@ -461,6 +550,9 @@ pub struct PolicyReport {
     /// (tenants sharing fixed pools; omitted otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preempted_training_gpu_hours: Option<f64>,
+    /// The spot tier, when the cluster has one (omitted otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spot: Option<SpotReport>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]

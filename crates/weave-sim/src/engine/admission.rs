@@ -51,6 +51,9 @@ impl Engine<'_> {
         let mut place = self.jobs[i].place.clone();
         place.times = self.estimate(i);
         place.variation = self.variations[i].clone();
+        if let Some(spot) = &self.spot {
+            spot.choose_tier(&mut place, self.cfg.slo_epsilon);
+        }
         place
     }
 
@@ -64,6 +67,7 @@ impl Engine<'_> {
     pub(super) fn admit_at(&mut self, i: usize, target: Option<Target>) -> Result<(), ()> {
         let job = &self.jobs[i];
         let place = self.place_job(i);
+        let spot = place.spot;
         let placed = match target {
             None => self.placer.admit(place),
             Some(t) => self.placer.admit_to(place, t),
@@ -78,6 +82,9 @@ impl Engine<'_> {
             }
         };
         let colocated = decision.kind == weave_place::DecisionKind::Colocated;
+        if let Some(s) = self.spot.as_mut().filter(|_| spot && !colocated) {
+            s.counts.spot_admissions += 1;
+        }
         // The admission split counts where jobs start; moves and restarts are counted apart.
         if self.states[i].as_ref().is_none_or(|s| s.epoch == 0) {
             self.metrics.admitted(decision.kind);
@@ -119,6 +126,8 @@ impl Engine<'_> {
             rollout_started: Micros::ZERO,
             rollout_plain: Micros::ZERO,
             train_started: Micros::ZERO,
+            rolling: false,
+            rollout_extra: Micros::ZERO,
         });
         // Queueing delay counts the first admission only (epoch 0: never placed before).
         let first = s.epoch == 0;

@@ -1,0 +1,217 @@
+//! The preemptible rollout tier in the replay: which jobs run their rollouts on it, when its
+//! nodes are taken back (a seeded stream of its own, or a replayed trace) and what that costs
+//! the rollout in flight and the ones that start while the node is missing.
+//!
+//! Weave chooses the tier per job at admission (spot when the job's SLO has room for the
+//! preemption delays its life may see at the promised confidence, and spot is cheaper per unit
+//! of work) and recovers a preempted node's in-flight requests by moving them or restarting
+//! them, whichever is cheaper. The other policies put every job with rollout nodes on spot and
+//! restart (the spot-only baseline). A replacement node is asked for at the notice; the node
+//! stays charged until it arrives (conservative: a cloud stops billing a taken node).
+
+use super::{Engine, What, CLASS_OTHER};
+use crate::dynamics::exp_wait;
+use crate::metrics::SpotCounts;
+use std::collections::BTreeMap;
+use weave_core::{GroupId, Micros, NodeId, Pool, Preemption, SpotConfig};
+use weave_model::spot::short_delay;
+use weave_model::{named_stream, Recovery, SpotModel, Stream};
+use weave_place::PlaceJob;
+
+pub(super) struct Spot {
+    model: SpotModel,
+    recovery: Recovery,
+    /// Every job with rollout nodes runs them on spot (the baselines); otherwise per job.
+    all_jobs: bool,
+    rng: Stream,
+    trace: Vec<Preemption>,
+    /// Spot price over on-demand price of a rollout node, and the training node's price, per
+    /// hour (the per-job choice compares dollars per unit of work).
+    prices: (f64, f64, f64),
+    /// Per rollout block: when each of its missing nodes is replaced.
+    missing: BTreeMap<(GroupId, u32), Vec<Micros>>,
+    pub(super) counts: SpotCounts,
+}
+
+impl Spot {
+    pub(super) fn new(c: &SpotConfig, cluster: &weave_core::ClusterConfig, seed: u64, weave: bool) -> Spot {
+        let node = |price: f64, gpus: u32| price * gpus as f64;
+        let mut model = SpotModel::from_config(c);
+        if let Some(last) = c.trace.last() {
+            // Admission plans for the trace's own rate: its preemptions over the pool and span.
+            let node_hours = cluster.rollout.nodes as f64 * last.at.as_hours_f64().max(1.0);
+            model.rate_per_node_hour = c.trace.len() as f64 / node_hours;
+        }
+        Spot {
+            model,
+            recovery: if weave { Recovery::Cheaper } else { Recovery::Restart },
+            all_jobs: !weave,
+            rng: named_stream(seed, "spot-preemption", 0),
+            trace: c.trace.clone(),
+            prices: (
+                node(c.price_per_gpu_hour, cluster.rollout.gpus_per_node),
+                node(cluster.rollout.price_per_gpu_hour, cluster.rollout.gpus_per_node),
+                node(cluster.training.price_per_gpu_hour, cluster.training.gpus_per_node),
+            ),
+            missing: BTreeMap::new(),
+            counts: SpotCounts::default(),
+        }
+    }
+
+    /// Puts `place` on spot if this run uses spot for it: Weave when the job's SLO has room
+    /// for its life's preemption delays (admission then sees the SLO minus that room) and spot
+    /// is cheaper per unit of work with them.
+    pub(super) fn choose_tier(&self, place: &mut PlaceJob, epsilon: f64) {
+        if self.all_jobs {
+            place.spot = true;
+            return;
+        }
+        let solo = place.solo();
+        let iterations = place.variation.iterations.max(1);
+        let solo_life = Micros(solo.0.saturating_mul(iterations));
+        let life = solo_life.scale(place.slo);
+        let room = self.model.life_overhead(place.times.rollout, place.rollout_width, life, solo_life, epsilon);
+        let (spot, on_demand, train) = self.prices;
+        let (r, t) = (place.rollout_width as f64, place.train_width as f64);
+        let cheaper = (r * spot + t * train) * (1.0 + room) < r * on_demand + t * train;
+        if cheaper && 1.0 + room <= place.slo {
+            place.spot = true;
+            place.slo -= room;
+        }
+    }
+
+    /// The first preemption event: the trace's first, or a draw from the rate.
+    fn next_wait(&mut self, spot_nodes: u32) -> Micros {
+        exp_wait(self.model.rate_per_node_hour * spot_nodes.max(1) as f64, &mut self.rng)
+    }
+}
+
+impl Engine<'_> {
+    /// Schedules the first preemption, if the run has a spot tier.
+    pub(super) fn start_spot(&mut self) {
+        let Some(spot) = self.spot.as_mut() else { return };
+        if let Some(first) = spot.trace.first() {
+            let at = first.at;
+            self.push(at, CLASS_OTHER, 0, What::SpotTrace, 0);
+        } else if spot.model.rate_per_node_hour > 0.0 {
+            // (With a trace the rate above is admission's estimate only.)
+            let wait = spot.next_wait(1);
+            self.push(wait, CLASS_OTHER, 0, What::SpotPreemption, 0);
+        }
+    }
+
+    /// A preemption drawn from the rate: a random held spot rollout node is taken.
+    pub(super) fn spot_preemption(&mut self) {
+        let nodes = self.spot_nodes();
+        let Some(spot) = self.spot.as_mut() else { return };
+        if !nodes.is_empty() {
+            let k = rand::Rng::random_range(&mut spot.rng, 0..nodes.len());
+            let (g, block) = nodes[k];
+            self.take_spot_node(g, block);
+        }
+        let held = self.spot_nodes().len() as u32;
+        let spot = self.spot.as_mut().expect("spot run");
+        let wait = spot.next_wait(held);
+        if self.work_left() {
+            self.push(self.now + wait, CLASS_OTHER, 0, What::SpotPreemption, 0);
+        }
+    }
+
+    /// The trace's preemption number `k`: its node is taken if a spot group holds it.
+    pub(super) fn spot_trace(&mut self, k: u64) {
+        let Some(spot) = self.spot.as_ref() else { return };
+        let Some(p) = spot.trace.get(k as usize).copied() else { return };
+        let node = NodeId { pool: Pool::Rollout, index: p.node };
+        let holder = self
+            .placer
+            .groups()
+            .filter(|g| g.spot())
+            .find_map(|g| g.blocks.iter().find(|b| b.nodes.contains(&node)).map(|b| (g.id, b.id)));
+        match holder {
+            Some((g, block)) => self.take_spot_node(g, block),
+            None => self.spot.as_mut().expect("spot run").counts.unheld += 1,
+        }
+        let next = self.spot.as_ref().and_then(|s| s.trace.get(k as usize + 1)).map(|p| p.at);
+        if let (Some(at), true) = (next, self.work_left()) {
+            self.push(at.max(self.now), CLASS_OTHER, 0, What::SpotTrace, k + 1);
+        }
+    }
+
+    /// Every held spot rollout node, as (group, block), in placement order.
+    fn spot_nodes(&self) -> Vec<(GroupId, u32)> {
+        self.placer
+            .groups()
+            .filter(|g| g.spot())
+            .flat_map(|g| g.blocks.iter().flat_map(move |b| b.nodes.iter().map(move |_| (g.id, b.id))))
+            .collect()
+    }
+
+    /// A node of block `block` of group `g` is taken now: the rollout in flight there is
+    /// delayed by its recovery, and the block is a node short until the replacement arrives.
+    fn take_spot_node(&mut self, g: GroupId, block: u32) {
+        let Some(group) = self.placer.group(g) else { return };
+        let nodes = group.block(block).map_or(1, |b| b.nodes.len() as u32);
+        let rolling: Vec<usize> = group
+            .members
+            .iter()
+            .filter(|m| m.block == block)
+            .map(|m| m.job.id.0 as usize)
+            .filter(|&i| self.states[i].as_ref().is_some_and(|s| s.rolling))
+            .collect();
+        let gpus = nodes * self.gpus().0;
+        let spot = self.spot.as_mut().expect("spot run");
+        spot.counts.preemptions += 1;
+        let gap = spot.model.gap();
+        if gap > Micros::ZERO {
+            spot.missing.entry((g, block)).or_default().push(self.now + gap);
+        }
+        if rolling.is_empty() {
+            spot.counts.idle += 1;
+        }
+        for i in rolling {
+            let s = self.states[i].as_mut().expect("rolling job");
+            let end = s.rollout_started + s.rollout_plain + s.rollout_extra;
+            let (elapsed, remaining) = (self.now.saturating_sub(s.rollout_started), end.saturating_sub(self.now));
+            let r = spot.model.recover(spot.recovery, elapsed, remaining, nodes);
+            s.rollout_extra += r.delay;
+            if r.moved {
+                spot.counts.moved += 1;
+            } else {
+                spot.counts.restarted += 1;
+            }
+            spot.counts.delay(r.delay, gpus);
+        }
+    }
+
+    /// What a rollout of `d` starting now on block `block` of `g` loses to its missing nodes.
+    pub(super) fn spot_shortage(&mut self, g: GroupId, block: u32, nodes: u32, d: Micros) -> Micros {
+        let now = self.now;
+        let gpus = nodes * self.gpus().0;
+        let Some(spot) = self.spot.as_mut() else { return Micros::ZERO };
+        let Some(ends) = spot.missing.get_mut(&(g, block)) else { return Micros::ZERO };
+        ends.retain(|&e| e > now);
+        let delay = ends.iter().map(|&e| short_delay(d, nodes, e.saturating_sub(now))).fold(Micros::ZERO, |a, b| a + b);
+        if ends.is_empty() {
+            spot.missing.remove(&(g, block));
+        }
+        if delay > Micros::ZERO {
+            spot.counts.shortages += 1;
+            spot.counts.delay(delay, gpus);
+        }
+        delay
+    }
+
+    /// A rollout end (or its migration point) came due with preemption delay still owed: it is
+    /// put off by that much. True if it was.
+    pub(super) fn owes_spot_delay(&mut self, i: usize, what: What, iteration: u64) -> bool {
+        let Some(s) = self.states[i].as_mut() else { return false };
+        if s.rollout_extra == Micros::ZERO {
+            return false;
+        }
+        let extra = std::mem::replace(&mut s.rollout_extra, Micros::ZERO);
+        // The rollout runs later by that much: the long-tail end is computed from its start.
+        s.rollout_started += extra;
+        self.push(self.now + extra, 1, i, what, iteration);
+        true
+    }
+}
