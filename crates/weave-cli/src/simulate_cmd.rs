@@ -287,7 +287,42 @@ pub fn render(reports: &[&PolicyReport]) -> String {
         ]);
     }
     table::align_numbers(&mut service);
-    format!("{cost}\n{service}\n{}{}", render_money(reports), render_staleness(reports))
+    format!("{cost}\n{service}\n{}{}{}", render_money(reports), render_staleness(reports), render_spot(reports))
+}
+
+/// The spot tier, when the cluster has one: who ran on it, what it cost, what preemptions did.
+pub fn render_spot(reports: &[&PolicyReport]) -> String {
+    if !reports.iter().any(|r| r.spot.is_some()) {
+        return String::new();
+    }
+    let mut t = table::new(&[
+        "policy",
+        "started on spot",
+        "spot H20 GPU-h",
+        "spot $",
+        "preempted",
+        "moved/restarted/idle",
+        "started short",
+        "rollout delay h",
+        "lost to preemption $",
+    ]);
+    for r in reports {
+        let Some(s) = r.spot else { continue };
+        let c = s.counts;
+        t.add_row(vec![
+            r.policy.clone(),
+            c.spot_jobs.to_string(),
+            format!("{:.0}", s.spot_gpu_hours),
+            format!("{:.0}", s.spot_cost.as_dollars()),
+            c.preemptions.to_string(),
+            format!("{}/{}/{}", c.moved, c.restarted, c.idle),
+            c.shortages.to_string(),
+            format!("{:.2}", s.delay_hours),
+            r.money.lost_to_preemption.map_or_else(|| "-".into(), |p| format!("{:.0}", p.cost.as_dollars())),
+        ]);
+    }
+    table::align_numbers(&mut t);
+    format!("{t}\n")
 }
 
 /// Bounded-staleness jobs, when the trace has any: how far behind their rollouts ran under

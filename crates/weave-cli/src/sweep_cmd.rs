@@ -24,6 +24,9 @@ pub enum SweepCommand {
     /// Bounded staleness: 0 to 100% of the jobs at k = 1, then at k = 2 (solo-async, the
     /// best solo run of a stale job, is added to the policies).
     Staleness(SweepArgs),
+    /// A preemptible rollout tier: spot discounts 0-70% and preemption rates from rare to
+    /// hourly, Weave with spot against on-demand Weave and a spot-only baseline.
+    Spot(crate::sweep_spot::SpotSweepArgs),
 }
 
 #[derive(clap::Args)]
@@ -64,6 +67,7 @@ pub fn run(cmd: SweepCommand) -> Result<()> {
         SweepCommand::Link(a) => ("link", a),
         SweepCommand::Classes(a) => ("classes", a),
         SweepCommand::Staleness(a) => ("staleness", a),
+        SweepCommand::Spot(a) => return crate::sweep_spot::run(a),
     };
     let profile = ProfileModel::builtin();
     let base_cluster = load_cluster(args.cluster.as_deref())?;

@@ -106,7 +106,7 @@ fn delay_with_extra_work(remaining: Micros, nodes: u32, gap: Micros, extra: Micr
 
 /// The smallest `k` with `P(Poisson(mean) <= k) >= p`.
 pub fn poisson_quantile(mean: f64, p: f64) -> u64 {
-    if !(mean > 0.0) {
+    if mean.is_nan() || mean <= 0.0 {
         return 0;
     }
     let (mut k, mut term) = (0u64, (-mean).exp());

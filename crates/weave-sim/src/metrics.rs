@@ -52,8 +52,8 @@ pub struct Metrics {
 /// What spot preemptions did in one replay.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct SpotCounts {
-    /// Admissions that put the job's rollout on spot.
-    pub spot_admissions: u64,
+    /// Jobs whose first admission put their rollout nodes on spot.
+    pub spot_jobs: u64,
     /// Spot nodes taken, and of those: the in-flight rollout's requests moved to other nodes,
     /// restarted, or no rollout in flight on the node.
     pub preemptions: u64,

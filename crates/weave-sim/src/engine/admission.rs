@@ -82,12 +82,12 @@ impl Engine<'_> {
             }
         };
         let colocated = decision.kind == weave_place::DecisionKind::Colocated;
-        if let Some(s) = self.spot.as_mut().filter(|_| spot && !colocated) {
-            s.counts.spot_admissions += 1;
-        }
         // The admission split counts where jobs start; moves and restarts are counted apart.
         if self.states[i].as_ref().is_none_or(|s| s.epoch == 0) {
             self.metrics.admitted(decision.kind);
+            if let Some(s) = self.spot.as_mut().filter(|_| spot && !colocated) {
+                s.counts.spot_jobs += 1;
+            }
         }
         self.record_nodes();
         let placed = Placed {
