@@ -150,6 +150,8 @@ struct JobState {
     /// A rollout of its is in flight, and the delay spot preemptions have added to it.
     rolling: bool,
     rollout_extra: Micros,
+    /// Its rollout tier (spot runs), chosen at its first admission.
+    spot: Option<bool>,
 }
 
 impl JobState {

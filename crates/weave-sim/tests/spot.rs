@@ -79,3 +79,22 @@ fn weave_on_spot_keeps_its_promise_and_reproduces() {
     assert_eq!((base.moved, base.spot_jobs), (0, 30));
     assert!(base.restarted > 0);
 }
+
+/// A job whose SLO leaves no room for preemption delays stays on demand under Weave; the
+/// spot-only baseline puts it on spot anyway (and misses its SLO when a preemption hits).
+#[test]
+fn a_job_without_slack_for_preemptions_stays_on_demand() {
+    let jsonl = r#"{"id":"a","arrival_s":0,"type":"7B_8k","iterations":10,"slo":1.0}"#;
+    let trace = parse(jsonl, Format::Jsonl, "spot", &ReadOptions::default()).unwrap();
+    let cluster = spot_cluster(0.0, vec![Preemption { node: 0, at: Micros::from_secs(100) }]);
+    let cfg = SimConfig { runtime: RuntimeModel::deterministic(), slo: SloSetting::default(), ..SimConfig::default() };
+    let jobs = prepare(&trace, &cluster, &ProfileModel::builtin(), cfg.slo, cfg.seed);
+    let run = |p| replay(&jobs, &cluster, p, &cfg, &mut |_, _| {}).report;
+    let weave = run(Policy::WeaveDisaggOnly);
+    let counts = weave.spot.expect("spot run").counts;
+    assert_eq!((counts.spot_jobs, counts.preemptions, counts.unheld), (0, 0, 1));
+    assert_eq!(weave.slo_attainment_jobs, 1.0);
+    let baseline = run(Policy::SoloDisagg);
+    assert_eq!(baseline.spot.expect("spot run").counts.preemptions, 1);
+    assert_eq!(baseline.slo_attainment_jobs, 0.0);
+}

@@ -52,7 +52,10 @@ impl Engine<'_> {
         place.times = self.estimate(i);
         place.variation = self.variations[i].clone();
         if let Some(spot) = &self.spot {
-            spot.choose_tier(&mut place, self.cfg.slo_epsilon);
+            match self.states[i].as_ref().and_then(|s| s.spot) {
+                Some(tier) => spot.keep_tier(&mut place, tier, self.cfg.slo_epsilon),
+                None => spot.choose_tier(&mut place, self.cfg.slo_epsilon, &self.placer),
+            }
         }
         place
     }
@@ -128,7 +131,13 @@ impl Engine<'_> {
             train_started: Micros::ZERO,
             rolling: false,
             rollout_extra: Micros::ZERO,
+            spot: None,
         });
+        // The tier is the job's from its first placement on rollout nodes: a move planned on
+        // one tier is carried out on it (co-located, it holds none and stays open to both).
+        if !colocated {
+            s.spot.get_or_insert(spot);
+        }
         // Queueing delay counts the first admission only (epoch 0: never placed before).
         let first = s.epoch == 0;
         if first {

@@ -16,7 +16,10 @@ use std::collections::BTreeMap;
 use weave_core::{GroupId, Micros, NodeId, Pool, Preemption, SpotConfig};
 use weave_model::spot::short_delay;
 use weave_model::{named_stream, Recovery, SpotModel, Stream};
-use weave_place::PlaceJob;
+use weave_place::{DecisionKind, OptionCost, PlaceJob, Placer};
+
+/// The share of a job's SLO slack its preemption room may take (see [`Spot::choose_tier`]).
+const SLACK_FOR_PREEMPTION: f64 = 0.5;
 
 pub(super) struct Spot {
     model: SpotModel,
@@ -25,8 +28,7 @@ pub(super) struct Spot {
     all_jobs: bool,
     rng: Stream,
     trace: Vec<Preemption>,
-    /// Spot price over on-demand price of a rollout node, and the training node's price, per
-    /// hour (the per-job choice compares dollars per unit of work).
+    /// Hourly prices of a spot and an on-demand rollout node and of a training node.
     prices: (f64, f64, f64),
     /// Per rollout block: when each of its missing nodes is replaced.
     missing: BTreeMap<(GroupId, u32), Vec<Micros>>,
@@ -35,7 +37,6 @@ pub(super) struct Spot {
 
 impl Spot {
     pub(super) fn new(c: &SpotConfig, cluster: &weave_core::ClusterConfig, seed: u64, weave: bool) -> Spot {
-        let node = |price: f64, gpus: u32| price * gpus as f64;
         let mut model = SpotModel::from_config(c);
         if let Some(last) = c.trace.last() {
             // Admission plans for the trace's own rate: its preemptions over the pool and span.
@@ -49,9 +50,9 @@ impl Spot {
             rng: named_stream(seed, "spot-preemption", 0),
             trace: c.trace.clone(),
             prices: (
-                node(c.price_per_gpu_hour, cluster.rollout.gpus_per_node),
-                node(cluster.rollout.price_per_gpu_hour, cluster.rollout.gpus_per_node),
-                node(cluster.training.price_per_gpu_hour, cluster.training.gpus_per_node),
+                c.price_per_gpu_hour * cluster.rollout.gpus_per_node as f64,
+                cluster.rollout.price_per_gpu_hour * cluster.rollout.gpus_per_node as f64,
+                cluster.training.price_per_gpu_hour * cluster.training.gpus_per_node as f64,
             ),
             missing: BTreeMap::new(),
             counts: SpotCounts::default(),
@@ -59,25 +60,54 @@ impl Spot {
     }
 
     /// Puts `place` on spot if this run uses spot for it: Weave when the job's SLO has room
-    /// for its life's preemption delays (admission then sees the SLO minus that room) and spot
-    /// is cheaper per unit of work with them.
-    pub(super) fn choose_tier(&self, place: &mut PlaceJob, epsilon: f64) {
+    /// for its life's preemption delays (admission then sees the SLO minus that room), its own
+    /// nodes cost less on spot with that room, and the best option on spot, its dollars grown
+    /// by the room where it holds rollout nodes, costs no more per unit of work than the best
+    /// on demand (a spot job shares groups only with spot jobs: a job that would pack on demand
+    /// but not on spot stays on demand; a tie goes to spot, where later jobs find partners).
+    /// A co-located job decides again when it is moved (see `admit_at`): it holds no rollout
+    /// nodes yet.
+    pub(super) fn choose_tier(&self, place: &mut PlaceJob, epsilon: f64, placer: &Placer) {
         if self.all_jobs {
             place.spot = true;
             return;
         }
-        let solo = place.solo();
-        let iterations = place.variation.iterations.max(1);
-        let solo_life = Micros(solo.0.saturating_mul(iterations));
-        let life = solo_life.scale(place.slo);
-        let room = self.model.life_overhead(place.times.rollout, place.rollout_width, life, solo_life, epsilon);
+        let room = self.room(place, epsilon);
+        // Sharing is where Weave's savings come from, and it needs the SLO's slack: the room
+        // may take at most half of it (a job left without slack runs alone, and alone the
+        // rollout discount cannot pay for the packing it gives up).
+        if room > (place.slo - 1.0) * SLACK_FOR_PREEMPTION {
+            return;
+        }
         let (spot, on_demand, train) = self.prices;
         let (r, t) = (place.rollout_width as f64, place.train_width as f64);
-        let cheaper = (r * spot + t * train) * (1.0 + room) < r * on_demand + t * train;
-        if cheaper && 1.0 + room <= place.slo {
-            place.spot = true;
-            place.slo -= room;
+        if (r * spot + t * train) * (1.0 + room) >= r * on_demand + t * train {
+            return;
         }
+        let on_spot = PlaceJob { spot: true, slo: place.slo - room, ..place.clone() };
+        // A co-located option holds no rollout nodes: no preemption delays it.
+        let delays = |o: &OptionCost| if o.kind == DecisionKind::Colocated { 1.0 } else { 1.0 + room };
+        let score = |job: &PlaceJob| placer.best_option(job).map_or(f64::INFINITY, |o| o.score() * delays(&o));
+        if score(&on_spot) <= score(place) {
+            *place = on_spot;
+        }
+    }
+
+    /// Puts `place` on the tier its first admission chose (`spot`), with the same room.
+    pub(super) fn keep_tier(&self, place: &mut PlaceJob, spot: bool, epsilon: f64) {
+        if spot {
+            if !self.all_jobs {
+                place.slo -= self.room(place, epsilon);
+            }
+            place.spot = true;
+        }
+    }
+
+    /// The share of the job's solo life its SLO must leave for preemption delays.
+    fn room(&self, place: &PlaceJob, epsilon: f64) -> f64 {
+        let solo_life = Micros(place.solo().0.saturating_mul(place.variation.iterations.max(1)));
+        let life = solo_life.scale(place.slo);
+        self.model.life_overhead(place.times.rollout, place.rollout_width, life, solo_life, epsilon)
     }
 
     /// The first preemption event: the trace's first, or a draw from the rate.
