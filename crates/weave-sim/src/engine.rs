@@ -6,7 +6,7 @@
 
 use crate::dynamics::{exp_wait, Regroup};
 use crate::metrics::Metrics;
-use crate::workload::{draw_iteration, SimJob, SoloPipeline};
+use crate::workload::{draw_iteration, SimJob};
 use crate::{CapacityMode, EventRecord, SimConfig};
 use std::collections::{BTreeMap, VecDeque};
 use weave_core::{ClusterConfig, EventQueue, GroupId, JobId, Micros, PhaseTimes, Pool};
@@ -18,9 +18,11 @@ use weave_place::{PlacePolicy, Placer, PlacerConfig};
 mod admission;
 mod consolidation;
 mod failures;
+mod job_state;
 mod long_tail;
 mod outcome;
 mod sharing;
+use job_state::JobState;
 mod spot;
 
 /// An event. Kept small: the heap moves these around a lot.
@@ -101,73 +103,6 @@ struct Placed {
     pool_width: u32,
     /// Both phases on the training nodes with the co-located profile.
     colocated: bool,
-}
-
-struct JobState {
-    rng: Stream,
-    fail_rng: Stream,
-    /// Each started iteration's drawn durations (disaggregated at the job's own widths, and
-    /// co-located), from its rollout's start until it is done: with bounded staleness later
-    /// rollouts start before an iteration trains.
-    draws: BTreeMap<u64, (PhaseTimes, PhaseTimes)>,
-    /// Versions behind summed over its rollouts, and the rollouts counted (bounded staleness).
-    lag: (u64, u64),
-    first_admitted: Micros,
-    last_train_end: Micros,
-    solo_sum: Micros,
-    within_slo: u64,
-    done: u64,
-    checkpoint: u64,
-    /// A bounded-staleness job's solo run on its own draws (its solo reference).
-    solo_pipeline: SoloPipeline,
-    /// `solo_sum`, `within_slo` and the solo pipeline at the last checkpoint: a preemption
-    /// rolls them back with the work, since a solo run would never have lost it (a failure
-    /// does not: solo fails too).
-    at_checkpoint: (Micros, u64, SoloPipeline),
-    /// Times preempted: to reclaim borrowed capacity, and outranked within its tenant.
-    preempted: (u32, u32),
-    /// Training GPU-time charged busy since its last checkpoint (what a preemption wastes).
-    train_busy_unsaved: u128,
-    /// The next finished iteration is the first since (re)admission: it paid a cold start.
-    fresh: bool,
-    placed: Option<Placed>,
-    epoch: u32,
-    measured: VecDeque<PhaseTimes>,
-    restarts: u32,
-    last_move: Option<Micros>,
-    /// When its current admission began (preemption's minimum run time counts from here).
-    admitted_at: Micros,
-    /// The next fresh start follows a failure: a solo run would have paid its cold start too,
-    /// so it is added to the solo reference. A move the scheduler chose is not excused.
-    excused: bool,
-    /// The job's own predicted slowdown at its last admission.
-    predicted: f64,
-    /// The current rollout's start and its duration without migration.
-    rollout_started: Micros,
-    rollout_plain: Micros,
-    /// When its current training phase started.
-    train_started: Micros,
-    /// A rollout of its is in flight, and the delay spot preemptions have added to it.
-    rolling: bool,
-    rollout_extra: Micros,
-    /// Its rollout tier (spot runs), chosen at its first admission.
-    spot: Option<bool>,
-}
-
-impl JobState {
-    /// Iteration `k`'s drawn durations, disaggregated and co-located (the estimates if it has
-    /// not started).
-    fn drawn(&self, k: u64, job: &SimJob) -> (PhaseTimes, PhaseTimes) {
-        self.draws.get(&k).copied().unwrap_or((job.disagg, job.colo))
-    }
-
-    /// Its checkpoint is now: a later preemption or failure resumes here, and its SLO's solo
-    /// reference and unsaved training time roll back to here.
-    fn save_checkpoint(&mut self) {
-        self.checkpoint = self.done;
-        self.at_checkpoint = (self.solo_sum, self.within_slo, self.solo_pipeline.clone());
-        self.train_busy_unsaved = 0;
-    }
 }
 
 pub struct Engine<'a> {
