@@ -35,17 +35,19 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 
     /// Every admission leaves every group within DRAM and every member of the receiving group
-    /// within its SLO under the model; isolated provisioning always exists, so admission in
-    /// elastic mode never fails.
+    /// within its SLO under the model, and no group mixes spot and on-demand jobs; isolated
+    /// provisioning always exists, so admission in elastic mode never fails.
     #[test]
     fn admissions_respect_memory_and_slo(jobs in arb_jobs(16), departures in prop::collection::vec(any::<u16>(), 0..6),
                                          policy in prop::sample::select(vec![PlacePolicy::Weave, PlacePolicy::Random, PlacePolicy::MostIdle]),
-                                         try_saturated in any::<bool>()) {
+                                         try_saturated in any::<bool>(), spots in prop::collection::vec(any::<bool>(), 16)) {
         let mut cfg = config(policy);
         cfg.skip_saturated = !try_saturated;
+        cfg.spot_rollout_node_price = Some(weave_core::Money(cfg.rollout_node_price.0 * 2 / 5));
         let res = cfg.residency;
         let mut p = Placer::new(cfg);
-        for (i, j) in jobs.into_iter().enumerate() {
+        for (i, mut j) in jobs.into_iter().enumerate() {
+            j.spot = spots[i];
             let d = p.admit(j).expect("isolated provisioning is always possible");
             let g = p.group(d.group).unwrap();
             for (k, m) in g.members.iter().enumerate() {
@@ -53,6 +55,7 @@ proptest! {
                     "member {:?} over its SLO", m.job.id);
             }
             for g in p.groups() {
+                prop_assert!(g.members.iter().all(|m| m.job.spot == g.spot()), "group {:?} mixes tiers", g.id);
                 prop_assert!(g.blocks.iter().all(|b| b.used <= res.rollout_dram));
                 prop_assert!(g.train_used <= res.train_dram);
                 let used: u64 = g.members.iter().map(|m| m.job.train_state_total.0 / g.train_width() as u64).sum();
