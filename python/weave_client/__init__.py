@@ -243,6 +243,15 @@ class WeaveClient:
         and are re-admitted from their last completed iteration, or wait in the queue."""
         return self._request("POST", f"/v1/nodes/{node}/down", {"reason": reason} if reason else {})[1]
 
+    def node_notice(self, node: str, seconds: int, reason: Optional[str] = None) -> JSON:
+        """A preemption notice for ``node`` (admin; fixed pools): it closes to new placements
+        now, its jobs' tenants see ``preemption-notice`` events with the deadline, and after
+        ``seconds`` the server takes it out of service as a lost node."""
+        body: Dict[str, Any] = {"seconds": seconds}
+        if reason:
+            body["reason"] = reason
+        return self._request("POST", f"/v1/nodes/{node}/notice", body)[1]
+
     def node_up(self, node: str) -> JSON:
         """Puts ``node`` back in service (admin): queued jobs start where it makes room."""
         return self._request("POST", f"/v1/nodes/{node}/up")[1]

@@ -516,6 +516,7 @@ pub fn router(shared: Arc<Shared>, rate: Option<RateLimits>) -> Router {
         .route("/v1/nodes", get(cluster::nodes))
         .route("/v1/nodes/{node}/down", post(cluster::node_down))
         .route("/v1/nodes/{node}/up", post(cluster::node_up))
+        .route("/v1/nodes/{node}/notice", post(cluster::node_notice))
         .route("/v1/cluster", get(cluster::cluster))
         .route("/v1/events", get(events))
         .route("/v1/queue", get(listing::queue))

@@ -53,6 +53,7 @@ pub async fn serve(
             // The store's fsync blocks: keep it off the async workers.
             let _ = tokio::task::spawn_blocking(move || {
                 r.expire_heartbeats();
+                r.expire_notices();
                 r.consolidate_if_due();
             })
             .await;

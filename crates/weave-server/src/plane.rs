@@ -19,6 +19,7 @@ mod consolidation;
 mod dispatch;
 mod gate;
 mod job;
+mod nodes;
 mod queue;
 mod record;
 mod snapshot;
@@ -99,6 +100,8 @@ pub struct Plane {
     preemptions: BTreeMap<String, u64>,
     /// Tenants' recent use, for fair share with decay (advanced at every record).
     usage_history: weave_place::share::UsageHistory,
+    /// Nodes under a preemption notice: taken out of service at their deadline.
+    notices: BTreeMap<NodeId, nodes::Notice>,
     pub stats: PlaneStats,
 }
 
@@ -154,6 +157,7 @@ impl Plane {
             retention: Retention::default(),
             preemptions: BTreeMap::new(),
             usage_history: Default::default(),
+            notices: BTreeMap::new(),
             arrivals: Default::default(),
             next_arrival: 0,
             share: None,
@@ -302,16 +306,7 @@ impl Plane {
             Record::Cancel { job, .. } | Record::Fail { job, .. } | Record::Restart { job, .. } => {
                 self.running(job).map(|_| ())
             }
-            Record::NodeDown { node, .. } => {
-                self.in_inventory(*node)?;
-                if self.placer.is_down(*node) {
-                    return Err(PlaneError::Invalid {
-                        field: "node".into(),
-                        reason: format!("{node} is already down"),
-                    });
-                }
-                Ok(())
-            }
+            Record::NodeDown { .. } | Record::NodeUp { .. } | Record::NodeNotice { .. } => self.check_node(rec),
             Record::Inventory { .. } => {
                 if self.placer.config().capacity.is_none() {
                     return Err(PlaneError::Invalid {
@@ -326,13 +321,6 @@ impl Plane {
                 reason: "consolidation is off (the server runs with --disagg-only)".into(),
             }),
             Record::Consolidate { .. } => Ok(()),
-            Record::NodeUp { node, .. } => {
-                self.in_inventory(*node)?;
-                if !self.placer.is_down(*node) {
-                    return Err(PlaneError::Invalid { field: "node".into(), reason: format!("{node} is not down") });
-                }
-                Ok(())
-            }
             Record::Ready { job, admission, .. } => {
                 let j = self.running(job)?;
                 if j.pending_join.is_none() || j.id.0 != *admission {
@@ -364,22 +352,6 @@ impl Plane {
                 Ok(())
             }
         }
-    }
-
-    /// Node failures only mean something for fixed pools, whose node names are machines.
-    fn in_inventory(&self, node: NodeId) -> Result<(), PlaneError> {
-        let cap = self.placer.config().capacity.ok_or_else(|| PlaneError::Invalid {
-            field: "node".into(),
-            reason: "node failures need fixed-capacity pools (the elastic mode rents fresh nodes)".into(),
-        })?;
-        let size = if node.pool == weave_core::Pool::Rollout { cap.0 } else { cap.1 };
-        if node.index >= size {
-            return Err(PlaneError::Invalid {
-                field: "node".into(),
-                reason: format!("{node} is not in the inventory ({size} {} nodes)", node.pool),
-            });
-        }
-        Ok(())
     }
 
     fn running(&self, name: &str) -> Result<&JobEntry, PlaneError> {
@@ -458,46 +430,13 @@ impl Plane {
                 Ok(())
             }
             Record::NodeUp { time_us, node } => {
-                Arc::make_mut(&mut self.placer).set_node_down(*node, false);
-                let meta = serde_json::json!({ "node": node.to_string() });
-                self.event(PlaneEvent { meta: Some(meta), ..ev(*time_us, "", "node-up", None, None, None) });
+                self.node_up(*time_us, *node);
                 Ok(())
             }
-        }
-    }
-
-    /// Takes `node` out of service; its jobs fail and are re-admitted from their last
-    /// completed iteration (their checkpoint) wherever the placer finds room.
-    fn node_down(&mut self, time_us: u64, node: NodeId, reason: &str) {
-        Arc::make_mut(&mut self.placer).set_node_down(node, true);
-        let meta = serde_json::json!({ "node": node.to_string(), "reason": reason });
-        self.event(PlaneEvent { meta: Some(meta), ..ev(time_us, "", "node-down", None, None, None) });
-        let names = self.placer.jobs_on(node).into_iter().map(|id| self.names[id.0 as usize].clone()).collect();
-        self.readmit_from_checkpoint(time_us, names, &format!("node {node} lost: {reason}"));
-    }
-
-    /// Ends the admissions of `names` (failed, for `why`) and re-admits each job from its last
-    /// completed iteration (its checkpoint) wherever the placer finds room, or queues it.
-    fn readmit_from_checkpoint(&mut self, time_us: u64, names: Vec<String>, why: &str) {
-        // Every affected job leaves first, so none is re-admitted into what is left of a
-        // group that still holds a lost node.
-        let mut leaving = Vec::new();
-        for name in names {
-            let j = &self.jobs[&name];
-            let (resubmit, carried) = j.resubmission();
-            leaving.push((name.clone(), j.tenant.clone(), resubmit, carried));
-            self.end(time_us, &name, JobState::Failed, Some(why.to_string()));
-        }
-        for (name, tenant, resubmit, carried) in leaving {
-            let outcome = match self.admit_or_queue(time_us, &tenant, &resubmit, carried, true) {
-                Ok(()) if self.queued(&name).is_some() => {
-                    ("requeued", serde_json::json!({ "resume_from": resubmit.resume_from.unwrap_or(0) }))
-                }
-                Ok(()) => ("readmitted", serde_json::json!({ "resume_from": resubmit.resume_from.unwrap_or(0) })),
-                Err(e) => ("readmit-failed", serde_json::json!({ "reason": e.to_string() })),
-            };
-            let group = self.group_of(&name).filter(|_| outcome.0 == "readmitted");
-            self.event(PlaneEvent { meta: Some(outcome.1), ..ev(time_us, &name, outcome.0, None, None, group) });
+            Record::NodeNotice { time_us, node, deadline_us, reason } => {
+                self.node_notice(*time_us, *node, *deadline_us, reason);
+                Ok(())
+            }
         }
     }
 

@@ -451,7 +451,11 @@ impl Shared {
                     heartbeats.insert(j.name.clone(), now);
                 }
             }
-            Record::NodeUp { .. } | Record::Inventory { .. } | Record::Consolidate { .. } | Record::Ready { .. } => {}
+            Record::NodeUp { .. }
+            | Record::NodeNotice { .. }
+            | Record::Inventory { .. }
+            | Record::Consolidate { .. }
+            | Record::Ready { .. } => {}
         }
         let version = g.plane.version;
         self.compact_if_due(&mut g);
@@ -496,6 +500,17 @@ impl Shared {
             return;
         }
         let _ = self.commit(|time_us| Record::Consolidate { time_us });
+    }
+
+    /// Takes out of service every node whose preemption notice has run out (as a lost node:
+    /// its jobs are re-admitted from their last completed iteration). A record the disk
+    /// refused is tried again on the next round.
+    pub fn expire_notices(&self) {
+        let due = self.lock().plane.notices_due(self.now_us());
+        for (node, reason) in due {
+            let reason = format!("preempted: {reason}");
+            let _ = self.commit(|time_us| Record::NodeDown { time_us, node, reason });
+        }
     }
 
     /// Marks jobs whose heartbeats stopped as failed (they leave their groups).

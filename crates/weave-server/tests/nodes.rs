@@ -177,6 +177,66 @@ fn a_lost_node_fails_its_jobs_readmits_them_and_leaves_the_others() {
     }
 }
 
+/// A preemption notice closes the node to new placements while the job on it runs on; at the
+/// deadline the node goes as a lost node does (the job re-admitted off it from its last
+/// completed iteration); a second notice, or one on a down node, is refused; replay agrees.
+#[test]
+fn a_preemption_notice_closes_the_node_and_its_job_moves_when_it_goes() {
+    let mut p = plane();
+    let mut records = vec![inventory(0, 3, 1), submit(1, "a")];
+    for r in &records {
+        p.apply(r).unwrap();
+    }
+    assert_eq!(p.job("a").unwrap().decision.as_ref().unwrap().rollout_nodes, vec![node("r0")]);
+    let mut t = 10;
+    run(&mut p, &mut records, "a", 1, &mut t);
+    let deadline_us = t + 120_000_000;
+    let notice = Record::NodeNotice { time_us: t, node: node("r0"), deadline_us, reason: "spot reclaimed".into() };
+    p.apply(&notice).unwrap();
+    records.push(notice.clone());
+    let told: Vec<_> = p.events().iter().filter(|e| e.kind == "preemption-notice").map(|e| e.job.clone()).collect();
+    assert_eq!(told, ["a"]);
+    assert!(p.notices_due(deadline_us - 1).is_empty());
+    assert_eq!(p.notices_due(deadline_us), vec![(node("r0"), "spot reclaimed".to_string())]);
+    assert!(p.check(&notice).unwrap_err().to_string().contains("already under a preemption notice"));
+    // A restart from a snapshot keeps the notice.
+    let restored = plane().restore(&p.snapshot()).unwrap();
+    assert_eq!(restored.notices_due(deadline_us), p.notices_due(deadline_us));
+    assert_eq!(restored.snapshot(), p.snapshot());
+
+    // The job carries on where it is; a newcomer is never placed on the node.
+    let uid = p.job("a").unwrap().id;
+    run(&mut p, &mut records, "a", 2, &mut t);
+    assert_eq!((p.job("a").unwrap().state, p.job("a").unwrap().id), (JobState::Running, uid));
+    let b = submit(t, "b");
+    p.apply(&b).unwrap();
+    records.push(b);
+    assert!(!p.job("b").unwrap().decision.as_ref().unwrap().rollout_nodes.contains(&node("r0")));
+
+    // The deadline: the node goes; the job resumes from its 2 completed iterations elsewhere.
+    let down = Record::NodeDown { time_us: deadline_us, node: node("r0"), reason: "preempted: spot reclaimed".into() };
+    p.apply(&down).unwrap();
+    records.push(down);
+    let a = p.job("a").unwrap();
+    assert_eq!((a.state, a.submit.resume_from), (JobState::Running, Some(2)));
+    assert!(!a.decision.as_ref().unwrap().rollout_nodes.contains(&node("r0")));
+    assert!(p.notices().next().is_none() && p.notices_due(u64::MAX).is_empty());
+    let late = Record::NodeNotice {
+        time_us: deadline_us + 1,
+        node: node("r0"),
+        deadline_us: deadline_us + 2,
+        reason: "x".into(),
+    };
+    assert!(p.check(&late).unwrap_err().to_string().contains("already down"));
+
+    let mut q = plane();
+    for r in &records {
+        q.apply(r).unwrap();
+    }
+    assert_eq!(q.events(), p.events());
+    assert_eq!(q.snapshot(), p.snapshot());
+}
+
 #[test]
 fn node_failures_need_fixed_pools_and_launch_specs_are_checked() {
     let cluster = ClusterConfig::default();
@@ -299,6 +359,48 @@ fn an_admin_takes_a_node_out_of_service_and_back_over_http() {
     for k in ["node-down", "requeued", "node-up"] {
         assert!(kinds.contains(&k), "{k} in {kinds:?}");
     }
+}
+
+/// A preemption notice over HTTP: admins only, the body checked; the job's tenant is told;
+/// the cluster view lists it; when it runs out the server takes the node out of service by
+/// itself and the job resumes on the other node from its last completed iteration.
+#[test]
+fn a_preemption_notice_over_http_takes_the_node_at_its_deadline() {
+    let s = TestServer::start_with(temp_dir("node-notice"), Duration::from_secs(600), |cfg| {
+        cfg.capacity = weave_server::Capacity::Fixed;
+        cfg.cluster.rollout.nodes = 2;
+        cfg.cluster.training.nodes = 1;
+    });
+    let spec = json!({ "id": "a", "type": "3B_4k", "iterations": 4, "rollout_s": 50, "train_s": 60, "slo": 1.0 });
+    assert_eq!(common::submit(&s, ALICE, spec).0, 201);
+    for phase in ["rollout", "train"] {
+        assert_eq!(start_phase(&s, ALICE, "a", phase, 0, 1.0).0, 200);
+        assert_eq!(finish_phase(&s, ALICE, "a", phase, 0, 1.0).0, 200);
+    }
+    assert_eq!(post(&s, ALICE, "/v1/nodes/r0/notice", Some(json!({ "seconds": 1 }))).0, 403);
+    let (code, err) = post(&s, OPS, "/v1/nodes/r0/notice", Some(json!({ "secs": 1 })));
+    assert!(code == 400 && err["error"].as_str().unwrap().contains("seconds"), "{code} {err}");
+    let (code, err) = post(&s, OPS, "/v1/nodes/r0/notice", Some(json!({ "seconds": 100_000 })));
+    assert!(code == 400 && err["error"].as_str().unwrap().contains("at most 86400"), "{code} {err}");
+    let cluster = |s: &TestServer| body(client().get(s.url("/v1/cluster")).bearer_auth(OPS).send().unwrap()).1;
+    assert!(cluster(&s)["notices"].as_array().unwrap().is_empty(), "refused requests changed nothing");
+
+    let (code, out) = post(&s, OPS, "/v1/nodes/r0/notice", Some(json!({ "seconds": 1, "reason": "spot" })));
+    assert_eq!((code, out), (200, json!({ "node": "r0", "state": "notice", "seconds": 1 })));
+    let events = body(client().get(s.url("/v1/events?after=0")).bearer_auth(ALICE).send().unwrap()).1;
+    let told = events.as_array().unwrap().iter().find(|e| e["kind"] == "preemption-notice").cloned();
+    assert_eq!(told.as_ref().map(|e| e["job"].clone()), Some(json!("a")), "{events}");
+    // The server takes the node by itself once the notice has run out (its reaper, every 250
+    // ms): waited for, not timed.
+    let gone = (0..200).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        cluster(&s)["down"] == json!(["r0"])
+    });
+    assert!(gone, "{}", cluster(&s));
+    assert!(cluster(&s)["notices"].as_array().unwrap().is_empty());
+    let a = job(&s, "a");
+    assert_eq!((a["state"].as_str(), a["next"].as_str()), (Some("running"), Some("rollout 1")), "{a}");
+    assert_eq!(a["rollout_nodes"], json!(["r1"]), "{a}");
 }
 
 /// With an execution backend's pools (Ray), node health comes from the backend, not an admin.

@@ -106,12 +106,51 @@ pub(super) async fn node_down(
         serde_json::from_slice::<NodeDownBody>(&body)
             .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("request body: {e}")))?
     };
-    let reason = given.reason.unwrap_or_else(|| "taken out of service by an admin".into());
+    let reason = checked_reason(given.reason, "taken out of service by an admin")?;
+    commit(&s, &c, move |time_us| Record::NodeDown { time_us, node, reason }).await?;
+    Ok(Json(json!({ "node": node.to_string(), "state": "down" })))
+}
+
+fn checked_reason(given: Option<String>, default: &str) -> ApiResult<String> {
+    let reason = given.unwrap_or_else(|| default.into());
     if reason.chars().count() > 200 || reason.chars().any(char::is_control) {
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "`reason`: at most 200 characters, no control characters"));
     }
-    commit(&s, &c, move |time_us| Record::NodeDown { time_us, node, reason }).await?;
-    Ok(Json(json!({ "node": node.to_string(), "state": "down" })))
+    Ok(reason)
+}
+
+/// The body of `POST /v1/nodes/{node}/notice`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoticeBody {
+    /// Seconds until the node is taken (the cloud's notice: 30 s to 2 minutes).
+    seconds: u64,
+    reason: Option<String>,
+}
+
+/// The longest notice taken, seconds (a day).
+const MAX_NOTICE_S: u64 = 86_400;
+
+/// A preemption notice (a spot node the provider takes back): the node closes to new
+/// placements now, its jobs are told (`preemption-notice` events with the deadline), and once
+/// the notice runs out it leaves service as a lost node does.
+pub(super) async fn node_notice(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<serde_json::Value>> {
+    let (c, node) = node_change(&s, &headers, &node)?;
+    let given: NoticeBody = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("request body: {e}")))?;
+    if given.seconds > MAX_NOTICE_S {
+        let why = format!("`seconds`: at most {MAX_NOTICE_S}, got {}", given.seconds);
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, why));
+    }
+    let reason = checked_reason(given.reason, "preempted by the provider")?;
+    let wait_us = given.seconds * 1_000_000;
+    commit(&s, &c, move |time_us| Record::NodeNotice { time_us, node, deadline_us: time_us + wait_us, reason }).await?;
+    Ok(Json(json!({ "node": node.to_string(), "state": "notice", "seconds": given.seconds })))
 }
 
 /// A node back in service: queued jobs start where it makes room.
@@ -130,11 +169,13 @@ pub(super) async fn cluster(State(s): State<Arc<Shared>>, headers: HeaderMap) ->
     let g = s.lock();
     let (r, t) = g.plane.placer().nodes_in_use();
     let cfg = g.plane.cluster();
+    let noticed: std::collections::BTreeMap<_, _> = g.plane.notices().collect();
     Ok(Json(json!({
         "config": cfg,
         "capacity": format!("{:?}", s.cfg.capacity).to_lowercase(),
         "pools": g.plane.placer().config().capacity.map(|(r, t)| json!({ "rollout": r, "training": t })),
-        "down": g.plane.placer().down_nodes().map(|n| n.to_string()).collect::<Vec<_>>(),
+        "down": g.plane.placer().down_nodes().filter(|n| !noticed.contains_key(n)).map(|n| n.to_string()).collect::<Vec<_>>(),
+        "notices": noticed.iter().map(|(n, x)| json!({ "node": n.to_string(), "deadline_us": x.deadline_us, "reason": x.reason })).collect::<Vec<_>>(),
         "nodes_in_use": { "rollout": r, "training": t },
         "hourly_cost_dollars": g.plane.placer().hourly_cost().as_dollars(),
     })))

@@ -267,10 +267,18 @@ pub enum Record {
         node: NodeId,
         reason: String,
     },
-    /// A lost node is back in service.
+    /// A lost node is back in service (or its preemption notice is withdrawn).
     NodeUp {
         time_us: u64,
         node: NodeId,
+    },
+    /// A preemption notice: the node closes to new placements now and is taken out of service
+    /// (as [`Record::NodeDown`]) once `deadline_us` has passed.
+    NodeNotice {
+        time_us: u64,
+        node: NodeId,
+        deadline_us: u64,
+        reason: String,
     },
     /// An execution backend's inventory: the fixed pools hold at least this many nodes.
     Inventory {
@@ -302,6 +310,7 @@ impl Record {
             | Record::Restart { time_us, .. }
             | Record::NodeDown { time_us, .. }
             | Record::NodeUp { time_us, .. }
+            | Record::NodeNotice { time_us, .. }
             | Record::Inventory { time_us, .. }
             | Record::Consolidate { time_us }
             | Record::Ready { time_us, .. } => *time_us,

@@ -10,11 +10,12 @@
 //!
 //! Encoding: CBOR (binary, self-describing, exact for every `f64` including infinities).
 
+use super::nodes::Notice;
 use super::{JobEntry, Measured, Plane, PlaneEvent, PlaneStats, Queued};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use weave_core::{GroupId, JobId};
+use weave_core::{GroupId, JobId, NodeId};
 use weave_dispatch::Dispatcher;
 use weave_place::consolidate::Churn;
 use weave_place::share::UsageHistory;
@@ -46,6 +47,9 @@ struct Snapshot {
     /// periodic passes).
     #[serde(default)]
     last_pass_us: Option<u64>,
+    /// Preemption notices in force (absent before there were any).
+    #[serde(default)]
+    notices: Vec<(NodeId, Notice)>,
 }
 
 /// [`Snapshot`] borrowed from a plane (written without copying the state first).
@@ -69,6 +73,7 @@ struct SnapshotRef<'a> {
     preemptions: &'a BTreeMap<String, u64>,
     usage_history: &'a UsageHistory,
     last_pass_us: Option<u64>,
+    notices: Vec<(&'a NodeId, &'a Notice)>,
 }
 
 #[derive(Serialize)]
@@ -126,6 +131,7 @@ impl Plane {
             preemptions: &self.preemptions,
             usage_history: &self.usage_history,
             last_pass_us: self.last_pass_us,
+            notices: self.notices.iter().collect(),
         };
         ciborium::into_writer(&snap, out).map_err(|e| match e {
             ciborium::ser::Error::Io(e) => e,
@@ -180,6 +186,7 @@ impl Plane {
         self.preemptions = snap.preemptions;
         self.usage_history = snap.usage_history;
         self.last_pass_us = snap.last_pass_us;
+        self.notices = snap.notices.into_iter().collect();
         self.version = snap.plane_version;
         Ok(self)
     }
