@@ -6,6 +6,28 @@ use crate::auth::Caller;
 use crate::plane::{JobEntry, JobState};
 use serde::{Deserialize, Serialize};
 
+/// A preemption notice on one of a job's nodes.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct NoticeView {
+    pub node: String,
+    pub deadline_us: u64,
+}
+
+/// The earliest preemption notice on `j`'s nodes, if it runs.
+fn notice_of(plane: &crate::plane::Plane, j: &JobEntry) -> Option<NoticeView> {
+    let d = j.decision.as_ref().filter(|_| j.state == JobState::Running)?;
+    plane
+        .notices()
+        .filter(|(n, _)| d.rollout_nodes.contains(n) || d.training_nodes.contains(n))
+        .min_by_key(|(n, x)| (x.deadline_us, **n))
+        .map(|(n, x)| NoticeView { node: n.to_string(), deadline_us: x.deadline_us })
+}
+
+/// [`view`] with what the plane knows beyond the entry (preemption notices).
+fn placed_view(plane: &crate::plane::Plane, j: &JobEntry) -> JobView {
+    JobView { preemption_notice: notice_of(plane, j), ..view(j) }
+}
+
 /// A job as clients see it.
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct JobView {
@@ -50,6 +72,11 @@ pub struct JobView {
     /// ledger admission fills models for it (absent until the runtime reports some).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_memory: Option<HostMemoryView>,
+    /// A node of the job's is under a preemption notice: the job should move its in-flight
+    /// rollout requests off it (or save) before the deadline, when the node leaves service
+    /// and the job is re-admitted from its last completed iteration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption_notice: Option<NoticeView>,
     pub failure: Option<String>,
     /// A queued job's place in the queue (0: next to start) and why it waits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -121,6 +148,7 @@ pub fn view(j: &JobEntry) -> JobView {
         measured_switch_cold_s: j.switches.medians().1.map(|m| m.as_secs_f64()),
         starting: j.starting(),
         host_memory: host_memory(j),
+        preemption_notice: None,
         failure: j.failure.clone(),
         queue_position: None,
         queue_reason: None,
@@ -230,7 +258,7 @@ pub(crate) fn job_page(
         .take(limit + 1)
         .collect();
     for j in placed {
-        page.insert(j.name.clone(), for_caller(view(j), c));
+        page.insert(j.name.clone(), for_caller(placed_view(plane, j), c));
     }
     let next = (page.len() > limit).then(|| page.keys().nth(limit - 1).cloned()).flatten();
     (page.into_values().take(limit).collect(), next)
@@ -265,6 +293,7 @@ pub fn queued_view(q: &crate::plane::Queued, position: usize, start_in_us: Optio
         measured_switch_cold_s: None,
         starting: false,
         host_memory: None,
+        preemption_notice: None,
         failure: None,
         queue_position: Some(position),
         queue_reason: Some(q.reason.clone()),
@@ -279,6 +308,6 @@ pub(crate) fn lookup(plane: &crate::plane::Plane, name: &str, now_us: u64, c: &C
             let (position, start) = places(plane, now_us, c)[k];
             Some(queued_view(q, position, start.map(|t| t.saturating_sub(now_us))))
         }
-        None => plane.job(name).map(view),
+        None => plane.job(name).map(|j| placed_view(plane, j)),
     }
 }

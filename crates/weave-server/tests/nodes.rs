@@ -385,12 +385,24 @@ fn a_preemption_notice_over_http_takes_the_node_at_its_deadline() {
     let cluster = |s: &TestServer| body(client().get(s.url("/v1/cluster")).bearer_auth(OPS).send().unwrap()).1;
     assert!(cluster(&s)["notices"].as_array().unwrap().is_empty(), "refused requests changed nothing");
 
-    let (code, out) = post(&s, OPS, "/v1/nodes/r0/notice", Some(json!({ "seconds": 1, "reason": "spot" })));
-    assert_eq!((code, out), (200, json!({ "node": "r0", "state": "notice", "seconds": 1 })));
+    // A long notice first (nothing can run out while it is looked at), then withdrawn.
+    let (code, out) = post(&s, OPS, "/v1/nodes/r0/notice", Some(json!({ "seconds": 3600, "reason": "spot" })));
+    assert_eq!((code, out), (200, json!({ "node": "r0", "state": "notice", "seconds": 3600 })));
     let events = body(client().get(s.url("/v1/events?after=0")).bearer_auth(ALICE).send().unwrap()).1;
     let told = events.as_array().unwrap().iter().find(|e| e["kind"] == "preemption-notice").cloned();
     assert_eq!(told.as_ref().map(|e| e["job"].clone()), Some(json!("a")), "{events}");
-    // The server takes the node by itself once the notice has run out (its reaper, every 250
+    let deadline = told.unwrap()["meta"]["deadline_us"].clone();
+    let a = job(&s, "a");
+    assert_eq!(a["preemption_notice"], json!({ "node": "r0", "deadline_us": deadline }), "the job's view says so: {a}");
+    assert_eq!(cluster(&s)["notices"][0]["node"], "r0");
+    let (code, err) = post(&s, OPS, "/v1/nodes/r0/notice", Some(json!({ "seconds": 1 })));
+    assert!(code == 400 && err["error"].as_str().unwrap().contains("already under"), "{code} {err}");
+    assert_eq!(post(&s, OPS, "/v1/nodes/r0/up", None).0, 200, "withdrawn");
+    assert!(job(&s, "a").get("preemption_notice").is_none());
+    assert!(cluster(&s)["notices"].as_array().unwrap().is_empty());
+
+    assert_eq!(post(&s, OPS, "/v1/nodes/r0/notice", Some(json!({ "seconds": 1, "reason": "spot" }))).0, 200);
+    // The server takes the node by itself once this one runs out (its reaper, every 250
     // ms): waited for, not timed.
     let gone = (0..200).any(|_| {
         std::thread::sleep(Duration::from_millis(100));
@@ -401,6 +413,7 @@ fn a_preemption_notice_over_http_takes_the_node_at_its_deadline() {
     let a = job(&s, "a");
     assert_eq!((a["state"].as_str(), a["next"].as_str()), (Some("running"), Some("rollout 1")), "{a}");
     assert_eq!(a["rollout_nodes"], json!(["r1"]), "{a}");
+    assert!(a.get("preemption_notice").is_none(), "{a}");
 }
 
 /// With an execution backend's pools (Ray), node health comes from the backend, not an admin.
