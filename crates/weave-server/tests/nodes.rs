@@ -316,13 +316,12 @@ fn job(s: &TestServer, name: &str) -> Value {
     body(client().get(s.url(&format!("/v1/jobs/{name}"))).bearer_auth(ALICE).send().unwrap()).1["job"].clone()
 }
 
-/// An operator takes the only rollout node out of service over HTTP: its job fails and waits
-/// in the queue from its last completed iteration; the node's return starts it again there.
-#[test]
-fn an_admin_takes_a_node_out_of_service_and_back_over_http() {
-    let s = TestServer::start_with(temp_dir("node-http"), Duration::from_secs(600), |cfg| {
+/// A server on fixed pools (`rollout_nodes` and one training node) where alice's job `a` has
+/// completed its first iteration.
+fn one_iteration_done(name: &str, rollout_nodes: u32) -> TestServer {
+    let s = TestServer::start_with(temp_dir(name), Duration::from_secs(600), |cfg| {
         cfg.capacity = weave_server::Capacity::Fixed;
-        cfg.cluster.rollout.nodes = 1;
+        cfg.cluster.rollout.nodes = rollout_nodes;
         cfg.cluster.training.nodes = 1;
     });
     let spec = json!({ "id": "a", "type": "3B_4k", "iterations": 4, "rollout_s": 50, "train_s": 60, "slo": 1.0 });
@@ -331,6 +330,14 @@ fn an_admin_takes_a_node_out_of_service_and_back_over_http() {
         assert_eq!(start_phase(&s, ALICE, "a", phase, 0, 1.0).0, 200);
         assert_eq!(finish_phase(&s, ALICE, "a", phase, 0, 1.0).0, 200);
     }
+    s
+}
+
+/// An operator takes the only rollout node out of service over HTTP: its job fails and waits
+/// in the queue from its last completed iteration; the node's return starts it again there.
+#[test]
+fn an_admin_takes_a_node_out_of_service_and_back_over_http() {
+    let s = one_iteration_done("node-http", 1);
     assert_eq!(start_phase(&s, ALICE, "a", "rollout", 1, 1.0).0, 200, "rollout 1 runs when the node is lost");
 
     let (code, err) = post(&s, ALICE, "/v1/nodes/r0/down", None);
@@ -366,17 +373,7 @@ fn an_admin_takes_a_node_out_of_service_and_back_over_http() {
 /// itself and the job resumes on the other node from its last completed iteration.
 #[test]
 fn a_preemption_notice_over_http_takes_the_node_at_its_deadline() {
-    let s = TestServer::start_with(temp_dir("node-notice"), Duration::from_secs(600), |cfg| {
-        cfg.capacity = weave_server::Capacity::Fixed;
-        cfg.cluster.rollout.nodes = 2;
-        cfg.cluster.training.nodes = 1;
-    });
-    let spec = json!({ "id": "a", "type": "3B_4k", "iterations": 4, "rollout_s": 50, "train_s": 60, "slo": 1.0 });
-    assert_eq!(common::submit(&s, ALICE, spec).0, 201);
-    for phase in ["rollout", "train"] {
-        assert_eq!(start_phase(&s, ALICE, "a", phase, 0, 1.0).0, 200);
-        assert_eq!(finish_phase(&s, ALICE, "a", phase, 0, 1.0).0, 200);
-    }
+    let s = one_iteration_done("node-notice", 2);
     assert_eq!(post(&s, ALICE, "/v1/nodes/r0/notice", Some(json!({ "seconds": 1 }))).0, 403);
     let (code, err) = post(&s, OPS, "/v1/nodes/r0/notice", Some(json!({ "secs": 1 })));
     assert!(code == 400 && err["error"].as_str().unwrap().contains("seconds"), "{code} {err}");
