@@ -14,7 +14,7 @@ pub struct NoticeView {
 }
 
 /// The earliest preemption notice on `j`'s nodes, if it runs.
-fn notice_of(plane: &crate::plane::Plane, j: &JobEntry) -> Option<NoticeView> {
+pub(crate) fn notice_of(plane: &crate::plane::Plane, j: &JobEntry) -> Option<NoticeView> {
     let d = j.decision.as_ref().filter(|_| j.state == JobState::Running)?;
     plane
         .notices()

@@ -392,6 +392,8 @@ fn a_preemption_notice_over_http_takes_the_node_at_its_deadline() {
     let a = job(&s, "a");
     assert_eq!(a["preemption_notice"], json!({ "node": "r0", "deadline_us": deadline }), "the job's view says so: {a}");
     assert_eq!(cluster(&s)["notices"][0]["node"], "r0");
+    let (code, grant) = start_phase(&s, ALICE, "a", "rollout", 1, 1.0);
+    assert_eq!((code, &grant["preemption_notice"]["node"]), (200, &json!("r0")), "the grant says so too: {grant}");
     let (code, err) = post(&s, OPS, "/v1/nodes/r0/notice", Some(json!({ "seconds": 1 })));
     assert!(code == 400 && err["error"].as_str().unwrap().contains("already under"), "{code} {err}");
     assert_eq!(post(&s, OPS, "/v1/nodes/r0/up", None).0, 200, "withdrawn");

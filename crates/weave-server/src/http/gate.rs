@@ -63,14 +63,24 @@ pub(super) async fn phase_start(
             let g = s.lock();
             // The admission a grant belongs to: the client sends it back with the finish.
             let granted = g.plane.may_start(&key, phase, iteration)?;
-            granted.then(|| g.plane.job(&key).map(|j| (j.id.0, j.gate.rollout.map(|r| r.weights)))).flatten()
+            granted
+                .then(|| {
+                    g.plane
+                        .job(&key)
+                        .map(|j| (j.id.0, j.gate.rollout.map(|r| r.weights), crate::views::notice_of(&g.plane, j)))
+                })
+                .flatten()
         };
-        if let Some((a, weights)) = admission {
+        if let Some((a, weights, notice)) = admission {
             let mut body =
                 json!({ "status": "granted", "job": name, "phase": phase.name(), "iteration": iteration, "uid": a });
             // The weights version the rollout samples with (the iteration itself on-policy).
             if let (Phase::Rollout, Some(w)) = (phase, weights) {
                 body["weights"] = json!(w);
+            }
+            // A node of the job's is being taken: the driver moves its work off it (or saves).
+            if let Some(n) = notice {
+                body["preemption_notice"] = json!(n);
             }
             // With tracing on, the phase span's context: the job's own spans nest under it.
             if s.telemetry.is_some() {
