@@ -1,27 +1,9 @@
 //! The `weave` binary end to end: real processes, real files.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
-fn weave(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_weave")).args(args).output().expect("weave runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn temp_file(name: &str, contents: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("weave-cli-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    std::fs::write(&p, contents).unwrap();
-    p
-}
+use common::{stderr, stdout, temp_file, weave};
+use std::process::Command;
 
 const WILD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/rollmux/wild.trace");
 

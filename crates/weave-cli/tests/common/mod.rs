@@ -1,4 +1,5 @@
-//! Helpers for tests that run `weave serve` as a real process.
+//! Helpers for tests that run the `weave` binary: one-shot commands, and `weave serve` as a
+//! real process.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
@@ -7,6 +8,28 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 pub const TOKEN: &str = "e2e-admin-token";
+
+/// Runs `weave` with `args` to the end.
+pub fn weave(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_weave")).args(args).output().expect("weave runs")
+}
+
+pub fn stdout(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Writes `contents` to a file named `name` in this test process's own directory.
+pub fn temp_file(name: &str, contents: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("weave-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, contents).unwrap();
+    p
+}
 
 pub fn dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("weave-serve-{}-{name}", std::process::id()));

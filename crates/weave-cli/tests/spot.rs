@@ -1,0 +1,50 @@
+//! The spot tier from the command line: a bad tier or trace is refused naming the file and
+//! the line or key; the sweep checks its flags; a declared tier shows in `simulate`.
+
+mod common;
+
+use common::{stderr, stdout, temp_file, weave};
+
+fn base() -> String {
+    stdout(&weave(&["config", "show"]))
+}
+
+#[test]
+fn a_bad_spot_tier_or_trace_is_refused_naming_the_file_and_the_line() {
+    let trace = temp_file("spot.trace", "# node seconds\n0 3600\n99 100\n");
+    let with_trace =
+        format!("{}\n[rollout_spot]\nprice_per_gpu_hour = 0.74\npreemption_trace = \"spot.trace\"\n", base());
+    let cluster = temp_file("spot-trace.toml", &with_trace);
+    let o = weave(&["simulate", "--cluster", cluster.to_str().unwrap()]);
+    let err = stderr(&o);
+    assert!(!o.status.success());
+    assert!(
+        err.contains(trace.to_str().unwrap()) && err.contains("line 3") && err.contains("unknown node 99"),
+        "{err}"
+    );
+    let negative = temp_file(
+        "spot-rate.toml",
+        &format!("{}\n[rollout_spot]\nprice_per_gpu_hour = 0.74\npreemptions_per_node_hour = -2\n", base()),
+    );
+    let err = stderr(&weave(&["simulate", "--cluster", negative.to_str().unwrap()]));
+    assert!(err.contains("spot-rate.toml") && err.contains("rollout_spot.preemptions_per_node_hour"), "{err}");
+}
+
+#[test]
+fn a_declared_spot_tier_shows_in_simulate_and_the_sweep_checks_its_flags() {
+    let cluster = temp_file(
+        "spot.toml",
+        &format!("{}\n[rollout_spot]\nprice_per_gpu_hour = 0.74\npreemptions_per_node_hour = 0.125\n", base()),
+    );
+    let o = weave(&["simulate", "--cluster", cluster.to_str().unwrap(), "--policy", "weave,solo-disagg"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("started on spot") && out.contains("lost to preemption $"), "{out}");
+    let err = stderr(&weave(&["sweep", "spot", "--discounts", "120"]));
+    assert!(err.contains("--discounts: 120"), "{err}");
+    let err = stderr(&weave(&["sweep", "spot", "--cluster", cluster.to_str().unwrap()]));
+    assert!(err.contains("declares `rollout_spot`"), "{err}");
+    let o = weave(&["sweep", "spot", "--discounts", "60", "--rates", "0.125"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("on-demand weave"), "{}", stdout(&o));
+}
