@@ -153,6 +153,15 @@ impl From<MemberRecord> for Member {
     }
 }
 
+/// What a member's next rollout waits for ([`Dispatcher::rollout_hold`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RolloutHold {
+    /// It has no rollout left.
+    NoneLeft,
+    /// The training of `iteration` (running, or waiting for the training pool) and its sync.
+    Training { running: bool, iteration: u64 },
+}
+
 /// The intra-group dispatcher. Deterministic: the same inputs give the same actions.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Dispatcher {
@@ -236,6 +245,24 @@ impl Dispatcher {
         self.members.values().any(|m| {
             m.spec.job != job && m.rollout_ready() && m.spec.rollout_nodes.contains(&node) && self.due(r, m.spec.job)
         })
+    }
+
+    /// Why a member's next rollout cannot start before one of its own trainings ends, if it
+    /// cannot: its rollout nodes are idle for it until then (what lending across groups uses).
+    /// `None` when its next rollout may start soon: ready, switching or running, or only a
+    /// sync away.
+    pub fn rollout_hold(&self, job: JobId) -> Option<RolloutHold> {
+        let m = self.members.get(&job)?;
+        if m.rollout != LaneState::Idle {
+            return None;
+        }
+        if m.spec.iterations.is_some_and(|n| m.rolled >= n) {
+            return Some(RolloutHold::NoneLeft);
+        }
+        if m.rollout_ready() || m.train == LaneState::Syncing {
+            return None;
+        }
+        Some(RolloutHold::Training { running: m.train == LaneState::Running, iteration: m.iteration })
     }
 
     /// The cyclic order the resources follow, as last given.

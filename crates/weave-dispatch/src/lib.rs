@@ -22,7 +22,7 @@ mod protocol;
 pub mod rollout;
 pub mod timing;
 
-pub use dispatcher::Dispatcher;
+pub use dispatcher::{Dispatcher, RolloutHold};
 pub use log::{EventRecord, LogEntry, LogKind};
 pub use memory::{GroupLimits, MemoryUse};
 pub use protocol::{Action, DispatchError, Fairness, Input, MemberSpec, Phase, SwitchCosts, MAX_STALENESS};

@@ -18,6 +18,9 @@
 //! The constants are assumptions (the brief gives the mechanism, not these numbers); the step
 //! base is calibrated per job so a rollout without migration lasts its profiled duration.
 
+mod loan;
+
+pub use loan::{simulate_with_loan, Loan};
 use rand::Rng;
 use rand_distr::{Distribution, LogNormal};
 use serde::Serialize;

@@ -176,3 +176,36 @@ fn a_late_newcomer_in_its_first_rollout_holds_no_one_up() {
     let next = started(&mut d, 7, Input::PhaseFinished { job: incumbent, phase: Phase::Train, iteration: 1 });
     assert_eq!(next, [(newcomer, Phase::Train, 0)]);
 }
+
+/// A member's rollout nodes are idle for it exactly while its next rollout waits for a
+/// training of its own: lending across groups relies on this, and on nothing looser.
+#[test]
+fn rollout_hold_names_the_training_a_rollout_waits_for() {
+    let job = JobId(0);
+    let mut d = Dispatcher::new(GroupLimits::UNLIMITED);
+    let mut spec = member(0, &[0]);
+    spec.iterations = Some(2);
+    started(&mut d, 0, Input::Join(spec));
+    assert_eq!(d.rollout_hold(job), None, "rolling out");
+    started(&mut d, 1, Input::PhaseFinished { job, phase: Phase::Rollout, iteration: 0 });
+    assert_eq!(d.rollout_hold(job), Some(RolloutHold::Training { running: true, iteration: 0 }));
+    started(&mut d, 2, Input::PhaseFinished { job, phase: Phase::Train, iteration: 0 });
+    assert_eq!(d.rollout_hold(job), None, "only a sync away");
+    started(&mut d, 3, Input::SyncFinished { job, iteration: 0 });
+    assert_eq!(d.rollout_hold(job), None, "rolling out again");
+    started(&mut d, 4, Input::PhaseFinished { job, phase: Phase::Rollout, iteration: 1 });
+    assert_eq!(d.rollout_hold(job), Some(RolloutHold::NoneLeft), "its last rollout is done");
+    assert_eq!(d.rollout_hold(JobId(9)), None, "not a member");
+
+    // Bounded staleness: the next rollout starts before the training ends, so nothing holds it.
+    let mut d = Dispatcher::new(GroupLimits::UNLIMITED);
+    let mut spec = member(1, &[0]);
+    (spec.iterations, spec.staleness) = (Some(5), 1);
+    started(&mut d, 0, Input::Join(spec));
+    let next = started(&mut d, 1, Input::PhaseFinished { job: JobId(1), phase: Phase::Rollout, iteration: 0 });
+    assert!(next.contains(&(JobId(1), Phase::Rollout, 1)), "{next:?}");
+    assert_eq!(d.rollout_hold(JobId(1)), None);
+    // Its second rollout ends while the first training runs: now it waits for that one.
+    started(&mut d, 2, Input::PhaseFinished { job: JobId(1), phase: Phase::Rollout, iteration: 1 });
+    assert_eq!(d.rollout_hold(JobId(1)), Some(RolloutHold::Training { running: true, iteration: 0 }));
+}
