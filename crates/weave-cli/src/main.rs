@@ -11,6 +11,7 @@ mod serve_cmd;
 mod simulate_cmd;
 mod store_cmd;
 mod sweep_cmd;
+mod sweep_lending;
 mod sweep_spot;
 mod sync_cmd;
 mod tenants_cmd;

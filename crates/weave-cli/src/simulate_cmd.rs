@@ -43,6 +43,9 @@ pub struct Args {
     /// Also try saturated groups at admission (slower decisions, cheaper placements).
     #[arg(long)]
     try_saturated: bool,
+    /// Weave lends idle rollout blocks to other groups' rollouts (see `weave sweep lending`).
+    #[arg(long)]
+    lending: bool,
     /// Write the per-phase event log of every policy (JSON Lines) to FILE.
     #[arg(long, value_name = "FILE")]
     events: Option<PathBuf>,
@@ -162,6 +165,7 @@ pub fn run(args: Args) -> Result<()> {
         events: args.events.is_some(),
         skip_saturated: !args.try_saturated,
         slo_epsilon: slo_risk(args.slo_risk)?,
+        lending: args.lending,
         ..SimConfig::default()
     };
     let jobs = prepare(&trace, &cluster, &profile, cfg.slo, cfg.seed);

@@ -27,6 +27,8 @@ pub enum SweepCommand {
     /// A preemptible rollout tier: spot discounts 0-70% and preemption rates from rare to
     /// hourly, Weave with spot against on-demand Weave and a spot-only baseline.
     Spot(crate::sweep_spot::SpotSweepArgs),
+    /// Lending idle rollout blocks across groups: Weave with and without it, per seed.
+    Lending(crate::sweep_lending::LendingSweepArgs),
 }
 
 #[derive(clap::Args)]
@@ -68,6 +70,7 @@ pub fn run(cmd: SweepCommand) -> Result<()> {
         SweepCommand::Classes(a) => ("classes", a),
         SweepCommand::Staleness(a) => ("staleness", a),
         SweepCommand::Spot(a) => return crate::sweep_spot::run(a),
+        SweepCommand::Lending(a) => return crate::sweep_lending::run(a),
     };
     let profile = ProfileModel::builtin();
     let base_cluster = load_cluster(args.cluster.as_deref())?;

@@ -19,6 +19,7 @@ mod admission;
 mod consolidation;
 mod failures;
 mod job_state;
+mod lending;
 mod long_tail;
 mod outcome;
 mod sharing;
@@ -135,6 +136,8 @@ pub struct Engine<'a> {
     share: Option<sharing::Sharing>,
     /// The preemptible rollout tier, when the cluster has one.
     spot: Option<spot::Spot>,
+    /// Lending idle rollout blocks across groups, when on.
+    lending: Option<lending::Lending>,
     pub metrics: Metrics,
     pub events: Vec<EventRecord>,
     actions: Vec<Action>,
@@ -189,6 +192,7 @@ impl<'a> Engine<'a> {
             churn: consolidate::Churn::new(cfg.consolidation.churn),
             share: cfg.share.clone().map(|p| sharing::Sharing::new(p, jobs)),
             spot: None,
+            lending: None,
             metrics: Metrics::default(),
             events: Vec::new(),
             actions: Vec::new(),
@@ -285,6 +289,7 @@ impl<'a> Engine<'a> {
             self.metrics.preempted_training_gpu_hours = Some(share.wasted_training as f64 / 3.6e9);
         }
         self.metrics.spot = self.spot.as_ref().map(|s| s.counts);
+        self.metrics.lending = self.lending.as_ref().map(|l| l.counts);
         self.metrics.end = self.metrics.end.max(self.now);
         progress(self.jobs.len(), self.jobs.len());
     }
@@ -393,6 +398,7 @@ impl<'a> Engine<'a> {
                         return false;
                     }
                     self.states[i].as_mut().expect("current").rolling = false;
+                    self.return_loans(i);
                 }
                 let input = ev.input().expect("dispatcher event");
                 self.dispatch(ev.group, input)
@@ -519,6 +525,9 @@ impl<'a> Engine<'a> {
             Action::BeginSwitch { job, phase, iteration, duration, .. } => {
                 let i = job.0 as usize;
                 let p = self.states[i].as_ref().and_then(|s| s.placed).expect("running job");
+                if phase == Phase::Rollout && !p.colocated {
+                    self.lender_starts(p.group, p.block);
+                }
                 let (pool, n, class) = match phase {
                     Phase::Rollout if p.colocated => (Pool::Training, p.pool_width * gpus.1, 4),
                     Phase::Rollout => (Pool::Rollout, p.block_width * gpus.0, 4),
@@ -546,6 +555,7 @@ impl<'a> Engine<'a> {
                     self.push(self.now + colo.rollout, 1, i, What::Phase(Phase::Rollout), iteration);
                     return;
                 }
+                self.lender_starts(p.group, p.block);
                 let gpus_on_block = p.block_width * gpus.0;
                 let key = (p.group, p.block);
                 // Stragglers of the previous rollout still hold part of the block: this one
@@ -559,6 +569,9 @@ impl<'a> Engine<'a> {
                 d += self.spot_shortage(p.group, p.block, p.block_width, d);
                 let shape = self.jobs[i].migration;
                 let shared = self.migration && shape.release < 1.0 && self.block_members(p.group, p.block) > 1;
+                if !shared {
+                    d = self.borrow(i, p, d);
+                }
                 let s = self.states[i].as_mut().expect("running job");
                 s.rollout_started = self.now;
                 s.rollout_plain = d;
@@ -601,6 +614,7 @@ impl<'a> Engine<'a> {
     /// The job has left its dispatcher: free its place and let waiting jobs in.
     fn release(&mut self, job: JobId, g: GroupId) {
         self.running -= 1;
+        self.reclaim_from(g);
         if let Ok(dep) = self.placer.depart(job) {
             if dep.dissolved {
                 self.dispatchers.remove(&g);
@@ -627,6 +641,7 @@ impl<'a> Engine<'a> {
         s.epoch += 1;
         s.rolling = false;
         self.forget_drain(i);
+        self.return_loans(i);
         let job = JobId(i as u32);
         self.leave_dispatcher(p.group, job);
         self.release(job, p.group);

@@ -72,6 +72,9 @@ pub struct SimConfig {
     /// Tenants sharing fixed pools: quotas, priorities, preemption, backfill (`None`: one
     /// FIFO queue).
     pub share: Option<weave_place::share::SharePolicy>,
+    /// Weave lends idle rollout blocks across groups (`--lending`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub lending: bool,
 }
 
 impl Default for SimConfig {
@@ -92,6 +95,7 @@ impl Default for SimConfig {
             max_group_size: None,
             admission_samples: VARIATION_SAMPLES,
             share: None,
+            lending: false,
         }
     }
 }
@@ -127,7 +131,8 @@ pub fn replay(
             let mut e = engine::Engine::new(jobs, cluster, cfg, placement, policy.scaling(), policy.resident())
                 .with_migration(policy.migration())
                 .with_colocation(policy.colocate())
-                .with_spot(policy.migration());
+                .with_spot(policy.migration())
+                .with_lending(cfg.lending && policy.lends());
             e.run(progress);
             Replay { report: e.metrics.report(policy.name(), cluster), events: std::mem::take(&mut e.events) }
         }

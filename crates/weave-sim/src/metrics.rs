@@ -47,6 +47,25 @@ pub struct Metrics {
     spot_held: u128,
     /// What the spot tier's preemptions did, when the cluster has one.
     pub spot: Option<SpotCounts>,
+    /// What lending idle rollout blocks across groups did, when on.
+    pub lending: Option<LendingCounts>,
+}
+
+/// What lending idle rollout blocks across groups did in one replay.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LendingCounts {
+    /// Rollouts that borrowed another group's idle block.
+    pub loans: u64,
+    /// Loans taken back before their reclaim because the lender's group changed.
+    pub reclaimed_early: u64,
+    /// Lender rollouts that were due while their block was still lent (never expected: the
+    /// window ends before the lender's earliest next rollout).
+    pub lender_delays: u64,
+    /// Rollout time the loans saved their borrowers, summed over rollouts.
+    pub saved_us: u64,
+    /// Lent GPU-time: loading (the lender asleep, the borrower's engine coming up), and used.
+    pub loading_gpu_us: u128,
+    pub lent_gpu_us: u128,
 }
 
 /// What spot preemptions did in one replay.
@@ -289,6 +308,9 @@ impl Metrics {
         let from_other = lost.unwrap_or(0).min(r[4]);
         r[4] -= from_other;
         r[3] -= lost.unwrap_or(0) - from_other;
+        // Lent GPU-time was charged busy (the GPUs worked): shown apart from the owners' work.
+        let lent = self.lending.map(|l| l.lent_gpu_us.min(r[0]));
+        r[0] -= lent.unwrap_or(0);
         let part = |k: usize| SplitPart {
             gpu_hours: gpu_hours(r[k] + t[k]),
             cost: cost(0, r[k]) + cost(1, t[k]),
@@ -306,7 +328,14 @@ impl Metrics {
             idle_alone: part(3),
             idle_other: part(4),
             lost_to_preemption: lost.map(lost_part),
+            lent: lent.map(lost_part),
         };
+        let lending = self.lending.map(|counts| LendingReport {
+            counts,
+            lent_gpu_hours: gpu_hours(counts.lent_gpu_us),
+            loading_gpu_hours: gpu_hours(counts.loading_gpu_us),
+            saved_rollout_hours: Micros(counts.saved_us).as_hours_f64(),
+        });
         let spot = self.spot.zip(spot_price).map(|(counts, sp)| SpotReport {
             counts,
             spot_gpu_hours: gpu_hours(spot_held),
@@ -359,6 +388,7 @@ impl Metrics {
             backfill: self.backfill,
             preempted_training_gpu_hours: self.preempted_training_gpu_hours,
             spot,
+            lending,
         }
     }
 }
@@ -440,6 +470,21 @@ pub struct MoneySplit {
     /// Rollout GPUs held while spot preemptions delayed their rollouts (spot runs only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost_to_preemption: Option<SplitPart>,
+    /// Rollout GPUs lent to another group's rollout, out of `busy` (lending runs only): what
+    /// one group lent another borrowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lent: Option<SplitPart>,
+}
+
+/// Lending in one replay: what it did and what the lent GPU-time was worth.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+pub struct LendingReport {
+    #[serde(flatten)]
+    pub counts: LendingCounts,
+    pub lent_gpu_hours: f64,
+    pub loading_gpu_hours: f64,
+    /// Rollout time the loans saved their borrowers, summed over rollouts.
+    pub saved_rollout_hours: f64,
 }
 
 /// The spot tier in one replay: what it held and cost, and what its preemptions did.
@@ -553,6 +598,9 @@ pub struct PolicyReport {
     /// The spot tier, when the cluster has one (omitted otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spot: Option<SpotReport>,
+    /// Lending idle rollout blocks across groups, when on (omitted otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lending: Option<LendingReport>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]

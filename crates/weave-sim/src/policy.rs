@@ -100,6 +100,12 @@ impl Policy {
         self != Policy::WeaveCold
     }
 
+    /// Whether lending idle rollout blocks across groups applies (when asked for): Weave and
+    /// its ablations, not the baselines.
+    pub fn lends(self) -> bool {
+        self.placement() == Some(PlacePolicy::Weave)
+    }
+
     /// Long-tail migration on shared rollout blocks: every co-execution policy but the
     /// `weave-no-migration` ablation (solo jobs never share a block; colocated has none).
     pub fn migration(self) -> bool {

@@ -93,6 +93,8 @@ impl Engine<'_> {
             }
         }
         self.record_nodes();
+        // A newcomer may need its block at once: whatever the group lent comes back now.
+        self.reclaim_from(decision.group);
         let placed = Placed {
             group: decision.group,
             block: decision.block,
