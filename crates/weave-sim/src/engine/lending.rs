@@ -121,12 +121,26 @@ impl Engine<'_> {
         if self.lending.is_none() || d == Micros::ZERO || self.on_spot(p.group) {
             return d;
         }
+        let Some(loan) = self.best_loan(i, p, d).filter(|(l, _)| l.factor <= 1.0 - MIN_GAIN) else { return d };
+        let (loan, key) = loan;
+        let lending = self.lending.as_mut().expect("checked");
+        lending.loans.insert(key, loan);
+        let shorter = d.scale(loan.factor);
+        lending.counts.loans += 1;
+        lending.counts.saved_us += (d - shorter).0;
+        shorter
+    }
+
+    /// The loan of a lendable block that would shorten job `i`'s rollout of `d` starting now
+    /// the most, and the block's key.
+    fn best_loan(&mut self, i: usize, p: Placed, d: Micros) -> Option<(Loan, (GroupId, u32))> {
         let job = &self.jobs[i];
         let tp = if job.spec.job_type.model.params_b() >= 32.0 { 2 } else { 1 };
         let (state, costs) = (job.place.rollout_state, job.place.costs);
         let (requests, max_tokens) = (job.spec.batch, job.spec.job_type.max_tokens);
-        let now = self.now;
-        let mut best: Option<(f64, Lendable, Shape, (u32, u32), Micros)> = None;
+        let (now, gpus) = (self.now, self.gpus().0);
+        let epoch = self.states[i].as_ref().map_or(0, |s| s.epoch);
+        let mut best: Option<(Loan, (GroupId, u32))> = None;
         for lendable in self.lendable(p.group) {
             // Warm where the lender's nodes have host DRAM to spare for the borrower's state
             // (kept there, its sync plan adding them as destinations), else cold.
@@ -140,32 +154,15 @@ impl Engine<'_> {
                 ((lendable.until - now).0 as u128 * STEPS as u128 / d.0 as u128).min(STEPS as u128) as u32,
             );
             let shape = Shape { requests, max_tokens, nodes: p.block_width, tp, lent_nodes: lendable.nodes };
-            let lending = self.lending.as_mut().expect("checked");
-            let f = lending.factor(shape, steps);
-            if best.as_ref().is_none_or(|b| f < b.0) {
-                best = Some((f, lendable, shape, steps, from));
+            let factor = self.lending.as_mut().expect("checked").factor(shape, steps);
+            if best.as_ref().is_none_or(|(b, _)| factor < b.factor) {
+                let gpus = lendable.nodes * gpus;
+                let until = lendable.until;
+                let loan = Loan { borrower: i, epoch, gpus, shape, start: now, from, until, plain: d, steps, factor };
+                best = Some((loan, lendable.key));
             }
         }
-        let Some((factor, lent, shape, steps, from)) = best.filter(|b| b.0 <= 1.0 - MIN_GAIN) else { return d };
-        let epoch = self.states[i].as_ref().map_or(0, |s| s.epoch);
-        let loan = Loan {
-            borrower: i,
-            epoch,
-            gpus: lent.nodes * self.gpus().0,
-            shape,
-            start: now,
-            from,
-            until: lent.until,
-            plain: d,
-            steps,
-            factor,
-        };
-        let lending = self.lending.as_mut().expect("checked");
-        lending.loans.insert(lent.key, loan);
-        let shorter = d.scale(factor);
-        lending.counts.loans += 1;
-        lending.counts.saved_us += (d - shorter).0;
-        shorter
+        best
     }
 
     /// Whether `g` is a spot group (spot groups neither lend nor borrow).
