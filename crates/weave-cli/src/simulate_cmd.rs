@@ -291,7 +291,41 @@ pub fn render(reports: &[&PolicyReport]) -> String {
         ]);
     }
     table::align_numbers(&mut service);
-    format!("{cost}\n{service}\n{}{}{}", render_money(reports), render_staleness(reports), render_spot(reports))
+    let extra = [render_money(reports), render_staleness(reports), render_spot(reports), render_lending(reports)];
+    format!("{cost}\n{service}\n{}", extra.concat())
+}
+
+/// Lending, when on: the loans made, what they saved, and what the lenders gave (never a delay).
+pub fn render_lending(reports: &[&PolicyReport]) -> String {
+    if !reports.iter().any(|r| r.lending.is_some()) {
+        return String::new();
+    }
+    let mut t = table::new(&[
+        "policy",
+        "loans",
+        "reclaimed early",
+        "lender delays",
+        "lent H20 GPU-h",
+        "loading GPU-h",
+        "lent $",
+        "rollout h saved",
+    ]);
+    for r in reports {
+        let Some(l) = r.lending else { continue };
+        let c = l.counts;
+        t.add_row(vec![
+            r.policy.clone(),
+            c.loans.to_string(),
+            c.reclaimed_early.to_string(),
+            c.lender_delays.to_string(),
+            format!("{:.0}", l.lent_gpu_hours),
+            format!("{:.1}", l.loading_gpu_hours),
+            r.money.lent.map_or_else(|| "-".into(), |p| format!("{:.0}", p.cost.as_dollars())),
+            format!("{:.1}", l.saved_rollout_hours),
+        ]);
+    }
+    table::align_numbers(&mut t);
+    format!("{t}\n")
 }
 
 /// The spot tier, when the cluster has one: who ran on it, what it cost, what preemptions did.
