@@ -10,6 +10,12 @@ The job checkpoints after every iteration (in memory: the weights and the random
 Weave re-queues it (preempted for another job, or its node lost), the gate raises
 ``Requeued`` and the job restores the checkpoint of the iteration it resumes from.
 
+With ``--prompts N`` an on-policy rollout is N prompts (one sampled action each, seeded by the
+prompt) generated on one worker per rollout node of the job (``weave_client.rollout_pool``),
+``--prompt-s`` seconds each. When a preemption notice names one of those nodes (in a grant, or
+in a heartbeat's answer mid-rollout), its prompts move to the other workers: the rollout
+finishes there, and the training reports the prompts it consumed, each exactly once.
+
 With ``--staleness k`` it is a bounded off-policy job (as AReaL's or veRL's one-step
 off-policy): a rollout thread and a training thread, one per lane. Rollout n samples with the
 weights version its grant names (at most k behind), which may be older than the newest; the
@@ -26,6 +32,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from weave_client import Requeued, WeaveClient  # noqa: E402
+from weave_client.rollout_pool import RolloutPool  # noqa: E402
 
 ARMS = [0.2, 0.5, 0.8, 0.35]
 
@@ -47,6 +54,53 @@ def rollout(policy, rng, n):
     actions = rng.choices(range(len(ARMS)), weights=p, k=n)
     rewards = [1.0 if rng.random() < ARMS[a] else 0.0 for a in actions]
     return {"version": policy.version, "actions": actions, "rewards": rewards, "probs": p}
+
+
+class Notices:
+    """Preemption notices heard (from grants and heartbeats), passed to the rollout running."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.nodes = set()
+        self.pool = None
+
+    def heard(self, notice):
+        with self.lock:
+            self.nodes.add(notice["node"])
+            pool = self.pool
+        if pool is not None:
+            pool.notice(notice["node"])
+
+    def start(self, pool):
+        with self.lock:
+            self.pool = pool
+            noticed = [n for n in pool.nodes if n in self.nodes]
+        for n in noticed:
+            pool.notice(n)
+
+
+def prompt_rollout(policy, args, k, nodes, notices):
+    """Rollout ``k`` as ``args.prompts`` prompts over ``nodes`` (see the module's text)."""
+    probs = policy.probs()
+
+    def generate(prompt, node, stopped):
+        for _ in range(10):
+            if stopped():
+                return None
+            time.sleep(args.prompt_s / 10)
+        rng = random.Random((args.seed * 1_000_003 + k) * 100_003 + prompt)
+        a = rng.choices(range(len(ARMS)), weights=probs)[0]
+        return a, 1.0 if rng.random() < ARMS[a] else 0.0
+
+    pool = RolloutPool(nodes, generate)
+    notices.start(pool)
+    out = pool.run(list(range(args.prompts)))
+    notices.pool = None
+    prompts = sorted(out)
+    traj = {"version": policy.version, "actions": [out[p][0] for p in prompts],
+            "rewards": [out[p][1] for p in prompts], "probs": probs, "prompts": prompts}
+    return traj, {"nodes": list(nodes), "left": pool.leaving(), "moved": pool.moved,
+                  "restarted": pool.restarted, "produced_by": pool.produced_by}
 
 
 def train(policy, traj, lr, staleness=0):
@@ -172,6 +226,9 @@ def main():
     ap.add_argument("--train-s", type=float, default=100.0, help="declared training time (for placement)")
     ap.add_argument("--no-submit", action="store_true", help="the job was submitted already")
     ap.add_argument("--staleness", type=int, default=0, help="weights versions a rollout may lag (0: on-policy)")
+    ap.add_argument("--prompts", type=int, default=0, help="on-policy: prompts per rollout over the job's nodes")
+    ap.add_argument("--prompt-s", type=float, default=0.1, help="seconds to generate one prompt")
+    ap.add_argument("--rollout-nodes", type=int, default=1, help="rollout nodes the job asks for")
     args = ap.parse_args()
 
     client = WeaveClient(args.server, args.token)
@@ -180,6 +237,8 @@ def main():
                 "rollout_s": args.rollout_s, "train_s": args.train_s}
         if args.staleness:
             spec["staleness"] = args.staleness
+        if args.rollout_nodes > 1:
+            spec["rollout_nodes"] = args.rollout_nodes
         client.submit(spec)
     policy = Policy()
     if args.staleness:
@@ -190,15 +249,25 @@ def main():
     rng = random.Random(args.seed)
     checkpoints = {0: (list(policy.theta), rng.getstate())}
     k = 0
-    with client.keepalive(args.job, interval_s=1.0):
+    notices = Notices()
+    with client.keepalive(args.job, interval_s=0.5 if args.prompts else 1.0, on_notice=notices.heard):
         while k < args.iterations:
             try:
                 with client.phase(args.job, "rollout", k) as meta:
-                    traj = rollout(policy, rng, args.samples)
-                    time.sleep(0.15)  # generation takes a while: makes the interleaving visible
+                    if meta.grant.get("preemption_notice"):
+                        notices.heard(meta.grant["preemption_notice"])
+                    if args.prompts:
+                        nodes = client.job(args.job)["job"]["rollout_nodes"]
+                        traj, where = prompt_rollout(policy, args, k, nodes, notices)
+                        meta.update(where)
+                    else:
+                        traj = rollout(policy, rng, args.samples)
+                        time.sleep(0.15)  # generation takes a while: makes the interleaving visible
                     meta["weights_version"] = policy.version
                     meta["mean_reward"] = sum(traj["rewards"]) / len(traj["rewards"])
                 with client.phase(args.job, "train", k) as meta:
+                    if args.prompts:
+                        meta["consumed_prompts"] = traj["prompts"]
                     meta["trajectory_version"] = traj["version"]
                     train(policy, traj, lr=2.0)
                     time.sleep(0.05)

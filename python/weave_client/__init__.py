@@ -53,7 +53,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 JSON = Any
 
@@ -349,16 +349,23 @@ class WeaveClient:
         self.finish(job_id, phase, iteration, time.monotonic() - t0, meta)
 
     @contextlib.contextmanager
-    def keepalive(self, job_id: str, interval_s: float = 2.0) -> Iterator[None]:
-        """Sends heartbeats from a background thread while the body runs."""
+    def keepalive(
+        self, job_id: str, interval_s: float = 2.0, on_notice: Optional[Callable[[JSON], None]] = None
+    ) -> Iterator[None]:
+        """Sends heartbeats from a background thread while the body runs. A heartbeat's answer
+        names a preemption notice on one of the job's nodes (node, deadline): ``on_notice`` is
+        called with it each time, so a driver mid-phase can move its work off the node."""
         stop = threading.Event()
 
         def beat() -> None:
             while not stop.wait(interval_s):
                 try:
-                    self.heartbeat(job_id)
+                    answer = self.heartbeat(job_id)
                 except (WeaveError, OSError):
-                    pass
+                    continue
+                notice = answer.get("preemption_notice") if isinstance(answer, dict) else None
+                if notice and on_notice is not None:
+                    on_notice(notice)
 
         t = threading.Thread(target=beat, daemon=True)
         t.start()

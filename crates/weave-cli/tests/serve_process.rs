@@ -512,6 +512,23 @@ fn a_stale_python_job_resumes_after_its_node_is_lost() {
     run_checker(py, "check_node_loss.py", &["--serve-cmd", &serve, "--admin", TOKEN]);
 }
 
+/// A Python job on two rollout nodes hears a preemption notice mid-rollout (in its heartbeat's
+/// answer), moves the node's prompts to its other node, and resumes off the node once the
+/// server takes it at the deadline; every prompt is consumed exactly once:
+/// `python/tests/check_spot_notice.py`.
+#[test]
+#[ignore = "needs python3: .ci/run runs it with --ignored"]
+fn a_python_job_moves_its_prompts_off_a_noticed_node() {
+    let Some(py) = python() else {
+        eprintln!("skipped: no python3 on this machine");
+        return;
+    };
+    let d = dir("spot-notice");
+    let tenants = format!("[[tenant]]\nname = \"ops\"\ntoken_sha256 = \"{}\"\nadmin = true\n", token_hash(TOKEN));
+    let serve = fixed_pools_serve(&d, &tenants, 3);
+    run_checker(py, "check_spot_notice.py", &["--serve-cmd", &serve, "--admin", TOKEN]);
+}
+
 /// `weave serve` places as full Weave unless told `--disagg-only`: a lone job runs co-located
 /// by default (cheapest alone), and in a disaggregated group of its own with the flag.
 #[test]

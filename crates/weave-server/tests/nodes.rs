@@ -394,10 +394,13 @@ fn a_preemption_notice_over_http_takes_the_node_at_its_deadline() {
     assert_eq!(cluster(&s)["notices"][0]["node"], "r0");
     let (code, grant) = start_phase(&s, ALICE, "a", "rollout", 1, 1.0);
     assert_eq!((code, &grant["preemption_notice"]["node"]), (200, &json!("r0")), "the grant says so too: {grant}");
+    let (code, beat) = post(&s, ALICE, "/v1/jobs/a/heartbeat", None);
+    assert_eq!((code, &beat["preemption_notice"]["node"]), (200, &json!("r0")), "and its heartbeat: {beat}");
     let (code, err) = post(&s, OPS, "/v1/nodes/r0/notice", Some(json!({ "seconds": 1 })));
     assert!(code == 400 && err["error"].as_str().unwrap().contains("already under"), "{code} {err}");
     assert_eq!(post(&s, OPS, "/v1/nodes/r0/up", None).0, 200, "withdrawn");
     assert!(job(&s, "a").get("preemption_notice").is_none());
+    assert_eq!(post(&s, ALICE, "/v1/jobs/a/heartbeat", None).1, json!({ "status": "ok" }));
     assert!(cluster(&s)["notices"].as_array().unwrap().is_empty());
 
     assert_eq!(post(&s, OPS, "/v1/nodes/r0/notice", Some(json!({ "seconds": 1, "reason": "spot" }))).0, 200);

@@ -173,5 +173,11 @@ pub(super) async fn heartbeat(
         return Err(ApiError::new(StatusCode::CONFLICT, format!("job `{name}` is {:?}", v.state).to_lowercase()));
     }
     s.lock().heartbeats.insert(key, std::time::Instant::now());
-    Ok(Json(json!({ "status": "ok" })))
+    // A driver mid-phase learns of a notice on its nodes here (its keepalive asks every few
+    // seconds): it moves its in-flight work off the node before the deadline.
+    let mut body = json!({ "status": "ok" });
+    if let Some(n) = v.preemption_notice {
+        body["preemption_notice"] = json!(n);
+    }
+    Ok(Json(body))
 }
