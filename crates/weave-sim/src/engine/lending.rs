@@ -62,13 +62,21 @@ struct Loan {
 pub(super) struct Lending {
     loans: BTreeMap<(GroupId, u32), Loan>,
     factors: BTreeMap<(Shape, u32, u32), f64>,
+    /// Per rollout shape (requests, max tokens, nodes, tensor parallelism): its sampled batches.
+    batches: BTreeMap<(u32, u32, u32, u32), Vec<(Vec<u32>, f64)>>,
     seed: u64,
     pub(super) counts: LendingCounts,
 }
 
 impl Lending {
     pub(super) fn new(seed: u64) -> Lending {
-        Lending { loans: BTreeMap::new(), factors: BTreeMap::new(), seed, counts: LendingCounts::default() }
+        Lending {
+            loans: BTreeMap::new(),
+            factors: BTreeMap::new(),
+            batches: BTreeMap::new(),
+            seed,
+            counts: LendingCounts::default(),
+        }
     }
 
     /// The rollout's duration with the loan over its plain one, for a window of `steps`
@@ -77,22 +85,38 @@ impl Lending {
         if steps.0 >= steps.1 {
             return 1.0;
         }
+        if let Some(&f) = self.factors.get(&(shape, steps.0, steps.1)) {
+            return f;
+        }
+        let cfg = RolloutConfig::for_job(shape.requests, shape.max_tokens, shape.nodes, shape.tp);
+        let workers = RolloutConfig::for_job(shape.requests, shape.max_tokens, shape.lent_nodes, shape.tp).workers;
+        let mut sum = 0.0;
+        for (lengths, plain) in self.batches(shape, &cfg) {
+            let at = |k: u32| if k >= STEPS { f64::INFINITY } else { plain * k as f64 / STEPS as f64 };
+            let loan = LentWorkers { workers, from: at(steps.0), until: at(steps.1) };
+            sum += simulate_with_loan(&cfg, lengths, loan) / plain.max(1e-9);
+        }
+        let f = sum / SAMPLES as f64;
+        self.factors.insert((shape, steps.0, steps.1), f);
+        f
+    }
+
+    /// The sampled batches of a rollout shape and how long each lasts without a loan: drawn
+    /// once per shape (the same for every window and loan size, so windows compare fairly).
+    fn batches(&mut self, shape: Shape, cfg: &RolloutConfig) -> &[(Vec<u32>, f64)] {
+        let key = (shape.requests, shape.max_tokens, shape.nodes, shape.tp);
         let seed = self.seed;
-        *self.factors.entry((shape, steps.0, steps.1)).or_insert_with(|| {
-            let cfg = RolloutConfig::for_job(shape.requests, shape.max_tokens, shape.nodes, shape.tp);
-            let workers = RolloutConfig::for_job(shape.requests, shape.max_tokens, shape.lent_nodes, shape.tp).workers;
-            let key = (shape.max_tokens as u64) << 32 | (shape.requests as u64) << 8 | shape.nodes as u64;
-            let mut rng = named_stream(seed, "lending-shape", key);
+        self.batches.entry(key).or_insert_with(|| {
+            let stream = (shape.max_tokens as u64) << 32 | (shape.requests as u64) << 8 | shape.nodes as u64;
+            let mut rng = named_stream(seed, "lending-shape", stream);
             let none = LentWorkers { workers: 0, from: 0.0, until: 0.0 };
-            let mut sum = 0.0;
-            for _ in 0..SAMPLES {
-                let lengths = cfg.draw_lengths(&mut rng);
-                let plain = simulate_with_loan(&cfg, &lengths, none);
-                let at = |k: u32| if k >= STEPS { f64::INFINITY } else { plain * k as f64 / STEPS as f64 };
-                let loan = LentWorkers { workers, from: at(steps.0), until: at(steps.1) };
-                sum += simulate_with_loan(&cfg, &lengths, loan) / plain.max(1e-9);
-            }
-            sum / SAMPLES as f64
+            (0..SAMPLES)
+                .map(|_| {
+                    let lengths = cfg.draw_lengths(&mut rng);
+                    let plain = simulate_with_loan(cfg, &lengths, none);
+                    (lengths, plain)
+                })
+                .collect()
         })
     }
 }
