@@ -42,6 +42,10 @@ struct Shape {
     lent_nodes: u32,
 }
 
+/// A sampled batch's response lengths and how long it lasts without a loan (seconds of the
+/// request-level model).
+type Batch = (Vec<u32>, f64);
+
 #[derive(Clone, Copy)]
 struct Loan {
     borrower: usize,
@@ -63,7 +67,7 @@ pub(super) struct Lending {
     loans: BTreeMap<(GroupId, u32), Loan>,
     factors: BTreeMap<(Shape, u32, u32), f64>,
     /// Per rollout shape (requests, max tokens, nodes, tensor parallelism): its sampled batches.
-    batches: BTreeMap<(u32, u32, u32, u32), Vec<(Vec<u32>, f64)>>,
+    batches: BTreeMap<(u32, u32, u32, u32), Vec<Batch>>,
     seed: u64,
     pub(super) counts: LendingCounts,
 }
@@ -103,7 +107,7 @@ impl Lending {
 
     /// The sampled batches of a rollout shape and how long each lasts without a loan: drawn
     /// once per shape (the same for every window and loan size, so windows compare fairly).
-    fn batches(&mut self, shape: Shape, cfg: &RolloutConfig) -> &[(Vec<u32>, f64)] {
+    fn batches(&mut self, shape: Shape, cfg: &RolloutConfig) -> &[Batch] {
         let key = (shape.requests, shape.max_tokens, shape.nodes, shape.tp);
         let seed = self.seed;
         self.batches.entry(key).or_insert_with(|| {
