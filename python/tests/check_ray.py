@@ -196,11 +196,44 @@ def check_restart(c, ray, server):
         f"({time.time() - t0:.1f} s from the kill to its next iteration)")
 
 
+def check_drain(c, args, node):
+    """Drains ``node`` in Ray (a spot preemption with a 10-minute deadline: b's actors keep it
+    busy, so Ray keeps it ALIVE), forwards the drain with ``weave_client.ray_drains --once``,
+    and checks that b's view carries the notice with Ray's deadline and that the backend does
+    not undo it while Ray still reports the node alive."""
+    ray_id = [i for i, name in ray_node_labels(args.ray).items() if name == node][0]
+    gcs = args.ray.split("//")[1].split(":")[0] + ":6379"
+    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
+    subprocess.run([ray_cli, "drain-node", "--address", gcs, "--node-id", ray_id, "--reason",
+                    "DRAIN_NODE_REASON_PREEMPTION", "--reason-message", "spot reclaimed in a test",
+                    "--deadline-remaining-seconds", "600"], check=True)
+    t_drain_ms = time.time() * 1000
+    fwd = subprocess.run([sys.executable, "-m", "weave_client.ray_drains", "--server", c.server, "--token",
+                          args.admin_token, "--ray-address", gcs, "--dashboard", args.ray, "--once"],
+                         capture_output=True, text=True, cwd=os.path.join(ROOT, "python"))
+    assert fwd.returncode == 0, f"the forwarder failed:\n{fwd.stdout}\n{fwd.stderr}"
+    assert f"{node} drained in Ray" in fwd.stdout, fwd.stdout
+    notice = c.job("toy-b")["job"].get("preemption_notice")
+    assert notice and notice["node"] == node, f"b's view: {notice}"
+    late_ms = notice["deadline_us"] / 1000 - (t_drain_ms + 600_000)
+    assert -5000 <= late_ms <= 5000, f"the notice's deadline is {late_ms:.0f} ms off Ray's"
+    # Two backend polls later the node is still noticed, not brought back up, and b still on it.
+    time.sleep(1.5)
+    cluster = WeaveClient(c.server, args.admin_token)._request("GET", "/v1/cluster")[1]
+    assert [n["node"] for n in cluster["notices"]] == [node] and node not in cluster["down"], cluster
+    b = c.job("toy-b")["job"]
+    assert b["state"] == "running" and node in b["rollout_nodes"], b
+    say(f"drained {node} in Ray: forwarded as a notice ({fwd.stdout.strip()}), deadline "
+        f"{late_ms / 1000:+.1f} s off Ray's; b runs on until the node goes")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--server", help="a running server's URL (or give --serve-cmd)")
     ap.add_argument("--serve-cmd", help="start (and, mid-run, kill and restart) the server with this command")
     ap.add_argument("--token", required=True)
+    ap.add_argument("--admin-token", help="an admin's token: drain b's node in Ray first and forward the drain "
+                                          "to Weave as a preemption notice (weave_client.ray_drains)")
     ap.add_argument("--ray", required=True)
     ap.add_argument("--checkpoints", required=True)
     ap.add_argument("--kill", required=True, help="command that kills a node; {node} is replaced")
@@ -235,6 +268,8 @@ def run(args, c, server):
     wait_for(f"b to complete {args.kill_after} iterations",
              lambda: c.job("toy-b")["job"]["completed_iterations"] >= args.kill_after, 240)
     a_uid = c.job("toy-a")["job"]["uid"]
+    if args.admin_token:
+        check_drain(c, args, lost[0])
     cmd = args.kill.replace("{node}", lost[0])
     say(f"killing node {lost[0]}: {cmd}")
     subprocess.run(cmd, shell=True, check=True)

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const TOKEN: &str = "ray-e2e-token";
+/// An admin's token: forwards a Ray drain as a preemption notice (`weave_client.ray_drains`).
+const ADMIN_TOKEN: &str = "ray-e2e-admin";
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
@@ -107,10 +109,16 @@ fn cluster_up(tag: &str, path: Option<&Path>, link_mbit: Option<u32>) -> Option<
     let up = cluster.cmd(&["up"]).status().unwrap();
     assert!(up.success(), "the Ray cluster did not come up");
 
-    let hash = Command::new(env!("CARGO_BIN_EXE_weave")).args(["token", "hash", TOKEN]).output().unwrap();
-    let line =
-        format!("[[tenant]]\nname = \"team\"\ntoken_sha256 = \"{}\"\n", String::from_utf8_lossy(&hash.stdout).trim());
-    std::fs::write(state.join("tenants.toml"), line).unwrap();
+    let hash = |t: &str| {
+        let o = Command::new(env!("CARGO_BIN_EXE_weave")).args(["token", "hash", t]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let lines = format!(
+        "[[tenant]]\nname = \"team\"\ntoken_sha256 = \"{}\"\n[[tenant]]\nname = \"ops\"\ntoken_sha256 = \"{}\"\nadmin = true\n",
+        hash(TOKEN),
+        hash(ADMIN_TOKEN)
+    );
+    std::fs::write(state.join("tenants.toml"), lines).unwrap();
     Some((cluster, state))
 }
 
@@ -142,6 +150,10 @@ fn run_e2e(pin: &str) {
         .arg("--checkpoints")
         .arg(state.join("checkpoints"))
         .args(["--kill", &kill, "--pin", pin]);
+    if pin == "labels" {
+        // Before the kill, b's node is drained in Ray and the drain forwarded as a notice.
+        checker.args(["--admin-token", ADMIN_TOKEN]);
+    }
     // The numbers are reported, not asserted (timing on a shared machine); they must be there.
     let m = run_checker(&mut checker, "check_ray.py");
     assert!(m["utilisation"].is_object() && m["solo"]["utilisation"].is_object(), "{m}");

@@ -157,7 +157,11 @@ impl RayBackend {
                     .unwrap_or_default(),
             })
             .collect();
-        let down = placer.down_nodes().collect();
+        // A node under a preemption notice (a Ray drain forwarded) is closed to placements but
+        // still serves its jobs: it is not down until Ray reports it gone, and never brought
+        // back up while the notice stands.
+        let noticed: BTreeSet<NodeId> = g.plane.notices().map(|(n, _)| *n).collect();
+        let down = placer.down_nodes().filter(|n| !noticed.contains(n)).collect();
         (jobs, down, placer.config().capacity.unwrap_or((0, 0)))
     }
 

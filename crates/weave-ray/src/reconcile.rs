@@ -87,6 +87,8 @@ pub struct World<'a> {
     pub inventory: &'a Inventory,
     /// Fixed pool sizes (rollout, training): the nodes Weave may use.
     pub pools: (u32, u32),
+    /// Nodes out of service (not those under a preemption notice: they serve their jobs until
+    /// Ray reports them gone, and are then taken down like any lost node).
     pub down: &'a BTreeSet<NodeId>,
     pub jobs: &'a [JobSnapshot],
     pub submissions: &'a [Submission],

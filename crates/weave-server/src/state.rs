@@ -506,6 +506,11 @@ impl Shared {
     /// its jobs are re-admitted from their last completed iteration). A record the disk
     /// refused is tried again on the next round.
     pub fn expire_notices(&self) {
+        // With an execution backend the node goes when the backend reports it gone (Ray kills a
+        // drained node at its deadline; taking it down here first would race Ray's own view).
+        if self.cfg.capacity == Capacity::Recorded {
+            return;
+        }
         let due = self.lock().plane.notices_due(self.now_us());
         for (node, reason) in due {
             let reason = format!("preempted: {reason}");

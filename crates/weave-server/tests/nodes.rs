@@ -312,6 +312,10 @@ fn post(s: &TestServer, token: &str, path: &str, json: Option<Value>) -> (u16, V
     })
 }
 
+fn cluster(s: &TestServer) -> Value {
+    body(client().get(s.url("/v1/cluster")).bearer_auth(OPS).send().unwrap()).1
+}
+
 fn job(s: &TestServer, name: &str) -> Value {
     body(client().get(s.url(&format!("/v1/jobs/{name}"))).bearer_auth(ALICE).send().unwrap()).1["job"].clone()
 }
@@ -379,7 +383,6 @@ fn a_preemption_notice_over_http_takes_the_node_at_its_deadline() {
     assert!(code == 400 && err["error"].as_str().unwrap().contains("seconds"), "{code} {err}");
     let (code, err) = post(&s, OPS, "/v1/nodes/r0/notice", Some(json!({ "seconds": 100_000 })));
     assert!(code == 400 && err["error"].as_str().unwrap().contains("at most 86400"), "{code} {err}");
-    let cluster = |s: &TestServer| body(client().get(s.url("/v1/cluster")).bearer_auth(OPS).send().unwrap()).1;
     assert!(cluster(&s)["notices"].as_array().unwrap().is_empty(), "refused requests changed nothing");
 
     // A long notice first (nothing can run out while it is looked at), then withdrawn.
@@ -418,14 +421,33 @@ fn a_preemption_notice_over_http_takes_the_node_at_its_deadline() {
     assert!(a.get("preemption_notice").is_none(), "{a}");
 }
 
-/// With an execution backend's pools (Ray), node health comes from the backend, not an admin.
+/// With an execution backend's pools (Ray), node health comes from the backend, not an admin:
+/// down and up are refused. A preemption notice (a Ray drain forwarded) is taken: the node
+/// closes to placements, and it is not taken down at the deadline (Ray reports its death, the
+/// backend then takes it down); withdrawing a notice is allowed.
 #[test]
-fn nodes_reported_by_a_backend_are_not_changed_by_hand() {
-    let s = TestServer::start_with(temp_dir("node-recorded"), Duration::from_secs(600), |cfg| {
-        cfg.capacity = weave_server::Capacity::Recorded;
-    });
+fn nodes_reported_by_a_backend_are_not_changed_by_hand_but_take_notices() {
+    let dir = temp_dir("node-recorded");
+    let recorded = |cfg: &mut weave_server::ServerConfig| cfg.capacity = weave_server::Capacity::Recorded;
+    {
+        // The inventory the backend would have recorded.
+        let mut cfg = common::config(dir.clone(), Duration::from_secs(600));
+        recorded(&mut cfg);
+        let shared = weave_server::Shared::open(cfg).unwrap();
+        shared.commit(|time_us| inventory(time_us, 2, 1)).unwrap();
+    }
+    let s = TestServer::start_with(dir, Duration::from_secs(600), recorded);
     let (code, err) = post(&s, OPS, "/v1/nodes/r0/down", None);
     assert!(code == 409 && err["error"].as_str().unwrap().contains("Ray"), "{code} {err}");
+    assert_eq!(post(&s, OPS, "/v1/nodes/r1/up", None).0, 409, "r1 is not under a notice");
+    assert_eq!(post(&s, OPS, "/v1/nodes/r0/notice", Some(json!({ "seconds": 3600 }))).0, 200);
+    assert_eq!(post(&s, OPS, "/v1/nodes/r0/up", None).0, 200, "a notice may be withdrawn");
+    assert!(cluster(&s)["notices"].as_array().unwrap().is_empty());
+    assert_eq!(post(&s, OPS, "/v1/nodes/r0/notice", Some(json!({ "seconds": 1, "reason": "ray drain" }))).0, 200);
+    // The reaper looks every 250 ms: well past the deadline the node is still only noticed.
+    std::thread::sleep(Duration::from_millis(2500));
+    let c = cluster(&s);
+    assert_eq!((c["notices"][0]["node"].as_str(), &c["down"]), (Some("r0"), &json!([])), "{c}");
 }
 
 /// A job whose process died after its rollout finished (its trajectories gone with it) asks

@@ -77,18 +77,25 @@ struct NodeDownBody {
     reason: Option<String>,
 }
 
-/// An admin caller on fixed pools this server owns, and the node named in the path.
+/// An admin caller, and the node named in the path.
 fn node_change(s: &Shared, headers: &HeaderMap, node: &str) -> ApiResult<(Caller, NodeId)> {
     let c = caller(s, headers)?;
     if !c.admin {
         return Err(ApiError::new(StatusCode::FORBIDDEN, "taking nodes out of service is for admins"));
     }
+    let node = node.parse().map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("node `{node}`: {e}")))?;
+    Ok((c, node))
+}
+
+/// With an execution backend, node health is the backend's to report: 409. A preemption
+/// notice is not a health change (a Ray drain forwarded as one: the node serves its jobs until
+/// Ray reports it gone), and withdrawing one is allowed too.
+fn health_owned_by_backend(s: &Shared) -> ApiResult<()> {
     if s.cfg.capacity == crate::state::Capacity::Recorded {
         let why = "the execution backend reports node health (a Ray node's loss or return is read from Ray)";
         return Err(ApiError::new(StatusCode::CONFLICT, why));
     }
-    let node = node.parse().map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("node `{node}`: {e}")))?;
-    Ok((c, node))
+    Ok(())
 }
 
 /// An operator takes a node out of service (lost, or drained for repair): its jobs fail and
@@ -100,6 +107,7 @@ pub(super) async fn node_down(
     body: axum::body::Bytes,
 ) -> ApiResult<Json<serde_json::Value>> {
     let (c, node) = node_change(&s, &headers, &node)?;
+    health_owned_by_backend(&s)?;
     let given = if body.iter().all(u8::is_ascii_whitespace) {
         NodeDownBody::default()
     } else {
@@ -133,7 +141,8 @@ const MAX_NOTICE_S: u64 = 86_400;
 
 /// A preemption notice (a spot node the provider takes back): the node closes to new
 /// placements now, its jobs are told (`preemption-notice` events with the deadline), and once
-/// the notice runs out it leaves service as a lost node does.
+/// the notice runs out it leaves service as a lost node does (with an execution backend, when
+/// the backend reports it gone).
 pub(super) async fn node_notice(
     State(s): State<Arc<Shared>>,
     headers: HeaderMap,
@@ -160,6 +169,10 @@ pub(super) async fn node_up(
     Path(node): Path<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
     let (c, node) = node_change(&s, &headers, &node)?;
+    let noticed = s.lock().plane.notices().any(|(n, _)| *n == node);
+    if !noticed {
+        health_owned_by_backend(&s)?;
+    }
     commit(&s, &c, move |time_us| Record::NodeUp { time_us, node }).await?;
     Ok(Json(json!({ "node": node.to_string(), "state": "up" })))
 }
