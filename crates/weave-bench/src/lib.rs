@@ -103,8 +103,7 @@ fn parse_trigger(s: &str) -> Result<MigrationTrigger> {
 /// Rollout config of a job type on its default width, calibrated to its profiled rollout.
 fn job_rollout(ty: JobType, profile: &ProfileModel, seed: u64) -> RolloutConfig {
     let width = JobSpec::default_width(ty.model);
-    // 32B runs with tensor parallelism 2 [paper, Table 2].
-    let tp = if ty.model.params_b() >= 32.0 { 2 } else { 1 };
+    let tp = RolloutConfig::tensor_parallel(ty.model);
     let cfg = RolloutConfig::for_job(REFERENCE_BATCH, ty.max_tokens, width, tp);
     let target = profile.predict(Deployment::Disagg, ty, REFERENCE_BATCH, (width, width)).times.rollout.as_secs_f64();
     calibrate(

@@ -62,6 +62,16 @@ impl RolloutConfig {
         }
     }
 
+    /// Tensor parallelism of a model's rollout engine: 32B and larger span two GPUs [paper,
+    /// Table 2].
+    pub fn tensor_parallel(model: weave_core::ModelSize) -> u32 {
+        if model.params_b() >= 32.0 {
+            2
+        } else {
+            1
+        }
+    }
+
     fn step(&self, active: usize) -> f64 {
         self.step_base * (1.0 + self.step_per_active * active as f64)
     }

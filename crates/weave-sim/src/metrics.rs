@@ -316,7 +316,7 @@ impl Metrics {
             cost: cost(0, r[k]) + cost(1, t[k]),
             share: if total.0 > 0 { (cost(0, r[k]) + cost(1, t[k])).0 as f64 / total.0 as f64 } else { 0.0 },
         };
-        let lost_part = |g: u128| SplitPart {
+        let rollout_part = |g: u128| SplitPart {
             gpu_hours: gpu_hours(g),
             cost: cost(0, g),
             share: if total.0 > 0 { cost(0, g).0 as f64 / total.0 as f64 } else { 0.0 },
@@ -327,8 +327,8 @@ impl Metrics {
             sync: part(2),
             idle_alone: part(3),
             idle_other: part(4),
-            lost_to_preemption: lost.map(lost_part),
-            lent: lent.map(lost_part),
+            lost_to_preemption: lost.map(rollout_part),
+            lent: lent.map(rollout_part),
         };
         let lending = self.lending.map(|counts| LendingReport {
             counts,

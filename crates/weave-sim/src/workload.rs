@@ -69,7 +69,7 @@ impl MigrationShape {
 /// the remaining requests fit in two workers), averaged over `samples` seeded rollouts.
 pub fn migration_shape(spec: &JobSpec, seed: u64, samples: usize) -> MigrationShape {
     use weave_dispatch::rollout::{simulate_rollout, MigrationTrigger, RolloutConfig};
-    let tp = if spec.job_type.model.params_b() >= 32.0 { 2 } else { 1 };
+    let tp = RolloutConfig::tensor_parallel(spec.job_type.model);
     let cfg = RolloutConfig::for_job(spec.batch, spec.job_type.max_tokens, spec.rollout_nodes, tp);
     let starts = vec![0.0; cfg.workers as usize];
     let mut rng =

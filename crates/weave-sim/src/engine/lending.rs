@@ -163,7 +163,7 @@ impl Engine<'_> {
     /// the most, and the block's key.
     fn best_loan(&mut self, i: usize, p: Placed, d: Micros) -> Option<(Loan, (GroupId, u32))> {
         let job = &self.jobs[i];
-        let tp = if job.spec.job_type.model.params_b() >= 32.0 { 2 } else { 1 };
+        let tp = RolloutConfig::tensor_parallel(job.spec.job_type.model);
         let (state, costs) = (job.place.rollout_state, job.place.costs);
         let (requests, max_tokens) = (job.spec.batch, job.spec.job_type.max_tokens);
         let (now, gpus) = (self.now, self.gpus().0);
@@ -241,26 +241,27 @@ impl Engine<'_> {
 
     /// Job `i`'s rollout ended or it left: the blocks it borrowed go back.
     pub(super) fn return_loans(&mut self, i: usize) {
-        let Some(lending) = self.lending.as_mut() else { return };
-        let keys: Vec<_> = lending.loans.iter().filter(|(_, l)| l.borrower == i).map(|(k, _)| *k).collect();
-        for k in keys {
-            let loan = self.lending.as_mut().expect("lending").loans.remove(&k).expect("listed");
-            self.charge_loan(&loan, self.now);
+        for loan in self.take_loans(|_, l| l.borrower == i) {
+            self.charge_loan(&loan);
         }
     }
 
     /// Group `g` changed (a member joined or left): its lent blocks are taken back now, and
     /// each borrower's rollout runs on without them from here, as the model says.
     pub(super) fn reclaim_from(&mut self, g: GroupId) {
-        let Some(lending) = self.lending.as_mut() else { return };
-        let keys: Vec<_> = lending.loans.range((g, 0)..=(g, u32::MAX)).map(|(k, _)| *k).collect();
-        for k in keys {
-            let loan = self.lending.as_mut().expect("lending").loans.remove(&k).expect("listed");
-            self.charge_loan(&loan, self.now);
+        for loan in self.take_loans(|&(lender, _), _| lender == g) {
+            self.charge_loan(&loan);
             if self.now < loan.until {
                 self.cut_short(&loan);
             }
         }
+    }
+
+    /// Removes the loans `pick` chooses, in block order.
+    fn take_loans(&mut self, pick: impl Fn(&(GroupId, u32), &Loan) -> bool) -> Vec<Loan> {
+        let Some(lending) = self.lending.as_mut() else { return Vec::new() };
+        let keys: Vec<_> = lending.loans.iter().filter(|(k, l)| pick(k, l)).map(|(k, _)| *k).collect();
+        keys.iter().filter_map(|k| lending.loans.remove(k)).collect()
     }
 
     /// A lender's member starts a rollout on block `block` of `g`: a loan still running there
@@ -272,7 +273,7 @@ impl Engine<'_> {
             lending.counts.lender_delays += 1;
             self.cut_short(&loan);
         }
-        self.charge_loan(&loan, self.now);
+        self.charge_loan(&loan);
     }
 
     /// The borrower of `loan` loses it now, before its reclaim: its rollout ends later by what
@@ -293,10 +294,10 @@ impl Engine<'_> {
         }
     }
 
-    /// Charges the lent GPUs up to `at` (or the reclaim): loading while the lender slept and
+    /// Charges the lent GPUs up to now (or the reclaim): loading while the lender slept and
     /// the borrower's engine came up, then busy for the borrower.
-    fn charge_loan(&mut self, loan: &Loan, at: Micros) {
-        let end = at.min(loan.until);
+    fn charge_loan(&mut self, loan: &Loan) {
+        let end = self.now.min(loan.until);
         let loading = end.min(loan.from).saturating_sub(loan.start);
         let used = end.saturating_sub(loan.from);
         self.metrics.switching(Pool::Rollout, loan.gpus, loading);
