@@ -78,6 +78,10 @@ class Notices:
         for n in noticed:
             pool.notice(n)
 
+    def end(self):
+        with self.lock:
+            self.pool = None
+
 
 def prompt_rollout(policy, args, k, nodes, notices):
     """Rollout ``k`` as ``args.prompts`` prompts over ``nodes`` (see the module's text)."""
@@ -95,7 +99,7 @@ def prompt_rollout(policy, args, k, nodes, notices):
     pool = RolloutPool(nodes, generate)
     notices.start(pool)
     out = pool.run(list(range(args.prompts)))
-    notices.pool = None
+    notices.end()
     prompts = sorted(out)
     traj = {"version": policy.version, "actions": [out[p][0] for p in prompts],
             "rewards": [out[p][1] for p in prompts], "probs": probs, "prompts": prompts}
