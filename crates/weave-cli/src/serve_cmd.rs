@@ -82,6 +82,12 @@ pub struct ServeArgs {
     /// Admission's allowed risk that a job's life slowdown exceeds its SLO under variation.
     #[arg(long, default_value_t = weave_place::DEFAULT_SLO_EPSILON)]
     slo_risk: f64,
+    /// Lend a group's idle rollout nodes (its members all training) to a rollout of another
+    /// group that the request-level model says it shortens, by the policy `weave simulate
+    /// --lending` replays. The rollout's grant names the lent nodes and a reclaim deadline;
+    /// the driver spreads requests onto them and moves them back by then. Off by default.
+    #[arg(long)]
+    lending: bool,
     /// Export OpenTelemetry spans (OTLP over HTTP, protobuf) to this URL, e.g.
     /// http://127.0.0.1:4318/v1/traces: one per job admission, per granted phase, per planned
     /// switch and weight sync. Off by default.
@@ -264,6 +270,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             consolidate_every: std::time::Duration::from_secs_f64(args.consolidate_every_s),
             chosen: args.disagg_only || args.consolidate,
             slo_risk: args.slo_risk,
+            lending: args.lending,
         },
         limits: connection_limits(&args)?,
         snapshot_every: args.snapshot_every,

@@ -41,6 +41,7 @@ pub struct Shape {
 type Batch = (Vec<u32>, f64);
 
 /// The request-level model's answers, cached: how much a loan window shortens a rollout shape.
+#[derive(Clone, Debug)]
 pub struct LoanModel {
     factors: BTreeMap<(Shape, u32, u32), f64>,
     /// Per rollout shape (requests, max tokens, nodes, tensor parallelism): its sampled batches.

@@ -510,6 +510,7 @@ pub fn router(shared: Arc<Shared>, rate: Option<RateLimits>) -> Router {
         .route("/v1/jobs/{id}", get(show_job).delete(cancel_job))
         .route("/v1/jobs/{id}/heartbeat", post(gate::heartbeat))
         .route("/v1/jobs/{id}/restart", post(restart_job))
+        .route("/v1/jobs/{id}/loan/return", post(gate::return_loan))
         .route("/v1/jobs/{id}/phases/{phase}/{iteration}/start", post(gate::phase_start))
         .route("/v1/jobs/{id}/phases/{phase}/{iteration}/finish", post(gate::phase_finish))
         .route("/v1/groups", get(cluster::groups))

@@ -91,10 +91,15 @@ pub fn document() -> Value {
                           "requestBody": { "required": true, "content": { "application/json": { "schema": { "type": "object", "required": ["reason"], "properties": { "reason": { "type": "string" } }, "additionalProperties": false } } } },
                           "responses": { "200": ok("job, re-admitted (or queued)"), "400": err(), "401": err(), "404": err(), "409": err() } }
             },
+            "/v1/jobs/{id}/loan/return": {
+                "post": { "summary": "The job's driver moved its requests off the rollout nodes lent to its rollout (`--lending`): the loan ends", "security": auth, "parameters": [job_id],
+                          "requestBody": { "required": true, "content": { "application/json": { "schema": { "type": "object", "properties": { "uid": { "type": "integer", "description": "the admission the loan was made to (the grant's uid)" } }, "additionalProperties": false } } } },
+                          "responses": { "200": ok("job"), "400": err(), "401": err(), "404": err(), "409": err() } }
+            },
             "/v1/jobs/{id}/phases/{phase}/{iteration}/start": {
                 "post": { "summary": "Ask to start a phase; long-polls up to wait_s", "security": auth,
                           "parameters": [job_id, phase, iteration, { "name": "wait_s", "in": "query", "schema": { "type": "number" } }],
-                          "responses": { "200": ok("granted; a rollout's `weights` is the weights version it samples with (trainings done; up to the job's staleness behind its iteration); with tracing on (--otlp-endpoint), `traceparent` is the phase span's W3C trace context"), "202": ok("not yet: ask again"), "401": err(), "404": err(), "409": err() } }
+                          "responses": { "200": ok("granted; a rollout's `loan` (with --lending) names rollout nodes of another group lent to it, seconds to their load (`load_in_s`) and to the reclaim (`reclaim_in_s`); a rollout's `weights` is the weights version it samples with (trainings done; up to the job's staleness behind its iteration); with tracing on (--otlp-endpoint), `traceparent` is the phase span's W3C trace context"), "202": ok("not yet: ask again"), "401": err(), "404": err(), "409": err() } }
             },
             "/v1/jobs/{id}/phases/{phase}/{iteration}/finish": {
                 "post": { "summary": "Report a granted phase finished, with its measured duration", "security": auth, "parameters": [job_id, phase, iteration],

@@ -19,6 +19,7 @@ mod consolidation;
 mod dispatch;
 mod gate;
 mod job;
+mod lending;
 mod nodes;
 mod queue;
 mod record;
@@ -26,6 +27,7 @@ mod snapshot;
 pub use gate::{Gate, RolloutGrant};
 use job::{measured_variation, Measured};
 pub use job::{JobEntry, JobState};
+pub use lending::Loan;
 pub use queue::Queued;
 pub use record::{limits, LaunchSpec, PlaneError, Record, SubmitSpec, DEFAULT_SLO};
 
@@ -102,6 +104,11 @@ pub struct Plane {
     usage_history: weave_place::share::UsageHistory,
     /// Nodes under a preemption notice: taken out of service at their deadline.
     notices: BTreeMap<NodeId, nodes::Notice>,
+    /// Lending idle rollout blocks across groups (`None`: off): the request-level model's
+    /// cached answers (derived, not state).
+    lending: Option<weave_place::lending::LoanModel>,
+    /// Loans out, by the lender's (group, block).
+    loans: BTreeMap<(GroupId, u32), lending::Loan>,
     pub stats: PlaneStats,
 }
 
@@ -158,6 +165,8 @@ impl Plane {
             preemptions: BTreeMap::new(),
             usage_history: Default::default(),
             notices: BTreeMap::new(),
+            lending: None,
+            loans: BTreeMap::new(),
             arrivals: Default::default(),
             next_arrival: 0,
             share: None,
@@ -307,6 +316,9 @@ impl Plane {
                 self.running(job).map(|_| ())
             }
             Record::NodeDown { .. } | Record::NodeUp { .. } | Record::NodeNotice { .. } => self.check_node(rec),
+            // A loan already ended (or never made: a store reopened without `--lending`)
+            // makes this a no-op; the handler refuses a return when the job holds none.
+            Record::ReturnLoan { job, .. } => self.running(job).map(|_| ()),
             Record::Inventory { .. } => {
                 if self.placer.config().capacity.is_none() {
                     return Err(PlaneError::Invalid {
@@ -437,6 +449,12 @@ impl Plane {
                 self.node_notice(*time_us, *node, *deadline_us, reason);
                 Ok(())
             }
+            Record::ReturnLoan { time_us, job, admission } => {
+                if self.loan_of(job).is_some_and(|l| admission.is_none_or(|a| a == l.admission)) {
+                    self.return_loan(*time_us, job, "returned by its driver");
+                }
+                Ok(())
+            }
         }
     }
 
@@ -555,6 +573,7 @@ impl Plane {
                 finishes: Default::default(),
                 iteration_started_us: time_us,
                 pending_join: None,
+                train_granted_us: None,
             }),
         );
         self.event(ev(time_us, &submit.id, "admitted", None, None, Some(group)));
@@ -591,6 +610,7 @@ impl Plane {
 
     fn end(&mut self, time_us: u64, name: &str, state: JobState, failure: Option<String>) {
         let group = self.group_of(name);
+        self.return_loan(time_us, name, "its admission ended");
         let j = self.jobs.get_mut(name).map(Arc::make_mut).expect("checked");
         j.state = state;
         j.gate.withdraw();

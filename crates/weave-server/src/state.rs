@@ -87,6 +87,8 @@ pub struct PlacementConfig {
     pub chosen: bool,
     /// Admission's allowed risk that a job's life slowdown exceeds its SLO (`--slo-risk`).
     pub slo_risk: f64,
+    /// Lend idle rollout blocks to rollouts of other groups (`--lending`; off by default).
+    pub lending: bool,
 }
 
 impl Default for PlacementConfig {
@@ -96,6 +98,7 @@ impl Default for PlacementConfig {
             consolidate_every: Duration::from_micros(weave_place::consolidate::PASS_INTERVAL.0),
             chosen: false,
             slo_risk: weave_place::DEFAULT_SLO_EPSILON,
+            lending: false,
         }
     }
 }
@@ -179,6 +182,9 @@ fn configured_plane(cfg: &ServerConfig) -> Plane {
         Plane::new(cfg.cluster.clone(), placer).with_slo_risk(cfg.placement.slo_risk).with_retention(cfg.retention);
     if cfg.placement.consolidate {
         plane = plane.with_consolidation(Default::default());
+    }
+    if cfg.placement.lending {
+        plane = plane.with_lending();
     }
     // Quotas mean something only where the pools are fixed.
     if let (Some(policy), true) = (cfg.tenants.share_policy(), fixed) {
@@ -455,7 +461,8 @@ impl Shared {
             | Record::NodeNotice { .. }
             | Record::Inventory { .. }
             | Record::Consolidate { .. }
-            | Record::Ready { .. } => {}
+            | Record::Ready { .. }
+            | Record::ReturnLoan { .. } => {}
         }
         let version = g.plane.version;
         self.compact_if_due(&mut g);

@@ -23,9 +23,40 @@ pub(crate) fn notice_of(plane: &crate::plane::Plane, j: &JobEntry) -> Option<Not
         .map(|(n, x)| NoticeView { node: n.to_string(), deadline_us: x.deadline_us })
 }
 
-/// [`view`] with what the plane knows beyond the entry (preemption notices).
+/// Rollout nodes of another group lent to the job for its current rollout (`weave serve
+/// --lending`), on the server's clock: its engine should be up there from `from_us`, and its
+/// requests back off them by `deadline_us`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct LoanView {
+    pub nodes: Vec<String>,
+    pub iteration: u64,
+    pub from_us: u64,
+    pub deadline_us: u64,
+}
+
+impl LoanView {
+    /// The loan as a driver needs it: seconds from `now_us` to its load and its deadline
+    /// (negative: past).
+    pub fn relative(&self, now_us: u64) -> serde_json::Value {
+        let secs = |t: u64| (t as f64 - now_us as f64) / 1e6;
+        serde_json::json!({
+            "nodes": self.nodes,
+            "iteration": self.iteration,
+            "load_in_s": secs(self.from_us),
+            "reclaim_in_s": secs(self.deadline_us),
+        })
+    }
+}
+
+pub(crate) fn loan_of(plane: &crate::plane::Plane, j: &JobEntry) -> Option<LoanView> {
+    let l = plane.loan_of(&j.name).filter(|l| l.admission == j.id.0)?;
+    let nodes = l.nodes.iter().map(|n| n.to_string()).collect();
+    Some(LoanView { nodes, iteration: l.iteration, from_us: l.from_us, deadline_us: l.deadline_us })
+}
+
+/// [`view`] with what the plane knows beyond the entry (preemption notices, loans).
 fn placed_view(plane: &crate::plane::Plane, j: &JobEntry) -> JobView {
-    JobView { preemption_notice: notice_of(plane, j), ..view(j) }
+    JobView { preemption_notice: notice_of(plane, j), loan: loan_of(plane, j), ..view(j) }
 }
 
 /// A job as clients see it.
@@ -77,6 +108,9 @@ pub struct JobView {
     /// and the job is re-admitted from its last completed iteration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemption_notice: Option<NoticeView>,
+    /// Rollout nodes lent to the job's current rollout (lending on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loan: Option<LoanView>,
     pub failure: Option<String>,
     /// A queued job's place in the queue (0: next to start) and why it waits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -149,6 +183,7 @@ pub fn view(j: &JobEntry) -> JobView {
         starting: j.starting(),
         host_memory: host_memory(j),
         preemption_notice: None,
+        loan: None,
         failure: j.failure.clone(),
         queue_position: None,
         queue_reason: None,
@@ -294,6 +329,7 @@ pub fn queued_view(q: &crate::plane::Queued, position: usize, start_in_us: Optio
         starting: false,
         host_memory: None,
         preemption_notice: None,
+        loan: None,
         failure: None,
         queue_position: Some(position),
         queue_reason: Some(q.reason.clone()),

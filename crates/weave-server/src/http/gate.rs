@@ -65,13 +65,14 @@ pub(super) async fn phase_start(
             let granted = g.plane.may_start(&key, phase, iteration)?;
             granted
                 .then(|| {
-                    g.plane
-                        .job(&key)
-                        .map(|j| (j.id.0, j.gate.rollout.map(|r| r.weights), crate::views::notice_of(&g.plane, j)))
+                    g.plane.job(&key).map(|j| {
+                        let loan = crate::views::loan_of(&g.plane, j).filter(|_| phase == Phase::Rollout);
+                        (j.id.0, j.gate.rollout.map(|r| r.weights), crate::views::notice_of(&g.plane, j), loan)
+                    })
                 })
                 .flatten()
         };
-        if let Some((a, weights, notice)) = admission {
+        if let Some((a, weights, notice, loan)) = admission {
             let mut body =
                 json!({ "status": "granted", "job": name, "phase": phase.name(), "iteration": iteration, "uid": a });
             // The weights version the rollout samples with (the iteration itself on-policy).
@@ -81,6 +82,11 @@ pub(super) async fn phase_start(
             // A node of the job's is being taken: the driver moves its work off it (or saves).
             if let Some(n) = notice {
                 body["preemption_notice"] = json!(n);
+            }
+            // Another group's idle rollout nodes lent to this rollout: spread requests onto
+            // them once loaded, and move them back by the deadline.
+            if let Some(l) = loan {
+                body["loan"] = l.relative(s.now_us());
             }
             // With tracing on, the phase span's context: the job's own spans nest under it.
             if s.telemetry.is_some() {
@@ -179,5 +185,37 @@ pub(super) async fn heartbeat(
     if let Some(n) = v.preemption_notice {
         body["preemption_notice"] = json!(n);
     }
+    // A loan's deadline brought forward (its lender needs the nodes) is heard here.
+    if let Some(l) = v.loan {
+        body["loan"] = l.relative(s.now_us());
+    }
     Ok(Json(body))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ReturnBody {
+    /// The admission the loan was made to (the grant's `uid`).
+    #[serde(default)]
+    uid: Option<u32>,
+}
+
+/// The borrower's driver moved its requests off the rollout nodes lent to it: the loan ends
+/// (409 if the job holds none).
+pub(super) async fn return_loan(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Result<Json<ReturnBody>, JsonRejection>,
+) -> ApiResult<Json<JobView>> {
+    let c = caller(&s, &headers)?;
+    let (key, v) = visible(&s, &c, &name)?;
+    let admission = json_body(body)?.uid;
+    let held = v.loan.is_some() && admission.is_none_or(|a| a == v.uid);
+    if !held {
+        return Err(ApiError::new(StatusCode::CONFLICT, format!("job `{name}` holds no loan")));
+    }
+    let job = key.clone();
+    commit(&s, &c, move |time_us| Record::ReturnLoan { time_us, job, admission }).await?;
+    visible(&s, &c, &key).map(|(_, v)| Json(v))
 }

@@ -39,6 +39,9 @@ impl Plane {
     /// Feeds an input and everything it causes to a group's dispatcher.
     pub(super) fn drive(&mut self, time_us: u64, g: GroupId, first: Input) {
         let now = Micros(time_us);
+        if matches!(first, Input::Join(_) | Input::Leave { .. }) {
+            self.reclaim_from(time_us, g);
+        }
         let mut queue = VecDeque::from([first]);
         // A switch the dispatcher planned before a grant: the grant's event says which.
         let mut switches: BTreeMap<JobId, (SwitchKind, Micros)> = BTreeMap::new();
@@ -105,6 +108,9 @@ impl Plane {
         let mut stale = false;
         if let Some(j) = self.job_mut(&name) {
             j.gate.grant(phase, iteration, weights);
+            if phase == Phase::Train {
+                j.train_granted_us = Some(time_us);
+            }
             stale = j.gate.staleness > 0;
             let k = (phase == Phase::Train) as usize;
             wait = time_us.saturating_sub(j.lane_ready(phase, iteration));
@@ -123,6 +129,9 @@ impl Plane {
             meta.get_or_insert_with(|| serde_json::json!({}))["weights"] = serde_json::json!(weights);
         }
         self.event(PlaneEvent { meta, ..ev(time_us, &name, "grant", Some(phase), Some(iteration), Some(g)) });
+        if phase == Phase::Rollout {
+            self.lend_on_rollout(time_us, &name, g, iteration);
+        }
     }
 
     /// Whether `name` may start `phase` of `iteration` now: `Ok(true)` granted, `Ok(false)`

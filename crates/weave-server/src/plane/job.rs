@@ -75,6 +75,9 @@ pub struct JobEntry {
     /// group's dispatcher when it first asks (`Record::Ready`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) pending_join: Option<weave_dispatch::MemberSpec>,
+    /// When its running training was granted (lending reads when it should end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) train_granted_us: Option<u64>,
 }
 
 /// Recent measured (rollout, training) durations.
@@ -228,6 +231,9 @@ impl Plane {
         duration: Micros,
         meta: Option<serde_json::Value>,
     ) {
+        if phase == Phase::Rollout {
+            self.return_loan(time_us, name, "its rollout finished");
+        }
         let j = self.jobs.get_mut(name).map(Arc::make_mut).expect("checked");
         j.gate.finish(phase, iteration);
         j.switches.record(meta.as_ref());

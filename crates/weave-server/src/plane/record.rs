@@ -298,6 +298,14 @@ pub enum Record {
         job: String,
         admission: u32,
     },
+    /// A borrower's driver moved its requests off the rollout nodes lent to it (lending on):
+    /// the loan ends.
+    ReturnLoan {
+        time_us: u64,
+        job: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        admission: Option<u32>,
+    },
 }
 
 impl Record {
@@ -313,7 +321,8 @@ impl Record {
             | Record::NodeNotice { time_us, .. }
             | Record::Inventory { time_us, .. }
             | Record::Consolidate { time_us }
-            | Record::Ready { time_us, .. } => *time_us,
+            | Record::Ready { time_us, .. }
+            | Record::ReturnLoan { time_us, .. } => *time_us,
         }
     }
 }

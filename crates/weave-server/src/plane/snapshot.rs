@@ -11,7 +11,7 @@
 //! Encoding: CBOR (binary, self-describing, exact for every `f64` including infinities).
 
 use super::nodes::Notice;
-use super::{JobEntry, Measured, Plane, PlaneEvent, PlaneStats, Queued};
+use super::{JobEntry, Loan, Measured, Plane, PlaneEvent, PlaneStats, Queued};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -50,6 +50,9 @@ struct Snapshot {
     /// Preemption notices in force (absent before there were any).
     #[serde(default)]
     notices: Vec<(NodeId, Notice)>,
+    /// Rollout blocks lent, by the lender's (group, block) (absent before lending).
+    #[serde(default)]
+    loans: Vec<((GroupId, u32), Loan)>,
 }
 
 /// [`Snapshot`] borrowed from a plane (written without copying the state first).
@@ -74,6 +77,8 @@ struct SnapshotRef<'a> {
     usage_history: &'a UsageHistory,
     last_pass_us: Option<u64>,
     notices: Vec<(&'a NodeId, &'a Notice)>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    loans: Vec<(&'a (GroupId, u32), &'a Loan)>,
 }
 
 #[derive(Serialize)]
@@ -132,6 +137,7 @@ impl Plane {
             usage_history: &self.usage_history,
             last_pass_us: self.last_pass_us,
             notices: self.notices.iter().collect(),
+            loans: self.loans().collect(),
         };
         ciborium::into_writer(&snap, out).map_err(|e| match e {
             ciborium::ser::Error::Io(e) => e,
@@ -187,6 +193,7 @@ impl Plane {
         self.usage_history = snap.usage_history;
         self.last_pass_us = snap.last_pass_us;
         self.notices = snap.notices.into_iter().collect();
+        self.loans = snap.loans.into_iter().collect();
         self.version = snap.plane_version;
         Ok(self)
     }
