@@ -14,7 +14,11 @@ With ``--prompts N`` an on-policy rollout is N prompts (one sampled action each,
 prompt) generated on one worker per rollout node of the job (``weave_client.rollout_pool``),
 ``--prompt-s`` seconds each. When a preemption notice names one of those nodes (in a grant, or
 in a heartbeat's answer mid-rollout), its prompts move to the other workers: the rollout
-finishes there, and the training reports the prompts it consumed, each exactly once.
+finishes there, and the training reports the prompts it consumed, each exactly once. When
+the rollout's grant names rollout nodes lent to it (``weave serve --lending``: another group's
+idle nodes), a worker starts on each once the borrowed engine is loaded (``load_in_s``) and
+takes a share of the queued prompts; by the reclaim deadline (``reclaim_in_s``, brought
+forward if a heartbeat says so) their prompts move back and the driver returns the loan.
 
 With ``--staleness k`` it is a bounded off-policy job (as AReaL's or veRL's one-step
 off-policy): a rollout thread and a training thread, one per lane. Rollout n samples with the
@@ -83,7 +87,67 @@ class Notices:
             self.pool = None
 
 
-def prompt_rollout(policy, args, k, nodes, notices):
+class Loans:
+    """The rollout nodes lent to the running rollout: lent to the pool when loaded, taken back
+    and returned to the server by the deadline (the latest heard, from the grant or a
+    heartbeat)."""
+
+    def __init__(self, client, job):
+        self.client, self.job = client, job
+        self.cond = threading.Condition()
+        self.loan, self.pool, self.uid = None, None, None
+        self.load_at = self.reclaim_at = 0.0
+        self.lent, self.done = False, True
+        self.report = {}
+
+    def start(self, loan, uid, pool):
+        """The rollout's grant named ``loan``; ``pool`` is its rollout pool."""
+        now = time.monotonic()
+        with self.cond:
+            self.loan, self.uid, self.pool = loan, uid, pool
+            self.load_at, self.reclaim_at = now + loan["load_in_s"], now + loan["reclaim_in_s"]
+            self.lent, self.done, self.report = False, False, {"lent": loan["nodes"]}
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def heard(self, loan):
+        """A heartbeat's answer names the loan: its deadline may have come forward."""
+        with self.cond:
+            if self.loan is not None and not self.done and loan["iteration"] == self.loan["iteration"]:
+                self.reclaim_at = min(self.reclaim_at, time.monotonic() + loan["reclaim_in_s"])
+                self.cond.notify_all()
+
+    def _run(self):
+        with self.cond:
+            while not self.done:
+                now = time.monotonic()
+                if now >= self.reclaim_at:
+                    for node in self.loan["nodes"]:
+                        self.pool.notice(node)
+                    self.report["returned_late_s"] = round(time.monotonic() - self.reclaim_at, 3)
+                    self.done = True
+                    break
+                if not self.lent and now >= self.load_at:
+                    self.lent = True
+                    for node in self.loan["nodes"]:
+                        self.pool.lend(node)
+                wake = self.reclaim_at if self.lent else min(self.load_at, self.reclaim_at)
+                self.cond.wait(max(0.0, wake - now))
+            returned = "returned_late_s" in self.report
+        if returned:
+            try:
+                self.client.return_loan(self.job, self.uid)
+            except Exception as e:  # the rollout may have finished first: its finish ended the loan
+                self.report["return_error"] = str(e)
+
+    def end(self):
+        """The rollout finished: the loan ends with it (the server ends it at the finish)."""
+        with self.cond:
+            self.done = True
+            self.cond.notify_all()
+            return dict(self.report)
+
+
+def prompt_rollout(policy, args, k, nodes, notices, loan=None):
     """Rollout ``k`` as ``args.prompts`` prompts over ``nodes`` (see the module's text)."""
     probs = policy.probs()
 
@@ -98,13 +162,16 @@ def prompt_rollout(policy, args, k, nodes, notices):
 
     pool = RolloutPool(nodes, generate)
     notices.start(pool)
+    if loan is not None:
+        loan[0].start(loan[1], loan[2], pool)
     out = pool.run(list(range(args.prompts)))
     notices.end()
+    lent = loan[0].end() if loan is not None else {}
     prompts = sorted(out)
     traj = {"version": policy.version, "actions": [out[p][0] for p in prompts],
             "rewards": [out[p][1] for p in prompts], "probs": probs, "prompts": prompts}
     return traj, {"nodes": list(nodes), "left": pool.leaving(), "moved": pool.moved,
-                  "restarted": pool.restarted, "produced_by": pool.produced_by}
+                  "restarted": pool.restarted, "produced_by": pool.produced_by, **lent}
 
 
 def train(policy, traj, lr, staleness=0):
@@ -233,6 +300,7 @@ def main():
     ap.add_argument("--prompts", type=int, default=0, help="on-policy: prompts per rollout over the job's nodes")
     ap.add_argument("--prompt-s", type=float, default=0.1, help="seconds to generate one prompt")
     ap.add_argument("--rollout-nodes", type=int, default=1, help="rollout nodes the job asks for")
+    ap.add_argument("--train-wall-s", type=float, default=0.05, help="seconds a training step takes")
     args = ap.parse_args()
 
     client = WeaveClient(args.server, args.token)
@@ -253,8 +321,9 @@ def main():
     rng = random.Random(args.seed)
     checkpoints = {0: (list(policy.theta), rng.getstate())}
     k = 0
-    notices = Notices()
-    with client.keepalive(args.job, interval_s=0.5 if args.prompts else 1.0, on_notice=notices.heard):
+    notices, loans = Notices(), Loans(client, args.job)
+    beat = 0.5 if args.prompts else 1.0
+    with client.keepalive(args.job, interval_s=beat, on_notice=notices.heard, on_loan=loans.heard):
         while k < args.iterations:
             try:
                 with client.phase(args.job, "rollout", k) as meta:
@@ -262,7 +331,9 @@ def main():
                         notices.heard(meta.grant["preemption_notice"])
                     if args.prompts:
                         nodes = client.job(args.job)["job"]["rollout_nodes"]
-                        traj, where = prompt_rollout(policy, args, k, nodes, notices)
+                        loan = meta.grant.get("loan")
+                        lent = (loans, loan, meta.grant.get("uid")) if loan else None
+                        traj, where = prompt_rollout(policy, args, k, nodes, notices, lent)
                         meta.update(where)
                     else:
                         traj = rollout(policy, rng, args.samples)
@@ -274,7 +345,7 @@ def main():
                         meta["consumed_prompts"] = traj["prompts"]
                     meta["trajectory_version"] = traj["version"]
                     train(policy, traj, lr=2.0)
-                    time.sleep(0.05)
+                    time.sleep(args.train_wall_s)
                     meta["new_weights_version"] = policy.version
                 k += 1
                 checkpoints[k] = (list(policy.theta), rng.getstate())

@@ -77,6 +77,35 @@ class RolloutPoolTest(unittest.TestCase):
         self.assertEqual(out, {p: p * 10 for p in range(6)})
         self.assertEqual(pool.produced_by, {"r0": 0, "r1": 6})
 
+    def test_a_lent_node_takes_a_share_mid_rollout_and_its_reclaim_moves_the_rest_back(self):
+        g = Generator(steps=10, step_s=0.01)
+        pool = RolloutPool(["r0"], g)
+        self.assertFalse(pool.lend("x0"), "no rollout running")
+        prompts = list(range(40))
+        result = {}
+        t = threading.Thread(target=lambda: result.update(pool.run(prompts)))
+        t.start()
+        while not g.started:
+            time.sleep(0.005)
+        self.assertTrue(pool.lend("x0"))
+        self.assertFalse(pool.lend("x0"), "lent once")
+        # Let the lent worker produce some, then reclaim it.
+        while pool.produced_by["x0"] < 3:
+            time.sleep(0.005)
+        self.assertTrue(pool.notice("x0"))
+        t.join(10)
+        self.assertFalse(t.is_alive())
+        self.assertEqual(result, {p: p * 10 for p in prompts}, "every prompt once")
+        self.assertEqual(sum(pool.produced_by.values()), 40)
+        self.assertGreaterEqual(pool.produced_by["x0"], 3)
+        self.assertLess(pool.produced_by["x0"], 20, "it left before taking half")
+        self.assertEqual(pool.leaving(), ["x0"])
+        # Nothing ran on the lent node after its reclaim: every attempt there either finished
+        # (counted) or was dropped and restarted on r0.
+        attempts = [p for p, n in g.started if n == "x0"]
+        dropped = [p for p, n in g.stopped if n == "x0"]
+        self.assertEqual(len(attempts), pool.produced_by["x0"] + len(dropped))
+
     def test_bad_input_is_refused(self):
         with self.assertRaises(ValueError):
             RolloutPool([], Generator())

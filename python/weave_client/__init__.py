@@ -224,6 +224,12 @@ class WeaveClient:
         re-admits the job from its last completed iteration, so the lost phase runs again."""
         return self._request("POST", f"/v1/jobs/{job_id}/restart", {"reason": reason})[1]
 
+    def return_loan(self, job_id: str, uid: Optional[int] = None) -> JSON:
+        """The job's requests are off the rollout nodes lent to it (``weave serve --lending``):
+        the loan ends. ``uid``: the admission the loan was made to (the grant's)."""
+        body: JSON = {} if uid is None else {"uid": uid}
+        return self._request("POST", f"/v1/jobs/{job_id}/loan/return", body)[1]
+
     def events(self, after: Optional[int] = None, limit: Optional[int] = None) -> List[JSON]:
         """Events this token may see; ``after`` (the last ``seq`` seen) and ``limit`` page them.
         Without ``limit``, every event the server holds after ``after`` (page by page)."""
@@ -350,11 +356,18 @@ class WeaveClient:
 
     @contextlib.contextmanager
     def keepalive(
-        self, job_id: str, interval_s: float = 2.0, on_notice: Optional[Callable[[JSON], None]] = None
+        self,
+        job_id: str,
+        interval_s: float = 2.0,
+        on_notice: Optional[Callable[[JSON], None]] = None,
+        on_loan: Optional[Callable[[JSON], None]] = None,
     ) -> Iterator[None]:
         """Sends heartbeats from a background thread while the body runs. A heartbeat's answer
         names a preemption notice on one of the job's nodes (node, deadline): ``on_notice`` is
-        called with it each time, so a driver mid-phase can move its work off the node."""
+        called with it each time, so a driver mid-phase can move its work off the node. With
+        ``weave serve --lending`` it names the rollout nodes lent to the job's rollout (nodes,
+        ``load_in_s``, ``reclaim_in_s``): ``on_loan`` is called with it each time (a deadline
+        brought forward, because the lender needs its nodes, is heard this way)."""
         stop = threading.Event()
 
         def beat() -> None:
@@ -366,6 +379,9 @@ class WeaveClient:
                 notice = answer.get("preemption_notice") if isinstance(answer, dict) else None
                 if notice and on_notice is not None:
                     on_notice(notice)
+                loan = answer.get("loan") if isinstance(answer, dict) else None
+                if loan and on_loan is not None:
+                    on_loan(loan)
 
         t = threading.Thread(target=beat, daemon=True)
         t.start()

@@ -8,6 +8,10 @@ away, as no KV cache moves) and started over on another worker. Every prompt's r
 produced exactly once, whichever worker produced it; a prompt's result must depend only on the
 prompt (its seed), not on the worker, so a moved prompt gives the same trajectory.
 
+A node lent to the rollout (``lend(node)``: another group's idle rollout node, with
+``weave serve --lending``) gets a worker of its own mid-run and takes its share of the queued
+prompts; at the loan's deadline ``notice(node)`` moves what it still has back.
+
 A notice on the pool's only remaining node cannot move anything: the rollout goes on there
 (and is lost if the node goes first; the job then resumes from its checkpoint). Standard
 library only.
@@ -15,6 +19,7 @@ library only.
 
 import collections
 import threading
+import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 # generate(prompt, node, stopped) -> result, or None if it stopped because stopped() said so.
@@ -35,6 +40,7 @@ class RolloutPool:
         self.moved = 0
         self.restarted = 0
         self.produced_by: Dict[str, int] = {n: 0 for n in self.nodes}
+        self._workers: List[threading.Thread] = []
 
     def _staying(self) -> List[str]:
         return [n for n in self.nodes if n not in self._leaving]
@@ -64,6 +70,30 @@ class RolloutPool:
             self._cond.notify_all()
             return True
 
+    def lend(self, node: str) -> bool:
+        """``node`` joins the running rollout (lent to it): its worker starts and takes an even
+        share of the prompts still queued. False if the pool has it already or has no rollout
+        running."""
+        with self._cond:
+            if node in self.nodes or self._total == 0 or len(self._results) >= self._total:
+                return False
+            self.nodes.append(node)
+            self._queues[node] = collections.deque()
+            self.produced_by[node] = 0
+            queued = [p for n in self._staying() if n != node for p in self._queues[n]]
+            share = len(queued) // len(self._staying())
+            # The newcomer takes from the back of the longest queues, so prompts already
+            # next in line stay where they are.
+            for _ in range(share):
+                longest = max((n for n in self._staying() if n != node), key=lambda n: len(self._queues[n]))
+                self._queues[node].appendleft(self._queues[longest].pop())
+            self.moved += share
+            worker = threading.Thread(target=self._work, args=(node,), daemon=True)
+            self._workers.append(worker)
+            self._cond.notify_all()
+        worker.start()
+        return True
+
     def leaving(self) -> List[str]:
         with self._cond:
             return list(self._leaving)
@@ -75,11 +105,22 @@ class RolloutPool:
         with self._cond:
             self._results, self._total = {}, len(prompts)
             self._deal(prompts)
-        workers = [threading.Thread(target=self._work, args=(n,), daemon=True) for n in self.nodes]
+        with self._cond:
+            self._workers = [threading.Thread(target=self._work, args=(n,), daemon=True) for n in self.nodes]
+            workers = list(self._workers)
         for w in workers:
             w.start()
-        for w in workers:
-            w.join()
+        # A worker lent mid-run is joined too.
+        while True:
+            with self._cond:
+                pending = [w for w in self._workers if w.is_alive() or w.ident is None]
+            if not pending:
+                break
+            for w in pending:
+                if w.ident is None:
+                    time.sleep(0.01)  # lent a moment ago; started just after the lock
+                else:
+                    w.join(0.05)
         with self._cond:
             if len(self._results) != self._total:
                 raise RuntimeError(f"{self._total - len(self._results)} prompts were not generated")

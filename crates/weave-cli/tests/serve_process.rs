@@ -529,6 +529,23 @@ fn a_python_job_moves_its_prompts_off_a_noticed_node() {
     run_checker(py, "check_spot_notice.py", &["--serve-cmd", &serve, "--admin", TOKEN]);
 }
 
+/// `weave serve --lending` with real drivers: a toy job's rollout borrows a training group's
+/// idle rollout node, its driver runs prompts there and moves them back by the reclaim
+/// deadline, then returns the loan; every prompt is consumed exactly once:
+/// `python/tests/check_lending.py` (it prints how late the return came).
+#[test]
+#[ignore = "needs python3: .ci/run runs it with --ignored"]
+fn a_python_job_borrows_an_idle_node_and_gives_it_back_by_the_deadline() {
+    let Some(py) = python() else {
+        eprintln!("skipped: no python3 on this machine");
+        return;
+    };
+    let d = dir("lending");
+    let tenants = format!("[[tenant]]\nname = \"ops\"\ntoken_sha256 = \"{}\"\nadmin = true\n", token_hash(TOKEN));
+    let serve = fixed_pools_serve(&d, &tenants, 3) + " --lending";
+    run_checker(py, "check_lending.py", &["--serve-cmd", &serve, "--admin", TOKEN]);
+}
+
 /// `weave serve` places as full Weave unless told `--disagg-only`: a lone job runs co-located
 /// by default (cheapest alone), and in a disaggregated group of its own with the flag.
 #[test]

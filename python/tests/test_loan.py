@@ -1,0 +1,50 @@
+"""A borrower's client side of a loan (``weave serve --lending``): the return goes to the job's
+loan endpoint with its admission, and heartbeats that name a loan reach ``on_loan``."""
+
+import threading
+import time
+import unittest
+
+from weave_client import WeaveClient
+
+
+class Recording(WeaveClient):
+    def __init__(self, beat_answer=None):
+        super().__init__("http://unused")
+        self.sent = []
+        self.beat_answer = beat_answer or {"status": "ok"}
+
+    def _request(self, method, path, body=None, retry=False):
+        self.sent.append((method, path, body))
+        if path.endswith("/heartbeat"):
+            return 200, self.beat_answer
+        return 200, {"id": "b"}
+
+
+class LoanTest(unittest.TestCase):
+    def test_a_return_names_the_admission_if_given(self):
+        c = Recording()
+        c.return_loan("b", 7)
+        c.return_loan("b")
+        self.assertEqual(c.sent, [("POST", "/v1/jobs/b/loan/return", {"uid": 7}),
+                                  ("POST", "/v1/jobs/b/loan/return", {})])
+
+    def test_heartbeats_naming_a_loan_reach_on_loan_and_others_do_not(self):
+        loan = {"nodes": ["r0"], "iteration": 3, "load_in_s": -1.0, "reclaim_in_s": 0.0}
+        heard, got = [], threading.Event()
+
+        def on_loan(x):
+            heard.append(x)
+            got.set()
+
+        with Recording({"status": "ok", "loan": loan}).keepalive("b", interval_s=0.01, on_loan=on_loan):
+            self.assertTrue(got.wait(5))
+        self.assertEqual(heard[0], loan)
+        quiet = []
+        with Recording().keepalive("b", interval_s=0.01, on_loan=quiet.append):
+            time.sleep(0.05)
+        self.assertEqual(quiet, [])
+
+
+if __name__ == "__main__":
+    unittest.main()
