@@ -1,6 +1,7 @@
 //! Snapshots: restoring a snapshot taken after any record and replaying the rest gives the same
 //! plane, field for field, as replaying everything (compared by the snapshots' bytes), on
-//! random histories with sharing, preemption, consolidation, node losses and cancellations.
+//! random histories with sharing, preemption, consolidation, node losses, cancellations and
+//! loans of idle rollout blocks.
 
 use proptest::prelude::*;
 use weave_core::{ClusterConfig, Micros, NodeId};
@@ -11,8 +12,10 @@ use weave_server::plane::{JobState, Plane, Record, Retention, SubmitSpec};
 
 const S: u64 = 1_000_000;
 
-/// Three nodes of each pool, two tenants with quotas and preemption; consolidation optional.
-fn plane(consolidate: bool) -> Plane {
+/// Three nodes of each pool, two tenants with quotas and preemption; consolidation and lending
+/// optional (lending when the flag's second bit is set: `plane(2 | consolidate)`).
+fn plane(flags: u8) -> Plane {
+    let (consolidate, lending) = (flags & 1 == 1, flags & 2 == 2);
     let cluster = ClusterConfig::default();
     let mut cfg = PlacerConfig::for_cluster(&cluster, PlacePolicy::Weave, true, true, 0);
     cfg.capacity = Some((3, 3));
@@ -22,6 +25,9 @@ fn plane(consolidate: bool) -> Plane {
     let mut p = Plane::new(cluster, cfg).with_retention(Retention { events: 40, jobs: 4 });
     if consolidate {
         p = p.with_consolidation(Default::default());
+    }
+    if lending {
+        p = p.with_lending();
     }
     p.with_share(SharePolicy {
         mode: ShareMode::Preemption,
@@ -62,6 +68,10 @@ fn step(p: &Plane, op: (u8, u8, u8), n: usize, t: u64) -> Option<Record> {
             let duration_us = (20 + b as u64) * S * if phase == Phase::Rollout { 2 } else { 1 };
             Some(Record::Finish { time_us, job, phase, iteration, duration_us, meta: None, admission: None })
         }
+        6 if b % 3 == 2 => {
+            let borrowing: Vec<_> = running.iter().filter(|j| p.loan_of(j).is_some()).cloned().collect();
+            Some(Record::ReturnLoan { time_us, job: pick(&borrowing)?, admission: None })
+        }
         6 if b % 2 == 0 => Some(Record::Cancel { time_us, job: pick(&running)? }),
         6 => Some(Record::Restart { time_us, job: pick(&running)?, reason: "test".into() }),
         _ => {
@@ -75,8 +85,8 @@ fn step(p: &Plane, op: (u8, u8, u8), n: usize, t: u64) -> Option<Record> {
     }
 }
 
-fn history(ops: &[(u8, u8, u8)], consolidate: bool) -> Vec<Record> {
-    let mut p = plane(consolidate);
+fn history(ops: &[(u8, u8, u8)], flags: u8) -> Vec<Record> {
+    let mut p = plane(flags);
     let mut records = Vec::new();
     let mut t = 0;
     for (n, &op) in ops.iter().enumerate() {
@@ -104,13 +114,13 @@ proptest! {
     fn a_snapshot_and_the_rest_of_the_log_equal_the_whole_log(
         ops in proptest::collection::vec((any::<u8>(), any::<u8>(), any::<u8>()), 1..120),
         cut in 0.0..1.0f64,
-        consolidate in any::<bool>(),
+        flags in 0..4u8,
     ) {
-        let records = history(&ops, consolidate);
-        let whole = replay(plane(consolidate), &records);
+        let records = history(&ops, flags);
+        let whole = replay(plane(flags), &records);
         let k = (records.len() as f64 * cut) as usize;
-        let head = replay(plane(consolidate), &records[..k]);
-        let restored = plane(consolidate).restore(&head.snapshot()).unwrap();
+        let head = replay(plane(flags), &records[..k]);
+        let restored = plane(flags).restore(&head.snapshot()).unwrap();
         let resumed = replay(restored, &records[k..]);
         prop_assert!(whole.snapshot() == resumed.snapshot(), "differs after a cut at {k} of {}", records.len());
         prop_assert_eq!(whole.events(), resumed.events());
@@ -123,18 +133,18 @@ proptest! {
     fn a_frozen_copy_is_untouched_by_what_the_live_plane_does_after(
         ops in proptest::collection::vec((any::<u8>(), any::<u8>(), any::<u8>()), 1..120),
         cut in 0.0..1.0f64,
-        consolidate in any::<bool>(),
+        flags in 0..4u8,
     ) {
-        let records = history(&ops, consolidate);
+        let records = history(&ops, flags);
         let k = (records.len() as f64 * cut) as usize;
-        let mut live = replay(plane(consolidate), &records[..k]);
+        let mut live = replay(plane(flags), &records[..k]);
         let at_cut = live.snapshot();
         let frozen = live.clone();
         for r in &records[k..] {
             live.apply(r).unwrap();
         }
         prop_assert!(frozen.snapshot() == at_cut, "the copy changed after a cut at {k} of {}", records.len());
-        prop_assert!(live.snapshot() == replay(plane(consolidate), &records).snapshot());
+        prop_assert!(live.snapshot() == replay(plane(flags), &records).snapshot());
     }
 }
 
@@ -151,15 +161,21 @@ fn seeded_histories_cover_what_snapshots_must_carry() {
             (x >> 33) as u8
         };
         let ops: Vec<(u8, u8, u8)> = (0..150).map(|_| (next(), next(), next())).collect();
-        let consolidate = seed % 2 == 0;
+        // Consolidation on even seeds, lending on every other pair.
+        let consolidate = (seed % 2 == 0) as u8 | if seed % 4 < 2 { 2 } else { 0 };
         let records = history(&ops, consolidate);
         let mut whole = plane(consolidate);
-        for r in &records {
+        let mut cuts = vec![0, records.len() / 3, records.len() / 2, records.len()];
+        for (k, r) in records.iter().enumerate() {
             let from = whole.next_event_seq();
             whole.apply(r).unwrap();
             seen.extend(whole.events_from(from).map(|e| e.kind.clone()));
+            // Loans are rare in these histories: cut wherever one is out, too.
+            if whole.jobs().any(|j| whole.loan_of(&j.name).is_some()) {
+                cuts.push(k + 1);
+            }
         }
-        for k in [0, records.len() / 3, records.len() / 2, records.len()] {
+        for k in cuts {
             let head = replay(plane(consolidate), &records[..k]);
             let resumed = replay(plane(consolidate).restore(&head.snapshot()).unwrap(), &records[k..]);
             assert!(whole.snapshot() == resumed.snapshot(), "seed {seed}: differs after a cut at {k}");
@@ -172,16 +188,27 @@ fn seeded_histories_cover_what_snapshots_must_carry() {
         let ended = whole.jobs().filter(|j| matches!(j.state, JobState::Completed | JobState::Cancelled)).count();
         assert!(ended <= 4, "{ended} ended jobs held");
     }
-    for kind in ["preempted", "completed", "node-down", "queued", "cancelled", "moved", "requeued", "readmitted"] {
+    for kind in [
+        "preempted",
+        "completed",
+        "node-down",
+        "queued",
+        "cancelled",
+        "moved",
+        "requeued",
+        "readmitted",
+        "loan",
+        "loan-returned",
+    ] {
         assert!(seen.contains(kind), "no {kind} event in any history: {seen:?}");
     }
 }
 
 #[test]
 fn a_damaged_or_foreign_snapshot_is_refused() {
-    let mut bytes = plane(false).snapshot();
-    assert!(plane(false).restore(&bytes[..bytes.len() / 2]).is_err());
+    let mut bytes = plane(0).snapshot();
+    assert!(plane(0).restore(&bytes[..bytes.len() / 2]).is_err());
     bytes[0] ^= 0xff;
-    assert!(plane(false).restore(&bytes).is_err());
-    assert!(plane(false).restore(b"not cbor").is_err());
+    assert!(plane(0).restore(&bytes).is_err());
+    assert!(plane(0).restore(b"not cbor").is_err());
 }
