@@ -202,6 +202,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="then run one job whose rollout worker is SIGKILLed while new weights are on their way to it")
     ap.add_argument("--lose-node", action="store_true",
                     help="then run the pair again and lose the rollout node halfway (its processes SIGKILLed)")
+    ap.add_argument("--notice-train-node", action="store_true",
+                    help="then run one job that checkpoints only at its end, give its training node a preemption "
+                         "notice halfway, and lose the node with its host memory: the job resumes from the "
+                         "checkpoint it wrote on the notice")
     a = ap.parse_args(argv)
     a.work = a.work or tempfile.mkdtemp(prefix="weave-real-")
     os.makedirs(a.work, exist_ok=True)
@@ -240,6 +244,8 @@ def run(a, server_ip: str) -> int:
             out["trainer_killed"] = trainer_killed(a, serve, ops)
         if a.kill_rollout_mid_sync:
             out["rollout_killed_mid_sync"] = rollout_killed_mid_sync(a, serve, ops)
+        if a.notice_train_node:
+            out["training_node_noticed"] = training_node_noticed(a, serve, ops)
         if a.learn:
             out["learn"] = learn(a, url)
         if a.json:
@@ -415,6 +421,63 @@ def rollout_killed_mid_sync(a, serve: Serve, ops: WeaveClient) -> Dict[str, Any]
     return {"version_in_flight": v, "resumed_from": starts[1], "acknowledged_lost": v - starts[1]}
 
 
+def training_node_noticed(a, serve: Serve, ops: WeaveClient) -> Dict[str, Any]:
+    """One job that checkpoints only at its end; halfway, its training node gets a preemption
+    notice (a long one: the node goes when the test says). Once the trainer has trained under
+    the notice, the node's host is lost: the job's processes and its driver SIGKILLed, its
+    staged copies in host memory gone; the node is taken out of service and a replacement
+    comes up, and the job's driver is started again from Weave's count (as the Ray backend
+    relaunches). Only what the trainer did on hearing the notice (a checkpoint of every
+    acknowledged iteration) holds that count: the job must resume from exactly it and train
+    every iteration once."""
+    from .grpo_job import staging_dir
+
+    # Long enough that the notice (heard within a heartbeat, 1 s) lands mid-run.
+    name, n = "noticed-A", max(a.iterations, 200)
+    spec = {"id": name, "type": "3B_4k", "iterations": n, "slo": 2.0}
+    assert ops.submit(spec)["job"]["state"] == "running", f"{name} was not admitted"
+    cmd = job_cmd(a, serve.url, name, "A", 29850, ["--checkpoint-every", str(n)])
+    cmd[cmd.index("--iterations") + 1] = str(n)
+    (_, driver), = start_jobs([cmd])
+    wait_until(lambda: ops.job(name)["job"]["completed_iterations"] >= n // 4, 600)
+    node = ops.job(name)["job"]["training_nodes"][0]
+    ops.node_notice(node, 3600, reason="spot reclaimed (test)")
+    # The trainer heard it (its log says at which acknowledged iteration); two more trainings
+    # are acknowledged under it before the host goes.
+    heard = [None]
+
+    def trained_on() -> bool:
+        heard[0] = heard[0] or next((r for r in phases(a.work, name) if r.get("event") == "notice"), None)
+        return heard[0] is not None and ops.job(name)["job"]["completed_iterations"] >= heard[0]["iteration"] + 2
+
+    wait_until(trained_on, 600)
+    driver.kill()
+    with open(os.path.join(a.work, name, "pids.json")) as f:
+        for pid in json.load(f).values():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    driver.wait()
+    shutil.rmtree(staging_dir(os.path.join(a.work, name)), ignore_errors=True)
+    acked = ops.job(name)["job"]["completed_iterations"]
+    ops.node_down(node, "preempted: the provider took it (test)")
+    ops.node_up(node)
+    wait_until(lambda: ops.job(name)["job"]["state"] == "running", 60)
+    run_jobs([[*cmd, "--resume-from", str(acked)]])
+    events = ops.events()
+    check_versions(events, name, n)
+    logs = phases(a.work, name)
+    starts = [r["iteration"] for r in logs if r.get("role") == "trainer" and r.get("event") == "start"]
+    assert starts == [0, acked], f"{name}: acknowledged {acked} when its node went, the trainer started at {starts}"
+    in_phase = [r["checkpoint_on_notice_s"] for r in logs if r.get("checkpoint_on_notice_s") is not None]
+    say(f"training node {node} noticed after iteration {heard[0]['iteration']}, lost with its host memory after "
+        f"{acked}: resumed from {starts[1]}; {len(in_phase)} checkpoints written inside phases under the notice "
+        f"(median {statistics.median(in_phase):.4f} s)")
+    return {"acknowledged_at_loss": acked, "resumed_from": starts[1], "acknowledged_lost": acked - starts[1],
+            "checkpoints_in_phase": len(in_phase), "checkpoint_s": statistics.median(in_phase)}
+
+
 def html_report(a, ops: WeaveClient) -> str:
     """The server's events of the whole run, saved and drawn by ``weave report --server``."""
     events = os.path.join(a.work, "events.json")
@@ -539,6 +602,11 @@ def report(o: Dict[str, Any]) -> None:
         rk = o["rollout_killed_mid_sync"]
         rows.append(("rollout worker SIGKILLed mid-sync: resumed from (acknowledged lost)",
                      f"{rk['resumed_from']} of {rk['version_in_flight']} ({rk['acknowledged_lost']})"))
+    if "training_node_noticed" in o:
+        tn = o["training_node_noticed"]
+        rows.append(("training node noticed, then lost with its host memory: resumed from (acknowledged lost)",
+                     f"{tn['resumed_from']} of {tn['acknowledged_at_loss']} ({tn['acknowledged_lost']}); "
+                     f"{tn['checkpoints_in_phase']} checkpoints in phases, {tn['checkpoint_s']:.4f} s each"))
     if any(x["gain"] > 2.0 for x in o["rounds"]):
         rows.append(("WARNING", "a round's gain is above the 2.0 a perfect pair allows: the machine's speed "
                                 "changed between its runs; trust the median less"))

@@ -20,7 +20,17 @@ the copies of iterations ``k`` and ``k + 1`` are both there while ``k + 1`` is b
 reported): a trainer killed at any moment, between a finish Weave acknowledged and the next
 checkpoint too, resumes from exactly the iteration Weave counts. The staged copies are host
 memory and counted in the bytes the trainer reports. (A lost training node loses them with
-the host; that case still needs a checkpoint of the acknowledged iteration.)
+the host; that case needs a checkpoint of the acknowledged iteration, which the trainer writes
+when it was told of the loss in advance: see the notice below.)
+
+A preemption notice on the job's training node (in a heartbeat's answer) means the host, and
+the staged copies in its memory, will go: from then on the trainer writes the checkpoint of
+every training inside the phase, before reporting it finished (the phase runs longer by the
+write; durability comes first now), and at once the checkpoint of the iteration already
+acknowledged if no training phase is running. So no iteration Weave counts exists only in
+memory that is about to be lost. The job has one rollout process, so a notice on its rollout
+node leaves nothing to move: its rollout in flight is lost with the node, and the iteration
+runs again after the re-admission.
 
 When the job loses its admission (its node is lost, it is preempted or moved: the gate
 raises ``Requeued``) or one of its processes dies, the surviving process saves what it holds of
@@ -45,6 +55,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, Dict, List, Optional
 
@@ -143,6 +154,52 @@ def _staged_bytes(d: str) -> int:
     return sum(os.path.getsize(os.path.join(s, f)) for f in os.listdir(s)) if os.path.isdir(s) else 0
 
 
+class NoticeGuard:
+    """The trainer's reaction to a preemption notice on its training node (see the module's
+    text). ``lock`` is held across each training phase, so the checkpoint written at the
+    notice is never written inside one."""
+
+    def __init__(self, a: argparse.Namespace, nodes: List[str], run: Dict[str, Any], log: str) -> None:
+        self.a, self.nodes, self.run, self.log = a, set(nodes), run, log
+        self.lock = threading.Lock()
+        self.noticed: Optional[Dict[str, Any]] = None
+
+    def heard(self, notice: Dict[str, Any]) -> None:
+        if notice.get("node") not in self.nodes or self.noticed is not None:
+            return
+        self.noticed = notice
+        _log(self.log, {"job": self.a.job, "role": "trainer", "event": "notice", "node": notice["node"],
+                        "iteration": self.run["acked"]})
+        if self.lock.acquire(blocking=False):
+            try:
+                self.protect_acknowledged()
+            finally:
+                self.lock.release()
+
+    def protect_acknowledged(self) -> None:
+        """Makes the acknowledged iteration's staged copy the checkpoint, if the checkpoint
+        lags it (copied with its digest, replaced atomically)."""
+        from .resident import CheckpointError, load_checkpoint
+
+        acked = self.run["acked"]
+        src, ckpt = staged_path(self.a.dir, acked), checkpoint_path(self.a.dir)
+        if acked == 0 or self.run["checkpointed"] >= acked:
+            return
+        try:
+            if load_checkpoint(src)["version"] != acked:
+                return
+        except CheckpointError:
+            return
+        t0 = time.perf_counter()
+        shutil.copyfile(src, f"{ckpt}.tmp")
+        shutil.copyfile(f"{src}.sha256", f"{ckpt}.tmp.sha256")
+        os.replace(f"{ckpt}.tmp.sha256", f"{ckpt}.sha256")
+        os.replace(f"{ckpt}.tmp", ckpt)
+        self.run["checkpointed"] = acked
+        _log(self.log, {"job": self.a.job, "role": "trainer", "event": "checkpoint", "iteration": acked,
+                        "on_notice": True, "seconds": time.perf_counter() - t0})
+
+
 def _log(path: str, record: Dict[str, Any]) -> None:
     with open(path, "a") as f:
         f.write(json.dumps(record) + "\n")
@@ -205,12 +262,15 @@ def run_trainer(a: argparse.Namespace) -> None:
     _log(log, {"job": a.job, "role": "trainer", "event": "start", "iteration": start, "switch": cold.kind,
                "switch_s": cold.seconds, "bytes": cold.bytes})
     client = WeaveClient(a.server, a.token)
-    run = {"acked": start, "pending": None}  # pending: (iteration, state) copied in the phase
+    # pending: (iteration, state) copied in the phase; checkpointed: the iteration the
+    # checkpoint holds, as far as this process knows (-1: unknown).
+    run = {"acked": start, "pending": None, "checkpointed": start if _start_from(a.dir, ckpt) == ckpt else -1}
+    guard = NoticeGuard(a, client.job(a.job)["job"]["training_nodes"], run, log)
     try:
-        with client.keepalive(a.job, interval_s=1.0):
+        with client.keepalive(a.job, interval_s=1.0, on_notice=guard.heard):
             first = send_weights(state.parameters_flat(), start, ROLLOUT)
             state.offload()
-            _train_loop(a, client, state, ckpt, log, start, run)
+            _train_loop(a, client, state, ckpt, log, start, run, guard)
     except (Requeued, RuntimeError, OSError) as e:
         # Gloo reports a lost peer as RuntimeError; a lost admission is Requeued.
         _save_acked(state, ckpt, log, a.job, run)
@@ -245,40 +305,33 @@ def _save_acked(state, ckpt: str, log: str, job: str, run: Dict[str, Any]) -> No
         state.offload()
     if payload is not None:
         save_checkpoint(ckpt, payload)
+        run["checkpointed"] = run["acked"]
         _log(log, {"job": job, "role": "trainer", "event": "checkpoint", "iteration": run["acked"], "slack": True,
                    "on_interrupt": True})
 
 
-def _train_loop(a, client, state, ckpt: str, log: str, start: int, run: Dict[str, Any]) -> None:
-    from .policy import train_step
+def _train_loop(a, client, state, ckpt: str, log: str, start: int, run: Dict[str, Any], guard: NoticeGuard) -> None:
     from .resident import save_checkpoint
     from .sync import recv_batch, send_weights
 
-    _, gcfg = _configs(a)
     for k in range(start, a.iterations):
         version, batch = recv_batch(ROLLOUT)
         if version != k:
             raise VersionError(f"{a.job}: trajectories of weights {version} for training {k}")
-        with client.phase(a.job, "train", k) as meta:
-            t0 = time.perf_counter()
-            sw = state.activate()
-            loss = train_step(state.modules["policy"], state.optimizers["adam"], batch, gcfg)
-            state.version = k + 1
-            flat = state.parameters_flat()
-            copy = state.snapshot()
-            t_stage = time.perf_counter()
-            os.makedirs(staging_dir(a.dir), exist_ok=True)
-            save_checkpoint(staged_path(a.dir, k + 1), copy)
-            staged_s = time.perf_counter() - t_stage
-            if (k + 1) % a.checkpoint_every == 0 or k + 1 == a.iterations:
-                run["pending"] = (k + 1, copy)
-            off = state.offload()
-            meta.update({
-                "trajectory_version": version, "new_weights_version": k + 1, "loss": round(loss, 6),
-                "switch": sw.kind, "switch_s": sw.seconds, "offload_s": off.seconds, "staged_s": staged_s,
-                "host_bytes": state.host_bytes() + _staged_bytes(a.dir), "compute_s": time.perf_counter() - t0,
-            })
+        held = False
+        try:
+            with client.phase(a.job, "train", k) as meta:
+                guard.lock.acquire()
+                held = True
+                _train_phase(a, state, batch, k, run, guard, meta)
+        finally:
+            if held:
+                guard.lock.release()
+        flat, copy = run.pop("flat"), run.pop("copy")
         run["acked"] = k + 1
+        if guard.noticed is not None and run["checkpointed"] < k + 1 and run["pending"] is None:
+            # The notice came during this phase, after its checkpoint would have been written.
+            run["pending"] = (k + 1, copy)
         # The sync follows the training phase (the dispatcher's sync step): the rollout
         # worker asks for its next rollout only once the new version has arrived intact.
         synced: Dict[str, Any] = {}
@@ -295,9 +348,44 @@ def _train_loop(a, client, state, ckpt: str, log: str, start: int, run: Dict[str
             # Slack: the job's own idle window (its rollout runs), never inside a phase.
             t0 = time.perf_counter()
             save_checkpoint(ckpt, run["pending"][1])
+            run["checkpointed"] = run["pending"][0]
             _log(log, {"job": a.job, "role": "trainer", "event": "checkpoint", "iteration": run["pending"][0],
                        "seconds": time.perf_counter() - t0, "slack": True})
             run["pending"] = None
+
+
+def _train_phase(a, state, batch, k: int, run: Dict[str, Any], guard: NoticeGuard, meta) -> None:
+    """Training ``k`` inside its granted phase: the step and the staged copy, and under a notice
+    on the training node the checkpoint too, before the phase is reported finished. Leaves the
+    new weights and the state's copy in ``run`` (``flat``, ``copy``)."""
+    from .policy import train_step
+    from .resident import save_checkpoint
+
+    _, gcfg = _configs(a)
+    t0 = time.perf_counter()
+    sw = state.activate()
+    loss = train_step(state.modules["policy"], state.optimizers["adam"], batch, gcfg)
+    state.version = k + 1
+    run["flat"], run["copy"] = state.parameters_flat(), state.snapshot()
+    t_stage = time.perf_counter()
+    os.makedirs(staging_dir(a.dir), exist_ok=True)
+    save_checkpoint(staged_path(a.dir, k + 1), run["copy"])
+    staged_s = time.perf_counter() - t_stage
+    noticed: Dict[str, Any] = {}
+    if guard.noticed is not None:
+        t_ckpt = time.perf_counter()
+        save_checkpoint(checkpoint_path(a.dir), run["copy"])
+        run["checkpointed"] = k + 1
+        noticed = {"checkpoint_on_notice_s": time.perf_counter() - t_ckpt}
+    elif (k + 1) % a.checkpoint_every == 0 or k + 1 == a.iterations:
+        run["pending"] = (k + 1, run["copy"])
+    off = state.offload()
+    meta.update({
+        "trajectory_version": k, "new_weights_version": k + 1, "loss": round(loss, 6),
+        "switch": sw.kind, "switch_s": sw.seconds, "offload_s": off.seconds, "staged_s": staged_s,
+        "host_bytes": state.host_bytes() + _staged_bytes(a.dir), "compute_s": time.perf_counter() - t0,
+        **noticed,
+    })
 
 
 def run_rollout(a: argparse.Namespace) -> None:
