@@ -9,7 +9,9 @@ is granted as it would have been.
 The event log must show the loan made and returned by the driver (not ended by the rollout's
 finish), how late the return came (printed: the acceptance's figure), the lent node producing
 part of the rollout, every prompt consumed exactly once, and both jobs completing every
-iteration.
+iteration. A second pair runs with a lender that declared twice the training it takes: its next
+rollout is granted the moment its training ends, which brings the loan's deadline to then, and
+the borrower hears that in a heartbeat's answer and gives the node back.
 
 Run by `crates/weave-cli/tests/serve_process.rs`; exit code 0 on success.
 """
@@ -42,6 +44,52 @@ def driver(url, token, job, iterations, *extra):
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def scenario(url, token, ops, tag, declared_train_s, procs):
+    """A lender (declaring ``declared_train_s`` of training, taking ``TRAIN_S``) and a borrower
+    whose rollout starts while the lender trains; returns what happened to the loan."""
+    lender, borrower = f"lender{tag}", f"borrower{tag}"
+    ops.submit(spec(lender, 1.0, declared_train_s, 2))
+    procs.append(driver(url, token, lender, 2, "--train-wall-s", str(TRAIN_S)))
+
+    def lender_trains():
+        return any(e["kind"] == "grant" and e["job"] == lender and e.get("phase") == "train" for e in ops.events())
+
+    wait_for("the lender's first training", lender_trains, 60, 0.05)
+    ops.submit(spec(borrower, PROMPTS * PROMPT_S, 1.0, 1))
+    procs.append(driver(url, token, borrower, 1, "--prompts", str(PROMPTS), "--prompt-s", str(PROMPT_S)))
+    outs = []
+    for p in procs[-2:]:
+        out, err = p.communicate(timeout=180)
+        assert p.returncode == 0, f"a driver failed:\n{out}\n{err}"
+        outs.append(out.strip())
+    print("\n".join(outs), flush=True)
+
+    events = [e for e in ops.events() if e["job"] in (lender, borrower)]
+    views = {j: ops.job(j)["job"] for j in (lender, borrower)}
+    assert all(v["state"] == "completed" for v in views.values()), views
+    assert views[lender]["group"] != views[borrower]["group"], views
+    loans = [e for e in events if e["kind"] == "loan"]
+    assert len(loans) == 1 and loans[0]["job"] == borrower, loans
+    lent = loans[0]["meta"]["nodes"]
+    assert lent == views[lender]["rollout_nodes"], (lent, views[lender])
+    returned = [e for e in events if e["kind"] == "loan-returned"]
+    assert len(returned) == 1 and returned[0]["meta"]["reason"] == "returned by its driver", returned
+    rollout = next(e["meta"] for e in events if e["job"] == borrower and e["kind"] == "finish"
+                   and e["phase"] == "rollout")
+    assert rollout["lent"] == lent, rollout
+    assert sum(rollout["produced_by"].get(n, 0) for n in lent) > 0, f"the lent node produced nothing: {rollout}"
+    assert sum(rollout["produced_by"].values()) == PROMPTS, rollout
+    assert lent[0] in rollout["left"], rollout
+    consumed = next(e["meta"]["consumed_prompts"] for e in events if e["job"] == borrower
+                    and e["kind"] == "finish" and e["phase"] == "train")
+    assert consumed == list(range(PROMPTS)), consumed
+    lender_rollout = next(e for e in events if e["job"] == lender and e["kind"] == "grant"
+                          and e.get("phase") == "rollout" and e.get("iteration") == 1)
+    reclaimed = [e for e in events if e["kind"] == "loan-reclaimed"]
+    return {"lent": lent, "rollout": rollout, "loan": loans[0], "returned": returned[0], "reclaimed": reclaimed,
+            "lender_rollout": lender_rollout}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--serve-cmd", required=True)
@@ -52,51 +100,29 @@ def main():
     procs = []
     try:
         ops = WeaveClient(url, args.admin)
-        ops.submit(spec("lender", 1.0, TRAIN_S, 2))
-        procs.append(driver(url, args.admin, "lender", 2, "--train-wall-s", str(TRAIN_S)))
-
-        def lender_trains():
-            return any(e["kind"] == "grant" and e["job"] == "lender" and e.get("phase") == "train"
-                       for e in ops.events())
-
-        wait_for("the lender's first training", lender_trains, 60, 0.05)
-        ops.submit(spec("borrower", PROMPTS * PROMPT_S, 1.0, 1))
-        procs.append(driver(url, args.admin, "borrower", 1, "--prompts", str(PROMPTS), "--prompt-s", str(PROMPT_S)))
-        outs = []
-        for p in procs:
-            out, err = p.communicate(timeout=180)
-            assert p.returncode == 0, f"a driver failed:\n{out}\n{err}"
-            outs.append(out.strip())
-        print("\n".join(outs), flush=True)
-
-        events = ops.events()
-        views = {j: ops.job(j)["job"] for j in ("lender", "borrower")}
-        assert all(v["state"] == "completed" for v in views.values()), views
-        assert views["lender"]["group"] != views["borrower"]["group"], views
-        loans = [e for e in events if e["kind"] == "loan"]
-        assert len(loans) == 1 and loans[0]["job"] == "borrower", loans
-        lent = loans[0]["meta"]["nodes"]
-        assert lent == views["lender"]["rollout_nodes"], (lent, views["lender"])
-        returned = [e for e in events if e["kind"] == "loan-returned"]
-        assert len(returned) == 1 and returned[0]["meta"]["reason"] == "returned by its driver", returned
-        late_s = returned[0]["meta"]["late_s"]
-        rollout = next(e["meta"] for e in events if e["job"] == "borrower" and e["kind"] == "finish"
-                       and e["phase"] == "rollout")
-        assert rollout["lent"] == lent, rollout
-        assert sum(rollout["produced_by"].get(n, 0) for n in lent) > 0, f"the lent node produced nothing: {rollout}"
-        assert sum(rollout["produced_by"].values()) == PROMPTS, rollout
-        assert lent[0] in rollout["left"], rollout
-        consumed = next(e["meta"]["consumed_prompts"] for e in events if e["job"] == "borrower"
-                        and e["kind"] == "finish" and e["phase"] == "train")
-        assert consumed == list(range(PROMPTS)), consumed
-        lender_rollout = next(e for e in events if e["job"] == "lender" and e["kind"] == "grant"
-                              and e.get("phase") == "rollout" and e.get("iteration") == 1)
-        head = (lender_rollout["time_us"] - returned[0]["time_us"]) / 1e6
-        window = (loans[0]["meta"]["deadline_us"] - loans[0]["meta"]["from_us"]) / 1e6
-        print(f"ok: {lent} lent to the borrower for {window:.1f} s (load to deadline), produced "
-              f"{rollout['produced_by']}, {rollout['moved']} prompts moved ({rollout['restarted']} started over); "
-              f"returned {late_s:+.3f} s after the deadline (the driver measured {rollout.get('returned_late_s')} s), "
+        # 1. The lender trains as long as it declared: the deadline holds and the driver gives
+        # the node back by it.
+        r = scenario(url, args.admin, ops, "", TRAIN_S, procs)
+        assert not r["reclaimed"], r["reclaimed"]
+        late_s = r["returned"]["meta"]["late_s"]
+        head = (r["lender_rollout"]["time_us"] - r["returned"]["time_us"]) / 1e6
+        window = (r["loan"]["meta"]["deadline_us"] - r["loan"]["meta"]["from_us"]) / 1e6
+        ro = r["rollout"]
+        print(f"ok: {r['lent']} lent to the borrower for {window:.1f} s (load to deadline), produced "
+              f"{ro['produced_by']}, {ro['moved']} prompts moved ({ro['restarted']} started over); "
+              f"returned {late_s:+.3f} s after the deadline (the driver measured {ro.get('returned_late_s')} s), "
               f"{head:.2f} s before the lender's next rollout was granted; every prompt consumed once", flush=True)
+        # 2. The lender declared twice the training it takes: its next rollout is granted when
+        # its training ends, on the lent node, which brings the deadline to then; the borrower
+        # hears it in a heartbeat's answer and gives the node back.
+        r = scenario(url, args.admin, ops, "-early", 2 * TRAIN_S, procs)
+        assert len(r["reclaimed"]) == 1 and r["reclaimed"][0]["meta"]["reason"] == "the lender's rollout", r["reclaimed"]
+        assert r["reclaimed"][0]["time_us"] == r["lender_rollout"]["time_us"], "the lender's grant was not held"
+        late_s = r["returned"]["meta"]["late_s"]
+        ro = r["rollout"]
+        print(f"ok: the lender's training ended {TRAIN_S:.0f} s before its estimate: its rollout was granted at once, "
+              f"and the borrower, told in a heartbeat (every 0.5 s), gave {r['lent']} back {late_s:+.3f} s after; "
+              f"produced {ro['produced_by']}; every prompt consumed once", flush=True)
     finally:
         for p in procs:
             if p.poll() is None:
