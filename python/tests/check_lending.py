@@ -20,6 +20,7 @@ import argparse
 import os
 import subprocess
 import sys
+import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -123,6 +124,13 @@ def main():
         print(f"ok: the lender's training ended {TRAIN_S:.0f} s before its estimate: its rollout was granted at once, "
               f"and the borrower, told in a heartbeat (every 0.5 s), gave {r['lent']} back {late_s:+.3f} s after; "
               f"produced {ro['produced_by']}; every prompt consumed once", flush=True)
+        # The operator's view: /metrics counts the loans, the early reclaim and the returns.
+        req = urllib.request.Request(url + "/metrics", headers={"Authorization": f"Bearer {args.admin}"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            metrics = resp.read().decode()
+        for line in ("weave_loans_total 2", "weave_loans_reclaimed_early_total 1", "weave_loans_out 0",
+                     "weave_loan_return_late_seconds_count 2"):
+            assert line in metrics.splitlines(), f"/metrics lacks {line!r}"
     finally:
         for p in procs:
             if p.poll() is None:

@@ -118,8 +118,30 @@ pub fn render(plane: &Plane) -> String {
         "Completed iterations whose wall-clock period stayed within the job's SLO times its own measured phases.",
     );
     let _ = writeln!(out, "weave_iterations_within_slo_total {}", st.iterations_within_slo);
+    if plane.lends() {
+        lending(&mut out, plane);
+    }
     tenants(&mut out, plane, None);
     out
+}
+
+/// Loans of idle rollout blocks (`weave serve --lending`).
+fn lending(out: &mut String, plane: &Plane) {
+    let st = plane.stats;
+    family(out, "weave_loans_out", "gauge", "Rollout blocks lent to another group's rollout now.");
+    let _ = writeln!(out, "weave_loans_out {}", plane.loans_out());
+    family(out, "weave_loans_total", "counter", "Rollout blocks lent.");
+    let _ = writeln!(out, "weave_loans_total {}", st.loans);
+    family(out, "weave_loans_reclaimed_early_total", "counter", "Loans whose deadline came forward for the lender.");
+    let _ = writeln!(out, "weave_loans_reclaimed_early_total {}", st.loans_reclaimed_early);
+    family(
+        out,
+        "weave_loan_return_late_seconds",
+        "summary",
+        "How long after its deadline a borrower's driver gave the lent nodes back (0 when before it).",
+    );
+    let _ = writeln!(out, "weave_loan_return_late_seconds_sum {:.6}", st.loan_returns_late_us as f64 / 1e6);
+    let _ = writeln!(out, "weave_loan_return_late_seconds_count {}", st.loan_returns);
 }
 
 /// Long-polls waiting for a phase grant right now (held connections, not jobs).

@@ -138,6 +138,17 @@ pub struct PlaneStats {
     /// times its own measured phases.
     pub iterations: u64,
     pub iterations_within_slo: u64,
+    /// Lending (absent in snapshots from before it): loans made, deadlines brought forward
+    /// for a lender, returns by a borrower's driver, and their summed lateness past the
+    /// deadline.
+    #[serde(default)]
+    pub loans: u64,
+    #[serde(default)]
+    pub loans_reclaimed_early: u64,
+    #[serde(default)]
+    pub loan_returns: u64,
+    #[serde(default)]
+    pub loan_returns_late_us: u64,
 }
 
 impl Plane {
@@ -451,7 +462,7 @@ impl Plane {
             }
             Record::ReturnLoan { time_us, job, admission } => {
                 if self.loan_of(job).is_some_and(|l| admission.is_none_or(|a| a == l.admission)) {
-                    self.return_loan(*time_us, job, "returned by its driver");
+                    self.return_loan(*time_us, job, lending::RETURNED);
                 }
                 Ok(())
             }

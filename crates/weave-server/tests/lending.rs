@@ -88,6 +88,7 @@ fn the_borrower_returns_the_nodes_and_the_event_says_how_late() {
     assert_eq!(returned.len(), 1);
     assert_eq!(returned[0]["meta"]["late_s"], json!(0.3));
     assert_eq!(returned[0]["meta"]["reason"], json!("returned by its driver"));
+    assert_eq!((p.stats.loans, p.stats.loan_returns, p.stats.loan_returns_late_us), (1, 1, 300_000));
     // A return with no loan held changes nothing (the handler answers 409 before it).
     p.apply(&Record::ReturnLoan { time_us: 70 * S, job: "b".into(), admission: None }).unwrap();
     assert_eq!(events(&p, "loan-returned").len(), 1);
@@ -103,6 +104,7 @@ fn the_lenders_rollout_is_granted_at_once_and_brings_the_deadline_forward() {
     let reclaimed = events(&p, "loan-reclaimed");
     assert_eq!(reclaimed.len(), 1);
     assert_eq!(reclaimed[0]["meta"]["reason"], json!("the lender's rollout"));
+    assert_eq!(p.stats.loans_reclaimed_early, 1);
     // b's rollout finishing ends the loan too.
     finish(&mut p, 90 * S, "b", Phase::Rollout, 0);
     assert!(p.loan_of("b").is_none());

@@ -24,6 +24,9 @@ use weave_place::Placer;
 /// restart, so a replay makes the same loans).
 const MODEL_SEED: u64 = 1;
 
+/// Why a loan ended when the borrower's driver gave the nodes back.
+pub(super) const RETURNED: &str = "returned by its driver";
+
 /// A rollout block of one group lent to a job of another for one rollout.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Loan {
@@ -46,6 +49,16 @@ impl Plane {
     pub fn with_lending(mut self) -> Plane {
         self.lending = Some(LoanModel::new(MODEL_SEED));
         self
+    }
+
+    /// Whether the plane lends idle rollout blocks (`--lending`).
+    pub fn lends(&self) -> bool {
+        self.lending.is_some()
+    }
+
+    /// Loans out now.
+    pub fn loans_out(&self) -> usize {
+        self.loans.len()
     }
 
     /// The loan job `name` holds now, if any.
@@ -102,6 +115,7 @@ impl Plane {
             "warm": borrower.state <= c.lender.free_dram,
         });
         self.loans.insert((c.lender.group, c.lender.block), loan);
+        self.stats.loans += 1;
         let event = ev(time_us, name, "loan", Some(Phase::Rollout), Some(iteration), Some(g));
         self.event(PlaneEvent { meta: Some(meta), ..event });
     }
@@ -123,6 +137,7 @@ impl Plane {
             let loan = self.loans.get_mut(&key).expect("listed");
             loan.deadline_us = time_us;
             let (name, iteration) = (loan.borrower.clone(), loan.iteration);
+            self.stats.loans_reclaimed_early += 1;
             let group = self.group_of(&name);
             let meta = serde_json::json!({ "lender_group": key.0 .0, "reason": why });
             let event = ev(time_us, &name, "loan-reclaimed", Some(Phase::Rollout), Some(iteration), group);
@@ -136,6 +151,10 @@ impl Plane {
         let Some(key) = self.loans.iter().find(|(_, l)| l.borrower == name).map(|(k, _)| *k) else { return };
         let loan = self.loans.remove(&key).expect("found");
         let late_s = (time_us as f64 - loan.deadline_us as f64) / 1e6;
+        if why == RETURNED {
+            self.stats.loan_returns += 1;
+            self.stats.loan_returns_late_us += time_us.saturating_sub(loan.deadline_us);
+        }
         let meta = serde_json::json!({ "lender_group": key.0 .0, "reason": why, "late_s": late_s });
         let group = self.group_of(name);
         let event = ev(time_us, name, "loan-returned", Some(Phase::Rollout), Some(loan.iteration), group);
