@@ -12,7 +12,7 @@ of PPO on those advantages (no critic, no KL term); with ``epochs = 1`` it is ex
 """
 
 import dataclasses
-from typing import Dict, Tuple
+from typing import Dict
 
 import torch
 from torch import nn
