@@ -85,6 +85,24 @@ fn step(p: &Plane, op: (u8, u8, u8), n: usize, t: u64) -> Option<Record> {
     }
 }
 
+/// A loan is held only by the running admission it was made to, for the rollout it runs now.
+fn loans_held_rightly(p: &Plane) {
+    for j in p.jobs() {
+        if let Some(l) = p.loan_of(&j.name) {
+            let rolling = j.gate.rollout.map(|g| g.iteration);
+            assert!(
+                j.state == JobState::Running && j.id.0 == l.admission && rolling == Some(l.iteration),
+                "{} holds a loan of admission {} for rollout {} ({:?}, admission {}, rolling {rolling:?})",
+                j.name,
+                l.admission,
+                l.iteration,
+                j.state,
+                j.id.0
+            );
+        }
+    }
+}
+
 fn history(ops: &[(u8, u8, u8)], flags: u8) -> Vec<Record> {
     let mut p = plane(flags);
     let mut records = Vec::new();
@@ -94,6 +112,7 @@ fn history(ops: &[(u8, u8, u8)], flags: u8) -> Vec<Record> {
         if let Some(r) = step(&p, op, n, t) {
             if p.check(&r).is_ok() {
                 p.apply(&r).unwrap();
+                loans_held_rightly(&p);
                 records.push(r);
             }
         }

@@ -90,6 +90,7 @@ impl Plane {
         let (tenant, id, group) = (j.tenant.clone(), j.id, self.group_of(name));
         let meta = serde_json::json!({ "to": target, "resume_from": resubmit.resume_from.unwrap_or(0) });
         self.event(PlaneEvent { meta: Some(meta), ..ev(time_us, name, "moved", None, None, group) });
+        self.return_loan(time_us, name, "its admission ended");
         if let Some(g) = group {
             self.drive(time_us, g, weave_dispatch::Input::Leave { job: id });
             self.depart(g, id);

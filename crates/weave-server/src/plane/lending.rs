@@ -195,3 +195,52 @@ impl LendingDriver for Plane {
         self.cluster.rollout.host_dram()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plane::{Record, SubmitSpec};
+    use weave_place::{PlacePolicy, PlacerConfig, Target};
+
+    const S: u64 = 1_000_000;
+
+    fn submission(time_us: u64, id: &str, (rollout_s, train_s): (u64, u64)) -> Record {
+        let job: SubmitSpec = serde_json::from_value(serde_json::json!({
+            "id": id, "type": "7B_8k", "iterations": 3, "slo": 1.0, "rollout_s": rollout_s, "train_s": train_s,
+            "switch_warm_s": 1.0, "switch_cold_s": 4.0, "sync_s": 0.0,
+        }))
+        .unwrap();
+        Record::Submit { time_us, tenant: "alice".into(), job }
+    }
+
+    #[test]
+    fn a_borrower_moved_elsewhere_gives_its_loan_back() {
+        let cluster = weave_core::ClusterConfig::default();
+        let mut cfg = PlacerConfig::for_cluster(&cluster, PlacePolicy::Weave, true, true, 0);
+        cfg.capacity = Some((cluster.rollout.nodes, cluster.training.nodes));
+        let mut p = Plane::new(cluster, cfg).with_lending();
+        p.apply(&submission(0, "a", (10, 60))).unwrap();
+        let finish = Record::Finish {
+            time_us: 10 * S,
+            job: "a".into(),
+            phase: Phase::Rollout,
+            iteration: 0,
+            duration_us: 0,
+            meta: None,
+            admission: None,
+        };
+        p.apply(&finish).unwrap();
+        p.apply(&submission(11 * S, "b", (100, 10))).unwrap();
+        assert!(p.loan_of("b").is_some());
+        // A consolidation move re-admits b elsewhere: the admission the loan was made to ends.
+        let first = p.loan_of("b").unwrap().admission;
+        let moved = p.relocate(12 * S, "b", Target::Isolated).expect("moved");
+        let returned: Vec<_> = p.events.iter().filter(|e| e.kind == "loan-returned").collect();
+        assert_eq!(returned.len(), 1, "the loan went with the admission");
+        assert_eq!(returned[0].meta.as_ref().unwrap()["reason"], "its admission ended");
+        // The new admission's rollout, granted at once, borrows a's idle block afresh.
+        assert_ne!(moved.0, first);
+        assert_eq!(p.loan_of("b").map(|l| l.admission), Some(moved.0));
+        assert_eq!((p.loans.len(), p.stats.loans), (1, 2));
+    }
+}
