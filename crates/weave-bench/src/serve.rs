@@ -44,6 +44,10 @@ pub struct ServeBenchArgs {
     /// snapshots land among the measured round trips, to see whether they stall the gate.
     #[arg(long, default_value_t = weave_server::DEFAULT_SNAPSHOT_EVERY)]
     snapshot_every: u64,
+    /// The server lends idle rollout blocks (`weave serve --lending`): each rollout grant
+    /// looks for a block to borrow under the plane's lock.
+    #[arg(long)]
+    lending: bool,
     #[arg(long)]
     json: bool,
 }
@@ -102,6 +106,8 @@ impl Readers {
 #[derive(Serialize)]
 struct Report {
     jobs: usize,
+    /// Loans made while measuring (`--lending`).
+    loans: u64,
     slow_connections: usize,
     submissions_per_second: f64,
     submit_p50_ms: f64,
@@ -237,6 +243,7 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
     cfg.limits.header_timeout = Duration::from_secs(3600);
     cfg.limits.max_connections_per_address = None;
     cfg.snapshot_every = args.snapshot_every;
+    cfg.placement.lending = args.lending;
     let mut shared = Shared::open(cfg).context("cannot open the benchmark store")?;
     if let Some(url) = &args.otlp_endpoint {
         let telemetry = weave_server::telemetry::Telemetry::otlp(url, shared.now_us())?;
@@ -279,18 +286,19 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
     let mut gate = Gate { c: &c, url: &url, k: vec![0; args.jobs], phase: vec!["rollout"; args.jobs] };
     gate.round_trips(args.history_round_trips, &mut Vec::new(), &mut Vec::new())?;
     history.lock().apply_max = Default::default();
-    let (history_events, snapshots_before) = {
+    let (history_events, snapshots_before, loans_before) = {
         let mut g = history.lock();
-        (g.plane.next_event_seq(), g.snapshots_taken())
+        (g.plane.next_event_seq(), g.snapshots_taken(), g.plane.stats.loans)
     };
     let readers = Readers::start(&url, args.readers, &args.read_path, args.reads_per_second);
     let t_read = Instant::now();
     let (mut starts, mut finishes) = (Vec::new(), Vec::new());
     gate.round_trips(args.round_trips, &mut starts, &mut finishes)?;
     let read_ms = readers.finish();
-    let (snapshots, windows, apply_max) = {
+    let (snapshots, windows, apply_max, loans) = {
         let mut g = history.lock();
-        (g.snapshots_taken() - snapshots_before, g.snapshot_windows(), g.apply_max)
+        let loans = g.plane.stats.loans - loans_before;
+        (g.snapshots_taken() - snapshots_before, g.snapshot_windows(), g.apply_max, loans)
     };
     let (start_during, start_outside) = split_by_windows(&starts, &windows);
     let (finish_during, finish_outside) = split_by_windows(&finishes, &windows);
@@ -315,6 +323,7 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
     }
     let r = Report {
         jobs: args.jobs,
+        loans,
         slow_connections: args.slow_connections,
         submissions_per_second: submit_rate,
         submit_p50_ms: pct(&submit_ms, 0.5),
@@ -423,8 +432,14 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
         None,
         &format!(
             "{} jobs registered, {} events of history, {} gate round trips, loopback, one gate client, {} readers, \
-             {} slow connections held open, {} snapshots taken while measuring\n{t}\n",
-            r.jobs, r.history_events, r.round_trips, r.readers, r.slow_connections, r.snapshots
+             {} slow connections held open, {} snapshots taken while measuring{}\n{t}\n",
+            r.jobs,
+            r.history_events,
+            r.round_trips,
+            r.readers,
+            r.slow_connections,
+            r.snapshots,
+            if args.lending { format!(", lending on ({} loans made while measuring)", r.loans) } else { String::new() }
         ),
     )
 }
