@@ -179,6 +179,21 @@ pub struct Borrower {
     pub cold: Micros,
 }
 
+impl Borrower {
+    /// Job `spec`, placed as `place`, rolling out on a block of `nodes` nodes.
+    pub fn of(spec: &weave_core::JobSpec, place: &crate::PlaceJob, nodes: u32) -> Borrower {
+        Borrower {
+            requests: spec.batch,
+            max_tokens: spec.job_type.max_tokens,
+            nodes,
+            tp: RolloutConfig::tensor_parallel(spec.job_type.model),
+            state: place.rollout_state,
+            warm: place.costs.rollout_warm,
+            cold: place.costs.rollout_cold,
+        }
+    }
+}
+
 /// A loan worth taking: the block, when the lent workers take requests (`from`) and when it
 /// is reclaimed (`until`), the window in steps, and the rollout's duration with it over without.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -15,7 +15,6 @@
 use super::{ev, Plane, PlaneEvent};
 use serde::{Deserialize, Serialize};
 use weave_core::{Bytes, GroupId, JobId, Micros, NodeId};
-use weave_dispatch::rollout::RolloutConfig;
 use weave_dispatch::{Dispatcher, Phase};
 use weave_place::lending::{best_loan, lendable, Borrower, LendingDriver, LoanModel};
 use weave_place::Placer;
@@ -76,26 +75,15 @@ impl Plane {
         if self.lending.is_none() || self.placer.group(g).is_none_or(|grp| grp.colocated || grp.spot()) {
             return;
         }
-        let j = &self.jobs[name];
-        let Some(member) = self.placer.group(g).and_then(|grp| grp.members.iter().find(|m| m.job.id == j.id)) else {
-            return;
-        };
-        let width =
-            self.placer.group(g).and_then(|grp| grp.blocks.iter().find(|b| b.id == block)).map(|b| b.nodes.len());
-        let borrower = Borrower {
-            requests: j.spec.batch,
-            max_tokens: j.spec.job_type.max_tokens,
-            nodes: width.unwrap_or(1) as u32,
-            tp: RolloutConfig::tensor_parallel(j.spec.job_type.model),
-            state: member.job.rollout_state,
-            warm: member.job.costs.rollout_warm,
-            cold: member.job.costs.rollout_cold,
-        };
+        let (j, grp) = (&self.jobs[name], self.placer.group(g).expect("checked"));
+        let Some(member) = grp.members.iter().find(|m| m.job.id == j.id) else { return };
+        let width = grp.block(block).map_or(1, |b| b.nodes.len() as u32);
+        let borrower = Borrower::of(&j.spec, &member.job, width);
         let (admission, d) = (j.id.0, j.estimate.rollout);
         let offers = lendable(&*self, g);
         let model = self.lending.as_mut().expect("checked");
         let Some(c) = best_loan(model, &offers, &borrower, Micros(time_us), d) else { return };
-        let Some(nodes) = self.block_nodes(c.lender.group, c.lender.block) else { return };
+        let Some(nodes) = self.block_nodes(c.lender.group, c.lender.block).map(<[NodeId]>::to_vec) else { return };
         let loan = Loan {
             borrower: name.to_string(),
             admission,
@@ -120,8 +108,8 @@ impl Plane {
         self.event(PlaneEvent { meta: Some(meta), ..event });
     }
 
-    fn block_nodes(&self, g: GroupId, block: u32) -> Option<Vec<NodeId>> {
-        self.placer.group(g)?.blocks.iter().find(|b| b.id == block).map(|b| b.nodes.clone())
+    fn block_nodes(&self, g: GroupId, block: u32) -> Option<&[NodeId]> {
+        self.placer.group(g)?.block(block).map(|b| b.nodes.as_slice())
     }
 
     /// The lender's group `g` gained or lost a member: its loans are due now.
@@ -187,8 +175,8 @@ impl LendingDriver for Plane {
     /// Lent already, on the spot tier, or a node of it down or under a preemption notice.
     fn withheld(&self, g: GroupId, block: u32) -> bool {
         let spot = self.placer.group(g).is_some_and(|grp| grp.spot());
-        let nodes = self.block_nodes(g, block).unwrap_or_default();
-        spot || self.loans.contains_key(&(g, block)) || nodes.iter().any(|n| self.placer.is_down(*n))
+        let down = self.block_nodes(g, block).is_some_and(|nodes| nodes.iter().any(|n| self.placer.is_down(*n)));
+        spot || self.loans.contains_key(&(g, block)) || down
     }
 
     fn rollout_host_dram(&self) -> Bytes {

@@ -11,7 +11,6 @@ use super::{Engine, Placed};
 use crate::metrics::LendingCounts;
 use std::collections::BTreeMap;
 use weave_core::{Bytes, GroupId, JobId, Micros, Pool};
-use weave_dispatch::rollout::RolloutConfig;
 use weave_dispatch::Dispatcher;
 use weave_place::lending::{best_loan, lendable, step_at, Borrower, LendingDriver, LoanModel, Shape};
 use weave_place::Placer;
@@ -86,16 +85,7 @@ impl Engine<'_> {
         if self.lending.is_none() || d == Micros::ZERO || self.on_spot(p.group) {
             return d;
         }
-        let job = &self.jobs[i];
-        let borrower = Borrower {
-            requests: job.spec.batch,
-            max_tokens: job.spec.job_type.max_tokens,
-            nodes: p.block_width,
-            tp: RolloutConfig::tensor_parallel(job.spec.job_type.model),
-            state: job.place.rollout_state,
-            warm: job.place.costs.rollout_warm,
-            cold: job.place.costs.rollout_cold,
-        };
+        let borrower = Borrower::of(&self.jobs[i].spec, &self.jobs[i].place, p.block_width);
         let offers = lendable(&*self, p.group);
         let (now, gpus) = (self.now, self.gpus().0);
         let epoch = self.states[i].as_ref().map_or(0, |s| s.epoch);
