@@ -489,6 +489,22 @@ fn fixed_pools_serve(d: &Path, tenants: &str, nodes: u32) -> String {
     )
 }
 
+/// Runs `python/tests/<script>` against `weave serve` on fixed pools of `nodes` nodes each
+/// (with `flags`), as an admin: `--serve-cmd` and `--admin`. Skipped without python3.
+fn run_admin_checker(name: &str, nodes: u32, flags: &[&str], script: &str) {
+    let Some(py) = python() else {
+        eprintln!("skipped: no python3 on this machine");
+        return;
+    };
+    let d = dir(name);
+    let tenants = format!("[[tenant]]\nname = \"ops\"\ntoken_sha256 = \"{}\"\nadmin = true\n", token_hash(TOKEN));
+    let mut serve = fixed_pools_serve(&d, &tenants, nodes);
+    for flag in flags {
+        serve = format!("{serve} {flag}");
+    }
+    run_checker(py, script, &["--serve-cmd", &serve, "--admin", TOKEN]);
+}
+
 /// Runs `python/tests/<script>` with `args`; it must exit 0.
 fn run_checker(py: &str, script: &str, args: &[&str]) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python");
@@ -502,14 +518,7 @@ fn run_checker(py: &str, script: &str, args: &[&str]) {
 #[test]
 #[ignore = "needs python3: .ci/run runs it with --ignored"]
 fn a_stale_python_job_resumes_after_its_node_is_lost() {
-    let Some(py) = python() else {
-        eprintln!("skipped: no python3 on this machine");
-        return;
-    };
-    let d = dir("node-loss");
-    let tenants = format!("[[tenant]]\nname = \"ops\"\ntoken_sha256 = \"{}\"\nadmin = true\n", token_hash(TOKEN));
-    let serve = fixed_pools_serve(&d, &tenants, 1);
-    run_checker(py, "check_node_loss.py", &["--serve-cmd", &serve, "--admin", TOKEN]);
+    run_admin_checker("node-loss", 1, &[], "check_node_loss.py");
 }
 
 /// A Python job on two rollout nodes hears a preemption notice mid-rollout (in its heartbeat's
@@ -519,14 +528,7 @@ fn a_stale_python_job_resumes_after_its_node_is_lost() {
 #[test]
 #[ignore = "needs python3: .ci/run runs it with --ignored"]
 fn a_python_job_moves_its_prompts_off_a_noticed_node() {
-    let Some(py) = python() else {
-        eprintln!("skipped: no python3 on this machine");
-        return;
-    };
-    let d = dir("spot-notice");
-    let tenants = format!("[[tenant]]\nname = \"ops\"\ntoken_sha256 = \"{}\"\nadmin = true\n", token_hash(TOKEN));
-    let serve = fixed_pools_serve(&d, &tenants, 3);
-    run_checker(py, "check_spot_notice.py", &["--serve-cmd", &serve, "--admin", TOKEN]);
+    run_admin_checker("spot-notice", 3, &[], "check_spot_notice.py");
 }
 
 /// `weave serve --lending` with real drivers: a toy job's rollout borrows a training group's
@@ -536,14 +538,7 @@ fn a_python_job_moves_its_prompts_off_a_noticed_node() {
 #[test]
 #[ignore = "needs python3: .ci/run runs it with --ignored"]
 fn a_python_job_borrows_an_idle_node_and_gives_it_back_by_the_deadline() {
-    let Some(py) = python() else {
-        eprintln!("skipped: no python3 on this machine");
-        return;
-    };
-    let d = dir("lending");
-    let tenants = format!("[[tenant]]\nname = \"ops\"\ntoken_sha256 = \"{}\"\nadmin = true\n", token_hash(TOKEN));
-    let serve = fixed_pools_serve(&d, &tenants, 3) + " --lending";
-    run_checker(py, "check_lending.py", &["--serve-cmd", &serve, "--admin", TOKEN]);
+    run_admin_checker("lending", 3, &["--lending"], "check_lending.py");
 }
 
 /// `weave serve` places as full Weave unless told `--disagg-only`: a lone job runs co-located
