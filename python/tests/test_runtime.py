@@ -179,6 +179,48 @@ class ResumeTest(unittest.TestCase):
             with open(os.path.join(d, "resume.json")) as f:
                 self.assertEqual(json.load(f), {"iteration": 0, "path": None})
 
+    def test_a_notice_on_the_training_node_checkpoints_the_acknowledged_iteration_outside_phases(self):
+        import shutil
+        from types import SimpleNamespace
+
+        from weave_client.runtime import grpo_job
+
+        s = _trained_state("sort/trainer")
+        s.version = 3
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(grpo_job.staging_dir(d), exist_ok=True)
+            try:
+                s.save(grpo_job.staged_path(d, 3))
+                log, ckpt = os.path.join(d, "phases.jsonl"), grpo_job.checkpoint_path(d)
+                a = SimpleNamespace(dir=d, job="sort")
+                # In a phase (the lock held): nothing is written now; the phase writes it.
+                busy = grpo_job.NoticeGuard(a, ["t0"], {"acked": 3, "pending": None, "durable": -1}, log)
+                with busy.lock:
+                    busy.heard({"node": "t0", "deadline_us": 1})
+                self.assertIsNotNone(busy.noticed)
+                self.assertFalse(os.path.exists(grpo_job.noticed_path(d, 3)))
+                run = {"acked": 3, "pending": None, "durable": -1}
+                guard = grpo_job.NoticeGuard(a, ["t0"], run, log)
+                guard.heard({"node": "r0", "deadline_us": 1})
+                self.assertIsNone(guard.noticed, "a notice on another node")
+                self.assertFalse(os.path.exists(grpo_job.noticed_path(d, 3)))
+                guard.heard({"node": "t0", "deadline_us": 1})
+                self.assertEqual(run["durable"], 3)
+                # The host goes with its memory: the copy on disk holds the acknowledged
+                # iteration, also when the host went in the middle of writing the next one.
+                shutil.rmtree(grpo_job.staging_dir(d))
+                with open(grpo_job.noticed_path(d, 4), "wb") as f:
+                    f.write(b"half a state")
+                with open(grpo_job.noticed_path(d, 4) + ".sha256", "w") as f:
+                    f.write("0" * 64 + "\n")
+                self.assertEqual(grpo_job.resume_file(d, 3), grpo_job.noticed_path(d, 3))
+                self.assertFalse(os.path.exists(ckpt), "the checkpoint is left as it was")
+                with open(log) as f:
+                    written = [json.loads(line) for line in f if '"checkpoint"' in line]
+                self.assertEqual([(e["iteration"], e["on_notice"]) for e in written], [(3, True)])
+            finally:
+                shutil.rmtree(grpo_job.staging_dir(d), ignore_errors=True)
+
 
 @unittest.skipIf(torch is None, "needs the torch extra: pip install './python[torch]'")
 @unittest.skipUnless(hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) >= 2, "needs two CPUs")

@@ -24,11 +24,13 @@ the host; that case needs a checkpoint of the acknowledged iteration, which the 
 when it was told of the loss in advance: see the notice below.)
 
 A preemption notice on the job's training node (in a heartbeat's answer) means the host, and
-the staged copies in its memory, will go: from then on the trainer writes the checkpoint of
-every training inside the phase, before reporting it finished (the phase runs longer by the
-write; durability comes first now), and at once the checkpoint of the iteration already
-acknowledged if no training phase is running. So no iteration Weave counts exists only in
-memory that is about to be lost. The job has one rollout process, so a notice on its rollout
+the staged copies in its memory, will go: from then on the trainer writes each training's
+state to disk inside the phase, before reporting it finished (the phase runs longer by the
+write; durability comes first now), one file per version parity beside the checkpoint
+(``noticed_path``) as the staged copies are in memory, so a host lost mid-write leaves the
+previous one whole; and at once the iteration already acknowledged (its staged copy) if no
+training phase is running. So no iteration Weave counts exists only in memory that is about
+to be lost. The job has one rollout process, so a notice on its rollout
 node leaves nothing to move: its rollout in flight is lost with the node, and the iteration
 runs again after the re-admission.
 
@@ -136,11 +138,19 @@ def staged_path(d: str, version: int) -> str:
     return os.path.join(staging_dir(d), f"trainer-{version % 2}.pt")
 
 
+def noticed_path(d: str, version: int) -> str:
+    """Where the trainer keeps each state durably while its training node is under a notice:
+    beside the checkpoint, one copy per version parity (as the staged copies in memory), so a
+    host lost in the middle of writing ``k + 1`` leaves ``k`` whole."""
+    return os.path.join(d, f"trainer-noticed-{version % 2}.pt")
+
+
 def resume_file(d: str, iteration: int) -> Optional[str]:
-    """The checkpoint or staged copy that holds exactly ``iteration`` (digest checked), if any."""
+    """The checkpoint, staged copy or copy written under a notice that holds exactly
+    ``iteration`` (digest checked), if any."""
     from .resident import CheckpointError, load_checkpoint
 
-    for path in (checkpoint_path(d), staged_path(d, iteration)):
+    for path in (checkpoint_path(d), staged_path(d, iteration), noticed_path(d, iteration)):
         try:
             if os.path.exists(path) and load_checkpoint(path)["version"] == iteration:
                 return path
@@ -177,25 +187,23 @@ class NoticeGuard:
                 self.lock.release()
 
     def protect_acknowledged(self) -> None:
-        """Makes the acknowledged iteration's staged copy the checkpoint, if the checkpoint
-        lags it (copied with its digest, replaced atomically)."""
-        from .resident import CheckpointError, load_checkpoint
-
+        """Copies the acknowledged iteration's staged copy (with its digest) to disk beside the
+        checkpoint, unless a file there holds it already."""
         acked = self.run["acked"]
-        src, ckpt = staged_path(self.a.dir, acked), checkpoint_path(self.a.dir)
-        if acked == 0 or self.run["checkpointed"] >= acked:
+        if acked == 0 or self.run["durable"] >= acked:
             return
-        try:
-            if load_checkpoint(src)["version"] != acked:
-                return
-        except CheckpointError:
+        src = resume_file(self.a.dir, acked)
+        if src is not None and src != staged_path(self.a.dir, acked):
+            self.run["durable"] = acked
+        if src != staged_path(self.a.dir, acked):
             return
         t0 = time.perf_counter()
-        shutil.copyfile(src, f"{ckpt}.tmp")
-        shutil.copyfile(f"{src}.sha256", f"{ckpt}.tmp.sha256")
-        os.replace(f"{ckpt}.tmp.sha256", f"{ckpt}.sha256")
-        os.replace(f"{ckpt}.tmp", ckpt)
-        self.run["checkpointed"] = acked
+        dest = noticed_path(self.a.dir, acked)
+        shutil.copyfile(src, f"{dest}.tmp")
+        shutil.copyfile(f"{src}.sha256", f"{dest}.tmp.sha256")
+        os.replace(f"{dest}.tmp.sha256", f"{dest}.sha256")
+        os.replace(f"{dest}.tmp", dest)
+        self.run["durable"] = acked
         _log(self.log, {"job": self.a.job, "role": "trainer", "event": "checkpoint", "iteration": acked,
                         "on_notice": True, "seconds": time.perf_counter() - t0})
 
@@ -262,9 +270,10 @@ def run_trainer(a: argparse.Namespace) -> None:
     _log(log, {"job": a.job, "role": "trainer", "event": "start", "iteration": start, "switch": cold.kind,
                "switch_s": cold.seconds, "bytes": cold.bytes})
     client = WeaveClient(a.server, a.token)
-    # pending: (iteration, state) copied in the phase; checkpointed: the iteration the
-    # checkpoint holds, as far as this process knows (-1: unknown).
-    run = {"acked": start, "pending": None, "checkpointed": start if _start_from(a.dir, ckpt) == ckpt else -1}
+    # pending: (iteration, state) copied in the phase; durable: the newest iteration a file on
+    # disk (the checkpoint, a copy written under a notice) holds, as far as this process knows.
+    start_file = _start_from(a.dir, ckpt)
+    run = {"acked": start, "pending": None, "durable": start if start_file in (ckpt, noticed_path(a.dir, start)) else -1}
     guard = NoticeGuard(a, client.job(a.job)["job"]["training_nodes"], run, log)
     try:
         with client.keepalive(a.job, interval_s=1.0, on_notice=guard.heard):
@@ -305,7 +314,7 @@ def _save_acked(state, ckpt: str, log: str, job: str, run: Dict[str, Any]) -> No
         state.offload()
     if payload is not None:
         save_checkpoint(ckpt, payload)
-        run["checkpointed"] = run["acked"]
+        run["durable"] = run["acked"]
         _log(log, {"job": job, "role": "trainer", "event": "checkpoint", "iteration": run["acked"], "slack": True,
                    "on_interrupt": True})
 
@@ -329,9 +338,10 @@ def _train_loop(a, client, state, ckpt: str, log: str, start: int, run: Dict[str
                 guard.lock.release()
         flat, copy = run.pop("flat"), run.pop("copy")
         run["acked"] = k + 1
-        if guard.noticed is not None and run["checkpointed"] < k + 1 and run["pending"] is None:
-            # The notice came during this phase, after its checkpoint would have been written.
-            run["pending"] = (k + 1, copy)
+        if guard.noticed is not None and run["durable"] < k + 1:
+            # The notice came during this phase, after its copy would have been written.
+            with guard.lock:
+                _write_noticed(a, run, copy, k + 1, log)
         # The sync follows the training phase (the dispatcher's sync step): the rollout
         # worker asks for its next rollout only once the new version has arrived intact.
         synced: Dict[str, Any] = {}
@@ -348,10 +358,25 @@ def _train_loop(a, client, state, ckpt: str, log: str, start: int, run: Dict[str
             # Slack: the job's own idle window (its rollout runs), never inside a phase.
             t0 = time.perf_counter()
             save_checkpoint(ckpt, run["pending"][1])
-            run["checkpointed"] = run["pending"][0]
+            run["durable"] = max(run["durable"], run["pending"][0])
             _log(log, {"job": a.job, "role": "trainer", "event": "checkpoint", "iteration": run["pending"][0],
                        "seconds": time.perf_counter() - t0, "slack": True})
             run["pending"] = None
+
+
+def _write_noticed(a, run: Dict[str, Any], copy, version: int, log: Optional[str] = None) -> float:
+    """Writes state ``version`` to its file under a notice (``noticed_path``); returns the
+    seconds it took, and logs it if given ``log`` (a write after the phase)."""
+    from .resident import save_checkpoint
+
+    t0 = time.perf_counter()
+    save_checkpoint(noticed_path(a.dir, version), copy)
+    run["durable"] = version
+    seconds = time.perf_counter() - t0
+    if log:
+        _log(log, {"job": a.job, "role": "trainer", "event": "checkpoint", "iteration": version, "on_notice": True,
+                   "seconds": seconds})
+    return seconds
 
 
 def _train_phase(a, state, batch, k: int, run: Dict[str, Any], guard: NoticeGuard, meta) -> None:
@@ -373,11 +398,8 @@ def _train_phase(a, state, batch, k: int, run: Dict[str, Any], guard: NoticeGuar
     staged_s = time.perf_counter() - t_stage
     noticed: Dict[str, Any] = {}
     if guard.noticed is not None:
-        t_ckpt = time.perf_counter()
-        save_checkpoint(checkpoint_path(a.dir), run["copy"])
-        run["checkpointed"] = k + 1
-        noticed = {"checkpoint_on_notice_s": time.perf_counter() - t_ckpt}
-    elif (k + 1) % a.checkpoint_every == 0 or k + 1 == a.iterations:
+        noticed = {"checkpoint_on_notice_s": _write_noticed(a, run, run["copy"], k + 1)}
+    if (k + 1) % a.checkpoint_every == 0 or k + 1 == a.iterations:
         run["pending"] = (k + 1, run["copy"])
     off = state.offload()
     meta.update({
@@ -508,15 +530,18 @@ def resume_at(job: str, d: str, resume: int) -> None:
     """Tells the next trainer to start from exactly iteration ``resume`` (``resume.json``),
     after checking that the checkpoint or a staged copy holds it; refuses (naming both) when
     neither does."""
-    from .resident import load_checkpoint
+    from .resident import CheckpointError, load_checkpoint
 
     ckpt = checkpoint_path(d)
     path = None  # nothing completed: the trainer starts afresh
     if resume > 0:
         path = resume_file(d, resume)
         if path is None:
-            have = load_checkpoint(ckpt)["version"] if os.path.exists(ckpt) else 0
-            raise SystemExit(f"{job}: neither its checkpoint {ckpt} (iteration {have}) nor its staged copies in "
+            try:
+                have = f"iteration {load_checkpoint(ckpt)['version']}" if os.path.exists(ckpt) else "iteration 0"
+            except CheckpointError as e:
+                have = f"unreadable: {e}"
+            raise SystemExit(f"{job}: neither its checkpoint {ckpt} ({have}) nor its staged copies in "
                              f"{staging_dir(d)} hold iteration {resume}, which Weave counts completed: resuming "
                              "would repeat or skip acknowledged work")
     with open(os.path.join(d, "resume.json"), "w") as f:
