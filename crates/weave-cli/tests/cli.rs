@@ -19,8 +19,7 @@ fn simulate_runs_on_the_default_workload_without_files() {
 
 #[test]
 fn trace_show_wild() {
-    if !std::path::Path::new(WILD).exists() {
-        eprintln!("skipped: {WILD} not present");
+    if !weave_testkit::exists_or_skip("trace_show_wild", std::path::Path::new(WILD)) {
         return;
     }
     let o = weave(&["trace", "show", WILD, "--json"]);
@@ -33,8 +32,7 @@ fn trace_show_wild() {
 
 #[test]
 fn corrupted_trace_error_names_file_and_line() {
-    let Ok(text) = std::fs::read_to_string(WILD) else {
-        eprintln!("skipped: {WILD} not present");
+    let Some(text) = weave_testkit::read_or_skip("corrupted_trace_error_names_file_and_line", std::path::Path::new(WILD)) else {
         return;
     };
     let bad = text.replacen("job3, 2025-07-30 15:43:08, 1, 8B_8k", "job3, 2025-07-30 15:43:08, 1, 8B_8q", 1);
@@ -311,8 +309,7 @@ fn sweeps_run() {
 
 #[test]
 fn prototype_mode_on_the_wild_trace() {
-    if !std::path::Path::new(WILD).exists() {
-        eprintln!("skipped: {WILD} not present");
+    if !weave_testkit::exists_or_skip("prototype_mode_on_the_wild_trace", std::path::Path::new(WILD)) {
         return;
     }
     let o = weave(&["simulate", "--model", "prototype", "--trace", WILD, "--policy", "weave", "--json"]);
@@ -645,8 +642,7 @@ fn trace_generate_makes_multi_tenant_workloads_and_names_a_bad_tenant() {
 /// actions left a stale action for the victim and the replay panicked ("running job").
 #[test]
 fn tenants_experiment_with_fair_share_decay_on_the_wild_trace() {
-    if !std::path::Path::new(WILD).exists() {
-        eprintln!("skipped: {WILD} not present");
+    if !weave_testkit::exists_or_skip("tenants_experiment_with_fair_share_decay_on_the_wild_trace", std::path::Path::new(WILD)) {
         return;
     }
     let o = weave(&["experiment", "tenants", "--trace", WILD, "--half-life-h", "8", "--json"]);

@@ -2,8 +2,8 @@
 //! workers = rollout nodes r0..r2, fake GPUs) sealed in a private network namespace by
 //! `scripts/ray-local.sh`; `weave serve --backend ray` inside it; two toy RL jobs launched on
 //! Ray by Weave, interleaving under the gate; one node killed mid-run. The checks live in
-//! `python/tests/check_ray.py`. Skips, saying why, where Ray is not installed or no network
-//! namespace can be made (never runs Ray unprotected).
+//! `python/tests/check_ray.py`. Ignored by default; under `--ignored` a missing Ray, root or
+//! network namespace fails the test naming what is missing (it never runs Ray unprotected).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -78,10 +78,10 @@ fn the_custom_resource_fallback_pins_as_well() {
 static ONE_CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// A local Ray cluster up in its own namespace (torn down on drop), with a tenants file for
-/// `TOKEN`; `None` (after saying why) where Ray or a namespace is missing. `path` goes first
+/// `TOKEN`; fails the test, naming what is missing, where Ray or a namespace is missing. `path` goes first
 /// on the cluster's PATH (the Python whose Ray starts it); with `link_mbit` the cluster is the
 /// miniature one (a namespace per node, the inter-pool link shaped to that rate).
-fn cluster_up(tag: &str, path: Option<&Path>, link_mbit: Option<u32>) -> Option<(Cluster, PathBuf)> {
+fn cluster_up(tag: &str, path: Option<&Path>, link_mbit: Option<u32>) -> (Cluster, PathBuf) {
     let script = root().join("scripts/ray-local.sh");
     let mut env = Vec::new();
     if let Some(mbit) = link_mbit {
@@ -91,11 +91,11 @@ fn cluster_up(tag: &str, path: Option<&Path>, link_mbit: Option<u32>) -> Option<
         env.push(("PATH".to_string(), format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default())));
     }
     let check = Command::new(&script).arg("check").envs(env.iter().cloned()).output().expect("run ray-local.sh");
-    if check.status.code() == Some(77) {
-        eprintln!("{}", String::from_utf8_lossy(&check.stderr).trim());
-        eprintln!("SKIPPED: the Ray end-to-end test (see above)");
-        return None;
-    }
+    weave_testkit::require(
+        "the Ray end-to-end test",
+        check.status.code() != Some(77),
+        String::from_utf8_lossy(&check.stderr).trim(),
+    );
     assert!(check.status.success(), "ray-local.sh check: {}", String::from_utf8_lossy(&check.stderr));
 
     // Short: Ray's Unix socket paths live under this directory and must stay below 108 bytes.
@@ -119,7 +119,7 @@ fn cluster_up(tag: &str, path: Option<&Path>, link_mbit: Option<u32>) -> Option<
         hash(ADMIN_TOKEN)
     );
     std::fs::write(state.join("tenants.toml"), lines).unwrap();
-    Some((cluster, state))
+    (cluster, state)
 }
 
 /// Runs a checker script, shows what it said, and returns the measurements it printed as
@@ -135,7 +135,7 @@ fn run_checker(checker: &mut Command, name: &str) -> serde_json::Value {
 
 fn run_e2e(pin: &str) {
     let _one = ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
-    let Some((cluster, state)) = cluster_up(&pin[..1], None, None) else { return };
+    let (cluster, state) = cluster_up(&pin[..1], None, None);
     // The checker runs the server itself (so it can kill and restart it mid-run).
     // `labels` runs on auto (Ray 2.60 has label selectors, so the jobs choose them); the
     // fallback is forced through the server.
@@ -169,17 +169,20 @@ fn run_e2e(pin: &str) {
 /// own traffic) over a link shaped to `LINK_MBIT`. The checks live in
 /// `python/tests/check_ray_grpo.py`.
 /// `WEAVE_TORCH_PYTHON` names a Python with `./python[torch]` and Ray (the cluster runs on
-/// its Ray, so the actors have torch); without it the test says so and skips.
+/// its Ray, so the actors have torch); without it the test fails saying so.
 #[test]
 #[ignore = "needs Ray and torch in WEAVE_TORCH_PYTHON, root and a network namespace: .ci/run runs it with --ignored"]
 fn real_grpo_jobs_run_on_ray_under_the_full_policy() {
-    let Some(python) = std::env::var_os("WEAVE_TORCH_PYTHON").map(PathBuf::from) else {
-        eprintln!("SKIPPED: WEAVE_TORCH_PYTHON is not set (a Python with ./python[torch] and ray[default])");
-        return;
-    };
+    let python = std::env::var_os("WEAVE_TORCH_PYTHON").map(PathBuf::from);
+    weave_testkit::require(
+        "real_grpo_jobs_run_on_ray_under_the_full_policy",
+        python.is_some(),
+        "WEAVE_TORCH_PYTHON is not set (a Python with ./python[torch] and ray[default])",
+    );
+    let python = python.expect("checked");
     let _one = ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
     const LINK_MBIT: u32 = 100;
-    let Some((cluster, state)) = cluster_up("g", python.parent(), Some(LINK_MBIT)) else { return };
+    let (cluster, state) = cluster_up("g", python.parent(), Some(LINK_MBIT));
     let mut checker = cluster.cmd(&["exec"]);
     checker
         .arg(&python)

@@ -41,19 +41,16 @@ fn sigkill_under_load_loses_nothing_acknowledged() {
     assert_eq!(r["alive_after_fuzz"], true, "{r}");
 }
 
-fn python() -> Option<&'static str> {
-    ["python3", "python"]
-        .into_iter()
-        .find(|p| Command::new(p).arg("--version").output().is_ok_and(|o| o.status.success()))
+/// Python 3 for an ignored test: a missing interpreter fails it (under `--ignored` the caller
+/// asked for these tests; a skip would pass having run nothing).
+fn python(test: &str) -> &'static str {
+    weave_testkit::python(test)
 }
 
 #[test]
 #[ignore = "needs python3: .ci/run runs it with --ignored"]
 fn two_python_rl_jobs_share_a_group_through_the_gate() {
-    let Some(py) = python() else {
-        eprintln!("skipped: no python3 on this machine");
-        return;
-    };
+    let py = python("two_python_rl_jobs_share_a_group_through_the_gate");
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python");
     let d = dir("python");
     let (mut child, url) = serve(&d);
@@ -123,10 +120,7 @@ fn two_python_rl_jobs_share_a_group_through_the_gate() {
 #[test]
 #[ignore = "needs python3: .ci/run runs it with --ignored"]
 fn a_one_step_off_policy_python_job_runs_its_lanes_side_by_side() {
-    let Some(py) = python() else {
-        eprintln!("skipped: no python3 on this machine");
-        return;
-    };
+    let py = python("a_one_step_off_policy_python_job_runs_its_lanes_side_by_side");
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python");
     let d = dir("python-stale");
     let (mut child, url) = serve(&d);
@@ -169,10 +163,7 @@ fn a_one_step_off_policy_python_job_runs_its_lanes_side_by_side() {
 #[test]
 #[ignore = "needs python3 with venv and PyPI for the build backend: .ci/run runs it with --ignored"]
 fn the_installed_client_runs_the_readme_example() {
-    let Some(py) = python() else {
-        eprintln!("skipped: no python3 on this machine");
-        return;
-    };
+    let py = python("the_installed_client_runs_the_readme_example");
     let d = dir("pip");
     let venv = d.join("venv");
     let made = Command::new(py).args(["-m", "venv"]).arg(&venv).output().unwrap();
@@ -270,10 +261,8 @@ fn a_disk_filled_and_freed_again_and_again_never_keeps_a_refused_write() {
         .args(["bench", "disk-full", "--rounds", "20", "--snapshot-every", "10", "--json"])
         .output()
         .unwrap();
-    if String::from_utf8_lossy(&o.stderr).contains("needs root") {
-        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
-        return;
-    }
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    weave_testkit::require("the disk-full benchmark", !stderr.contains("needs root"), &format!("root, to mount a tmpfs: {stderr}"));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(r["refused"], 20, "every round refused a write: {r}");
@@ -291,10 +280,11 @@ fn a_full_disk_refuses_writes_and_recovers_when_freed() {
     let mnt = d.join("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
     let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"]).arg(&mnt).status();
-    if !mounted.is_ok_and(|s| s.success()) {
-        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
-        return;
-    }
+    weave_testkit::require(
+        "a_full_disk_refuses_writes_and_recovers_when_freed",
+        mounted.is_ok_and(|s| s.success()),
+        "cannot mount a tmpfs here (needs root)",
+    );
     struct Unmount(PathBuf);
     impl Drop for Unmount {
         fn drop(&mut self) {
@@ -439,10 +429,7 @@ fn a_damaged_record_is_named_and_recovered_on_request() {
 #[test]
 #[ignore = "needs python3: .ci/run runs it with --ignored"]
 fn python_jobs_are_preempted_and_resume_across_a_sigkill() {
-    let Some(py) = python() else {
-        eprintln!("skipped: no python3 on this machine");
-        return;
-    };
+    let py = python("python_jobs_are_preempted_and_resume_across_a_sigkill");
     let d = dir("preemption");
     let tenants = format!(
         "[sharing]\npreemption = true\nmin_run_s = 0\n\
@@ -490,12 +477,9 @@ fn fixed_pools_serve(d: &Path, tenants: &str, nodes: u32) -> String {
 }
 
 /// Runs `python/tests/<script>` against `weave serve` on fixed pools of `nodes` nodes each
-/// (with `flags`), as an admin: `--serve-cmd` and `--admin`. Skipped without python3.
+/// (with `flags`), as an admin: `--serve-cmd` and `--admin`. Fails without python3.
 fn run_admin_checker(name: &str, nodes: u32, flags: &[&str], script: &str) {
-    let Some(py) = python() else {
-        eprintln!("skipped: no python3 on this machine");
-        return;
-    };
+    let py = python(script);
     let d = dir(name);
     let tenants = format!("[[tenant]]\nname = \"ops\"\ntoken_sha256 = \"{}\"\nadmin = true\n", token_hash(TOKEN));
     let mut serve = fixed_pools_serve(&d, &tenants, nodes);

@@ -155,20 +155,35 @@ fn publishing_refuses_an_incomplete_version() {
     assert!(weave_sync::current(&d).is_none(), "nothing published");
 }
 
-/// The namespace experiment: measured times for both plans, or a clear skip without root.
+/// The namespace experiment: topology-aware sync beats flat on real links. Two training GPUs
+/// send 16 MB to two rollout GPUs over a slow link shaped to 400 Mbit/s per NIC (each GPU its
+/// own namespace). Flat sends every rollout GPU its own copy over the slow link; the
+/// topology-aware plan crosses it once per byte and fans out on the fast rollout fabric, so its
+/// transfer part is 2x faster (the planner says so, checked below). Measured, connection set-up
+/// and publishing dilute that; the test asks for at least 1.4x, a margin of 0.6 of the 2x for
+/// those fixed costs (measured here: see the note in the test's assertion message), and for
+/// the planner's own ratio exactly.
 #[test]
 #[ignore = "needs root and iproute2 for network namespaces: .ci/run runs it with --ignored"]
-fn namespace_experiment_measures_or_skips() {
+fn topology_aware_sync_beats_flat_across_namespaces() {
+    let test = "topology_aware_sync_beats_flat_across_namespaces";
+    weave_testkit::require(test, weave_testkit::is_root(), "root, for network namespaces");
     let o = Command::new(env!("CARGO_BIN_EXE_weave"))
-        .args(["sync", "bench", "--size-mb", "8", "--train", "2", "--rollout", "2"])
+        .args(["sync", "bench", "--size-mb", "16", "--train", "2", "--rollout", "2", "--json"])
         .output()
         .unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
-    if out.starts_with("skipped:") {
-        eprintln!("{out}");
-        return;
+    weave_testkit::require(test, !out.starts_with("skipped:"), &out);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let plans = v["plans"].as_array().expect("plans");
+    assert_eq!(plans.len(), 2, "{v}");
+    for p in plans {
+        assert!(p["measured_s"].as_f64().is_some_and(|s| s > 0.0), "{p}");
     }
-    assert!(out.contains("Flat") && out.contains("TopologyAware") && out.contains("measured s"), "{out}");
+    let r = &v["flat_over_topology_aware"][0];
+    let (measured, transfer) = (r["measured"].as_f64().unwrap(), r["transfer_predicted"].as_f64().unwrap());
+    assert!((transfer - 2.0).abs() < 0.05, "two receivers: flat moves twice the bytes over the slow link: {v}");
+    assert!(measured >= 1.4, "topology-aware only {measured:.2}x faster than flat (at least 1.4x expected): {v}");
     eprintln!("{out}");
 }

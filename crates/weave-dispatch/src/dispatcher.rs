@@ -659,7 +659,8 @@ impl Dispatcher {
         switch: Option<SwitchKind>,
     ) {
         if self.logging {
-            self.log.push(LogEntry { time: self.now, job, kind, phase, iteration, nodes: nodes.to_vec(), switch });
+            let nodes = nodes.to_vec();
+            self.log.push(LogEntry { time: self.now, job, kind, phase, iteration, nodes, switch, until: None });
         }
     }
 }

@@ -18,6 +18,12 @@ pub enum LogKind {
     SyncStart,
     SyncEnd,
     Completed,
+    /// The replay with lending on (never the dispatcher): the group's block `nodes[0]` is lent
+    /// to `job`'s rollout until `until`.
+    Lent,
+    /// The replay with lending on: the loan of the group's block `nodes[0]` to `job` ended
+    /// early, the borrower's rollout over (or the borrower gone) or the lender's group changed.
+    LoanEnded,
 }
 
 /// One traceable dispatcher decision or observation.
@@ -31,6 +37,9 @@ pub struct LogEntry {
     /// Rollout nodes involved (empty for the training pool).
     pub nodes: Vec<u32>,
     pub switch: Option<SwitchKind>,
+    /// A loan's reclaim deadline (`Lent` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<Micros>,
 }
 
 /// One dispatcher decision, with its group.

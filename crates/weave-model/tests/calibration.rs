@@ -110,8 +110,7 @@ fn secs(t: Micros) -> f64 {
 #[test]
 fn embedded_table_matches_shared_data() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/rollmux/profile.json");
-    let Ok(text) = std::fs::read_to_string(path) else {
-        eprintln!("skipped: {path} not present");
+    let Some(text) = weave_testkit::read_or_skip("embedded_table_matches_shared_data", std::path::Path::new(path)) else {
         return;
     };
     let file = ProfileModel::from_json(&text).expect("shared profile.json parses");

@@ -285,6 +285,18 @@ impl Inner {
         self.snapshots
     }
 
+    /// Whether a snapshot is still being written in the background (one just finished is
+    /// collected first).
+    pub fn snapshot_in_flight(&mut self) -> bool {
+        self.collect_snapshot();
+        self.store.compacting()
+    }
+
+    /// Records in the store after its newest snapshot.
+    pub fn records_since_snapshot(&self) -> u64 {
+        self.store.records_since_snapshot()
+    }
+
     /// When the recent snapshots were being written (started, ended; newest last).
     pub fn snapshot_windows(&mut self) -> Vec<SnapshotWindow> {
         self.collect_snapshot();

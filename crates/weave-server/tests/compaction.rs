@@ -31,6 +31,13 @@ fn submit_a_b_c(s: &TestServer) {
     }
 }
 
+/// Waits until no snapshot is being written in the background.
+fn settle_snapshots(s: &TestServer) {
+    wait_until("the snapshot writer to finish", Duration::from_secs(60), || {
+        (!s.shared.lock().snapshot_in_flight()).then_some(())
+    });
+}
+
 /// What a restart must find as it was: jobs, queue, events, groups.
 fn everything(s: &TestServer) -> [serde_json::Value; 4] {
     ["/v1/jobs", "/v1/queue", "/v1/events", "/v1/groups"].map(|path| get(s, path))
@@ -43,13 +50,22 @@ fn a_restart_after_compaction_finds_everything_as_it_was() {
     submit_a_b_c(&s);
     run_job(&s, ALICE, "a", 3); // c starts when a is done
     run_job(&s, ALICE, "b", 1);
+    // Compaction bounds the log's tail. A snapshot starts on the first record that finds at
+    // least `every` records after the newest one and no snapshot being written; records that
+    // land while one is written wait for the next record to be looked at. So once the writer
+    // is idle and one more record has been applied, fewer than `every` records follow the
+    // newest snapshot, however the writer's timing fell.
+    settle_snapshots(&s);
+    assert!(matches!(submit(&s, ALICE, json!({ "id": "d", "type": "3B_4k", "iterations": 1, "slo": 1.0 })).0, 201 | 202));
+    settle_snapshots(&s);
+    let tail = s.shared.lock().records_since_snapshot();
+    assert!(tail < 7, "{tail} records after the newest snapshot");
     let before = everything(&s);
     s.stop();
-    // Compacted: a snapshot of at least the first 7 records. (How many records follow it
-    // depends on timing: snapshots are written in the background, one at a time.)
     let v = weave_store::verify::<weave_server::plane::Record>(&dir.join("weave.redb")).unwrap();
     let at = v.snapshot_at.expect("the store was compacted");
-    assert!(at >= 7, "{v:?}");
+    assert!(v.records < 7 && at >= 7, "{v:?}");
+    assert_eq!(v.records, tail, "the store on disk is what the server counted");
     assert_eq!(v.first_bad, None);
 
     let s = server(dir.clone(), 7);

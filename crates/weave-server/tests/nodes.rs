@@ -300,7 +300,7 @@ fn a_readmission_is_placed_with_the_switches_the_job_reported() {
 }
 
 mod common;
-use common::{body, client, finish_phase, start_phase, temp_dir, TestServer, ALICE, BOB, OPS};
+use common::{body, client, finish_phase, start_phase, temp_dir, wait_until, TestServer, ALICE, BOB, OPS};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -436,7 +436,8 @@ fn nodes_reported_by_a_backend_are_not_changed_by_hand_but_take_notices() {
         let shared = weave_server::Shared::open(cfg).unwrap();
         shared.commit(|time_us| inventory(time_us, 2, 1)).unwrap();
     }
-    let s = TestServer::start_with(dir, Duration::from_secs(600), recorded);
+    // Heartbeats time out after 1 s: a job's failure for silence is the reaper's visible tick.
+    let s = TestServer::start_with(dir, Duration::from_secs(1), recorded);
     let (code, err) = post(&s, OPS, "/v1/nodes/r0/down", None);
     assert!(code == 409 && err["error"].as_str().unwrap().contains("Ray"), "{code} {err}");
     assert_eq!(post(&s, OPS, "/v1/nodes/r1/up", None).0, 409, "r1 is not under a notice");
@@ -444,8 +445,20 @@ fn nodes_reported_by_a_backend_are_not_changed_by_hand_but_take_notices() {
     assert_eq!(post(&s, OPS, "/v1/nodes/r0/up", None).0, 200, "a notice may be withdrawn");
     assert!(cluster(&s)["notices"].as_array().unwrap().is_empty());
     assert_eq!(post(&s, OPS, "/v1/nodes/r0/notice", Some(json!({ "seconds": 1, "reason": "ray drain" }))).0, 200);
-    // The reaper looks every 250 ms: well past the deadline the node is still only noticed.
-    std::thread::sleep(Duration::from_millis(2500));
+    // Proof the reaper looked after the deadline, from events rather than a sleep: a job
+    // submitted after the notice and never heard from is failed by the reaper more than 1 s
+    // later (after the deadline), in a tick that then looks at notices; a second such job,
+    // submitted once the first is failed, is failed in a later tick, so a whole look at the
+    // notices after the deadline has run by then.
+    for job in ["silent-1", "silent-2"] {
+        let spec = json!({ "id": job, "type": "3B_4k", "iterations": 2, "rollout_s": 50, "train_s": 60, "slo": 2.0 });
+        assert_eq!(common::submit(&s, ALICE, spec).0, 201, "{job} is admitted on r1");
+        wait_until("the reaper to fail the silent job", Duration::from_secs(30), || {
+            let (_, v) = body(client().get(s.url(&format!("/v1/jobs/{job}"))).bearer_auth(ALICE).send().unwrap());
+            (v["job"]["state"] == "failed").then_some(())
+        });
+    }
+    // Well past the deadline the node is still only noticed.
     let c = cluster(&s);
     assert_eq!((c["notices"][0]["node"].as_str(), &c["down"]), (Some("r0"), &json!([])), "{c}");
 }

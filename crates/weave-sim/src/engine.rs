@@ -570,7 +570,7 @@ impl<'a> Engine<'a> {
                 let shape = self.jobs[i].migration;
                 let shared = self.migration && shape.release < 1.0 && self.block_members(p.group, p.block) > 1;
                 if !shared {
-                    d = self.borrow(i, p, d);
+                    d = self.borrow(i, iteration, p, d);
                 }
                 let s = self.states[i].as_mut().expect("running job");
                 s.rollout_started = self.now;

@@ -130,7 +130,7 @@ fn lanes(events: &[&EventRecord], window: (f64, f64)) -> Vec<Lane> {
                 open.insert((job, 2), (t, BarKind::Sync, lane_names(None, &[]), what("weight sync after iteration")));
             }
             LogKind::SyncEnd => close(&mut open, job, 2, t),
-            LogKind::Join | LogKind::Leave | LogKind::Completed => {}
+            LogKind::Join | LogKind::Leave | LogKind::Completed | LogKind::Lent | LogKind::LoanEnded => {}
         }
     }
     // Still running at the end of the log: draw to the window's end.

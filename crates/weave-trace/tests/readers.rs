@@ -6,13 +6,7 @@ use weave_trace::{detect_format, generate, parse, write_jsonl, Format, ReadOptio
 const WILD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/rollmux/wild.trace");
 
 fn wild_text() -> Option<String> {
-    match std::fs::read_to_string(WILD) {
-        Ok(t) => Some(t),
-        Err(_) => {
-            eprintln!("skipped: {WILD} not present");
-            None
-        }
-    }
+    weave_testkit::read_or_skip("readers (the wild trace)", std::path::Path::new(WILD))
 }
 
 fn read(text: &str, format: Format) -> Result<weave_trace::Trace, weave_trace::TraceError> {

@@ -34,6 +34,8 @@ pub fn temp_dir(name: &str) -> PathBuf {
 
 pub struct TestServer {
     pub addr: SocketAddr,
+    /// The server's state, for tests that look under the HTTP API (snapshots in flight).
+    pub shared: Arc<Shared>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -73,8 +75,8 @@ impl TestServer {
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                tx.send(listener.local_addr().unwrap()).unwrap();
                 let shared = Arc::new(Shared::open(cfg).unwrap());
+                tx.send((listener.local_addr().unwrap(), shared.clone())).unwrap();
                 weave_server::serve(listener, shared, async move {
                     let _ = stopped.await;
                 })
@@ -82,8 +84,8 @@ impl TestServer {
                 .unwrap();
             });
         });
-        let addr = rx.recv_timeout(Duration::from_secs(20)).expect("server starts");
-        TestServer { addr, stop: Some(stop), thread: Some(thread) }
+        let (addr, shared) = rx.recv_timeout(Duration::from_secs(20)).expect("server starts");
+        TestServer { addr, shared, stop: Some(stop), thread: Some(thread) }
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -11,7 +11,7 @@ use super::{Engine, Placed};
 use crate::metrics::LendingCounts;
 use std::collections::BTreeMap;
 use weave_core::{Bytes, GroupId, JobId, Micros, Pool};
-use weave_dispatch::Dispatcher;
+use weave_dispatch::{Dispatcher, EventRecord, LogEntry, LogKind, Phase};
 use weave_place::lending::{best_loan, lendable, step_at, Borrower, LendingDriver, LoanModel, Shape};
 use weave_place::Placer;
 
@@ -19,6 +19,8 @@ use weave_place::Placer;
 struct Loan {
     borrower: usize,
     epoch: u32,
+    /// The borrower's rollout iteration (for the event log).
+    iteration: u64,
     gpus: u32,
     shape: Shape,
     /// When the rollout started (and the loan was made), when the lent workers took requests,
@@ -81,7 +83,7 @@ impl Engine<'_> {
 
     /// Job `i` starts a rollout of plain duration `d` on its own block: borrows the idle block
     /// of another group that shortens it most, if any gains enough. Returns its duration.
-    pub(super) fn borrow(&mut self, i: usize, p: Placed, d: Micros) -> Micros {
+    pub(super) fn borrow(&mut self, i: usize, iteration: u64, p: Placed, d: Micros) -> Micros {
         if self.lending.is_none() || d == Micros::ZERO || self.on_spot(p.group) {
             return d;
         }
@@ -93,8 +95,10 @@ impl Engine<'_> {
         let Some(c) = best_loan(&mut lending.model, &offers, &borrower, now, d) else { return d };
         let gpus = c.lender.nodes * gpus;
         let (from, until, steps, factor, shape) = (c.from, c.until, c.steps, c.factor, c.shape);
-        let loan = Loan { borrower: i, epoch, gpus, shape, start: now, from, until, plain: d, steps, factor };
+        let loan = Loan { borrower: i, epoch, iteration, gpus, shape, start: now, from, until, plain: d, steps, factor };
         lending.loans.insert((c.lender.group, c.lender.block), loan);
+        self.log_loan((c.lender.group, c.lender.block), &loan, LogKind::Lent);
+        let lending = self.lending.as_mut().expect("checked");
         let shorter = d.scale(factor);
         lending.counts.loans += 1;
         lending.counts.saved_us += (d - shorter).0;
@@ -108,7 +112,8 @@ impl Engine<'_> {
 
     /// Job `i`'s rollout ended or it left: the blocks it borrowed go back.
     pub(super) fn return_loans(&mut self, i: usize) {
-        for loan in self.take_loans(|_, l| l.borrower == i) {
+        for (key, loan) in self.take_loans(|_, l| l.borrower == i) {
+            self.log_loan(key, &loan, LogKind::LoanEnded);
             self.charge_loan(&loan);
         }
     }
@@ -116,7 +121,8 @@ impl Engine<'_> {
     /// Group `g` changed (a member joined or left): its lent blocks are taken back now, and
     /// each borrower's rollout runs on without them from here, as the model says.
     pub(super) fn reclaim_from(&mut self, g: GroupId) {
-        for loan in self.take_loans(|&(lender, _), _| lender == g) {
+        for (key, loan) in self.take_loans(|&(lender, _), _| lender == g) {
+            self.log_loan(key, &loan, LogKind::LoanEnded);
             self.charge_loan(&loan);
             if self.now < loan.until {
                 self.cut_short(&loan);
@@ -125,10 +131,32 @@ impl Engine<'_> {
     }
 
     /// Removes the loans `pick` chooses, in block order.
-    fn take_loans(&mut self, pick: impl Fn(&(GroupId, u32), &Loan) -> bool) -> Vec<Loan> {
+    fn take_loans(&mut self, pick: impl Fn(&(GroupId, u32), &Loan) -> bool) -> Vec<((GroupId, u32), Loan)> {
         let Some(lending) = self.lending.as_mut() else { return Vec::new() };
         let keys: Vec<_> = lending.loans.iter().filter(|(k, l)| pick(k, l)).map(|(k, _)| *k).collect();
-        keys.iter().filter_map(|k| lending.loans.remove(k)).collect()
+        keys.iter().filter_map(|&k| Some((k, lending.loans.remove(&k)?))).collect()
+    }
+
+    /// Writes a loan made (`Lent`, with its deadline) or ended early (`LoanEnded`) into the
+    /// event log, so a reader can check the lender against it without the engine's counters.
+    /// A loan the lender's own rollout takes back is not logged: whether that came too early
+    /// is what such a reader decides.
+    fn log_loan(&mut self, (group, block): (GroupId, u32), loan: &Loan, kind: LogKind) {
+        if !self.cfg.events {
+            return;
+        }
+        let until = (kind == LogKind::Lent).then_some(loan.until);
+        let entry = LogEntry {
+            time: self.now,
+            job: JobId(loan.borrower as u32),
+            kind,
+            phase: Some(Phase::Rollout),
+            iteration: loan.iteration,
+            nodes: vec![block],
+            switch: None,
+            until,
+        };
+        self.events.push(EventRecord { group, entry });
     }
 
     /// A lender's member starts a rollout on block `block` of `g`: a loan still running there
