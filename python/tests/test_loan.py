@@ -2,7 +2,6 @@
 loan endpoint with its admission, and heartbeats that name a loan reach ``on_loan``."""
 
 import threading
-import time
 import unittest
 
 from weave_client import WeaveClient
@@ -13,10 +12,15 @@ class Recording(WeaveClient):
         super().__init__("http://unused")
         self.sent = []
         self.beat_answer = beat_answer or {"status": "ok"}
+        self.beats = 0
+        self.second_beat = threading.Event()
 
     def _request(self, method, path, body=None, retry=False):
         self.sent.append((method, path, body))
         if path.endswith("/heartbeat"):
+            self.beats += 1
+            if self.beats >= 2:
+                self.second_beat.set()
             return 200, self.beat_answer
         return 200, {"id": "b"}
 
@@ -40,9 +44,11 @@ class LoanTest(unittest.TestCase):
         with Recording({"status": "ok", "loan": loan}).keepalive("b", interval_s=0.01, on_loan=on_loan):
             self.assertTrue(got.wait(5))
         self.assertEqual(heard[0], loan)
-        quiet = []
-        with Recording().keepalive("b", interval_s=0.01, on_loan=quiet.append):
-            time.sleep(0.05)
+        # A heartbeat without a loan: on_loan is not called. Decided once a second heartbeat
+        # has gone out, so the first one's answer was handled (not after a guessed sleep).
+        quiet, plain = [], Recording()
+        with plain.keepalive("b", interval_s=0.01, on_loan=quiet.append):
+            self.assertTrue(plain.second_beat.wait(5), "no heartbeat was sent")
         self.assertEqual(quiet, [])
 
 
