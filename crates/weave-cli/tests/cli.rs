@@ -447,6 +447,20 @@ fn serve_bench_runs_bounded() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["jobs"], 20);
     assert_eq!(v["round_trips"], 20);
+    // The shape of a measurement, not its timing: every round trip measured once (a start and
+    // a finish each, in or outside a snapshot), percentiles ordered, and no snapshot taken
+    // (none was asked for), so nothing counted during one.
+    let f = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{k} missing: {v}"));
+    for phase in ["start", "finish"] {
+        let n = |w: &str| v[format!("{phase}_{w}_snapshots")]["n"].as_u64().unwrap();
+        assert_eq!((n("during"), n("outside")), (0, 20), "{phase}: {v}");
+        let (p50, p99, max) = (f(&format!("{phase}_p50_ms")), f(&format!("{phase}_p99_ms")), f(&format!("{phase}_max_ms")));
+        assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{phase}: {v}");
+    }
+    assert!(0.0 < f("submit_p50_ms") && f("submit_p50_ms") <= f("submit_p99_ms"), "{v}");
+    assert!(f("submissions_per_second") > 0.0, "{v}");
+    assert_eq!((v["snapshots"].as_u64(), v["requests_during_snapshots"].as_u64()), (Some(0), Some(0)), "{v}");
+    assert!(f("max_outside_snapshots_ms") >= f("finish_max_ms").max(f("start_max_ms")), "{v}");
 }
 
 /// Readers of another tenant while the gate is measured, over a history built first.

@@ -25,6 +25,23 @@ fn simulate_shows_the_loans_and_the_sweep_compares_per_seed() {
         out.contains("with lending") && out.lines().filter(|l| l.contains("100.0% / 100.0%")).count() == 2,
         "{out}"
     );
+    // The same sweep as JSON, checked for what it claims per seed: loans made, no lender
+    // delayed, every job within its SLO on both sides, the same work done with and without,
+    // and the lent GPU-hours charged in the money split as the lending report counts them.
+    let o = weave(&["sweep", "lending", "--seeds", "1,2", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(rows.as_array().map(Vec::len), Some(2), "{rows}");
+    for r in rows.as_array().unwrap() {
+        let (off, on) = (&r["without"], &r["with_lending"]);
+        let l = &on["lending"];
+        assert!(l["loans"].as_u64().unwrap() > 0 && l["lender_delays"] == 0, "seed {}: {l}", r["seed"]);
+        assert!(off["lending"].is_null(), "lending off reports none");
+        assert_eq!((off["slo_attainment_jobs"].as_f64(), on["slo_attainment_jobs"].as_f64()), (Some(1.0), Some(1.0)));
+        assert_eq!(off["iterations"], on["iterations"], "equal work");
+        let lent = on["money"]["lent"]["gpu_hours"].as_f64().unwrap();
+        assert!((lent - l["lent_gpu_hours"].as_f64().unwrap()).abs() < 1e-9, "{lent} vs {l}");
+    }
     let err = stderr(&weave(&["sweep", "lending", "--seeds", "x"]));
     assert!(err.contains("--seeds"), "{err}");
 }

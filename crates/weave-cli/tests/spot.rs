@@ -47,4 +47,22 @@ fn a_declared_spot_tier_shows_in_simulate_and_the_sweep_checks_its_flags() {
     let o = weave(&["sweep", "spot", "--discounts", "60", "--rates", "0.125"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("on-demand weave"), "{}", stdout(&o));
+    // The same sweep as JSON, checked for what it claims: equal work on spot and on demand,
+    // every job within its SLO, fewer dollars per iteration on spot, yet no more saved than
+    // 60% off the whole on-demand rollout bill would give (the bound the README states), and
+    // Weave ahead of the spot-only baseline.
+    let o = weave(&["sweep", "spot", "--discounts", "60", "--rates", "0.125", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let (on_demand, row) = (&v["on_demand"], &v["rows"][0]);
+    let spot = &row["weave"];
+    assert_eq!(v["rows"].as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(spot["iterations"], on_demand["iterations"], "equal work");
+    assert_eq!(spot["slo_attainment_jobs"].as_f64(), Some(1.0));
+    let per_iteration = |r: &serde_json::Value| r["total_cost"].as_f64().unwrap() / r["iterations"].as_f64().unwrap();
+    let saved = 1.0 - per_iteration(spot) / per_iteration(on_demand);
+    let rollout_share = on_demand["rollout"]["cost"].as_f64().unwrap() / on_demand["total_cost"].as_f64().unwrap();
+    assert!(saved > 0.0 && saved <= 0.6 * rollout_share, "saved {saved:.4} of $/iteration, bound {:.4}", 0.6 * rollout_share);
+    let ipd = |r: &serde_json::Value| r["iterations_per_k_dollars"].as_f64().unwrap();
+    assert!(ipd(spot) > ipd(&row["spot_only"]), "{} vs spot-only {}", ipd(spot), ipd(&row["spot_only"]));
 }

@@ -155,21 +155,21 @@ fn publishing_refuses_an_incomplete_version() {
     assert!(weave_sync::current(&d).is_none(), "nothing published");
 }
 
-/// The namespace experiment: topology-aware sync beats flat on real links. Two training GPUs
-/// send 16 MB to two rollout GPUs over a slow link shaped to 400 Mbit/s per NIC (each GPU its
-/// own namespace). Flat sends every rollout GPU its own copy over the slow link; the
-/// topology-aware plan crosses it once per byte and fans out on the fast rollout fabric, so its
-/// transfer part is 2x faster (the planner says so, checked below). Measured, connection set-up
-/// and publishing dilute that; the test asks for at least 1.4x, a margin of 0.6 of the 2x for
-/// those fixed costs (measured here: see the note in the test's assertion message), and for
-/// the planner's own ratio exactly.
+/// The namespace experiment: topology-aware sync beats flat on real links, as the README
+/// claims. Four training GPUs send 16 MB to four rollout GPUs over a slow link shaped to
+/// 400 Mbit/s per NIC (each GPU its own namespace). Flat sends every rollout GPU its own copy
+/// over the slow link; the topology-aware plan crosses it once per byte and fans out on the
+/// fast rollout fabric, so its transfer part is 4x faster (the planner's figure, checked
+/// exactly). Measured, connection set-up and publishing are a larger share of the shorter run
+/// (3.48x measured here at 16 MB; the README's 3.95x is at 128 MB), so the test asks for at
+/// least 2.5x: beyond any noise seen on a shaped link, and far from the 1x of no gain.
 #[test]
 #[ignore = "needs root and iproute2 for network namespaces: .ci/run runs it with --ignored"]
 fn topology_aware_sync_beats_flat_across_namespaces() {
     let test = "topology_aware_sync_beats_flat_across_namespaces";
     weave_testkit::require(test, weave_testkit::is_root(), "root, for network namespaces");
     let o = Command::new(env!("CARGO_BIN_EXE_weave"))
-        .args(["sync", "bench", "--size-mb", "16", "--train", "2", "--rollout", "2", "--json"])
+        .args(["sync", "bench", "--size-mb", "16", "--train", "4", "--rollout", "4", "--json"])
         .output()
         .unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
@@ -183,7 +183,7 @@ fn topology_aware_sync_beats_flat_across_namespaces() {
     }
     let r = &v["flat_over_topology_aware"][0];
     let (measured, transfer) = (r["measured"].as_f64().unwrap(), r["transfer_predicted"].as_f64().unwrap());
-    assert!((transfer - 2.0).abs() < 0.05, "two receivers: flat moves twice the bytes over the slow link: {v}");
-    assert!(measured >= 1.4, "topology-aware only {measured:.2}x faster than flat (at least 1.4x expected): {v}");
+    assert!((transfer - 4.0).abs() < 0.05, "four receivers: flat moves 4x the bytes over the slow link: {v}");
+    assert!(measured >= 2.5, "topology-aware only {measured:.2}x faster than flat (at least 2.5x expected): {v}");
     eprintln!("{out}");
 }

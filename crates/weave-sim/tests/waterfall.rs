@@ -38,6 +38,20 @@ fn at_fixed_lifetimes_baselines_pay_exactly_each_lifetime() {
     assert!(r.iterations > 0 && r.iterations < 28, "{}", r.iterations);
 }
 
+/// Without run-time variation the count is arithmetic: each job runs the whole co-located
+/// iterations that fit its lifetime after its cold start (the last one cut), from the
+/// model's own figures.
+#[test]
+fn at_fixed_lifetimes_colocated_runs_the_iterations_that_fit() {
+    let cfg = SimConfig { fixed_lifetimes: true, runtime: weave_model::RuntimeModel::deterministic(), ..SimConfig::default() };
+    let (_, r) = cost(Policy::Colocated, &cfg);
+    let jobs = prepare(&trace(TWO_JOBS), &ClusterConfig::default(), &ProfileModel::builtin(), SloSetting::default(), 1);
+    let fit = |j: &weave_sim::SimJob| (j.lifetime() - j.cold_start).0 / j.colo.solo().0;
+    let expected: u64 = jobs.iter().map(fit).sum();
+    assert_eq!(r.iterations, expected, "{:?}", jobs.iter().map(fit).collect::<Vec<_>>());
+    assert_eq!(expected, 26, "two jobs of 13 whole 257.8 s iterations in an hour after a cold start");
+}
+
 #[test]
 fn at_fixed_iterations_a_job_runs_all_its_iterations() {
     let (_, fixed_life) = cost(Policy::SoloDisagg, &SimConfig { fixed_lifetimes: true, ..SimConfig::default() });
