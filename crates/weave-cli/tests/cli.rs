@@ -32,7 +32,9 @@ fn trace_show_wild() {
 
 #[test]
 fn corrupted_trace_error_names_file_and_line() {
-    let Some(text) = weave_testkit::read_or_skip("corrupted_trace_error_names_file_and_line", std::path::Path::new(WILD)) else {
+    let Some(text) =
+        weave_testkit::read_or_skip("corrupted_trace_error_names_file_and_line", std::path::Path::new(WILD))
+    else {
         return;
     };
     let bad = text.replacen("job3, 2025-07-30 15:43:08, 1, 8B_8k", "job3, 2025-07-30 15:43:08, 1, 8B_8q", 1);
@@ -454,7 +456,8 @@ fn serve_bench_runs_bounded() {
     for phase in ["start", "finish"] {
         let n = |w: &str| v[format!("{phase}_{w}_snapshots")]["n"].as_u64().unwrap();
         assert_eq!((n("during"), n("outside")), (0, 20), "{phase}: {v}");
-        let (p50, p99, max) = (f(&format!("{phase}_p50_ms")), f(&format!("{phase}_p99_ms")), f(&format!("{phase}_max_ms")));
+        let (p50, p99, max) =
+            (f(&format!("{phase}_p50_ms")), f(&format!("{phase}_p99_ms")), f(&format!("{phase}_max_ms")));
         assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{phase}: {v}");
     }
     assert!(0.0 < f("submit_p50_ms") && f("submit_p50_ms") <= f("submit_p99_ms"), "{v}");
@@ -656,7 +659,10 @@ fn trace_generate_makes_multi_tenant_workloads_and_names_a_bad_tenant() {
 /// actions left a stale action for the victim and the replay panicked ("running job").
 #[test]
 fn tenants_experiment_with_fair_share_decay_on_the_wild_trace() {
-    if !weave_testkit::exists_or_skip("tenants_experiment_with_fair_share_decay_on_the_wild_trace", std::path::Path::new(WILD)) {
+    if !weave_testkit::exists_or_skip(
+        "tenants_experiment_with_fair_share_decay_on_the_wild_trace",
+        std::path::Path::new(WILD),
+    ) {
         return;
     }
     let o = weave(&["experiment", "tenants", "--trace", WILD, "--half-life-h", "8", "--json"]);

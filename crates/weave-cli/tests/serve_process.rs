@@ -262,7 +262,11 @@ fn a_disk_filled_and_freed_again_and_again_never_keeps_a_refused_write() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
-    weave_testkit::require("the disk-full benchmark", !stderr.contains("needs root"), &format!("root, to mount a tmpfs: {stderr}"));
+    weave_testkit::require(
+        "the disk-full benchmark",
+        !stderr.contains("needs root"),
+        &format!("root, to mount a tmpfs: {stderr}"),
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(r["refused"], 20, "every round refused a write: {r}");

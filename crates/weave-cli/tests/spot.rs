@@ -62,7 +62,11 @@ fn a_declared_spot_tier_shows_in_simulate_and_the_sweep_checks_its_flags() {
     let per_iteration = |r: &serde_json::Value| r["total_cost"].as_f64().unwrap() / r["iterations"].as_f64().unwrap();
     let saved = 1.0 - per_iteration(spot) / per_iteration(on_demand);
     let rollout_share = on_demand["rollout"]["cost"].as_f64().unwrap() / on_demand["total_cost"].as_f64().unwrap();
-    assert!(saved > 0.0 && saved <= 0.6 * rollout_share, "saved {saved:.4} of $/iteration, bound {:.4}", 0.6 * rollout_share);
+    assert!(
+        saved > 0.0 && saved <= 0.6 * rollout_share,
+        "saved {saved:.4} of $/iteration, bound {:.4}",
+        0.6 * rollout_share
+    );
     let ipd = |r: &serde_json::Value| r["iterations_per_k_dollars"].as_f64().unwrap();
     assert!(ipd(spot) > ipd(&row["spot_only"]), "{} vs spot-only {}", ipd(spot), ipd(&row["spot_only"]));
 }

@@ -110,7 +110,8 @@ fn secs(t: Micros) -> f64 {
 #[test]
 fn embedded_table_matches_shared_data() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/rollmux/profile.json");
-    let Some(text) = weave_testkit::read_or_skip("embedded_table_matches_shared_data", std::path::Path::new(path)) else {
+    let Some(text) = weave_testkit::read_or_skip("embedded_table_matches_shared_data", std::path::Path::new(path))
+    else {
         return;
     };
     let file = ProfileModel::from_json(&text).expect("shared profile.json parses");

@@ -56,7 +56,10 @@ fn a_restart_after_compaction_finds_everything_as_it_was() {
     // is idle and one more record has been applied, fewer than `every` records follow the
     // newest snapshot, however the writer's timing fell.
     settle_snapshots(&s);
-    assert!(matches!(submit(&s, ALICE, json!({ "id": "d", "type": "3B_4k", "iterations": 1, "slo": 1.0 })).0, 201 | 202));
+    assert!(matches!(
+        submit(&s, ALICE, json!({ "id": "d", "type": "3B_4k", "iterations": 1, "slo": 1.0 })).0,
+        201 | 202
+    ));
     settle_snapshots(&s);
     let tail = s.shared.lock().records_since_snapshot();
     assert!(tail < 7, "{tail} records after the newest snapshot");

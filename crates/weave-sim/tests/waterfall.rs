@@ -43,7 +43,11 @@ fn at_fixed_lifetimes_baselines_pay_exactly_each_lifetime() {
 /// model's own figures.
 #[test]
 fn at_fixed_lifetimes_colocated_runs_the_iterations_that_fit() {
-    let cfg = SimConfig { fixed_lifetimes: true, runtime: weave_model::RuntimeModel::deterministic(), ..SimConfig::default() };
+    let cfg = SimConfig {
+        fixed_lifetimes: true,
+        runtime: weave_model::RuntimeModel::deterministic(),
+        ..SimConfig::default()
+    };
     let (_, r) = cost(Policy::Colocated, &cfg);
     let jobs = prepare(&trace(TWO_JOBS), &ClusterConfig::default(), &ProfileModel::builtin(), SloSetting::default(), 1);
     let fit = |j: &weave_sim::SimJob| (j.lifetime() - j.cold_start).0 / j.colo.solo().0;

@@ -29,7 +29,8 @@ pub fn skip(test: &str, reason: &str) {
     eprintln!("skipped: {test}: {reason}");
     let Some(log) = std::env::var_os(SKIP_LOG) else { return };
     let line = format!("{test}: {reason}\n");
-    let written = std::fs::OpenOptions::new().create(true).append(true).open(&log).and_then(|mut f| f.write_all(line.as_bytes()));
+    let written =
+        std::fs::OpenOptions::new().create(true).append(true).open(&log).and_then(|mut f| f.write_all(line.as_bytes()));
     if let Err(e) = written {
         // The count is what CI trusts: failing to keep it must not look like a pass.
         panic!("{test} skipped ({reason}) and could not record it in {}: {e}", Path::new(&log).display());

@@ -95,7 +95,8 @@ impl Engine<'_> {
         let Some(c) = best_loan(&mut lending.model, &offers, &borrower, now, d) else { return d };
         let gpus = c.lender.nodes * gpus;
         let (from, until, steps, factor, shape) = (c.from, c.until, c.steps, c.factor, c.shape);
-        let loan = Loan { borrower: i, epoch, iteration, gpus, shape, start: now, from, until, plain: d, steps, factor };
+        let loan =
+            Loan { borrower: i, epoch, iteration, gpus, shape, start: now, from, until, plain: d, steps, factor };
         lending.loans.insert((c.lender.group, c.lender.block), loan);
         self.log_loan((c.lender.group, c.lender.block), &loan, LogKind::Lent);
         let lending = self.lending.as_mut().expect("checked");
