@@ -120,6 +120,19 @@ pub struct ServeArgs {
     /// Events the server holds (the newest; `/v1/events` pages through them).
     #[arg(long, default_value_t = weave_server::plane::Retention::default().events)]
     keep_events: usize,
+    /// And at most this many MiB of them (as the server counts an event's strings and
+    /// metadata), whichever bound comes first.
+    #[arg(long, default_value_t = weave_server::plane::Retention::default().event_bytes >> 20)]
+    keep_events_mib: u64,
+    /// The longest reason a client may give (a restart's, a node's), in characters.
+    #[arg(long, default_value_t = weave_server::InputLimits::default().reason_chars)]
+    max_reason_chars: usize,
+    /// The largest `meta` a phase finish may carry, in bytes of compact JSON.
+    #[arg(long, default_value_t = weave_server::InputLimits::default().meta_bytes)]
+    max_meta_bytes: usize,
+    /// The largest `launch.env` a submission may carry, names and values together, in bytes.
+    #[arg(long, default_value_t = weave_server::InputLimits::default().env_bytes)]
+    max_env_bytes: usize,
     /// Ended jobs the server holds (the most recent; an older one's name is free again).
     #[arg(long, default_value_t = weave_server::plane::Retention::default().jobs)]
     keep_ended_jobs: usize,
@@ -194,6 +207,11 @@ fn connection_limits(args: &ServeArgs) -> Result<weave_server::ConnectionLimits>
         max_connections: args.max_connections,
         max_connections_per_address: (args.max_connections_per_address > 0).then_some(args.max_connections_per_address),
         rate: (args.rate_limit_per_s > 0).then_some((args.rate_limit_per_s, args.rate_limit_burst.max(1))),
+        inputs: weave_server::InputLimits {
+            reason_chars: args.max_reason_chars,
+            meta_bytes: args.max_meta_bytes,
+            env_bytes: args.max_env_bytes,
+        },
     })
 }
 
@@ -274,7 +292,11 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         },
         limits: connection_limits(&args)?,
         snapshot_every: args.snapshot_every,
-        retention: weave_server::plane::Retention { events: args.keep_events, jobs: args.keep_ended_jobs },
+        retention: weave_server::plane::Retention {
+            events: args.keep_events,
+            event_bytes: args.keep_events_mib.max(1) << 20,
+            jobs: args.keep_ended_jobs,
+        },
     };
     weave_server::tune_allocator();
     let runtime =

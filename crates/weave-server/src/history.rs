@@ -117,7 +117,7 @@ mod tests {
     fn plane() -> Plane {
         let cluster = ClusterConfig::default();
         let cfg = PlacerConfig::for_cluster(&cluster, PlacePolicy::Weave, true, true, 0);
-        Plane::new(cluster, cfg).with_retention(Retention { events: 40, jobs: 4 })
+        Plane::new(cluster, cfg).with_retention(Retention { events: 40, jobs: 4, ..Retention::default() })
     }
 
     /// Submits a job and runs every granted phase once: a few events each time.

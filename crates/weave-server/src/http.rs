@@ -148,6 +148,9 @@ async fn submit(
     spec.check_limits()
         .and_then(|()| spec.check_staleness(s.cfg.max_staleness))
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.to_string()))?;
+    if let Some(launch) = &spec.launch {
+        s.cfg.limits.inputs.check_env(&launch.env).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
+    }
     // Names are per tenant: another tenant's job of the same name gets a key of its own.
     let key = s.lock().plane.key_for(&c.tenant, &spec.id);
     let Some(key) = key else {
@@ -258,6 +261,7 @@ async fn restart_job(
 ) -> ApiResult<Json<JobView>> {
     let c = caller(&s, &headers)?;
     let RestartBody { reason } = json_body(body)?;
+    s.cfg.limits.inputs.check_reason(&reason).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
     let (key, _) = visible(&s, &c, &name)?;
     let job = key.clone();
     commit(&s, &c, move |time_us| Record::Restart { time_us, job, reason }).await?;

@@ -94,6 +94,8 @@ pub struct Plane {
     last_pass_us: Option<u64>,
     /// Sequence number of the first event still held (older ones were let go).
     events_base: u64,
+    /// What the held events cost, by [`event_bytes`] (derived: recounted on restore).
+    events_bytes: u64,
     /// Ended admissions, oldest first: let go (with their events' visibility) beyond
     /// `retention.jobs`.
     ended: imbl::Vector<(String, JobId)>,
@@ -118,12 +120,34 @@ pub struct Plane {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Retention {
     pub events: usize,
+    /// The held events' size at most, in bytes as [`event_bytes`] counts them: with clients'
+    /// strings and metadata bounded per request (`InputLimits`), this bounds what a tenant
+    /// filling its events with the largest allowed metadata can make the server hold.
+    pub event_bytes: u64,
     pub jobs: usize,
 }
 
 impl Default for Retention {
     fn default() -> Self {
-        Retention { events: 200_000, jobs: 10_000 }
+        Retention { events: 200_000, event_bytes: 64 << 20, jobs: 10_000 }
+    }
+}
+
+/// What one held event costs in memory, as retention counts it: a fixed part (the event, its
+/// `Arc` and its slot in the history) and its strings and metadata. An estimate, but a
+/// deterministic one (a replay holds exactly the events the live server held).
+pub fn event_bytes(e: &PlaneEvent) -> u64 {
+    const FIXED: usize = 160;
+    (FIXED + e.job.len() + e.kind.len() + e.tenant.len() + e.meta.as_ref().map_or(0, json_bytes)) as u64
+}
+
+fn json_bytes(v: &serde_json::Value) -> usize {
+    use serde_json::Value;
+    match v {
+        Value::Null | Value::Bool(_) | Value::Number(_) => 16,
+        Value::String(s) => 24 + s.len(),
+        Value::Array(a) => 24 + a.iter().map(json_bytes).sum::<usize>(),
+        Value::Object(o) => 48 + o.iter().map(|(k, v)| 32 + k.len() + json_bytes(v)).sum::<usize>(),
     }
 }
 
@@ -171,6 +195,7 @@ impl Plane {
             last_time_us: None,
             last_pass_us: None,
             events_base: 0,
+            events_bytes: 0,
             ended: imbl::Vector::new(),
             retention: Retention::default(),
             preemptions: BTreeMap::new(),
@@ -191,7 +216,7 @@ impl Plane {
 
     /// Holds at most this much history (see [`Retention`]).
     pub fn with_retention(mut self, retention: Retention) -> Plane {
-        self.retention = Retention { events: retention.events.max(1), jobs: retention.jobs };
+        self.retention = Retention { events: retention.events.max(1), ..retention };
         self
     }
 
@@ -474,11 +499,24 @@ impl Plane {
         if e.tenant.is_empty() && !e.job.is_empty() {
             e.tenant = self.owner(&e.job).unwrap_or_default().to_string();
         }
+        self.events_bytes += event_bytes(&e);
         self.events.push_back(Arc::new(e));
-        // Let go of the oldest quarter at once (amortised), keeping at least the retention.
+        // Let go of the oldest quarter at once (amortised), keeping at least the retention;
+        // over the byte budget, down to three quarters of it (the newest event always stays).
         let keep = self.retention.events;
-        if self.events.len() >= keep + keep.div_ceil(4) {
-            let drop = self.events.len() - keep;
+        let budget = self.retention.event_bytes;
+        if self.events.len() >= keep + keep.div_ceil(4) || self.events_bytes > budget {
+            let mut drop = self.events.len().saturating_sub(keep);
+            let mut freed: u64 = self.events.iter().take(drop).map(|e| event_bytes(e)).sum();
+            let target = budget - budget / 4;
+            for e in self.events.iter().skip(drop) {
+                if self.events_bytes - freed <= target || drop + 1 >= self.events.len() {
+                    break;
+                }
+                freed += event_bytes(e);
+                drop += 1;
+            }
+            self.events_bytes -= freed;
             let old = self.events.slice(..drop);
             // Freeing a quarter of the history (50,000 events by default, each with its
             // strings and metadata) took 20-30 ms under the lock; elsewhere it holds no one up.

@@ -240,7 +240,7 @@ fn events_belong_to_the_tenant_whose_job_it_was() {
         cfg.cluster.rollout.nodes = 1;
         cfg.cluster.training.nodes = 1;
         // Ended jobs are let go at once: their names may be taken again.
-        cfg.retention = weave_server::plane::Retention { events: 1000, jobs: 0 };
+        cfg.retention = weave_server::plane::Retention { events: 1000, jobs: 0, ..Default::default() };
     });
     assert_eq!(submit(&s, ALICE, spec("first")).0, 201);
     assert_eq!(submit(&s, ALICE, spec("waits")).0, 202);

@@ -22,7 +22,7 @@ fn plane(flags: u8) -> Plane {
     let quota =
         |name: &str, n: f64| TenantQuota { name: name.into(), rollout_nodes: n, training_nodes: n, borrow_limit: None };
     // Little history held, so that letting go of it is part of every test.
-    let mut p = Plane::new(cluster, cfg).with_retention(Retention { events: 40, jobs: 4 });
+    let mut p = Plane::new(cluster, cfg).with_retention(Retention { events: 40, jobs: 4, ..Retention::default() });
     if consolidate {
         p = p.with_consolidation(Default::default());
     }

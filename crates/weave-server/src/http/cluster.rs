@@ -114,16 +114,14 @@ pub(super) async fn node_down(
         serde_json::from_slice::<NodeDownBody>(&body)
             .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("request body: {e}")))?
     };
-    let reason = checked_reason(given.reason, "taken out of service by an admin")?;
+    let reason = checked_reason(&s, given.reason, "taken out of service by an admin")?;
     commit(&s, &c, move |time_us| Record::NodeDown { time_us, node, reason }).await?;
     Ok(Json(json!({ "node": node.to_string(), "state": "down" })))
 }
 
-fn checked_reason(given: Option<String>, default: &str) -> ApiResult<String> {
+fn checked_reason(s: &Shared, given: Option<String>, default: &str) -> ApiResult<String> {
     let reason = given.unwrap_or_else(|| default.into());
-    if reason.chars().count() > 200 || reason.chars().any(char::is_control) {
-        return Err(ApiError::new(StatusCode::BAD_REQUEST, "`reason`: at most 200 characters, no control characters"));
-    }
+    s.cfg.limits.inputs.check_reason(&reason).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
     Ok(reason)
 }
 
@@ -156,7 +154,7 @@ pub(super) async fn node_notice(
         let why = format!("`seconds`: at most {MAX_NOTICE_S}, got {}", given.seconds);
         return Err(ApiError::new(StatusCode::BAD_REQUEST, why));
     }
-    let reason = checked_reason(given.reason, "preempted by the provider")?;
+    let reason = checked_reason(&s, given.reason, "preempted by the provider")?;
     let wait_us = given.seconds * 1_000_000;
     commit(&s, &c, move |time_us| Record::NodeNotice { time_us, node, deadline_us: time_us + wait_us, reason }).await?;
     Ok(Json(json!({ "node": node.to_string(), "state": "notice", "seconds": given.seconds })))

@@ -149,6 +149,9 @@ pub(super) async fn phase_finish(
     let (key, _) = visible(&s, &c, &name)?;
     let phase = parse_phase(&phase)?;
     let b = json_body(body)?;
+    if let Some(meta) = &b.meta {
+        s.cfg.limits.inputs.check_meta(meta).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
+    }
     if !(b.duration_s.is_finite() && b.duration_s >= 0.0 && b.duration_s < 1e7) {
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "`duration_s`: expected non-negative seconds"));
     }

@@ -176,6 +176,7 @@ impl Plane {
             .collect();
         self.names = snap.names.into_iter().collect();
         self.events = snap.events.into_iter().map(Arc::new).collect();
+        self.events_bytes = self.events.iter().map(|e| super::event_bytes(e)).sum();
         // Consolidation on or off is configuration; what it did so far is state.
         if let (Some(mine), Some(theirs)) = (self.churn.as_mut(), snap.churn) {
             let limits = mine.limits;
