@@ -41,6 +41,9 @@ struct Report {
     ready_s_max: f64,
     /// Rounds whose first write after `/readyz` turned ready was refused anyway.
     writes_refused_after_ready: usize,
+    /// Rounds where `/readyz` said ready while the disk was still full (after a refused
+    /// write; a small probe may fit in the store's free pages while real writes do not).
+    ready_while_full: usize,
 }
 
 /// A tmpfs mounted for the benchmark, unmounted when dropped.
@@ -135,6 +138,7 @@ pub fn run(args: DiskFullArgs) -> Result<()> {
         }
         let listed = c.jobs()?;
         r.refused_but_durable += refused.iter().filter(|id| listed.contains(*id)).count();
+        r.ready_while_full += usize::from(c.ready());
         std::fs::remove_file(&filler)?;
         let freed = Instant::now();
         while !c.ready() {
@@ -170,7 +174,8 @@ pub fn run(args: DiskFullArgs) -> Result<()> {
         &format!(
             "{} rounds of a full disk ({} MiB tmpfs): {} writes acknowledged, {} refused; {} refused writes durable, \
              {} acknowledged lost (checked live and after a restart); /readyz ready {:.2} s median, {:.2} s max \
-             after the space was freed (nobody writing, no restart); {} first writes refused after ready\n",
+             after the space was freed (nobody writing, no restart); {} first writes refused after ready; \
+             ready while full in {} rounds\n",
             r.rounds,
             args.size_mb,
             r.acknowledged,
@@ -179,7 +184,8 @@ pub fn run(args: DiskFullArgs) -> Result<()> {
             r.acknowledged_lost,
             r.ready_s_median,
             r.ready_s_max,
-            r.writes_refused_after_ready
+            r.writes_refused_after_ready,
+            r.ready_while_full,
         ),
     )
 }

@@ -164,6 +164,7 @@ pub fn bench_config(data: std::path::PathBuf) -> ServerConfig {
         limits: Default::default(),
         snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,
         retention: Default::default(),
+        min_free_bytes: weave_server::DEFAULT_MIN_FREE_BYTES,
     }
 }
 

@@ -124,6 +124,10 @@ pub struct ServeArgs {
     /// metadata), whichever bound comes first.
     #[arg(long, default_value_t = weave_server::plane::Retention::default().event_bytes >> 20)]
     keep_events_mib: u64,
+    /// `/readyz` says not ready while the store's volume has less free space than this, in
+    /// MiB (or than a twentieth of the volume, on a small one).
+    #[arg(long, default_value_t = weave_server::DEFAULT_MIN_FREE_BYTES >> 20)]
+    min_free_mib: u64,
     /// The longest reason a client may give (a restart's, a node's), in characters.
     #[arg(long, default_value_t = weave_server::InputLimits::default().reason_chars)]
     max_reason_chars: usize,
@@ -297,6 +301,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             event_bytes: args.keep_events_mib.max(1) << 20,
             jobs: args.keep_ended_jobs,
         },
+        min_free_bytes: args.min_free_mib << 20,
     };
     weave_server::tune_allocator();
     let runtime =

@@ -272,6 +272,7 @@ fn a_disk_filled_and_freed_again_and_again_never_keeps_a_refused_write() {
     assert_eq!(r["refused"], 20, "every round refused a write: {r}");
     assert_eq!((r["refused_but_durable"].as_u64(), r["acknowledged_lost"].as_u64()), (Some(0), Some(0)), "{r}");
     assert_eq!(r["writes_refused_after_ready"], 0, "{r}");
+    assert_eq!(r["ready_while_full"], 0, "/readyz said ready on a full disk: {r}");
 }
 
 /// The disk fills up under the server and is freed again: writes are refused with 503 and

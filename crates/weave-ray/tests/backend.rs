@@ -102,6 +102,7 @@ fn shared(dir: &std::path::Path) -> Arc<Shared> {
         limits: Default::default(),
         snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,
         retention: Default::default(),
+        min_free_bytes: weave_server::DEFAULT_MIN_FREE_BYTES,
     };
     Arc::new(Shared::open(cfg).unwrap())
 }

@@ -315,7 +315,7 @@ async fn off_the_workers<T: Send + 'static>(work: impl FnOnce() -> T + Send + 's
 /// process itself is alive: `/healthz`).
 async fn readyz(State(s): State<Arc<Shared>>) -> (StatusCode, Json<serde_json::Value>) {
     // A store that failed a write is probed (fsyncs: off the async workers); else a look.
-    let ready = tokio::task::spawn_blocking(move || s.lock().probe_store())
+    let ready = tokio::task::spawn_blocking(move || s.readiness())
         .await
         .unwrap_or_else(|e| Err(format!("the readiness probe failed: {e}")));
     match ready {

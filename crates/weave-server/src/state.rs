@@ -35,6 +35,26 @@ pub struct ServerConfig {
     pub snapshot_every: u64,
     /// History the plane holds (newest events, ended jobs).
     pub retention: crate::plane::Retention,
+    /// `/readyz` says not ready while the store's volume has less free space than this (or
+    /// than a twentieth of the volume, on a small one): a write may fail there however a
+    /// small probe fares.
+    pub min_free_bytes: u64,
+}
+
+/// The free space `/readyz` asks for unless configured otherwise.
+pub const DEFAULT_MIN_FREE_BYTES: u64 = 64 << 20;
+
+/// Free and total bytes of the volume that holds `path` (`None` where it cannot be asked).
+fn volume_space(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `s` a writable statvfs the call fills.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+        return None;
+    }
+    let unit = s.f_frsize as u64;
+    Some((s.f_bavail as u64 * unit, s.f_blocks as u64 * unit))
 }
 
 /// Records between snapshots unless configured otherwise.
@@ -595,6 +615,23 @@ impl Shared {
             let reason = format!("preempted: {reason}");
             let _ = self.commit(|time_us| Record::NodeDown { time_us, node, reason });
         }
+    }
+
+    /// Whether the store can take the next write: enough free space on its volume (see
+    /// [`ServerConfig::min_free_bytes`]), and, after a failed write, a probe that works.
+    /// Asked again each time, so it recovers by itself when space returns.
+    pub fn readiness(&self) -> Result<(), String> {
+        if let Some((free, total)) = volume_space(&self.cfg.data_dir) {
+            let margin = self.cfg.min_free_bytes.min(total / 20);
+            if free < margin {
+                return Err(format!(
+                    "the store's volume has {} free, below the {} margin (--min-free-mib)",
+                    weave_core::Bytes(free),
+                    weave_core::Bytes(margin)
+                ));
+            }
+        }
+        self.lock().probe_store()
     }
 
     /// Marks jobs whose heartbeats stopped as failed (they leave their groups).

@@ -57,6 +57,7 @@ pub fn config(dir: PathBuf, heartbeat: Duration) -> ServerConfig {
         limits: Default::default(),
         snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,
         retention: Default::default(),
+        min_free_bytes: weave_server::DEFAULT_MIN_FREE_BYTES,
     }
 }
 
