@@ -211,13 +211,15 @@ pub enum ServeError {
 
 /// The placement a store's records were decided under is part of what they mean: replayed
 /// under another, its jobs would be placed elsewhere than their drivers were told. It is
-/// written beside the store when the store is new and checked on every start.
-fn check_placement(cfg: &ServerConfig, store: &Store) -> Result<(), ServeError> {
+/// recorded beside the store (atomically, with the store's mode) once the store is known to
+/// replay under it, and checked on every start before anything is replayed. `Ok(Some(mode))`:
+/// not recorded yet; record `mode` once the replay has worked ([`record_placement`]).
+fn check_placement(cfg: &ServerConfig, store: &Store) -> Result<Option<&'static str>, ServeError> {
     let path = cfg.data_dir.join("placement");
-    let mode = if cfg.placement.consolidate { "full-weave" } else { "disagg-only" };
+    let mode = placement_mode(cfg.placement.consolidate);
     let refuse = |message: String| ServeError::Placement { path: path.display().to_string(), message };
     match std::fs::read_to_string(&path) {
-        Ok(written) if written.trim() == mode => Ok(()),
+        Ok(written) if written.trim() == mode => Ok(None),
         Ok(written) => {
             let how = if written.trim() == "disagg-only" { "with --disagg-only" } else { "without --disagg-only" };
             Err(refuse(format!(
@@ -230,23 +232,55 @@ fn check_placement(cfg: &ServerConfig, store: &Store) -> Result<(), ServeError> 
             if !store.is_empty() && !cfg.placement.chosen {
                 return Err(refuse(
                     "this store was written before its placement was recorded (earlier versions placed as the \
-                     paper's Weave unless started with --consolidate): start once with --disagg-only or \
-                     --consolidate, whichever it was written with, and the choice is recorded"
+                     paper's Weave unless started with --consolidate): start with --disagg-only, the placement \
+                     those versions used by default (or --consolidate if it was started with that); nothing is \
+                     recorded until the store replays under it"
                         .into(),
                 ));
             }
-            write_durably(&path, mode).map_err(|e| refuse(format!("cannot record the placement: {e}")))
+            Ok(Some(mode))
         }
         Err(e) => Err(refuse(format!("cannot read: {e}"))),
     }
 }
 
-fn write_durably(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+fn placement_mode(consolidate: bool) -> &'static str {
+    if consolidate {
+        "full-weave"
+    } else {
+        "disagg-only"
+    }
+}
+
+/// Records `mode` as the store's placement, after the replay under it worked; a replay that
+/// failed records nothing and its error names the flag of the other placement.
+fn record_placement(cfg: &ServerConfig, mode: &str, replayed: Result<Plane, ServeError>) -> Result<Plane, ServeError> {
+    let path = cfg.data_dir.join("placement");
+    let refuse = |message: String| ServeError::Placement { path: path.display().to_string(), message };
+    let plane = replayed.map_err(|e| {
+        let other = if cfg.placement.consolidate { "--disagg-only" } else { "--consolidate" };
+        refuse(format!(
+            "the store does not replay under `{mode}` placement ({e}); nothing was recorded: if it was written \
+             with the other placement, start with {other}"
+        ))
+    })?;
+    write_atomically(&path, mode).map_err(|e| refuse(format!("cannot record the placement: {e}")))?;
+    Ok(plane)
+}
+
+/// Writes `text` to `path` as the store writes its own files: a temporary file of mode 0600
+/// beside it, synced, renamed over `path`, and the directory synced, so a crash leaves the old
+/// file or the new one, never a part.
+fn write_atomically(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
-    let mut f = std::fs::File::create(path)?;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
     f.write_all(text.as_bytes())?;
     f.write_all(b"\n")?;
-    f.sync_all()
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(path.parent().unwrap_or(std::path::Path::new(".")))?.sync_all()
 }
 
 /// A plane configured as `cfg` says, with no state yet.
@@ -419,7 +453,7 @@ impl Shared {
         std::fs::create_dir_all(&cfg.data_dir)
             .map_err(|e| StoreError::Open { path: cfg.data_dir.display().to_string(), message: e.to_string() })?;
         let store = Store::open(&cfg.data_dir.join("weave.redb"))?;
-        check_placement(&cfg, &store)?;
+        let unrecorded = check_placement(&cfg, &store)?;
         let key = cfg.data_dir.join("job-token.key");
         let job_tokens = JobTokens::load_or_create(&key)
             .map_err(|e| StoreError::Open { path: key.display().to_string(), message: e.to_string() })?;
@@ -431,7 +465,10 @@ impl Shared {
                  the records after that"
             );
         }
-        let plane = rebuild(&cfg, loaded)?;
+        let plane = match unrecorded {
+            Some(mode) => record_placement(&cfg, mode, rebuild(&cfg, loaded))?,
+            None => rebuild(&cfg, loaded)?,
+        };
         let offset_us = plane.last_time_us().map_or(0, |t| t + 1);
         let now = Instant::now();
         // Running jobs get a fresh heartbeat grace period after a restart.

@@ -122,12 +122,22 @@ fn a_store_opens_only_under_the_placement_it_was_written_with() {
     assert!(refused.to_string().contains("without --disagg-only"), "{refused}");
     let again = Shared::open(config(&dir, true, false)).unwrap();
     assert!(again.lock().plane.job("kept").is_some(), "reopened under its own placement");
+    // A periodic consolidation pass: a record only full Weave writes.
+    again.commit(|time_us| Record::Consolidate { time_us }).unwrap();
     drop(again);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir.join("placement")).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the placement record has the store's mode");
 
-    // A store written before the placement was recorded: refused until the operator says.
+    // A store written before the placement was recorded: refused until the operator says,
+    // naming the flag the old default was.
     std::fs::remove_file(dir.join("placement")).unwrap();
     let unknown = Shared::open(config(&dir, true, false)).err().expect("refused");
-    assert!(unknown.to_string().contains("--disagg-only or --consolidate"), "{unknown}");
+    assert!(unknown.to_string().contains("start with --disagg-only"), "{unknown}");
+    // A wrong guess whose replay fails records nothing, and names the other flag.
+    let wrong = Shared::open(config(&dir, false, true)).err().expect("refused");
+    assert!(wrong.to_string().contains("start with --consolidate"), "{wrong}");
+    assert!(!dir.join("placement").exists(), "a failed replay recorded its guess");
     let named = Shared::open(config(&dir, true, true)).unwrap();
     assert!(named.lock().plane.job("kept").is_some());
     assert_eq!(std::fs::read_to_string(dir.join("placement")).unwrap().trim(), "full-weave");
