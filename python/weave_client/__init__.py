@@ -302,7 +302,17 @@ class WeaveClient:
         if status != 200:
             return None
         if "uid" in body:
-            self._admission[job_id] = int(body["uid"])
+            before, now = self._admission.get(job_id), int(body["uid"])
+            self._admission[job_id] = now
+            if before is not None and before != now:
+                # The job was moved (or re-admitted) between phases: nothing in flight was
+                # lost, but it runs elsewhere now. The driver restores the iteration the new
+                # admission starts from (the one it asked for) and asks again; the grant is
+                # kept for it.
+                view = self._request("GET", f"/v1/jobs/{job_id}", retry=True)[1]
+                moved = [h for h in view.get("history", []) if h["kind"] in ("moved", "preempted", "failed")]
+                reason = (moved[-1]["kind"] if moved else "a new admission")
+                raise Requeued(job_id, int(view["job"].get("completed_iterations", iteration)), reason)
         return body
 
     def finish(

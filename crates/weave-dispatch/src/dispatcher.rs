@@ -275,6 +275,20 @@ impl Dispatcher {
         self.members.get(&job).map(|m| m.iteration)
     }
 
+    /// Whether a member holds work a move now would throw away: a phase switching in or
+    /// running, a training's weights still syncing, or a finished rollout not yet trained on.
+    pub fn holds_work(&self, job: JobId) -> bool {
+        self.members
+            .get(&job)
+            .is_some_and(|m| m.rollout != LaneState::Idle || m.train != LaneState::Idle || m.rolled > m.iteration)
+    }
+
+    /// Whether a member whose training is running holds work beyond it: a rollout under way or
+    /// one finished for a later iteration (only a job with staleness can).
+    pub fn holds_work_beyond_training(&self, job: JobId) -> bool {
+        self.members.get(&job).is_some_and(|m| m.rollout != LaneState::Idle || m.rolled > m.iteration + 1)
+    }
+
     /// Handles one input at time `now` (monotonic, from the driver) and returns the actions to
     /// take, in order. An input that would break a barrier is refused and changes nothing.
     pub fn handle(&mut self, now: Micros, input: Input) -> Result<Vec<Action>, DispatchError> {

@@ -18,7 +18,9 @@
 //! same residency and SLO rules as admission.
 
 mod drive;
-pub use drive::{lone_group, pairing_on_arrival, partner_joins, periodic_pass, ConsolidationDriver};
+pub use drive::{
+    iteration_ended, lone_group, pairing_on_arrival, partner_joins, periodic_pass, ConsolidationDriver, Deferred,
+};
 
 use crate::group::{predict_with_bounds, shape, slo_holds, within_lower_bound, Block, Group, Member, Prediction};
 use crate::job::PlaceJob;
@@ -150,6 +152,12 @@ impl Churn {
         self.last.insert(job, now);
     }
 
+    /// A deferred move took effect: its job (by its id now) cools down from `now`; the hourly
+    /// budget counted the move when it was decided.
+    pub fn cool(&mut self, job: JobId, now: Micros) {
+        self.last.insert(job, now);
+    }
+
     /// Forgets a job that left for good.
     pub fn forget(&mut self, job: JobId) {
         self.last.remove(&job);
@@ -183,7 +191,7 @@ pub fn movable(
 }
 
 /// A planned move: `job` leaves where it runs and goes to `target`.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Move {
     pub job: JobId,
     pub target: Target,
@@ -196,7 +204,7 @@ pub struct Move {
 /// How a new job should be admitted to pair with a job that runs alone: the new job opens a
 /// group of its own (isolated), then `partner` moves onto its rollout block (`direct`) or
 /// onto a new block of its own.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Pairing {
     pub partner: JobId,
     pub direct: bool,

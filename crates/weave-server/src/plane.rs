@@ -111,6 +111,9 @@ pub struct Plane {
     lending: Option<weave_place::lending::LoanModel>,
     /// Loans out, by the lender's (group, block).
     loans: BTreeMap<(GroupId, u32), lending::Loan>,
+    /// Consolidation moves decided while their job held work, by the admission's id: each
+    /// takes effect when that job's training finishes (see `consolidate::iteration_ended`).
+    deferred: BTreeMap<JobId, weave_place::consolidate::Deferred>,
     pub stats: PlaneStats,
 }
 
@@ -203,6 +206,7 @@ impl Plane {
             notices: BTreeMap::new(),
             lending: None,
             loans: BTreeMap::new(),
+            deferred: BTreeMap::new(),
             arrivals: Default::default(),
             next_arrival: 0,
             share: None,

@@ -1,7 +1,7 @@
 //! The server's default placement is full Weave, as `weave simulate` measures it: a job that
-//! runs alone co-located is moved into the group a new job opens, and its driver, whose
-//! admission ended under it, hears so on its next report and resumes from the iteration the
-//! move names.
+//! runs alone co-located is moved into the group a new job opens, once the iteration it holds
+//! is done (a move never throws a phase away), and its driver learns of the new admission
+//! from its next grant and resumes from the iteration the move names.
 
 mod common;
 use common::*;
@@ -56,24 +56,34 @@ fn a_lone_job_is_paired_on_arrival_and_its_driver_resumes_where_the_move_says() 
             assert_eq!(finish(&s, "a", phase, k, uid).0, 200);
         }
     }
-    // a's driver holds rollout 3 when b arrives.
+    // a's driver holds rollout 3 when b (another tenant's, say) arrives: the probe's sequence.
     let old_uid = granted(&s, "a", "rollout", 3);
     let (st, v) = submit(&s, ALICE, spec("b"));
     assert_eq!((st, &v["decision"]["kind"]), (201, &json!("isolated")), "b opens a group: {v}");
+    let b_group = v["job"]["group"].clone();
     let a = job(&s, "a");
-    assert_eq!(a["job"]["group"], v["job"]["group"], "a moved into b's group: {a}");
+    assert_eq!(a["job"]["uid"].as_u64(), Some(old_uid), "a keeps its admission while it holds a phase: {a}");
+    assert!(a["history"].as_array().unwrap().iter().any(|e| e["kind"] == "move-deferred"), "{a}");
+    // Its rollout and then its training finish under the admission they were granted in.
+    assert_eq!(finish(&s, "a", "rollout", 3, old_uid).0, 200);
+    let uid = granted(&s, "a", "train", 3);
+    assert_eq!(uid, old_uid);
+    assert_eq!(finish(&s, "a", "train", 3, old_uid).0, 200, "the training in flight is kept");
+    // Then it moves, from the iteration after the one it finished.
+    let a = job(&s, "a");
+    assert_eq!(a["job"]["group"], b_group, "a moved into b's group: {a}");
     assert_ne!(a["job"]["uid"].as_u64(), Some(old_uid), "a new admission");
     let moved = a["history"].as_array().unwrap().iter().find(|e| e["kind"] == "moved").expect("a moved");
-    assert_eq!(moved["meta"]["resume_from"], 3, "{moved}");
-    // The old admission's report is refused, naming the new admission and where to resume.
-    let (st, v) = finish(&s, "a", "rollout", 3, old_uid);
+    assert_eq!(moved["meta"]["resume_from"], 4, "{moved}");
+    // A report under the old admission is refused, naming where to resume.
+    let (st, v) = finish(&s, "a", "rollout", 4, old_uid);
     let reason = v["error"].as_str().unwrap_or_default();
     assert_eq!(st, 409, "{v}");
-    assert!(reason.contains("has ended") && reason.contains("rollout of iteration 3"), "{reason}");
-    // The driver resumes at iteration 3 and both jobs run to the end in one group, each
+    assert!(reason.contains("has ended"), "{reason}");
+    // The driver resumes at iteration 4 and both jobs run to the end in one group, each
     // driver in its own thread (the group's cyclic order decides who goes first).
     std::thread::scope(|scope| {
-        for (name, first) in [("a", 3), ("b", 0)] {
+        for (name, first) in [("a", 4), ("b", 0)] {
             let s = &s;
             scope.spawn(move || {
                 for k in first..6 {
@@ -94,6 +104,15 @@ fn a_lone_job_is_paired_on_arrival_and_its_driver_resumes_where_the_move_says() 
         .filter(|e| e["kind"] == "finish" && e["phase"] == "train" && e["iteration"] == 3)
         .count();
     assert_eq!(train_3, 1, "no iteration is done twice");
+    let rollouts = |k: u64| {
+        a["history"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == "grant" && e["phase"] == "rollout" && e["iteration"] == k)
+            .count()
+    };
+    assert!((0..6).all(|k| rollouts(k) == 1), "every rollout granted once: no phase thrown away: {a}");
     s.stop();
 }
 

@@ -53,7 +53,7 @@ fn step(p: &Plane, op: (u8, u8, u8), n: usize, t: u64) -> Option<Record> {
             let job_type = ["3B_4k", "7B_8k"][a as usize % 2];
             let priority = ["low", "normal", "high"][a as usize % 3];
             let job: SubmitSpec = serde_json::from_value(serde_json::json!({
-                "id": format!("j{n}"), "type": job_type, "iterations": 1 + b as u64 % 4,
+                "id": format!("j{n}"), "type": job_type, "iterations": 1 + b as u64 % 6,
                 "slo": slo, "rollout_s": 40 + a as u64, "train_s": 30 + b as u64, "priority": priority,
                 // Some one-step off-policy: a gate with two grants is state too.
                 "staleness": (a / 3) % 2,
@@ -179,7 +179,7 @@ fn seeded_histories_cover_what_snapshots_must_carry() {
             x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             (x >> 33) as u8
         };
-        let ops: Vec<(u8, u8, u8)> = (0..150).map(|_| (next(), next(), next())).collect();
+        let ops: Vec<(u8, u8, u8)> = (0..250).map(|_| (next(), next(), next())).collect();
         // Consolidation on even seeds, lending on every other pair.
         let consolidate = (seed % 2 == 0) as u8 | if seed % 4 < 2 { 2 } else { 0 };
         let records = history(&ops, consolidate);
@@ -214,6 +214,7 @@ fn seeded_histories_cover_what_snapshots_must_carry() {
         "queued",
         "cancelled",
         "moved",
+        "move-deferred",
         "requeued",
         "readmitted",
         "loan",

@@ -132,6 +132,8 @@ pub struct Engine<'a> {
     consolidating: bool,
     /// Consolidation moves so far, against the churn limits.
     churn: consolidate::Churn,
+    /// Consolidation moves decided while their job held work, due at its iteration's end.
+    deferred: std::collections::BTreeMap<JobId, consolidate::Deferred>,
     /// Tenants sharing fixed pools (quotas, priorities, preemption, backfill); `None`: one queue.
     share: Option<sharing::Sharing>,
     /// The preemptible rollout tier, when the cluster has one.
@@ -190,6 +192,7 @@ impl<'a> Engine<'a> {
                 .collect(),
             consolidating: false,
             churn: consolidate::Churn::new(cfg.consolidation.churn),
+            deferred: Default::default(),
             share: cfg.share.clone().map(|p| sharing::Sharing::new(p, jobs)),
             spot: None,
             lending: None,
@@ -475,7 +478,7 @@ impl<'a> Engine<'a> {
         };
         if let Some((i, k)) = finished_iteration {
             self.iteration_done(i, k);
-            if self.yield_at_iteration_end(i) {
+            if self.yield_at_iteration_end(i) || self.deferred_move_due(i, g) {
                 return false;
             }
         }
@@ -647,8 +650,10 @@ impl<'a> Engine<'a> {
         self.release(job, p.group);
     }
 
-    /// Job `job` leaves group `g`'s dispatcher (its nodes stay held until released).
+    /// Job `job` leaves group `g`'s dispatcher (its nodes stay held until released); a move
+    /// deferred for it goes with its place.
     fn leave_dispatcher(&mut self, g: GroupId, job: JobId) {
+        self.deferred.remove(&job);
         if let Some(d) = self.dispatchers.get_mut(&g) {
             if let Ok(actions) = d.handle(self.now, Input::Leave { job }) {
                 self.apply(g, actions);

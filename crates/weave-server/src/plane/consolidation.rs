@@ -5,7 +5,7 @@
 
 use super::{ev, JobState, Plane, PlaneError, PlaneEvent};
 use weave_core::{GroupId, JobId, Micros};
-use weave_place::consolidate::{self, ConsolidationDriver, Movable, Move, Pairing};
+use weave_place::consolidate::{self, ConsolidationDriver, Deferred, Movable, Move, Pairing};
 use weave_place::{PlaceJob, Placer, Target};
 
 /// The plane at one record's time: consolidation's view of it.
@@ -24,21 +24,50 @@ impl ConsolidationDriver for At<'_> {
     fn movable(&mut self) -> Movable {
         let p = &mut *self.plane;
         let Some(churn) = p.churn.as_mut() else { return Movable::new() };
-        let (names, jobs) = (&p.names, &p.jobs);
+        let (names, jobs, deferred) = (&p.names, &p.jobs, &p.deferred);
         consolidate::movable(&p.placer, churn, Micros(self.time_us), |id| {
+            if deferred.contains_key(&id) {
+                return None;
+            }
             let j = jobs.get(names.get(id.0 as usize)?)?;
             let remaining = j.iterations.map_or(100, |n| n.saturating_sub(j.completed_iterations));
             Some(consolidate::Progress { remaining, slack: Some(j.banked_slack()) })
         })
     }
 
-    fn carry_out(&mut self, m: Move, _movable: &Movable) -> Option<JobId> {
+    fn carry_out(&mut self, m: Move, _movable: &Movable, counted: bool) -> Option<JobId> {
         let name = self.plane.names.get(m.job.0 as usize)?.clone();
         // As in the replay, the group a mover leaves is not looked at again for this move.
         let pending = self.plane.lone_pending.len();
-        let moved = self.plane.relocate(self.time_us, &name, m.target);
+        let moved = self.plane.relocate(self.time_us, &name, m.target, counted);
         self.plane.lone_pending.truncate(pending);
         moved
+    }
+
+    /// A granted phase, or a finished rollout not yet trained on (the gate's view).
+    fn holds_work(&self, job: JobId) -> bool {
+        let p = &self.plane;
+        p.names.get(job.0 as usize).and_then(|n| p.jobs.get(n)).is_some_and(|j| j.gate.mid_iteration())
+    }
+
+    /// The job keeps running; the move (counted now) waits for its training's finish. An
+    /// event tells the tenant what was decided.
+    fn defer(&mut self, d: Deferred, _movable: &Movable) {
+        let (Deferred::Move(m) | Deferred::PairUp { opener: m, .. }) = d;
+        let p = &mut *self.plane;
+        if let Some(c) = p.churn.as_mut() {
+            c.record(m.job, Micros(self.time_us));
+        }
+        if let Some(name) = p.names.get(m.job.0 as usize).cloned() {
+            let group = p.group_of(&name);
+            let meta = serde_json::json!({ "to": m.target, "when": "its training finishes" });
+            p.event(PlaneEvent { meta: Some(meta), ..ev(self.time_us, &name, "move-deferred", None, None, group) });
+        }
+        p.deferred.insert(m.job, d);
+    }
+
+    fn take_deferred(&mut self, job: JobId) -> Option<Deferred> {
+        self.plane.deferred.remove(&job)
     }
 }
 
@@ -80,11 +109,25 @@ impl Plane {
         consolidate::partner_joins(&mut At { plane: self, time_us }, group, pair, movable);
     }
 
+    /// A training of `name` finished (its gate updated, its dispatcher not yet told): a move
+    /// deferred for it takes effect now, unless the job still holds work (a stale job's
+    /// rollout under way) or that was its last iteration. True if the job left its group.
+    pub(super) fn deferred_move_due(&mut self, time_us: u64, name: &str) -> bool {
+        let Some(j) = self.jobs.get(name).filter(|j| j.state == JobState::Running) else { return false };
+        let last = j.iterations.is_some_and(|n| j.completed_iterations >= n);
+        if last || j.gate.mid_iteration() || !self.deferred.contains_key(&j.id) {
+            return false;
+        }
+        let id = j.id;
+        consolidate::iteration_ended(&mut At { plane: self, time_us }, id)
+    }
+
     /// Moves a running job to `target`: its admission ends, and it is re-admitted there from
     /// its last completed iteration with its measurements (as after a node failure, but not
     /// counted as a failure). Admission decides if the target no longer takes it. Returns the
-    /// new admission's id.
-    pub(super) fn relocate(&mut self, time_us: u64, name: &str, target: Target) -> Option<JobId> {
+    /// new admission's id. `counted`: a deferred move, counted against the hourly budget when
+    /// it was decided (the new admission only cools down).
+    pub(super) fn relocate(&mut self, time_us: u64, name: &str, target: Target, counted: bool) -> Option<JobId> {
         let j = self.jobs.get(name).filter(|j| j.state == JobState::Running)?;
         let (resubmit, carried) = j.resubmission();
         let (tenant, id, group) = (j.tenant.clone(), j.id, self.group_of(name));
@@ -102,7 +145,11 @@ impl Plane {
         }
         let new_id = self.jobs[name].id;
         if let Some(c) = self.churn.as_mut() {
-            c.record(new_id, Micros(time_us));
+            if counted {
+                c.cool(new_id, Micros(time_us));
+            } else {
+                c.record(new_id, Micros(time_us));
+            }
         }
         Some(new_id)
     }

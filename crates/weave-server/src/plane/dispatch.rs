@@ -27,6 +27,8 @@ impl Plane {
     }
 
     pub(super) fn depart(&mut self, g: GroupId, id: JobId) {
+        // A move deferred for this admission goes with it.
+        self.deferred.remove(&id);
         if let Ok(d) = Arc::make_mut(&mut self.placer).depart(id) {
             if d.dissolved {
                 self.dispatchers.remove(&g);

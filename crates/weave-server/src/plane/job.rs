@@ -274,6 +274,11 @@ impl Plane {
         }
         let (id, group) = (self.jobs[name].id, self.group_of(name));
         self.event(PlaneEvent { meta, ..ev(time_us, name, "finish", Some(phase), Some(iteration), group) });
+        // A move deferred for the job takes effect at its training's finish, before the
+        // dispatcher grants it anything more (then it leaves the group instead).
+        if phase == Phase::Train && self.deferred_move_due(time_us, name) {
+            return;
+        }
         if let Some(g) = group {
             self.drive(time_us, g, Input::PhaseFinished { job: id, phase, iteration });
         }

@@ -222,7 +222,7 @@ mod tests {
         assert!(p.loan_of("b").is_some());
         // A consolidation move re-admits b elsewhere: the admission the loan was made to ends.
         let first = p.loan_of("b").unwrap().admission;
-        let moved = p.relocate(12 * S, "b", Target::Isolated).expect("moved");
+        let moved = p.relocate(12 * S, "b", Target::Isolated, false).expect("moved");
         let returned: Vec<_> = p.events.iter().filter(|e| e.kind == "loan-returned").collect();
         assert_eq!(returned.len(), 1, "the loan went with the admission");
         assert_eq!(returned[0].meta.as_ref().unwrap()["reason"], "its admission ended");

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use weave_core::{GroupId, JobId, NodeId};
 use weave_dispatch::Dispatcher;
-use weave_place::consolidate::Churn;
+use weave_place::consolidate::{Churn, Deferred};
 use weave_place::share::UsageHistory;
 use weave_place::Placer;
 
@@ -53,6 +53,10 @@ struct Snapshot {
     /// Rollout blocks lent, by the lender's (group, block) (absent before lending).
     #[serde(default)]
     loans: Vec<((GroupId, u32), Loan)>,
+    /// Consolidation moves waiting for their job's training to finish (absent before moves
+    /// waited).
+    #[serde(default)]
+    deferred: Vec<(JobId, Deferred)>,
 }
 
 /// [`Snapshot`] borrowed from a plane (written without copying the state first).
@@ -79,6 +83,8 @@ struct SnapshotRef<'a> {
     notices: Vec<(&'a NodeId, &'a Notice)>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     loans: Vec<(&'a (GroupId, u32), &'a Loan)>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    deferred: Vec<(&'a JobId, &'a Deferred)>,
 }
 
 #[derive(Serialize)]
@@ -138,6 +144,7 @@ impl Plane {
             last_pass_us: self.last_pass_us,
             notices: self.notices.iter().collect(),
             loans: self.loans().collect(),
+            deferred: self.deferred.iter().collect(),
         };
         ciborium::into_writer(&snap, out).map_err(|e| match e {
             ciborium::ser::Error::Io(e) => e,
@@ -195,6 +202,7 @@ impl Plane {
         self.last_pass_us = snap.last_pass_us;
         self.notices = snap.notices.into_iter().collect();
         self.loans = snap.loans.into_iter().collect();
+        self.deferred = snap.deferred.into_iter().collect();
         self.version = snap.plane_version;
         Ok(self)
     }

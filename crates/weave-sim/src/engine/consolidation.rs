@@ -3,8 +3,8 @@
 //! `weave_place::consolidate`'s (the server's plane drives the same passes).
 
 use super::Engine;
-use weave_core::JobId;
-use weave_place::consolidate::{self, ConsolidationDriver, Movable, Move};
+use weave_core::{GroupId, JobId};
+use weave_place::consolidate::{self, ConsolidationDriver, Deferred, Movable, Move};
 use weave_place::{Placer, Target};
 
 impl ConsolidationDriver for Engine<'_> {
@@ -16,7 +16,11 @@ impl ConsolidationDriver for Engine<'_> {
     fn movable(&mut self) -> Movable {
         let states = &self.states;
         let jobs = self.jobs;
+        let deferred = &self.deferred;
         consolidate::movable(&self.placer, &mut self.churn, self.now, |j| {
+            if deferred.contains_key(&j) {
+                return None;
+            }
             let s = states[j.0 as usize].as_ref()?;
             let job = &jobs[j.0 as usize];
             // What its SLO allows for the iterations done, less the life they took (the
@@ -30,7 +34,7 @@ impl ConsolidationDriver for Engine<'_> {
     /// that run alone move: if the target no longer takes it (fixed pools can be short of a
     /// new block), it goes back to running alone on the nodes it just freed, never to the
     /// queue.
-    fn carry_out(&mut self, m: Move, movable: &Movable) -> Option<JobId> {
+    fn carry_out(&mut self, m: Move, movable: &Movable, counted: bool) -> Option<JobId> {
         let i = m.job.0 as usize;
         let alone_as = match self.states[i].as_ref().and_then(|s| s.placed) {
             Some(p) if p.colocated => Target::Colocated,
@@ -46,12 +50,38 @@ impl ConsolidationDriver for Engine<'_> {
         }
         self.consolidating = false;
         self.admit_waiting();
-        self.churn.record(m.job, self.now);
+        if counted {
+            self.churn.cool(m.job, self.now);
+        } else {
+            self.churn.record(m.job, self.now);
+        }
         self.metrics.events.consolidation_moves += 1;
         if let Some(c) = movable.get(&m.job) {
             self.metrics.events.consolidation_cost_estimate += c.once;
         }
         placed.then_some(m.job)
+    }
+
+    /// Whether its dispatcher says the job holds work (see `Dispatcher::holds_work`).
+    fn holds_work(&self, job: JobId) -> bool {
+        let group = self.states[job.0 as usize].as_ref().and_then(|s| s.placed).map(|p| p.group);
+        group.and_then(|g| self.dispatchers.get(&g)).is_some_and(|d| d.holds_work(job))
+    }
+
+    /// Counted now against the churn limits and in the move's cost estimate.
+    fn defer(&mut self, d: Deferred, movable: &Movable) {
+        let job = match d {
+            Deferred::Move(m) | Deferred::PairUp { opener: m, .. } => m.job,
+        };
+        self.churn.record(job, self.now);
+        if let Some(c) = movable.get(&job) {
+            self.metrics.events.consolidation_cost_estimate += c.once;
+        }
+        self.deferred.insert(job, d);
+    }
+
+    fn take_deferred(&mut self, job: JobId) -> Option<Deferred> {
+        self.deferred.remove(&job)
     }
 }
 
@@ -71,5 +101,22 @@ impl Engine<'_> {
             consolidate::partner_joins(self, group, pair, &movable);
         }
         true
+    }
+}
+
+impl Engine<'_> {
+    /// Job `i` just finished a training in group `g` that is not its last: a move deferred for
+    /// it is carried out now, unless it holds work beyond that training (a stale job's rollout
+    /// under way), which keeps it deferred. True if the job left `g`.
+    pub(super) fn deferred_move_due(&mut self, i: usize, g: GroupId) -> bool {
+        let job = JobId(i as u32);
+        let last = self.states[i].as_ref().is_some_and(|s| s.done >= self.jobs[i].iterations);
+        if last || !self.deferred.contains_key(&job) {
+            return false;
+        }
+        if self.dispatchers.get(&g).is_some_and(|d| d.holds_work_beyond_training(job)) {
+            return false;
+        }
+        consolidate::iteration_ended(self, job)
     }
 }
