@@ -275,6 +275,15 @@ impl Dispatcher {
         self.members.get(&job).map(|m| m.iteration)
     }
 
+    /// Sets a member's bounded staleness from now on (a move waiting for a stale job's
+    /// iteration to end drains its rollout lane with 0, so that no rollout of a later
+    /// iteration is under way when its training ends). A rollout already running goes on.
+    pub fn set_staleness(&mut self, job: JobId, staleness: u32) {
+        if let Some(m) = self.members.get_mut(&job) {
+            m.spec.staleness = staleness.min(MAX_STALENESS);
+        }
+    }
+
     /// Whether a member holds work a move now would throw away: a phase switching in or
     /// running, a training's weights still syncing, or a finished rollout not yet trained on.
     pub fn holds_work(&self, job: JobId) -> bool {

@@ -59,6 +59,10 @@ pub trait ConsolidationDriver {
     fn defer(&mut self, d: Deferred, movable: &Movable);
     /// The deferred move of `job`, taken out, if any.
     fn take_deferred(&mut self, job: JobId) -> Option<Deferred>;
+    /// Drains `job`'s rollout lane while its move waits (`true`: no rollout of a later
+    /// iteration starts before its training ends, as on-policy), or gives it back its own
+    /// staleness (`false`: the move was dropped).
+    fn drain(&mut self, job: JobId, on: bool);
 }
 
 /// Whether `m`'s job still fits its target as admission would check it (the group may have
@@ -74,6 +78,7 @@ fn still_fits(placer: &Placer, m: Move) -> bool {
 fn move_or_defer<D: ConsolidationDriver>(d: &mut D, m: Move, movable: &Movable) -> Option<JobId> {
     if d.holds_work(m.job) {
         d.defer(Deferred::Move(m), movable);
+        d.drain(m.job, true);
         return None;
     }
     d.carry_out(m, movable, false)
@@ -90,6 +95,7 @@ pub fn iteration_ended<D: ConsolidationDriver>(d: &mut D, job: JobId) -> bool {
     match deferred {
         Deferred::Move(m) => {
             if matches!(m.target, Target::Group { .. }) && !still_fits(d.placer(), m) {
+                d.drain(job, false);
                 return false;
             }
             d.carry_out(m, &movable, true);
@@ -175,6 +181,7 @@ fn pair_up<D: ConsolidationDriver>(d: &mut D, opener: JobId, pair: Pairing, mova
     let m = Move { job: opener, target: Target::Isolated, before: pair.before, after: pair.after };
     if d.holds_work(opener) {
         d.defer(Deferred::PairUp { opener: m, pair }, movable);
+        d.drain(opener, true);
         return;
     }
     pair_up_now(d, m, pair, movable, false);

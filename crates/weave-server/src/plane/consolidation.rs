@@ -69,6 +69,15 @@ impl ConsolidationDriver for At<'_> {
     fn take_deferred(&mut self, job: JobId) -> Option<Deferred> {
         self.plane.deferred.remove(&job)
     }
+
+    fn drain(&mut self, job: JobId, on: bool) {
+        let p = &mut *self.plane;
+        let Some(name) = p.names.get(job.0 as usize).cloned() else { return };
+        let Some(staleness) = p.jobs.get(&name).map(|j| if on { 0 } else { j.gate.staleness }) else { return };
+        if let Some(d) = p.group_of(&name).and_then(|g| p.dispatchers.get_mut(&g)) {
+            std::sync::Arc::make_mut(d).set_staleness(job, staleness);
+        }
+    }
 }
 
 impl Plane {

@@ -83,6 +83,15 @@ impl ConsolidationDriver for Engine<'_> {
     fn take_deferred(&mut self, job: JobId) -> Option<Deferred> {
         self.deferred.remove(&job)
     }
+
+    fn drain(&mut self, job: JobId, on: bool) {
+        let i = job.0 as usize;
+        let staleness = if on { 0 } else { self.jobs[i].spec.staleness };
+        let group = self.states[i].as_ref().and_then(|s| s.placed).map(|p| p.group);
+        if let Some(d) = group.and_then(|g| self.dispatchers.get_mut(&g)) {
+            d.set_staleness(job, staleness);
+        }
+    }
 }
 
 impl Engine<'_> {
