@@ -165,6 +165,8 @@ pub fn bench_config(data: std::path::PathBuf) -> ServerConfig {
         snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,
         retention: Default::default(),
         min_free_bytes: weave_server::DEFAULT_MIN_FREE_BYTES,
+        snapshot_every_bytes: weave_server::DEFAULT_SNAPSHOT_EVERY_BYTES,
+        max_jobs_per_tenant: weave_server::DEFAULT_MAX_JOBS_PER_TENANT,
     }
 }
 

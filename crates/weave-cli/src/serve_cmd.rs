@@ -124,6 +124,14 @@ pub struct ServeArgs {
     /// metadata), whichever bound comes first.
     #[arg(long, default_value_t = weave_server::plane::Retention::default().event_bytes >> 20)]
     keep_events_mib: u64,
+    /// Snapshot as well once this many MiB of records follow the last snapshot (0: by count
+    /// only), so that large records cannot grow the log on disk without bound.
+    #[arg(long, default_value_t = weave_server::DEFAULT_SNAPSHOT_EVERY_BYTES >> 20)]
+    snapshot_every_mib: u64,
+    /// Jobs one tenant may have running or queued at once (0: no limit); admins are not
+    /// limited.
+    #[arg(long, default_value_t = weave_server::DEFAULT_MAX_JOBS_PER_TENANT)]
+    max_jobs_per_tenant: usize,
     /// `/readyz` says not ready while the store's volume has less free space than this, in
     /// MiB (or than a twentieth of the volume, on a small one).
     #[arg(long, default_value_t = weave_server::DEFAULT_MIN_FREE_BYTES >> 20)]
@@ -302,6 +310,8 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             jobs: args.keep_ended_jobs,
         },
         min_free_bytes: args.min_free_mib << 20,
+        snapshot_every_bytes: args.snapshot_every_mib << 20,
+        max_jobs_per_tenant: args.max_jobs_per_tenant,
     };
     weave_server::tune_allocator();
     let runtime =

@@ -103,6 +103,8 @@ fn shared(dir: &std::path::Path) -> Arc<Shared> {
         snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,
         retention: Default::default(),
         min_free_bytes: weave_server::DEFAULT_MIN_FREE_BYTES,
+        snapshot_every_bytes: weave_server::DEFAULT_SNAPSHOT_EVERY_BYTES,
+        max_jobs_per_tenant: weave_server::DEFAULT_MAX_JOBS_PER_TENANT,
     };
     Arc::new(Shared::open(cfg).unwrap())
 }

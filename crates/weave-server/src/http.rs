@@ -156,6 +156,11 @@ async fn submit(
     let Some(key) = key else {
         return Err(ApiError::new(StatusCode::CONFLICT, format!("job id `{}` is taken", spec.id)));
     };
+    let cap = s.cfg.max_jobs_per_tenant;
+    if cap > 0 && !c.admin && s.lock().plane.active_jobs_of(&c.tenant) >= cap {
+        let why = format!("this tenant has {cap} jobs running or queued, its most (`--max-jobs-per-tenant`)");
+        return Err(ApiError::new(StatusCode::TOO_MANY_REQUESTS, why));
+    }
     spec.id = key;
     let name = spec.id.clone();
     let tenant = c.tenant.clone();
@@ -486,6 +491,11 @@ async fn whole_body(State(s): State<Arc<Shared>>, req: axum::extract::Request, n
     }
     let (parts, body) = req.into_parts();
     match tokio::time::timeout(deadline, read_body(body, limit)).await {
+        // Every body this API takes is a JSON object: serde would read a struct from an array
+        // of its fields in order, which no client means.
+        Ok(Ok(Ok(bytes))) if bytes.iter().find(|b| !b.is_ascii_whitespace()).is_some_and(|&b| b != b'{') => {
+            ApiError::new(StatusCode::BAD_REQUEST, "request body: expected a JSON object").into_response()
+        }
         Ok(Ok(Ok(bytes))) => next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))).await,
         Ok(Ok(Err(()))) => too_large(),
         Ok(Err(e)) => {
@@ -506,9 +516,10 @@ pub fn router(shared: Arc<Shared>, rate: Option<RateLimits>) -> Router {
     let open = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/openapi.json", get(openapi))
-        .route("/status", get(status_page));
+        .route("/openapi.json", get(openapi));
     let mut authenticated = Router::new()
+        // Its token may come as `?token=` (see `query_token`); rate-limited like the rest.
+        .route("/status", get(status_page))
         .route("/metrics", get(metrics))
         .route("/v1/jobs", post(submit).get(listing::list_jobs))
         .route("/v1/jobs/{id}", get(show_job).delete(cancel_job))
@@ -554,5 +565,43 @@ pub fn router(shared: Arc<Shared>, rate: Option<RateLimits>) -> Router {
         .layer(RequestBodyTimeoutLayer::new(body_timeout))
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn(strict_framing))
+        .layer(axum::middleware::from_fn(query_token))
+        .layer(axum::middleware::from_fn(json_errors))
         .with_state(shared)
+}
+
+/// The status page's token may come as `?token=` (a browser cannot easily send a header): it
+/// becomes the request's bearer token before the token check and the rate limit see it.
+async fn query_token(mut req: axum::extract::Request, next: Next) -> Response {
+    if req.uri().path() == "/status" && !req.headers().contains_key(header::AUTHORIZATION) {
+        let token = req
+            .uri()
+            .query()
+            .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("token=")).map(|t| t.to_string()));
+        if let Some(v) = token.and_then(|t| format!("Bearer {t}").parse().ok()) {
+            req.headers_mut().insert(header::AUTHORIZATION, v);
+        }
+    }
+    next.run(req).await
+}
+
+/// Every error a client gets is JSON with an `error` field: the extractors' own refusals (a
+/// malformed path or query) answer plain text, and are rewritten here.
+async fn json_errors(req: axum::extract::Request, next: Next) -> Response {
+    let r = next.run(req).await;
+    let status = r.status();
+    let json = r.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || json {
+        return r;
+    }
+    let (parts, body) = r.into_parts();
+    // Extractor messages are a line or two; anything longer is cut.
+    let text = axum::body::to_bytes(body, 4096).await.map(|b| String::from_utf8_lossy(&b).trim().to_string());
+    let mut out = ApiError::new(status, text.unwrap_or_else(|_| status.to_string())).into_response();
+    for name in [header::RETRY_AFTER, header::CONNECTION] {
+        if let Some(v) = parts.headers.get(&name) {
+            out.headers_mut().insert(name, v.clone());
+        }
+    }
+    out
 }

@@ -288,6 +288,14 @@ impl Plane {
         self.events_base
     }
 
+    /// Jobs of `tenant` running or queued.
+    pub fn active_jobs_of(&self, tenant: &str) -> usize {
+        self.jobs
+            .values()
+            .filter(|j| j.tenant == tenant && matches!(j.state, JobState::Running | JobState::Queued))
+            .count()
+    }
+
     pub fn next_event_seq(&self) -> u64 {
         self.events_base + self.events.len() as u64
     }

@@ -35,6 +35,13 @@ pub struct ServerConfig {
     pub snapshot_every: u64,
     /// History the plane holds (newest events, ended jobs).
     pub retention: crate::plane::Retention,
+    /// Compact as well once this many bytes of records were appended since the last snapshot
+    /// began (0: by count only): with large records (launch environments, metadata) the log
+    /// on disk stays bounded in bytes, not only in records.
+    pub snapshot_every_bytes: u64,
+    /// Jobs one tenant may have running or queued at once (0: no limit); more are refused
+    /// with 429. Admins are not limited.
+    pub max_jobs_per_tenant: usize,
     /// `/readyz` says not ready while the store's volume has less free space than this (or
     /// than a twentieth of the volume, on a small one): a write may fail there however a
     /// small probe fares.
@@ -43,6 +50,12 @@ pub struct ServerConfig {
 
 /// The free space `/readyz` asks for unless configured otherwise.
 pub const DEFAULT_MIN_FREE_BYTES: u64 = 64 << 20;
+
+/// Bytes of records between snapshots unless configured otherwise.
+pub const DEFAULT_SNAPSHOT_EVERY_BYTES: u64 = 64 << 20;
+
+/// Running or queued jobs per tenant unless configured otherwise.
+pub const DEFAULT_MAX_JOBS_PER_TENANT: usize = 1000;
 
 /// Free and total bytes of the volume that holds `path` (`None` where it cannot be asked).
 fn volume_space(path: &std::path::Path) -> Option<(u64, u64)> {
@@ -97,8 +110,8 @@ pub struct InputLimits {
 impl Default for InputLimits {
     fn default() -> Self {
         // A reason is a sentence; the reference jobs' meta is under 400 bytes (versions,
-        // digests, counts); an environment of a few dozen settings fits 16 KiB.
-        InputLimits { reason_chars: 200, meta_bytes: 4096, env_bytes: 16 * 1024 }
+        // digests, counts); an environment of a few dozen settings fits 4 KiB.
+        InputLimits { reason_chars: 200, meta_bytes: 4096, env_bytes: 4096 }
     }
 }
 
@@ -334,6 +347,8 @@ pub struct Inner {
     /// When the snapshot in flight began (before its frozen copy was taken under the lock, so
     /// that its window covers the copy too) and how long the copy took.
     snapshot_began: Option<(Instant, std::time::Duration)>,
+    /// The store's appended bytes when the last snapshot began (see `snapshot_every_bytes`).
+    appended_at_snapshot: u64,
     /// The longest a record took to apply to the plane (under the lock, after the disk), while
     /// a snapshot was being written and at other times: what copy-on-write costs the requests
     /// that change what a frozen copy still shares, apart from the disk's noise.
@@ -484,6 +499,7 @@ impl Shared {
                 snapshots: 0,
                 snapshot_windows: Default::default(),
                 snapshot_began: None,
+                appended_at_snapshot: 0,
                 apply_max: ApplyMax::default(),
             }),
             started: now,
@@ -608,8 +624,10 @@ impl Shared {
     /// again after the next record.
     fn compact_if_due(&self, g: &mut Inner) {
         g.collect_snapshot();
-        let every = self.cfg.snapshot_every;
-        if every == 0 || g.store.records_since_snapshot() < every || g.store.compacting() {
+        let (every, every_bytes) = (self.cfg.snapshot_every, self.cfg.snapshot_every_bytes);
+        let by_count = every > 0 && g.store.records_since_snapshot() >= every;
+        let by_bytes = every_bytes > 0 && g.store.appended_bytes() - g.appended_at_snapshot >= every_bytes;
+        if !(by_count || by_bytes) || g.store.compacting() {
             return;
         }
         let began = Instant::now();
@@ -625,6 +643,7 @@ impl Shared {
         }));
         if started {
             g.snapshot_began = Some((began, copy));
+            g.appended_at_snapshot = g.store.appended_bytes();
         }
     }
 

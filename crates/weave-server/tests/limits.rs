@@ -55,13 +55,13 @@ fn a_launch_environment_is_bounded() {
     let s = server("limits-env");
     let launch = |value: String| json!({ "entrypoint": "python3 train.py", "env": { "BIG": value } });
     let spec = |id: &str, value: String| json!({ "id": id, "type": "3B_4k", "iterations": 3, "launch": launch(value) });
-    let (code, err) = submit(&s, ALICE, spec("big", "z".repeat(17_000)));
+    let (code, err) = submit(&s, ALICE, spec("big", "z".repeat(4_100)));
     assert_eq!(code, 400, "{err}");
     assert!(err["error"].as_str().unwrap().contains("`launch.env`"), "{err}");
     let (code, err) = submit(&s, ALICE, spec("nul", "a\u{0}b".into()));
     assert_eq!(code, 400, "{err}");
     assert!(err["error"].as_str().unwrap().contains("NUL"), "{err}");
-    assert_eq!(submit(&s, ALICE, spec("fits", "z".repeat(16_000))).0, 201);
+    assert_eq!(submit(&s, ALICE, spec("fits", "z".repeat(4_000))).0, 201);
 }
 
 fn get_events(s: &TestServer) -> Vec<serde_json::Value> {
@@ -90,4 +90,64 @@ fn held_events_stay_within_their_byte_budget() {
     let newest = p.events().last().unwrap().seq;
     assert_eq!(newest + 1, p.next_event_seq(), "the newest event is always kept");
     assert!(p.events().len() > 50, "the budget holds what fits, not a handful");
+}
+
+/// The smaller findings of the third hardening round, each refused as it should be.
+#[test]
+fn arrays_odd_node_names_and_extractor_refusals_get_json_errors() {
+    let s = server("limits-small");
+    // A JSON array where an object is meant: serde would read the fields in order.
+    let r = client().post(s.url("/v1/jobs")).bearer_auth(ALICE).json(&json!(["x", "3B_4k", 3])).send().unwrap();
+    assert_eq!(r.status(), 400);
+    let v: serde_json::Value = r.json().unwrap();
+    assert!(v["error"].as_str().unwrap().contains("expected a JSON object"), "{v}");
+    // `r00` is not another name of `r0`.
+    let r = client().post(s.url("/v1/nodes/r00/down")).bearer_auth(OPS).send().unwrap();
+    assert_eq!(r.status(), 400);
+    let v: serde_json::Value = r.json().unwrap();
+    assert!(v["error"].as_str().unwrap().contains("`r0`"), "{v}");
+    // A path the extractor refuses (an iteration that is not a number), and a bad query.
+    for path in ["/v1/jobs/j/phases/rollout/first/start", "/v1/events?after=soon"] {
+        let method = if path.ends_with("start") { reqwest::Method::POST } else { reqwest::Method::GET };
+        let r = client().request(method, s.url(path)).bearer_auth(ALICE).send().unwrap();
+        assert_eq!(r.status(), 400, "{path}");
+        let ct = r.headers().get("content-type").map(|v| v.to_str().unwrap().to_string());
+        assert_eq!(ct.as_deref(), Some("application/json"), "{path}");
+        let v: serde_json::Value = r.json().unwrap();
+        assert!(v["error"].is_string(), "{path}: {v}");
+    }
+}
+
+/// `/status` is rate-limited per token like every other authenticated endpoint, with the
+/// token in its query as a browser sends it.
+#[test]
+fn the_status_page_is_rate_limited() {
+    let s = TestServer::start_with(temp_dir("limits-status"), Duration::from_secs(600), |cfg| {
+        cfg.limits.rate = Some((1, 2));
+    });
+    let codes: Vec<u16> = (0..4)
+        .map(|_| client().get(s.url(&format!("/status?token={ALICE}"))).send().unwrap().status().as_u16())
+        .collect();
+    assert_eq!(&codes[..2], &[200, 200], "{codes:?}");
+    assert!(codes[2..].contains(&429), "the burst of 2 is spent: {codes:?}");
+    // Another tenant's token is not slowed by it.
+    assert_eq!(client().get(s.url(&format!("/status?token={BOB}"))).send().unwrap().status(), 200);
+}
+
+/// One tenant cannot fill the server with jobs: past its cap of running or queued jobs a
+/// submission is refused (429), other tenants are not, and a finished slot is free again.
+#[test]
+fn a_tenants_jobs_are_capped() {
+    let s =
+        TestServer::start_with(temp_dir("limits-jobs"), Duration::from_secs(600), |cfg| cfg.max_jobs_per_tenant = 2);
+    let spec = |id: &str| json!({ "id": id, "type": "3B_4k", "iterations": 3 });
+    assert_eq!(submit(&s, ALICE, spec("a1")).0, 201);
+    assert_eq!(submit(&s, ALICE, spec("a2")).0, 201);
+    let (code, err) = submit(&s, ALICE, spec("a3"));
+    assert_eq!(code, 429, "{err}");
+    assert!(err["error"].as_str().unwrap().contains("--max-jobs-per-tenant"), "{err}");
+    assert_eq!(submit(&s, BOB, spec("b1")).0, 201, "another tenant is not held to alice's cap");
+    let r = client().delete(s.url("/v1/jobs/a1")).bearer_auth(ALICE).send().unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(submit(&s, ALICE, spec("a3")).0, 201, "a cancelled job's slot is free again");
 }

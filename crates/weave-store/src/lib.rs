@@ -324,13 +324,17 @@ pub struct Store {
     failed: Option<String>,
     /// A snapshot being written on a thread of its own.
     in_flight: Option<compact::InFlight>,
+    /// Bytes of records appended since this store was opened (what a byte-based compaction
+    /// trigger counts from).
+    appended: u64,
 }
 
 impl Store {
     /// Opens (or creates) the store at `path`.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         let (db, next, base) = Self::open_db(path)?;
-        Ok(Store { path: path.to_path_buf(), db: Some(Arc::new(db)), next, base, failed: None, in_flight: None })
+        let path = path.to_path_buf();
+        Ok(Store { path, db: Some(Arc::new(db)), next, base, failed: None, in_flight: None, appended: 0 })
     }
 
     /// The database, the next record's number and the snapshot's position (0: none).
@@ -457,7 +461,10 @@ impl Store {
         let bytes = frame(self.next, &serde_json::to_vec(record).map_err(db_err)?);
         let written = self.recover().and_then(|()| self.write(&bytes));
         match &written {
-            Ok(_) => self.failed = None,
+            Ok(_) => {
+                self.failed = None;
+                self.appended += bytes.len() as u64;
+            }
             Err(e) => self.failed = Some(e.to_string()),
         }
         written
@@ -503,6 +510,11 @@ impl Store {
 
     pub fn len(&self) -> u64 {
         self.next
+    }
+
+    /// Bytes of records appended since the store was opened.
+    pub fn appended_bytes(&self) -> u64 {
+        self.appended
     }
 
     /// Records appended after the snapshot (all of them without one).

@@ -83,8 +83,14 @@ fn node_change(s: &Shared, headers: &HeaderMap, node: &str) -> ApiResult<(Caller
     if !c.admin {
         return Err(ApiError::new(StatusCode::FORBIDDEN, "taking nodes out of service is for admins"));
     }
-    let node = node.parse().map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("node `{node}`: {e}")))?;
-    Ok((c, node))
+    let parsed: NodeId =
+        node.parse().map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("node `{node}`: {e}")))?;
+    // One name per node: `r00` is not another spelling of `r0`.
+    if parsed.to_string() != node {
+        let why = format!("node `{node}`: expected its name as Weave writes it, `{parsed}`");
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, why));
+    }
+    Ok((c, parsed))
 }
 
 /// With an execution backend, node health is the backend's to report: 409. A preemption

@@ -58,6 +58,8 @@ pub fn config(dir: PathBuf, heartbeat: Duration) -> ServerConfig {
         snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,
         retention: Default::default(),
         min_free_bytes: weave_server::DEFAULT_MIN_FREE_BYTES,
+        snapshot_every_bytes: weave_server::DEFAULT_SNAPSHOT_EVERY_BYTES,
+        max_jobs_per_tenant: weave_server::DEFAULT_MAX_JOBS_PER_TENANT,
     }
 }
 
