@@ -1,5 +1,6 @@
 //! `weave bench ...`: measurements that are reported, never asserted on timing.
 
+mod abuse;
 mod chaos;
 mod diskfull;
 mod place;
@@ -40,6 +41,9 @@ pub enum BenchCommand {
     /// Clients trickling request bodies a byte at a time against `weave serve`: its memory
     /// before, during and after, and whether the body deadline cuts every connection.
     SlowBodies(crate::slowbody::SlowBodiesArgs),
+    /// One tenant using every endpoint with the largest bodies allowed at the default rate
+    /// limit: the server's memory and store, and another tenant's gate latency.
+    Abuse(crate::abuse::AbuseArgs),
     /// `weave serve` under steady load for a long time with `/v1/events` polled: its memory.
     Soak(crate::soak::SoakArgs),
     /// Restart time of `weave serve` (store replay) by records in its store.
@@ -125,6 +129,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Chaos(args) => crate::chaos::run(args),
         BenchCommand::DiskFull(args) => crate::diskfull::run(args),
         BenchCommand::Soak(args) => crate::soak::run(args),
+        BenchCommand::Abuse(args) => crate::abuse::run(args),
         BenchCommand::SlowBodies(args) => crate::slowbody::run(args),
         BenchCommand::Timing(args) => crate::timing::run(args),
         BenchCommand::SlowClients(args) => crate::serve::slow_clients(args),

@@ -25,7 +25,9 @@ pub enum StoreCommand {
     /// Copy the newest intact snapshot and every record after it that can still be read (up to
     /// the first that cannot) into a new data directory, with the server's other files (its
     /// placement and job-token key); the damaged store is not changed. For a store damaged
-    /// inside its storage engine; start the server on the new directory afterwards.
+    /// inside its storage engine, or whose file cannot be opened at all (then from the newest
+    /// snapshot file its manifest beside it says is whole: the records after it are lost);
+    /// start the server on the new directory afterwards.
     Export {
         #[arg(long, value_name = "DIR", default_value = "weave-data")]
         data: PathBuf,

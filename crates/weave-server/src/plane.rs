@@ -540,7 +540,15 @@ impl Plane {
     /// Remembers that this admission of `name` ended; lets go of the oldest ended ones beyond
     /// the retention (unless the name came back: running, queued, or preempted to wait).
     fn ended(&mut self, name: &str) {
-        let Some(j) = self.jobs.get(name) else { return };
+        let Some(j) = self.jobs.get_mut(name) else { return };
+        // An ended admission is never launched again: its command and environment (up to the
+        // input limits each) are let go, so the ended jobs held cost little each. That it was
+        // launched by a backend stays known.
+        if j.submit.launch.as_ref().is_some_and(|l| !l.entrypoint.is_empty() || !l.env.is_empty()) {
+            let launch = Arc::make_mut(j).submit.launch.as_mut().expect("checked");
+            (launch.entrypoint, launch.env) = (String::new(), Default::default());
+        }
+        let j = &self.jobs[name];
         self.ended.push_back((name.to_string(), j.id));
         while self.ended.len() > self.retention.jobs {
             let Some((old, id)) = self.ended.pop_front() else { break };

@@ -4,7 +4,7 @@
 //! history would not be the state any client was told about). The damaged store is read from
 //! a copy and never changed.
 
-use crate::snapshot::{read_snapshot, snapshot_dir};
+use crate::snapshot::{newest_file_snapshot, read_snapshot, snapshot_dir};
 use crate::{db_err, guarded, quietly, unframe, Store, StoreError, LOG};
 use redb::{Database, ReadableDatabase};
 use std::path::Path;
@@ -54,7 +54,8 @@ pub fn export(from: &Path, to: &Path) -> Result<Exported, StoreError> {
         plain => match (plain, attempt(true)) {
             (Ok(p), Ok(r)) => Ok(if r.frames.len() > p.frames.len() { r } else { p }),
             (Ok(p), Err(_)) => Ok(p),
-            (Err(_), repaired) => repaired,
+            (Err(_), Ok(r)) => Ok(r),
+            (Err(_), Err(e)) => from_snapshot_files(from, e),
         },
     };
     let Readable { snapshot, frames, stopped_at, passed_over } = read?;
@@ -64,6 +65,15 @@ pub fn export(from: &Path, to: &Path) -> Result<Exported, StoreError> {
     }
     out.import_frames(&frames)?;
     Ok(Exported { snapshot_at: snapshot.map(|(at, _)| at), records: frames.len() as u64, stopped_at, passed_over })
+}
+
+/// The way out when the store file cannot be opened at all (a damaged header, a file cut
+/// short): the newest snapshot file its manifest beside it says is whole. The records after it
+/// are lost (they were only in the store file); the error that stopped the store is kept.
+fn from_snapshot_files(from: &Path, e: StoreError) -> Result<Readable, StoreError> {
+    let Some((at, bytes)) = newest_file_snapshot(&snapshot_dir(from)) else { return Err(e) };
+    let why = format!("the store file cannot be read ({e}): the records after the snapshot are lost");
+    Ok(Readable { snapshot: Some((at, bytes)), frames: Vec::new(), stopped_at: Some((at, why)), passed_over: None })
 }
 
 /// Marks the copy as needing the storage library's repair, as after a crash: opening it then

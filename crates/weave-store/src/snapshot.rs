@@ -61,9 +61,39 @@ pub(crate) fn snapshot_file(dir: &Path, at: u64) -> PathBuf {
     dir.join(format!("{at:020}.snap"))
 }
 
-/// The position a snapshot file (or a partly written one) is for.
+/// The position a snapshot file (or a partly written one, or its manifest beside it) is for.
 pub(crate) fn file_position(name: &str) -> Option<u64> {
-    name.strip_suffix(".snap").or_else(|| name.strip_suffix(".snap.partial"))?.parse().ok()
+    [".snap", ".snap.partial", ".snap.manifest", ".snap.manifest.partial"]
+        .iter()
+        .find_map(|suffix| name.strip_suffix(suffix))?
+        .parse()
+        .ok()
+}
+
+/// The copy of a snapshot file's manifest kept beside it: the store's own row is the one read,
+/// this one is for when the store file itself cannot be opened ([`newest_file_snapshot`]).
+fn manifest_file(dir: &Path, at: u64) -> PathBuf {
+    dir.join(format!("{at:020}.snap.manifest"))
+}
+
+/// The newest snapshot file in `dir` that its manifest beside it says is whole, with its
+/// bytes; for a store whose own file cannot be opened at all. Older ones are tried in turn.
+pub(crate) fn newest_file_snapshot(dir: &Path) -> Option<(u64, Vec<u8>)> {
+    let mut positions: Vec<u64> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_suffix(".snap.manifest")?.parse().ok())
+        .collect();
+    positions.sort_unstable();
+    positions.into_iter().rev().find_map(|at| {
+        let m = Manifest::decode(&std::fs::read(manifest_file(dir, at)).ok()?)?;
+        if m.bytes != Bytes::File {
+            return None;
+        }
+        let bytes = read_file(dir, at, m.len).ok()?;
+        m.check(at, &bytes).ok()?;
+        Some((at, bytes))
+    })
 }
 
 /// The snapshot row of a snapshot whose bytes are elsewhere: a tag no checksum starts with in
@@ -345,9 +375,22 @@ impl FileWriter {
         file.sync_all().map_err(err)?;
         let partial = self.dir.join(format!("{:020}.snap.partial", self.at));
         std::fs::rename(partial, snapshot_file(&self.dir, self.at)).map_err(err)?;
+        let manifest = Manifest { sum: sum_of(self.hash), bytes: Bytes::File, len: self.len };
+        write_manifest_file(&self.dir, self.at, &manifest).map_err(err)?;
         std::fs::File::open(&self.dir).and_then(|d| d.sync_all()).map_err(err)?;
-        Ok(Manifest { sum: sum_of(self.hash), bytes: Bytes::File, len: self.len })
+        Ok(manifest)
     }
+}
+
+/// Writes `m` beside its snapshot file, whole or not at all (a synced temporary renamed; the
+/// caller syncs the directory).
+fn write_manifest_file(dir: &Path, at: u64, m: &Manifest) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let partial = dir.join(format!("{at:020}.snap.manifest.partial"));
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&partial)?;
+    f.write_all(&m.encode())?;
+    f.sync_all()?;
+    std::fs::rename(partial, manifest_file(dir, at))
 }
 
 impl Write for FileWriter {
@@ -414,12 +457,19 @@ mod tests {
     }
 
     /// The snapshot files beside the store, by name.
+    /// The snapshot files (each whole one has its manifest beside it, checked here; the
+    /// manifests are left out of the list).
     fn files(path: &Path) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(snapshot_dir(path))
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         names.sort();
+        let snaps: Vec<&String> = names.iter().filter(|n| n.ends_with(".snap")).collect();
+        let manifests: Vec<String> =
+            names.iter().filter_map(|n| n.strip_suffix(".manifest")).map(String::from).collect();
+        assert_eq!(snaps, manifests.iter().collect::<Vec<_>>(), "a manifest beside every snapshot file, no other");
+        names.retain(|n| !n.ends_with(".manifest"));
         names
     }
 

@@ -265,3 +265,52 @@ fn export_stops_at_the_first_record_it_cannot_read() {
     assert_eq!(load(&to).unwrap().1, ["r10", "r11"]);
     assert_eq!(std::fs::read(&path).unwrap(), bytes, "the damaged store is not changed");
 }
+
+/// A store file that cannot be opened at all (its header overwritten, or the file cut short):
+/// export falls back on the newest snapshot file whose manifest beside it says it is whole,
+/// and says the records after it are lost; a snapshot file damaged as well is not taken.
+#[test]
+fn export_of_an_unreadable_store_starts_from_the_newest_whole_snapshot_file() {
+    for (name, damage) in [("header", 0usize), ("cut", 1)] {
+        let d = dir(&format!("export-unreadable-{name}"));
+        let path = d.join("weave.redb");
+        let mut s = Store::open(&path).unwrap();
+        for i in 0..10 {
+            s.append(&format!("r{i}")).unwrap();
+        }
+        s.compact(b"state-after-ten-records").unwrap();
+        for i in 10..15 {
+            s.append(&format!("r{i}")).unwrap();
+        }
+        drop(s);
+        let mut bytes = std::fs::read(&path).unwrap();
+        if damage == 0 {
+            bytes[..4096].fill(0xAB);
+        } else {
+            bytes.truncate(1000);
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(Store::open(&path).and_then(|s| s.load::<String>()).is_err(), "{name}: the store no longer opens");
+        let to = d.join("exported.redb");
+        let e = weave_store::export(&path, &to).unwrap();
+        assert_eq!((e.snapshot_at, e.records), (Some(10), 0), "{name}");
+        let (at, why) = e.stopped_at.unwrap();
+        assert!(at == 10 && why.contains("lost"), "{name}: {why}");
+        assert_eq!(load(&to).unwrap(), (Some((10, b"state-after-ten-records".to_vec())), vec![]));
+        let mut s = Store::open(&to).unwrap();
+        assert_eq!(s.append(&"r10".to_string()).unwrap(), 10, "the log goes on after the snapshot");
+        drop(s);
+
+        // The snapshot file damaged too: nothing trustworthy is left, and export says so.
+        let snaps = path.with_extension("snapshots");
+        let file = std::fs::read_dir(&snaps)
+            .unwrap()
+            .flatten()
+            .find(|e| e.path().extension().is_some_and(|x| x == "snap"))
+            .unwrap();
+        let mut snap = std::fs::read(file.path()).unwrap();
+        snap[0] ^= 1;
+        std::fs::write(file.path(), snap).unwrap();
+        assert!(weave_store::export(&path, &d.join("again.redb")).is_err(), "{name}: a damaged snapshot is not taken");
+    }
+}
