@@ -32,6 +32,9 @@ pub struct AbuseArgs {
     /// CPU on a small machine as much as the server).
     #[arg(long, default_value_t = 200.0)]
     rate: f64,
+    /// Extra arguments for `weave serve` (its defaults otherwise).
+    #[arg(long, allow_hyphen_values = true)]
+    serve_args: Option<String>,
     /// Seconds between memory and disk samples.
     #[arg(long, default_value_t = 10.0)]
     sample_s: f64,
@@ -74,7 +77,7 @@ impl Drop for Server {
 }
 
 /// `weave serve` with its defaults (rate limit, input limits, retention) and two tenants.
-fn start(dir: &Path) -> Result<Server> {
+fn start(dir: &Path, extra: &[&str]) -> Result<Server> {
     let hash = |t: &str| weave_server::auth::hex(&weave_server::auth::sha256(t));
     let tenants = format!(
         "[[tenant]]\nname = \"mallory\"\ntoken_sha256 = \"{}\"\n[[tenant]]\nname = \"victor\"\ntoken_sha256 = \"{}\"\n",
@@ -84,6 +87,7 @@ fn start(dir: &Path) -> Result<Server> {
     std::fs::write(dir.join("tenants.toml"), tenants)?;
     let mut child = Command::new(std::env::current_exe()?)
         .args(["serve", "--addr", "127.0.0.1:0", "--disagg-only"])
+        .args(extra)
         .arg("--tenants")
         .arg(dir.join("tenants.toml"))
         .arg("--data")
@@ -150,7 +154,7 @@ fn gate_driver(url: String, lat: Arc<Mutex<Vec<f64>>>, stop: Arc<AtomicBool>) ->
             // A driver's pace, well inside its own rate limit (phases of 10 ms).
             std::thread::sleep(Duration::from_millis(10));
         }
-        if k % 20 == 0 {
+        if k.is_multiple_of(20) {
             let _ = c.post(format!("{url}/v1/jobs/victim/heartbeat")).bearer_auth(VICTOR).send();
         }
         k += 1;
@@ -217,7 +221,8 @@ pub fn run(args: AbuseArgs) -> Result<()> {
     let dir = std::env::temp_dir().join(format!("weave-bench-abuse-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
-    let server = start(&dir)?;
+    let extra: Vec<&str> = args.serve_args.as_deref().unwrap_or_default().split_whitespace().collect();
+    let server = start(&dir, &extra)?;
     let pid = server.0.id();
     let (lat, stop) = (Arc::new(Mutex::new(Vec::new())), Arc::new(AtomicBool::new(false)));
     let gate = {

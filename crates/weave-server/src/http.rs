@@ -219,6 +219,10 @@ fn admission_start(history: &HistoryView, c: &Caller, name: &str) -> u64 {
 /// whatever the history held.
 pub const EVENTS_PAGE: usize = 10_000;
 
+/// And at most about this many bytes of events (as retention counts them), so that a page of
+/// events carrying large metadata is not tens of megabytes to build and send.
+pub const EVENTS_PAGE_BYTES: u64 = 1 << 20;
+
 #[derive(Deserialize)]
 struct EventsQuery {
     /// Only events with a larger sequence number (a cursor: the last `seq` seen).
@@ -302,6 +306,13 @@ async fn events(
                 tenant => c.may_see(tenant, &e.job),
             })
             .take(limit)
+            // A page also ends once it holds EVENTS_PAGE_BYTES (never before its first event):
+            // a client pages on by `after` until a page comes back empty.
+            .scan(0u64, |bytes, e| {
+                let first = *bytes == 0;
+                *bytes += crate::plane::event_bytes(e);
+                (first || *bytes <= EVENTS_PAGE_BYTES).then_some(e)
+            })
             .cloned();
         events_for(visible, &c)
     });
@@ -366,12 +377,20 @@ async fn status_page(
     }
     let c = caller(&s, &h)?;
     let now_us = s.now_us();
-    let data = {
+    // Under the lock only a frozen copy of the plane (its collections are persistent: a few
+    // pointers) and the history's chunks are taken; the rows are built off it.
+    let (frozen, view) = {
         let mut g = s.lock();
         let Inner { plane, history, .. } = &mut *g;
-        crate::status::collect(plane, history, &c)
+        let view = history.view(plane, 0);
+        (plane.clone(), view)
     };
-    Ok(Html(off_the_workers(move || crate::status::render(&data, &c, now_us)).await?))
+    let page = off_the_workers(move || {
+        let data = crate::status::collect(&frozen, view, &c);
+        crate::drop_elsewhere(frozen);
+        crate::status::render(&data, &c, now_us)
+    });
+    Ok(Html(page.await?))
 }
 
 #[derive(Deserialize)]

@@ -55,7 +55,7 @@ pub const DEFAULT_MIN_FREE_BYTES: u64 = 64 << 20;
 pub const DEFAULT_SNAPSHOT_EVERY_BYTES: u64 = 64 << 20;
 
 /// Running or queued jobs per tenant unless configured otherwise.
-pub const DEFAULT_MAX_JOBS_PER_TENANT: usize = 1000;
+pub const DEFAULT_MAX_JOBS_PER_TENANT: usize = 100;
 
 /// Free and total bytes of the volume that holds `path` (`None` where it cannot be asked).
 fn volume_space(path: &std::path::Path) -> Option<(u64, u64)> {

@@ -2,7 +2,7 @@
 //! with the same timeline renderer as the simulator's report.
 
 use crate::auth::Caller;
-use crate::history::{History, HistoryView};
+use crate::history::HistoryView;
 use crate::plane::{JobState, Plane, PlaneEvent};
 use crate::views::JobView;
 use std::collections::BTreeMap;
@@ -27,7 +27,9 @@ pub struct StatusData {
 
 /// Takes what the page needs (under the lock: views of the caller's jobs and the history's
 /// chunks, nothing proportional to the events).
-pub fn collect(plane: &Plane, history: &mut History, caller: &Caller) -> StatusData {
+/// What the page shows, from a plane (a frozen copy, off the lock: building a row per job for
+/// thousands of jobs must not hold the gate up) and the history's view taken with it.
+pub fn collect(plane: &Plane, history: HistoryView, caller: &Caller) -> StatusData {
     let (r, t) = plane.placer().nodes_in_use();
     let mut rows = Vec::new();
     let mut lanes_of = BTreeMap::new();
@@ -35,13 +37,7 @@ pub fn collect(plane: &Plane, history: &mut History, caller: &Caller) -> StatusD
         rows.push((crate::views::view(j), j.state == JobState::Running));
         lanes_of.insert(j.name.clone(), (j.id.0, j.decision.as_ref().map(|d| d.block).unwrap_or(0)));
     }
-    StatusData {
-        nodes: (r, t),
-        hourly_cost: plane.placer().hourly_cost().as_dollars(),
-        rows,
-        lanes_of,
-        history: history.view(plane, 0),
-    }
+    StatusData { nodes: (r, t), hourly_cost: plane.placer().hourly_cost().as_dollars(), rows, lanes_of, history }
 }
 
 pub fn render(d: &StatusData, caller: &Caller, now_us: u64) -> String {

@@ -1,5 +1,8 @@
 //! Consolidation in the replay, on a small hand-checked scenario.
 
+mod common;
+use common::random_trace;
+
 use weave_core::{ClusterConfig, JobId, Money};
 use weave_dispatch::LogKind;
 use weave_model::{ProfileModel, RuntimeModel};
@@ -79,22 +82,6 @@ fn a_move_on_fixed_pools_never_loses_the_mover_its_place() {
     assert!(r.queued_jobs > 0 && r.events.consolidation_moves > 0, "the scenario queues and moves");
     let late: Vec<_> = r.per_job.iter().filter(|j| j.slowdown > j.slo).map(|j| (&j.name, j.slowdown, j.slo)).collect();
     assert!(late.is_empty(), "{late:?}");
-}
-
-/// A JSON Lines trace of 7B/3B jobs (arrival s, type, iterations, SLO in tenths above 1).
-fn random_trace(jobs: &[(u32, u8, u64, u8)]) -> String {
-    let types = ["7B_8k", "3B_8k", "14B_8k", "8B_32k"];
-    jobs.iter()
-        .enumerate()
-        .map(|(i, (arrival, t, iterations, slo))| {
-            format!(
-                r#"{{"id":"j{i}","arrival_s":{arrival},"type":"{}","iterations":{iterations},"slo":{}}}"#,
-                types[*t as usize % types.len()],
-                1.0 + *slo as f64 / 10.0
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// Phases started more than once, per job: each is work a move (the only way a job leaves

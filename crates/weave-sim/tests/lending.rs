@@ -2,6 +2,9 @@
 //! delayed (judged from the event log, by an oracle of the test's own that is shown to catch a
 //! late reclaim), and a seeded run that keeps every promise and reproduces bit for bit.
 
+mod common;
+use common::random_trace;
+
 use std::collections::BTreeMap;
 use weave_core::{ClusterConfig, GroupId, Micros};
 use weave_dispatch::{LogKind, Phase};
@@ -151,22 +154,6 @@ fn lending_keeps_every_promise_and_reproduces() {
         assert_eq!(a[0].iterations, off[0].iterations);
         assert_eq!(serde_json::to_string(&a[1]).unwrap(), serde_json::to_string(&off[1]).unwrap());
     }
-}
-
-/// A JSON Lines trace of jobs (arrival s, type, iterations, SLO in tenths above 1).
-fn random_trace(jobs: &[(u32, u8, u64, u8)]) -> String {
-    let types = ["7B_8k", "3B_8k", "14B_8k", "8B_32k"];
-    jobs.iter()
-        .enumerate()
-        .map(|(i, (arrival, t, iterations, slo))| {
-            format!(
-                r#"{{"id":"j{i}","arrival_s":{arrival},"type":"{}","iterations":{iterations},"slo":{}}}"#,
-                types[*t as usize % types.len()],
-                1.0 + *slo as f64 / 10.0
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 proptest::proptest! {

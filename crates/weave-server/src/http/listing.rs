@@ -30,7 +30,15 @@ pub(super) async fn list_jobs(
     let limit = q.limit.unwrap_or(JOBS_PAGE).clamp(1, JOBS_PAGE_MAX);
     // Views are built under the lock (one page's worth); the response is serialized after.
     let now_us = s.now_us();
-    let (jobs, next) = job_page(&s.lock().plane, now_us, &c, q.after.as_deref(), limit);
+    // A page is built off the lock and off the async workers, from a frozen copy of the plane
+    // (persistent collections: taking it copies a few pointers).
+    let frozen = s.lock().plane.clone();
+    let (jobs, next) = super::off_the_workers(move || {
+        let page = job_page(&frozen, now_us, &c, q.after.as_deref(), limit);
+        crate::drop_elsewhere(frozen);
+        page
+    })
+    .await?;
     let mut headers = HeaderMap::new();
     if let Some(key) = next {
         let link = format!("</v1/jobs?after={}&limit={limit}>; rel=\"next\"", percent_encoded(&key));
