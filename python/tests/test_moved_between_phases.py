@@ -8,17 +8,18 @@ from weave_client import Requeued, WeaveClient
 
 
 class Scripted(WeaveClient):
-    def __init__(self, grants, completed):
+    def __init__(self, grants, completed, ended="moved"):
         super().__init__("http://unused")
         self.grants = list(grants)
         self.completed = completed
+        self.ended = ended
         self.sent = []
 
     def _request(self, method, path, body=None, retry=False):
         self.sent.append((method, path))
         if method == "GET":
             return 200, {"job": {"completed_iterations": self.completed, "uid": self.grants[0]},
-                         "history": [{"kind": "moved", "meta": {"resume_from": self.completed}}]}
+                         "history": [{"kind": self.ended, "meta": {"resume_from": self.completed}}]}
         return 200, {"uid": self.grants.pop(0)}
 
 
@@ -31,6 +32,11 @@ class MovedBetweenPhasesTest(unittest.TestCase):
             c.start("a", "rollout", 4)
         self.assertEqual((r.exception.resume_from, r.exception.reason), (4, "moved"))
         # Asked again after restoring iteration 4: the same admission, no second Requeued.
+        self.assertEqual(c.start("a", "rollout", 4)["uid"], 9)
+
+    def test_a_readmission_that_is_not_a_move_is_told_by_its_refused_report_not_here(self):
+        c = Scripted([7, 9], completed=4, ended="failed")
+        c.start("a", "rollout", 3)
         self.assertEqual(c.start("a", "rollout", 4)["uid"], 9)
 
     def test_the_first_grant_is_not_a_move(self):

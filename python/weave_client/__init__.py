@@ -305,14 +305,15 @@ class WeaveClient:
             before, now = self._admission.get(job_id), int(body["uid"])
             self._admission[job_id] = now
             if before is not None and before != now:
-                # The job was moved (or re-admitted) between phases: nothing in flight was
-                # lost, but it runs elsewhere now. The driver restores the iteration the new
-                # admission starts from (the one it asked for) and asks again; the grant is
-                # kept for it.
+                # A new admission since this driver's last grant. A consolidation move takes
+                # effect between phases (after the training in flight finished), so no report
+                # was refused: the job runs elsewhere now, and the driver restores the iteration
+                # the new admission starts from (the one it asked for) and asks again; the grant
+                # is kept for it.
                 view = self._request("GET", f"/v1/jobs/{job_id}", retry=True)[1]
-                moved = [h for h in view.get("history", []) if h["kind"] in ("moved", "preempted", "failed")]
-                reason = (moved[-1]["kind"] if moved else "a new admission")
-                raise Requeued(job_id, int(view["job"].get("completed_iterations", iteration)), reason)
+                ended = [h for h in view.get("history", []) if h["kind"] in ("moved", "preempted", "failed")]
+                if ended and ended[-1]["kind"] == "moved":
+                    raise Requeued(job_id, int(view["job"].get("completed_iterations", iteration)), "moved")
         return body
 
     def finish(
