@@ -18,7 +18,7 @@ class Scripted(WeaveClient):
     def _request(self, method, path, body=None, retry=False):
         self.sent.append((method, path))
         if method == "GET":
-            return 200, {"job": {"completed_iterations": self.completed, "uid": self.grants[0]},
+            return 200, {"job": {"completed_iterations": self.completed},
                          "history": [{"kind": self.ended, "meta": {"resume_from": self.completed}}]}
         return 200, {"uid": self.grants.pop(0)}
 
