@@ -7,6 +7,7 @@
 pub mod auth;
 mod history;
 pub mod http;
+pub mod limits;
 pub mod metrics;
 mod openapi;
 pub mod plane;

@@ -14,6 +14,10 @@ use weave_core::{ClusterConfig, Micros};
 use weave_place::{PlacePolicy, PlacerConfig};
 use weave_store::{Store, StoreError};
 
+mod placement_record;
+pub use crate::limits::InputLimits;
+use placement_record::{check_placement, record_placement};
+
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     pub data_dir: PathBuf,
@@ -93,63 +97,6 @@ pub struct ConnectionLimits {
     pub inputs: InputLimits,
 }
 
-/// Bounds on what a client's request may leave in durable records and held events, checked
-/// where a request is accepted (never at replay: a store written before a bound still opens).
-/// With every kept field bounded, one token at its request rate adds at most a bounded number
-/// of bytes per second, and the history's byte retention bounds what stays in memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct InputLimits {
-    /// A reason (a restart's, a node's, a notice's): characters, no control characters.
-    pub reason_chars: usize,
-    /// A phase finish's `meta`, as compact JSON.
-    pub meta_bytes: usize,
-    /// A submission's `launch.env`: names and values together.
-    pub env_bytes: usize,
-}
-
-impl Default for InputLimits {
-    fn default() -> Self {
-        // A reason is a sentence; the reference jobs' meta is under 400 bytes (versions,
-        // digests, counts); an environment of a few dozen settings fits 4 KiB.
-        InputLimits { reason_chars: 200, meta_bytes: 4096, env_bytes: 4096 }
-    }
-}
-
-impl InputLimits {
-    /// `reason` if it is within [`InputLimits::reason_chars`] and has no control characters.
-    pub fn check_reason(&self, reason: &str) -> Result<(), String> {
-        if reason.chars().count() > self.reason_chars || reason.chars().any(char::is_control) {
-            return Err(format!("`reason`: at most {} characters, no control characters", self.reason_chars));
-        }
-        Ok(())
-    }
-
-    /// A finish's `meta`: a JSON object of at most [`InputLimits::meta_bytes`] as compact JSON.
-    pub fn check_meta(&self, meta: &serde_json::Value) -> Result<(), String> {
-        if !meta.is_object() {
-            return Err("`meta`: expected a JSON object".into());
-        }
-        let bytes = serde_json::to_vec(meta).map_or(usize::MAX, |v| v.len());
-        if bytes > self.meta_bytes {
-            return Err(format!("`meta`: {bytes} bytes as JSON, at most {}", self.meta_bytes));
-        }
-        Ok(())
-    }
-
-    /// A launch environment: names and values together within [`InputLimits::env_bytes`], no
-    /// NUL in a value (a process environment cannot hold one).
-    pub fn check_env(&self, env: &std::collections::BTreeMap<String, String>) -> Result<(), String> {
-        let bytes: usize = env.iter().map(|(k, v)| k.len() + v.len()).sum();
-        if bytes > self.env_bytes {
-            return Err(format!("`launch.env`: {bytes} bytes of names and values, at most {}", self.env_bytes));
-        }
-        if let Some((k, _)) = env.iter().find(|(_, v)| v.contains('\0')) {
-            return Err(format!("`launch.env.{k}`: a value may not contain NUL"));
-        }
-        Ok(())
-    }
-}
-
 /// Connections one address may hold unless configured otherwise.
 pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 1024;
 
@@ -220,80 +167,6 @@ pub enum ServeError {
     Snapshot { at: u64, message: String },
     #[error("{path}: {message}")]
     Placement { path: String, message: String },
-}
-
-/// The placement a store's records were decided under is part of what they mean: replayed
-/// under another, its jobs would be placed elsewhere than their drivers were told. It is
-/// recorded beside the store (atomically, with the store's mode) once the store is known to
-/// replay under it, and checked on every start before anything is replayed. `Ok(Some(mode))`:
-/// not recorded yet; record `mode` once the replay has worked ([`record_placement`]).
-fn check_placement(cfg: &ServerConfig, store: &Store) -> Result<Option<&'static str>, ServeError> {
-    let path = cfg.data_dir.join("placement");
-    let mode = placement_mode(cfg.placement.consolidate);
-    let refuse = |message: String| ServeError::Placement { path: path.display().to_string(), message };
-    match std::fs::read_to_string(&path) {
-        Ok(written) if written.trim() == mode => Ok(None),
-        Ok(written) => {
-            let how = if written.trim() == "disagg-only" { "with --disagg-only" } else { "without --disagg-only" };
-            Err(refuse(format!(
-                "this store was written with `{}` placement, and replaying it with `{mode}` would move its jobs: \
-                 start the server {how}, or give a new --data",
-                written.trim()
-            )))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            if !store.is_empty() && !cfg.placement.chosen {
-                return Err(refuse(
-                    "this store was written before its placement was recorded (earlier versions placed as the \
-                     paper's Weave unless started with --consolidate): start with --disagg-only, the placement \
-                     those versions used by default (or --consolidate if it was started with that); nothing is \
-                     recorded until the store replays under it"
-                        .into(),
-                ));
-            }
-            Ok(Some(mode))
-        }
-        Err(e) => Err(refuse(format!("cannot read: {e}"))),
-    }
-}
-
-fn placement_mode(consolidate: bool) -> &'static str {
-    if consolidate {
-        "full-weave"
-    } else {
-        "disagg-only"
-    }
-}
-
-/// Records `mode` as the store's placement, after the replay under it worked; a replay that
-/// failed records nothing and its error names the flag of the other placement.
-fn record_placement(cfg: &ServerConfig, mode: &str, replayed: Result<Plane, ServeError>) -> Result<Plane, ServeError> {
-    let path = cfg.data_dir.join("placement");
-    let refuse = |message: String| ServeError::Placement { path: path.display().to_string(), message };
-    let plane = replayed.map_err(|e| {
-        let other = if cfg.placement.consolidate { "--disagg-only" } else { "--consolidate" };
-        refuse(format!(
-            "the store does not replay under `{mode}` placement ({e}); nothing was recorded: if it was written \
-             with the other placement, start with {other}"
-        ))
-    })?;
-    write_atomically(&path, mode).map_err(|e| refuse(format!("cannot record the placement: {e}")))?;
-    Ok(plane)
-}
-
-/// Writes `text` to `path` as the store writes its own files: a temporary file of mode 0600
-/// beside it, synced, renamed over `path`, and the directory synced, so a crash leaves the old
-/// file or the new one, never a part.
-fn write_atomically(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
-    f.write_all(text.as_bytes())?;
-    f.write_all(b"\n")?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    std::fs::File::open(path.parent().unwrap_or(std::path::Path::new(".")))?.sync_all()
 }
 
 /// A plane configured as `cfg` says, with no state yet.

@@ -1,0 +1,40 @@
+//! How much history the plane holds, and what an event costs as retention counts it.
+
+use super::PlaneEvent;
+
+/// How much history the plane holds: the newest events, and ended jobs (their entries; a job
+/// name let go may be taken again). Bounded, so memory and snapshots follow the live state,
+/// not the age of the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    pub events: usize,
+    /// The held events' size at most, in bytes as [`event_bytes`] counts them: with clients'
+    /// strings and metadata bounded per request (`InputLimits`), this bounds what a tenant
+    /// filling its events with the largest allowed metadata can make the server hold.
+    pub event_bytes: u64,
+    pub jobs: usize,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention { events: 200_000, event_bytes: 64 << 20, jobs: 10_000 }
+    }
+}
+
+/// What one held event costs in memory, as retention counts it: a fixed part (the event, its
+/// `Arc` and its slot in the history) and its strings and metadata. An estimate, but a
+/// deterministic one (a replay holds exactly the events the live server held).
+pub fn event_bytes(e: &PlaneEvent) -> u64 {
+    const FIXED: usize = 160;
+    (FIXED + e.job.len() + e.kind.len() + e.tenant.len() + e.meta.as_ref().map_or(0, json_bytes)) as u64
+}
+
+fn json_bytes(v: &serde_json::Value) -> usize {
+    use serde_json::Value;
+    match v {
+        Value::Null | Value::Bool(_) | Value::Number(_) => 16,
+        Value::String(s) => 24 + s.len(),
+        Value::Array(a) => 24 + a.iter().map(json_bytes).sum::<usize>(),
+        Value::Object(o) => 48 + o.iter().map(|(k, v)| 32 + k.len() + json_bytes(v)).sum::<usize>(),
+    }
+}
