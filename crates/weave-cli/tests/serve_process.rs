@@ -301,6 +301,8 @@ fn a_full_disk_refuses_writes_and_recovers_when_freed() {
     let start = |data: &Path| {
         let mut child = Command::new(env!("CARGO_BIN_EXE_weave"))
             .args(["serve", "--addr", "127.0.0.1:0", "--heartbeat-timeout-s", "600"])
+            // Launch environments of 40 KB, above the default bound, to grow the store fast.
+            .args(["--max-env-bytes", "65536"])
             .arg("--data")
             .arg(data)
             .arg("--tenants")
