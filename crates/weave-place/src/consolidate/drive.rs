@@ -30,7 +30,8 @@ pub enum Deferred {
 }
 
 impl Deferred {
-    fn job(&self) -> JobId {
+    /// The job whose move waits.
+    pub fn job(&self) -> JobId {
         match self {
             Deferred::Move(m) | Deferred::PairUp { opener: m, .. } => m.job,
         }
@@ -43,8 +44,8 @@ pub trait ConsolidationDriver {
     /// The jobs that may move now: [`super::movable`] with what the driver knows of its jobs'
     /// progress and SLO slack (empty when consolidation is off).
     fn movable(&mut self) -> Movable;
-    /// Carries out a planned move: the job leaves where it runs (its partial iteration is
-    /// lost) and is placed at `m.target`, or where admission decides if the target no longer
+    /// Carries out a planned move: the job, holding no work, leaves where it runs and is
+    /// placed at `m.target`, or where admission decides if the target no longer
     /// takes it; the driver records the move against its churn limits unless `counted` (a
     /// deferred move, counted when it was decided). Returns the job's id where it now runs
     /// (the server gives each admission a new one), `None` if it could not be placed again.

@@ -56,9 +56,9 @@ impl ConsolidationDriver for At<'_> {
         let (Deferred::Move(m) | Deferred::PairUp { opener: m, .. }) = d;
         let p = &mut *self.plane;
         if let Some(c) = p.churn.as_mut() {
-            c.record(m.job, Micros(self.time_us));
+            c.record(d.job(), Micros(self.time_us));
         }
-        if let Some(name) = p.names.get(m.job.0 as usize).cloned() {
+        if let Some(name) = p.names.get(d.job().0 as usize).cloned() {
             let group = p.group_of(&name);
             let meta = serde_json::json!({ "to": m.target, "when": "its training finishes" });
             p.event(PlaneEvent { meta: Some(meta), ..ev(self.time_us, &name, "move-deferred", None, None, group) });

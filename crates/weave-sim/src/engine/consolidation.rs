@@ -70,9 +70,7 @@ impl ConsolidationDriver for Engine<'_> {
 
     /// Counted now against the churn limits and in the move's cost estimate.
     fn defer(&mut self, d: Deferred, movable: &Movable) {
-        let job = match d {
-            Deferred::Move(m) | Deferred::PairUp { opener: m, .. } => m.job,
-        };
+        let job = d.job();
         self.churn.record(job, self.now);
         if let Some(c) = movable.get(&job) {
             self.metrics.events.consolidation_cost_estimate += c.once;
