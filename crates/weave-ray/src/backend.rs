@@ -149,7 +149,7 @@ impl RayBackend {
                 uid: j.id.0,
                 running: j.state == JobState::Running,
                 completed: j.state == JobState::Completed,
-                launched_by_weave: j.submit.launch.is_some(),
+                launched_by_weave: j.submit.server.launch.is_some(),
                 nodes: j
                     .decision
                     .as_ref()

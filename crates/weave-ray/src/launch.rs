@@ -33,7 +33,7 @@ pub fn job_env(j: &JobEntry, server_url: &str, token: &str, cluster: &ClusterCon
     set("WEAVE_NODE_RESOURCE_PREFIX", RESOURCE_PREFIX.to_string());
     set("WEAVE_ROLLOUT_GPUS_PER_NODE", cluster.rollout.gpus_per_node.to_string());
     set("WEAVE_TRAINING_GPUS_PER_NODE", cluster.training.gpus_per_node.to_string());
-    set("WEAVE_RESUME_FROM", j.submit.resume_from.unwrap_or(0).to_string());
+    set("WEAVE_RESUME_FROM", j.submit.server.resume_from.unwrap_or(0).to_string());
     if let Some(n) = j.iterations {
         set("WEAVE_ITERATIONS", n.to_string());
     }
@@ -48,7 +48,7 @@ pub fn submission_body(
     token: &str,
     cluster: &ClusterConfig,
 ) -> Option<serde_json::Value> {
-    let launch = j.submit.launch.as_ref()?;
+    let launch = j.submit.server.launch.as_ref()?;
     let mut env = launch.env.clone();
     env.extend(job_env(j, server_url, token, cluster));
     Some(json!({

@@ -11,7 +11,6 @@ use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{from_fn_with_state, Next};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
@@ -24,6 +23,7 @@ use tower_http::timeout::RequestBodyTimeoutLayer;
 mod cluster;
 mod gate;
 mod listing;
+pub mod routes;
 pub use listing::next_page;
 
 pub struct ApiError {
@@ -148,7 +148,7 @@ async fn submit(
     spec.check_limits()
         .and_then(|()| spec.check_staleness(s.cfg.max_staleness))
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.to_string()))?;
-    if let Some(launch) = &spec.launch {
+    if let Some(launch) = &spec.server.launch {
         s.cfg.limits.inputs.check_env(&launch.env).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
     }
     // Names are per tenant: another tenant's job of the same name gets a key of its own.
@@ -532,29 +532,17 @@ async fn whole_body(State(s): State<Arc<Shared>>, req: axum::extract::Request, n
 pub fn router(shared: Arc<Shared>, rate: Option<RateLimits>) -> Router {
     let limit = shared.cfg.max_body_bytes;
     let body_timeout = shared.cfg.limits.body_timeout;
-    let open = Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/openapi.json", get(openapi));
-    let mut authenticated = Router::new()
-        // Its token may come as `?token=` (see `query_token`); rate-limited like the rest.
-        .route("/status", get(status_page))
-        .route("/metrics", get(metrics))
-        .route("/v1/jobs", post(submit).get(listing::list_jobs))
-        .route("/v1/jobs/{id}", get(show_job).delete(cancel_job))
-        .route("/v1/jobs/{id}/heartbeat", post(gate::heartbeat))
-        .route("/v1/jobs/{id}/restart", post(restart_job))
-        .route("/v1/jobs/{id}/loan/return", post(gate::return_loan))
-        .route("/v1/jobs/{id}/phases/{phase}/{iteration}/start", post(gate::phase_start))
-        .route("/v1/jobs/{id}/phases/{phase}/{iteration}/finish", post(gate::phase_finish))
-        .route("/v1/groups", get(cluster::groups))
-        .route("/v1/nodes", get(cluster::nodes))
-        .route("/v1/nodes/{node}/down", post(cluster::node_down))
-        .route("/v1/nodes/{node}/up", post(cluster::node_up))
-        .route("/v1/nodes/{node}/notice", post(cluster::node_notice))
-        .route("/v1/cluster", get(cluster::cluster))
-        .route("/v1/events", get(events))
-        .route("/v1/queue", get(listing::queue))
+    // The status page's token may come as `?token=` (see `query_token`); rate-limited like
+    // the rest of the authenticated routes.
+    let (mut open, mut authenticated) = (Router::new(), Router::new());
+    for r in routes::table() {
+        if r.access == routes::Access::Open {
+            open = open.route(r.path, r.handler);
+        } else {
+            authenticated = authenticated.route(r.path, r.handler);
+        }
+    }
+    let mut authenticated = authenticated
         // Inside the rate limit: a limited request's body is never read.
         .route_layer(from_fn_with_state(shared.clone(), whole_body));
     if let Some(cfg) = rate {

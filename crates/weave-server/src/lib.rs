@@ -9,7 +9,7 @@ mod history;
 pub mod http;
 pub mod limits;
 pub mod metrics;
-mod openapi;
+pub mod openapi;
 pub mod plane;
 pub mod state;
 mod status;

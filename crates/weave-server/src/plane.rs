@@ -30,7 +30,7 @@ use job::{measured_variation, Measured};
 pub use job::{JobEntry, JobState};
 pub use lending::Loan;
 pub use queue::Queued;
-pub use record::{limits, LaunchSpec, PlaneError, Record, SubmitSpec, DEFAULT_SLO};
+pub use record::{limits, LaunchSpec, PlaneError, Record, ServerFields, SubmitSpec, DEFAULT_SLO};
 pub use retention::{event_bytes, Retention};
 
 /// What happened, for clients and tests (grants, finishes with their metadata, endings).
@@ -300,8 +300,8 @@ impl Plane {
         let mut place = PlaceJob::from_spec(spec, slo, &self.profile, &self.cluster);
         // check_limits refused negative and non-finite figures before they were recorded.
         let us = |s: Option<f64>| s.filter(|s| s.is_finite() && *s >= 0.0).map(Micros::from_secs_f64);
-        place.costs = place.costs.with_measured(us(submit.switch_warm_s), us(submit.switch_cold_s));
-        place.sync = us(submit.sync_s).unwrap_or(place.sync);
+        place.costs = place.costs.with_measured(us(submit.server.switch_warm_s), us(submit.server.switch_cold_s));
+        place.sync = us(submit.server.sync_s).unwrap_or(place.sync);
         place
     }
 
@@ -509,8 +509,8 @@ impl Plane {
         // An ended admission is never launched again: its command and environment (up to the
         // input limits each) are let go, so the ended jobs held cost little each. That it was
         // launched by a backend stays known.
-        if j.submit.launch.as_ref().is_some_and(|l| !l.entrypoint.is_empty() || !l.env.is_empty()) {
-            let launch = Arc::make_mut(j).submit.launch.as_mut().expect("checked");
+        if j.submit.server.launch.as_ref().is_some_and(|l| !l.entrypoint.is_empty() || !l.env.is_empty()) {
+            let launch = Arc::make_mut(j).submit.server.launch.as_mut().expect("checked");
             (launch.entrypoint, launch.env) = (String::new(), Default::default());
         }
         let j = &self.jobs[name];
@@ -549,8 +549,8 @@ impl Plane {
         let spec = submit.to_spec(id, Micros(time_us))?;
         let slo = submit.allowed_slowdown();
         let mut place = self.place_job(&spec, slo, submit);
-        let start = submit.resume_from.unwrap_or(0);
-        let remaining = submit.iterations.map(|n| n.saturating_sub(start));
+        let start = submit.server.resume_from.unwrap_or(0);
+        let remaining = submit.job.iterations.map(|n| n.saturating_sub(start));
         let fresh = carried.is_none();
         let measured = match carried {
             Some((times, measured)) => {
@@ -577,9 +577,9 @@ impl Plane {
             None => Arc::make_mut(&mut self.placer).admit(place),
         }
         .map_err(|e: PlaceError| PlaneError::Placement(e.to_string()))?;
-        let member = seen.member(&decision, true, submit.iterations, start);
+        let member = seen.member(&decision, true, submit.job.iterations, start);
         let staleness = member.staleness;
-        let iterations = submit.iterations;
+        let iterations = submit.job.iterations;
         let group = decision.group;
         self.names.push_back(submit.id.clone());
         self.jobs.insert(
@@ -620,7 +620,7 @@ impl Plane {
             d.set_logging(false);
             Arc::new(d)
         });
-        if submit.launch.is_some() {
+        if submit.server.launch.is_some() {
             // A launched job starts its processes after admission (seconds to minutes): its
             // nodes serve the group meanwhile, and it joins the rotation when it first asks.
             self.job_mut(&submit.id).expect("just admitted").pending_join = Some(member);

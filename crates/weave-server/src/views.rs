@@ -302,7 +302,7 @@ pub(crate) fn job_page(
 /// A submission waiting in the queue, as clients see it; `start_in_us`: its projected start.
 pub fn queued_view(q: &crate::plane::Queued, position: usize, start_in_us: Option<u64>) -> JobView {
     let spec = q.submit.to_spec(weave_core::JobId(0), weave_core::Micros(q.submitted_us)).ok();
-    let first = q.submit.resume_from.unwrap_or(0);
+    let first = q.submit.server.resume_from.unwrap_or(0);
     JobView {
         id: q.submit.id.clone(),
         uid: 0,
@@ -310,7 +310,7 @@ pub fn queued_view(q: &crate::plane::Queued, position: usize, start_in_us: Optio
         state: JobState::Queued,
         job_type: spec.as_ref().map(|s| s.job_type.to_string()).unwrap_or_default(),
         slo: q.submit.allowed_slowdown(),
-        iterations: q.submit.iterations,
+        iterations: q.submit.job.iterations,
         completed_iterations: first,
         group: None,
         placement: None,

@@ -106,7 +106,7 @@ fn a_lost_node_fails_its_jobs_readmits_them_and_leaves_the_others() {
     records.push(down);
     let b = p.job("b").unwrap();
     assert_eq!(b.state, JobState::Running, "re-admitted");
-    assert_eq!(b.submit.resume_from, Some(2));
+    assert_eq!(b.submit.server.resume_from, Some(2));
     assert_eq!(b.completed_iterations, 2);
     assert_eq!(b.decision.as_ref().unwrap().rollout_nodes, vec![node("r2")], "never the lost node");
     assert_eq!(b.next(), (Phase::Rollout, 2));
@@ -218,7 +218,7 @@ fn a_preemption_notice_closes_the_node_and_its_job_moves_when_it_goes() {
     p.apply(&down).unwrap();
     records.push(down);
     let a = p.job("a").unwrap();
-    assert_eq!((a.state, a.submit.resume_from), (JobState::Running, Some(2)));
+    assert_eq!((a.state, a.submit.server.resume_from), (JobState::Running, Some(2)));
     assert!(!a.decision.as_ref().unwrap().rollout_nodes.contains(&node("r0")));
     assert!(p.notices().next().is_none() && p.notices_due(u64::MAX).is_empty());
     let late = Record::NodeNotice {
@@ -284,19 +284,19 @@ fn a_readmission_is_placed_with_the_switches_the_job_reported() {
         p.apply(r).unwrap();
     }
     let a = p.job("a").unwrap();
-    assert_eq!(a.submit.switch_warm_s, None, "the submission declared none");
+    assert_eq!(a.submit.server.switch_warm_s, None, "the submission declared none");
     let lost = a.decision.as_ref().unwrap().rollout_nodes[0];
     let down = Record::NodeDown { time_us: 100, node: lost, reason: "gone".into() };
     p.apply(&down).unwrap();
     records.push(down);
     let a = p.job("a").unwrap();
     assert_eq!((a.state, a.completed_iterations), (JobState::Running, 3), "re-admitted");
-    assert_eq!((a.submit.switch_warm_s, a.submit.switch_cold_s), (Some(0.5), Some(2.5)), "the medians reported");
+    assert_eq!((a.submit.server.switch_warm_s, a.submit.server.switch_cold_s), (Some(0.5), Some(2.5)), "the medians reported");
     let mut replay = plane();
     for r in &records {
         replay.apply(r).unwrap();
     }
-    assert_eq!(replay.job("a").unwrap().submit.switch_warm_s, Some(0.5), "a replay learns the same");
+    assert_eq!(replay.job("a").unwrap().submit.server.switch_warm_s, Some(0.5), "a replay learns the same");
 }
 
 mod common;
@@ -491,7 +491,7 @@ fn a_restart_runs_the_job_again_from_its_last_completed_iteration() {
     let b = p.job("b").unwrap();
     assert_eq!(b.state, JobState::Running, "re-admitted");
     assert_ne!(b.id, b_before.id, "a new admission");
-    assert_eq!((b.completed_iterations, b.submit.resume_from), (2, Some(2)));
+    assert_eq!((b.completed_iterations, b.submit.server.resume_from), (2, Some(2)));
     assert_eq!(b.next(), (Phase::Rollout, 2), "the lost rollout runs again");
     let readmitted = p.events().iter().rev().find(|e| e.job == "b" && e.kind == "readmitted").unwrap();
     assert_eq!(readmitted.meta.as_ref().unwrap()["resume_from"], 2);

@@ -126,7 +126,7 @@ fn reclaim_borrowed_then_outranked_never_inside_the_minimum_run_and_replay_agree
     assert_eq!(state(&p, "a2"), JobState::Preempted);
     assert!(p.job("a2").unwrap().failure.as_deref().unwrap().contains("higher-priority"));
     assert_eq!(queue(&p), ["a1", "a2"]);
-    assert_eq!(p.queue()[1].submit.resume_from, Some(1), "a2 resumes from iteration 1");
+    assert_eq!(p.queue()[1].submit.server.resume_from, Some(1), "a2 resumes from iteration 1");
     // A normal job never displaces a high one.
     apply(&mut p, &mut records, submit(2000, "alice", "a4", "normal"));
     assert_eq!(state(&p, "a3"), JobState::Running);

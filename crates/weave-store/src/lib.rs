@@ -35,7 +35,7 @@ pub(crate) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
 /// Written and removed again to find out whether the disk takes writes (see `Store::probe`).
 const PROBE: TableDefinition<u64, &[u8]> = TableDefinition::new("probe");
 /// The storage library's page cache.
-const CACHE_BYTES: usize = 32 * 1024 * 1024;
+const CACHE_BYTES: usize = 16 * 1024 * 1024;
 
 #[derive(Debug, Error)]
 pub enum StoreError {

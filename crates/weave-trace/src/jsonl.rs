@@ -6,6 +6,7 @@
 //! `rollout_nodes`, `train_nodes`, `slo`, exactly one of `iterations` / `departure_s`, and
 //! optionally both of `rollout_s` / `train_s` (measured per-iteration durations).
 
+use crate::fields::{JobFields, NoUnknownFields};
 use crate::{err, Trace, TraceError};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -14,46 +15,21 @@ use weave_core::{
 };
 use weave_model::REFERENCE_BATCH;
 
-/// One line of the JSON Lines format, as written and read.
+/// One line of the JSON Lines format, as written and read: the job's fields ([`JobFields`])
+/// with the trace's own (arrival, departure, tenant).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct JsonlJob {
     pub id: String,
     pub arrival_s: f64,
-    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
-    pub job_type: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_tokens: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub batch: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub algorithm: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rollout_nodes: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub train_nodes: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slo: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub iterations: Option<u64>,
+    #[serde(flatten)]
+    pub job: JobFields,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub departure_s: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rollout_s: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub train_s: Option<f64>,
     /// The team the job belongs to (absent: the default tenant).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
-    /// `low`, `normal` (default) or `high`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub priority: Option<String>,
-    /// Bounded staleness k, a whole number 0..=8 (absent: 0, on-policy). Read as any JSON
-    /// value so a negative, fractional or huge one is refused naming this field.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub staleness: Option<serde_json::Value>,
+    #[serde(flatten, skip_serializing)]
+    pub strict: NoUnknownFields,
 }
 
 type FieldResult<T> = Result<T, (&'static str, String)>;
@@ -63,22 +39,22 @@ impl JsonlJob {
     pub fn to_spec(&self) -> FieldResult<JobSpec> {
         let job_type = self.job_type()?;
         let arrival = seconds("arrival_s", self.arrival_s)?;
-        let lifetime = match (self.iterations, self.departure_s) {
+        let lifetime = match (self.job.iterations, self.departure_s) {
             (Some(n), None) => Lifetime::Iterations(n),
             (None, Some(d)) => Lifetime::SoloUntil(seconds("departure_s", d)?),
             _ => return Err(("iterations", "give exactly one of `iterations` and `departure_s`".into())),
         };
-        let slo = self.slo.map(Slo::new).transpose().map_err(|e| ("slo", e.to_string()))?;
-        let algorithm = match &self.algorithm {
+        let slo = self.job.slo.map(Slo::new).transpose().map_err(|e| ("slo", e.to_string()))?;
+        let algorithm = match &self.job.algorithm {
             Some(a) => a.parse::<Algorithm>().map_err(|e| ("algorithm", e.to_string()))?,
             None => Algorithm::default(),
         };
-        let phase_times = match (self.rollout_s, self.train_s) {
+        let phase_times = match (self.job.rollout_s, self.job.train_s) {
             (None, None) => None,
             (Some(r), Some(t)) => Some(PhaseTimes { rollout: seconds("rollout_s", r)?, train: seconds("train_s", t)? }),
             _ => return Err(("rollout_s", "give both `rollout_s` and `train_s`, or neither".into())),
         };
-        let priority = match &self.priority {
+        let priority = match &self.job.priority {
             Some(p) => p.parse::<Priority>().map_err(|e| ("priority", e))?,
             None => Priority::default(),
         };
@@ -89,7 +65,7 @@ impl JsonlJob {
                 return Err(("tenant", format!("`{t}`: 1-64 letters, digits, `-`, `_` or `.`")));
             }
         }
-        let staleness = match &self.staleness {
+        let staleness = match &self.job.staleness {
             None => 0,
             Some(v) => {
                 v.as_u64().and_then(|k| u32::try_from(k).ok()).filter(|k| *k <= weave_core::MAX_STALENESS).ok_or((
@@ -104,10 +80,10 @@ impl JsonlJob {
             name: self.id.clone(),
             arrival,
             job_type,
-            batch: self.batch.unwrap_or(REFERENCE_BATCH),
+            batch: self.job.batch.unwrap_or(REFERENCE_BATCH),
             algorithm,
-            rollout_nodes: self.rollout_nodes.unwrap_or(width),
-            train_nodes: self.train_nodes.unwrap_or(width),
+            rollout_nodes: self.job.rollout_nodes.unwrap_or(width),
+            train_nodes: self.job.train_nodes.unwrap_or(width),
             slo,
             lifetime,
             phase_times,
@@ -123,7 +99,7 @@ impl JsonlJob {
     }
 
     fn job_type(&self) -> FieldResult<JobType> {
-        match (&self.job_type, &self.model, &self.max_tokens) {
+        match (&self.job.job_type, &self.job.model, &self.job.max_tokens) {
             (Some(t), None, None) => t.parse().map_err(|e: weave_core::JobSpecError| ("type", e.to_string())),
             (None, Some(m), Some(l)) => {
                 let model: ModelSize = m.parse().map_err(|e: weave_core::JobSpecError| ("model", e.to_string()))?;
@@ -150,19 +126,22 @@ impl JsonlJob {
         JsonlJob {
             id: job.name.clone(),
             arrival_s: job.arrival.as_secs_f64(),
-            job_type: Some(job.job_type.to_string()),
-            batch: (job.batch != REFERENCE_BATCH).then_some(job.batch),
-            algorithm: Some(job.algorithm.to_string()),
-            rollout_nodes: (job.rollout_nodes != width).then_some(job.rollout_nodes),
-            train_nodes: (job.train_nodes != width).then_some(job.train_nodes),
-            slo: job.slo.map(Slo::get),
-            iterations,
+            job: JobFields {
+                job_type: Some(job.job_type.to_string()),
+                batch: (job.batch != REFERENCE_BATCH).then_some(job.batch),
+                algorithm: Some(job.algorithm.to_string()),
+                rollout_nodes: (job.rollout_nodes != width).then_some(job.rollout_nodes),
+                train_nodes: (job.train_nodes != width).then_some(job.train_nodes),
+                slo: job.slo.map(Slo::get),
+                iterations,
+                rollout_s: job.phase_times.map(|p| p.rollout.as_secs_f64()),
+                train_s: job.phase_times.map(|p| p.train.as_secs_f64()),
+                priority: (job.priority != Priority::default()).then(|| job.priority.to_string()),
+                staleness: (job.staleness > 0).then(|| job.staleness.into()),
+                ..Default::default()
+            },
             departure_s,
-            rollout_s: job.phase_times.map(|p| p.rollout.as_secs_f64()),
-            train_s: job.phase_times.map(|p| p.train.as_secs_f64()),
             tenant: job.tenant.clone(),
-            priority: (job.priority != Priority::default()).then(|| job.priority.to_string()),
-            staleness: (job.staleness > 0).then(|| job.staleness.into()),
             ..Default::default()
         }
     }

@@ -6,11 +6,13 @@
 
 mod authors;
 mod datetime;
+pub mod fields;
 pub mod generate;
 mod jsonl;
 mod summary;
 
 pub use generate::{Arrivals, GenConfig, GenMode, ProfileClass, SizeClass, TenantMix};
+pub use fields::{JobFields, NoUnknownFields};
 pub use jsonl::{write_jsonl, JsonlJob};
 pub use summary::{Summary, TypeCount};
 

@@ -140,7 +140,7 @@ impl Plane {
         let j = self.jobs.get(name).filter(|j| j.state == JobState::Running)?;
         let (resubmit, carried) = j.resubmission();
         let (tenant, id, group) = (j.tenant.clone(), j.id, self.group_of(name));
-        let meta = serde_json::json!({ "to": target, "resume_from": resubmit.resume_from.unwrap_or(0) });
+        let meta = serde_json::json!({ "to": target, "resume_from": resubmit.server.resume_from.unwrap_or(0) });
         self.event(PlaneEvent { meta: Some(meta), ..ev(time_us, name, "moved", None, None, group) });
         self.return_loan(time_us, name, "its admission ended");
         if let Some(g) = group {

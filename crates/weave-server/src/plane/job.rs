@@ -175,7 +175,7 @@ impl JobEntry {
     /// staleness), less the time from admission to its last training's end. Slack banked by
     /// earlier admissions is not carried (a move is judged more strictly, never less).
     pub fn banked_slack(&self) -> Micros {
-        let done = self.completed_iterations.saturating_sub(self.submit.resume_from.unwrap_or(0));
+        let done = self.completed_iterations.saturating_sub(self.submit.server.resume_from.unwrap_or(0));
         let solo = weave_dispatch::timing::solo_period(self.estimate.rollout, self.estimate.train, self.gate.staleness);
         let allowed = Micros(solo.0.saturating_mul(done)).scale(self.slo);
         let taken = if done == 0 { 0 } else { self.iteration_started_us.saturating_sub(self.submitted_us) };
@@ -211,11 +211,11 @@ impl JobEntry {
     /// which outlives its nodes and places the new admission.
     pub(super) fn resubmission(&self) -> (SubmitSpec, Option<(PhaseTimes, Measured)>) {
         let mut resubmit = self.submit.clone();
-        resubmit.resume_from = (self.completed_iterations > 0).then_some(self.completed_iterations);
+        resubmit.server.resume_from = (self.completed_iterations > 0).then_some(self.completed_iterations);
         // What it measured of its switches replaces what it declared (or the model's).
         let (warm, cold) = self.switches.medians();
-        resubmit.switch_warm_s = warm.map(Micros::as_secs_f64).or(resubmit.switch_warm_s);
-        resubmit.switch_cold_s = cold.map(Micros::as_secs_f64).or(resubmit.switch_cold_s);
+        resubmit.server.switch_warm_s = warm.map(Micros::as_secs_f64).or(resubmit.server.switch_warm_s);
+        resubmit.server.switch_cold_s = cold.map(Micros::as_secs_f64).or(resubmit.server.switch_cold_s);
         let carried = self.measured_estimate().then(|| (self.estimate, self.measured.clone()));
         (resubmit, carried)
     }
@@ -254,7 +254,7 @@ impl Plane {
             // against the time since its last training ended.
             // Its first iteration has nothing to overlap with.
             let roll = j.measured.0.back().copied().unwrap_or(Micros::ZERO);
-            let first = iteration == j.submit.resume_from.unwrap_or(0);
+            let first = iteration == j.submit.server.resume_from.unwrap_or(0);
             let own = weave_dispatch::timing::solo_period(roll, duration, if first { 0 } else { j.gate.staleness });
             let wall = time_us.saturating_sub(j.iteration_started_us);
             self.stats.iterations += 1;

@@ -138,9 +138,9 @@ impl Plane {
         for (name, tenant, resubmit, carried) in leaving {
             let outcome = match self.admit_or_queue(time_us, &tenant, &resubmit, carried, true) {
                 Ok(()) if self.queued(&name).is_some() => {
-                    ("requeued", serde_json::json!({ "resume_from": resubmit.resume_from.unwrap_or(0) }))
+                    ("requeued", serde_json::json!({ "resume_from": resubmit.server.resume_from.unwrap_or(0) }))
                 }
-                Ok(()) => ("readmitted", serde_json::json!({ "resume_from": resubmit.resume_from.unwrap_or(0) })),
+                Ok(()) => ("readmitted", serde_json::json!({ "resume_from": resubmit.server.resume_from.unwrap_or(0) })),
                 Err(e) => ("readmit-failed", serde_json::json!({ "reason": e.to_string() })),
             };
             let group = self.group_of(&name).filter(|_| outcome.0 == "readmitted");

@@ -21,7 +21,7 @@ fn demand(q: &Queued) -> Option<Nodes> {
 }
 
 fn priority(s: &SubmitSpec) -> Priority {
-    s.priority.as_deref().and_then(|p| p.parse().ok()).unwrap_or_default()
+    s.job.priority.as_deref().and_then(|p| p.parse().ok()).unwrap_or_default()
 }
 
 /// A submission waiting for room.
@@ -239,7 +239,7 @@ impl Plane {
         let spec = q.submit.to_spec(weave_core::JobId(u32::MAX), Micros(q.submitted_us)).ok()?;
         let slo = q.submit.allowed_slowdown();
         let times = q.carried.as_ref().map_or_else(|| self.place_job(&spec, slo, &q.submit).times, |c| c.0);
-        let remaining = q.submit.iterations.map(|n| n.saturating_sub(q.submit.resume_from.unwrap_or(0)));
+        let remaining = q.submit.job.iterations.map(|n| n.saturating_sub(q.submit.server.resume_from.unwrap_or(0)));
         at_slo(times, slo, remaining)
     }
 
@@ -348,7 +348,7 @@ impl Plane {
         let (resubmit, carried) = j.resubmission();
         let tenant = j.tenant.clone();
         self.end(time_us, name, JobState::Preempted, Some(reason.into()));
-        let resume = resubmit.resume_from.unwrap_or(0);
+        let resume = resubmit.server.resume_from.unwrap_or(0);
         self.enqueue(time_us, &tenant, &resubmit, carried, true, format!("{reason}; resumes from iteration {resume}"));
     }
 
@@ -369,7 +369,7 @@ impl Plane {
         iteration: u64,
     ) -> Option<Result<bool, PlaneError>> {
         let (_, q) = self.queued(name)?;
-        let first = q.submit.resume_from.unwrap_or(0);
+        let first = q.submit.server.resume_from.unwrap_or(0);
         Some(if (phase, iteration) == (Phase::Rollout, first) {
             Ok(false)
         } else {

@@ -6,40 +6,28 @@ use std::collections::BTreeMap;
 use thiserror::Error;
 use weave_core::{JobId, JobSpec, Micros, NodeId};
 use weave_dispatch::Phase;
-use weave_trace::JsonlJob;
+use weave_trace::{JobFields, JsonlJob, NoUnknownFields};
 
 /// Allowed slowdown of a job that does not give one.
 pub const DEFAULT_SLO: f64 = 1.5;
 
-/// A job as a client submits it: the trace format's fields, without arrival (the server's
-/// clock gives it) and with an optional checkpoint to resume from.
+/// A job as a client submits it: the job's fields shared with the trace format
+/// ([`JobFields`]), without arrival (the server's clock gives it) and with what only a
+/// submission has ([`ServerFields`]). Unknown fields are refused by name.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
 pub struct SubmitSpec {
     pub id: String,
-    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
-    pub job_type: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_tokens: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub batch: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub algorithm: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rollout_nodes: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub train_nodes: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slo: Option<f64>,
-    /// Iterations to run; absent = until cancelled.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub iterations: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rollout_s: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub train_s: Option<f64>,
+    #[serde(flatten)]
+    pub job: JobFields,
+    #[serde(flatten)]
+    pub server: ServerFields,
+    #[serde(flatten, skip_serializing)]
+    pub strict: NoUnknownFields,
+}
+
+/// What a submission has beyond the job's fields.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ServerFields {
     /// Switch costs and sync time the job measured of itself (Weave's runtime reports them
     /// with every phase), seconds: they replace the model's estimate for its model size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -51,19 +39,35 @@ pub struct SubmitSpec {
     /// Re-admission from a checkpoint: iterations already done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_from: Option<u64>,
-    /// Bounded staleness k, a whole number (absent: 0, on-policy): rollout n may run beside
-    /// trainings n-k .. n-1 with the weights they left; each rollout grant names its weights
-    /// version. At most the server's `--max-staleness`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub staleness: Option<serde_json::Value>,
-    /// `low`, `normal` (default) or `high`: the order among a tenant's waiting jobs when the
-    /// pools have quotas.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub priority: Option<String>,
     /// What an execution backend runs for this job (absent: the job runs itself and only
     /// asks Weave where and when).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch: Option<Box<LaunchSpec>>,
+}
+
+impl ServerFields {
+    /// JSON Schema of each field (OpenAPI 3.0 dialect), by its name on the wire.
+    pub fn schema() -> serde_json::Map<String, serde_json::Value> {
+        let props = serde_json::json!({
+            "switch_warm_s": { "type": "number", "minimum": 0, "description": "Measured warm switch, seconds (replaces the model's)." },
+            "switch_cold_s": { "type": "number", "minimum": 0, "description": "Measured cold switch, seconds (replaces the model's)." },
+            "sync_s": { "type": "number", "minimum": 0, "description": "Measured weight sync, seconds (replaces the model's)." },
+            "resume_from": { "type": "integer", "minimum": 0, "description": "Iterations already done (a checkpoint to resume from)." },
+            "launch": {
+                "description": "What an execution backend (weave serve --backend ray) runs for the job. Such a job joins its group's rotation when it first asks to start a phase: its nodes serve the group's other members while its processes start (the job shows `starting`).",
+                "type": "object", "required": ["entrypoint"], "additionalProperties": false,
+                "properties": {
+                    "entrypoint": { "type": "string", "minLength": 1, "maxLength": 4096 },
+                    "env": { "type": "object", "additionalProperties": { "type": "string" },
+                             "description": "Extra environment; names starting with WEAVE_ are reserved." }
+                }
+            }
+        });
+        match props {
+            serde_json::Value::Object(m) => m,
+            _ => unreachable!("a JSON object literal"),
+        }
+    }
 }
 
 /// How an execution backend (Ray) starts a job.
@@ -102,7 +106,7 @@ impl LaunchSpec {
 impl SubmitSpec {
     /// Its allowed slowdown: the one it gives, or the server's default.
     pub fn allowed_slowdown(&self) -> f64 {
-        self.slo.unwrap_or(DEFAULT_SLO)
+        self.job.slo.unwrap_or(DEFAULT_SLO)
     }
 
     /// Validates through the trace reader's rules; errors name the field.
@@ -110,22 +114,11 @@ impl SubmitSpec {
         let row = JsonlJob {
             id: self.id.clone(),
             arrival_s: 0.0,
-            job_type: self.job_type.clone(),
-            model: self.model.clone(),
-            max_tokens: self.max_tokens.clone(),
-            batch: self.batch,
-            algorithm: self.algorithm.clone(),
-            rollout_nodes: self.rollout_nodes,
-            train_nodes: self.train_nodes,
-            slo: self.slo,
-            iterations: Some(self.iterations.unwrap_or(u64::MAX)),
-            departure_s: None,
-            rollout_s: self.rollout_s,
-            train_s: self.train_s,
+            job: JobFields { iterations: Some(self.job.iterations.unwrap_or(u64::MAX)), ..self.job.clone() },
             // The server takes the tenant from the token, not from the submission.
             tenant: None,
-            priority: self.priority.clone(),
-            staleness: self.staleness.clone(),
+            departure_s: None,
+            strict: NoUnknownFields,
         };
         let mut spec =
             row.to_spec().map_err(|(field, reason)| PlaneError::Invalid { field: field.to_string(), reason })?;
@@ -137,7 +130,7 @@ impl SubmitSpec {
                 reason: "use 1-128 characters from A-Z a-z 0-9 - _ .".into(),
             });
         }
-        if let (Some(n), Some(r)) = (self.iterations, self.resume_from) {
+        if let (Some(n), Some(r)) = (self.job.iterations, self.server.resume_from) {
             if r >= n {
                 return Err(PlaneError::Invalid {
                     field: "resume_from".into(),
@@ -145,7 +138,7 @@ impl SubmitSpec {
                 });
             }
         }
-        if let Some(l) = &self.launch {
+        if let Some(l) = &self.server.launch {
             l.validate()?;
         }
         spec.id = id;
@@ -178,24 +171,24 @@ impl SubmitSpec {
         if self.id.len() > 128 || !self.id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
             return bad("id", "use 1-128 characters from A-Z a-z 0-9 - _ .".into());
         }
-        for (field, v) in [("iterations", self.iterations), ("resume_from", self.resume_from)] {
+        for (field, v) in [("iterations", self.job.iterations), ("resume_from", self.server.resume_from)] {
             if v.is_some_and(|n| n > limits::MAX_ITERATIONS) {
                 return bad(field, format!("at most {}", limits::MAX_ITERATIONS));
             }
         }
-        for (field, v) in [("rollout_s", self.rollout_s), ("train_s", self.train_s)] {
+        for (field, v) in [("rollout_s", self.job.rollout_s), ("train_s", self.job.train_s)] {
             if v.is_some_and(|t| !(t.is_finite() && t > 0.0 && t <= limits::MAX_PHASE_S)) {
                 return bad(field, format!("seconds in (0, {}]", limits::MAX_PHASE_S));
             }
         }
         for (field, v) in
-            [("switch_warm_s", self.switch_warm_s), ("switch_cold_s", self.switch_cold_s), ("sync_s", self.sync_s)]
+            [("switch_warm_s", self.server.switch_warm_s), ("switch_cold_s", self.server.switch_cold_s), ("sync_s", self.server.sync_s)]
         {
             if v.is_some_and(|t| !(t.is_finite() && (0.0..=limits::MAX_PHASE_S).contains(&t))) {
                 return bad(field, format!("seconds in [0, {}]", limits::MAX_PHASE_S));
             }
         }
-        if self.slo.is_some_and(|v| !(v.is_finite() && (1.0..=limits::MAX_SLO).contains(&v))) {
+        if self.job.slo.is_some_and(|v| !(v.is_finite() && (1.0..=limits::MAX_SLO).contains(&v))) {
             return bad("slo", format!("an allowed slowdown in [1, {}]", limits::MAX_SLO));
         }
         Ok(())
