@@ -16,7 +16,7 @@ use anyhow::{bail, Result};
 use serde::Serialize;
 use weave_core::{JobSpec, JobType, Pool};
 use weave_dispatch::rollout::{alternate_pair, calibrate, MigrationTrigger, RolloutConfig};
-use weave_io::table;
+use weave_report::table;
 use weave_io::{json, write_output};
 use weave_model::{named_stream, switch_time, Deployment, ProfileModel, SwitchKind, REFERENCE_BATCH};
 

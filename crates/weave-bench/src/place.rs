@@ -5,7 +5,7 @@ use rand::Rng;
 use serde::Serialize;
 use std::time::Instant;
 use weave_core::{ClusterConfig, JobId};
-use weave_io::table;
+use weave_report::table;
 use weave_io::{json, write_output};
 use weave_model::{named_stream, ProfileModel};
 use weave_place::optimal::{optimal, Prices, MAX_JOBS};

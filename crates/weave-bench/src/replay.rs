@@ -4,7 +4,7 @@ use anyhow::Result;
 use serde::Serialize;
 use std::time::Instant;
 use weave_core::ClusterConfig;
-use weave_io::table;
+use weave_report::table;
 use weave_io::{json, write_output, TraceArgs};
 use weave_model::ProfileModel;
 use weave_sim::{prepare, replay, SimConfig};
@@ -48,7 +48,7 @@ pub fn run(args: ReplayArgs) -> Result<()> {
         Some(_) => args.trace.load(&profile)?,
         None => generate::generate(&GenConfig { jobs: args.jobs.max(1), ..GenConfig::default_workload() }, &profile),
     };
-    let policies = weave_io::parse_policies(&args.policy)?;
+    let policies = weave_sim::Policy::parse_list(&args.policy).map_err(anyhow::Error::msg)?;
     let cluster = ClusterConfig::default();
     let cfg = SimConfig::default();
     let jobs = prepare(&trace, &cluster, &profile, cfg.slo, cfg.seed);

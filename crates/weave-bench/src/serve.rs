@@ -6,7 +6,7 @@ use serde::Serialize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weave_core::ClusterConfig;
-use weave_io::table;
+use weave_report::table;
 use weave_io::{json, write_output};
 use weave_server::state::SnapshotWindow;
 use weave_server::{ServerConfig, Shared, Tenants};
@@ -233,14 +233,10 @@ pub(crate) fn slow_client_process(addr: std::net::SocketAddr, count: usize) -> R
     Ok(Some(child))
 }
 
-pub fn run(args: ServeBenchArgs) -> Result<()> {
-    weave_server::raise_open_file_limit();
-    if args.jobs == 0 || args.round_trips == 0 {
-        bail!("--jobs and --round-trips must be at least 1");
-    }
-    let data = std::env::temp_dir().join(format!("weave-bench-serve-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&data);
-    let mut cfg = bench_config(data.clone());
+/// The server's state as the benchmark runs it: its tenants, slow clients held rather than
+/// cut, the snapshot interval and lending asked for, and tracing if asked.
+fn open_shared(args: &ServeBenchArgs, data: &std::path::Path) -> Result<Arc<Shared>> {
+    let mut cfg = bench_config(data.to_path_buf());
     cfg.tenants = bench_tenants()?;
     // Slow clients are held for the whole measurement, not cut, and all come from loopback.
     cfg.limits.header_timeout = Duration::from_secs(3600);
@@ -252,7 +248,17 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
         let telemetry = weave_server::telemetry::Telemetry::otlp(url, shared.now_us())?;
         shared = shared.with_telemetry(telemetry);
     }
-    let shared = Arc::new(shared);
+    Ok(Arc::new(shared))
+}
+
+pub fn run(args: ServeBenchArgs) -> Result<()> {
+    weave_server::raise_open_file_limit();
+    if args.jobs == 0 || args.round_trips == 0 {
+        bail!("--jobs and --round-trips must be at least 1");
+    }
+    let data = std::env::temp_dir().join(format!("weave-bench-serve-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let shared = open_shared(&args, &data)?;
     let history = shared.clone();
     // Two workers, as `weave serve` has on this machine's two cores.
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
@@ -265,26 +271,7 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
     let url = format!("http://{addr}");
     let slow = slow_client_process(addr, args.slow_connections)?;
     let c = reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).build()?;
-    let time = |f: &mut dyn FnMut() -> Result<u16>| -> Result<(u16, f64)> {
-        let t = Instant::now();
-        let s = f()?;
-        Ok((s, t.elapsed().as_secs_f64() * 1e3))
-    };
-    // Register the jobs: a production-like mix, each with explicit durations.
-    let mut submit_ms = Vec::with_capacity(args.jobs);
-    let start_all = Instant::now();
-    for i in 0..args.jobs {
-        let ty = ["7B_8k", "14B_8k", "3B_4k", "8B_16k"][i % 4];
-        let body = serde_json::json!({ "id": format!("j{i}"), "type": ty, "iterations": 1000, "slo": 1.5 });
-        let (st, ms) = time(&mut || {
-            Ok(c.post(format!("{url}/v1/jobs")).bearer_auth(DRIVER).json(&body).send()?.status().as_u16())
-        })?;
-        if st != 201 {
-            bail!("submission {i} answered {st}");
-        }
-        submit_ms.push(ms);
-    }
-    let submit_rate = args.jobs as f64 / start_all.elapsed().as_secs_f64();
+    let (mut submit_ms, submit_rate) = submit_all(&c, &url, args.jobs)?;
     // Round trips: every job whose rollout is granted right away runs rollout then training.
     let mut gate = Gate { c: &c, url: &url, k: vec![0; args.jobs], phase: vec!["rollout"; args.jobs] };
     gate.round_trips(args.history_round_trips, &mut Vec::new(), &mut Vec::new())?;
@@ -357,6 +344,29 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
     if args.json {
         return write_output(None, &json(&r)?);
     }
+    write_output(None, &render(&r, &args))
+}
+
+/// Registers `jobs` jobs (a production-like mix, each with explicit durations): each
+/// submission's latency (ms), and submissions per second.
+fn submit_all(c: &reqwest::blocking::Client, url: &str, jobs: usize) -> Result<(Vec<f64>, f64)> {
+    let mut submit_ms = Vec::with_capacity(jobs);
+    let start_all = Instant::now();
+    for i in 0..jobs {
+        let ty = ["7B_8k", "14B_8k", "3B_4k", "8B_16k"][i % 4];
+        let body = serde_json::json!({ "id": format!("j{i}"), "type": ty, "iterations": 1000, "slo": 1.5 });
+        let t = Instant::now();
+        let st = c.post(format!("{url}/v1/jobs")).bearer_auth(DRIVER).json(&body).send()?.status().as_u16();
+        if st != 201 {
+            bail!("submission {i} answered {st}");
+        }
+        submit_ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok((submit_ms, jobs as f64 / start_all.elapsed().as_secs_f64()))
+}
+
+/// The report as a table.
+fn render(r: &Report, args: &ServeBenchArgs) -> String {
     let mut t = table::new(&["measure", "p50 ms", "p99 ms", "max ms", "rate"]);
     t.add_row(vec![
         "submit (durable)".into(),
@@ -431,19 +441,16 @@ pub fn run(args: ServeBenchArgs) -> Result<()> {
         ]);
     }
     table::align_numbers(&mut t);
-    write_output(
-        None,
-        &format!(
-            "{} jobs registered, {} events of history, {} gate round trips, loopback, one gate client, {} readers, \
-             {} slow connections held open, {} snapshots taken while measuring{}\n{t}\n",
-            r.jobs,
-            r.history_events,
-            r.round_trips,
-            r.readers,
-            r.slow_connections,
-            r.snapshots,
-            if args.lending { format!(", lending on ({} loans made while measuring)", r.loans) } else { String::new() }
-        ),
+    format!(
+        "{} jobs registered, {} events of history, {} gate round trips, loopback, one gate client, {} readers, \
+         {} slow connections held open, {} snapshots taken while measuring{}\n{t}\n",
+        r.jobs,
+        r.history_events,
+        r.round_trips,
+        r.readers,
+        r.slow_connections,
+        r.snapshots,
+        if args.lending { format!(", lending on ({} loans made while measuring)", r.loans) } else { String::new() }
     )
 }
 

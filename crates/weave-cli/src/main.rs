@@ -21,7 +21,7 @@ mod waterfall_cmd;
 use clap::{Parser, Subcommand};
 // The command modules read inputs and print through `weave-io`, as `weave bench` does.
 use weave_io as input;
-use weave_io::table;
+use weave_report::table;
 
 /// Weave: co-scheduling for disaggregated RL post-training.
 ///

@@ -166,26 +166,10 @@ fn ray_inventory(
     cluster: &mut weave_core::ClusterConfig,
 ) -> Result<(weave_ray::RayClient, (u32, u32))> {
     let client = weave_ray::RayClient::new(&args.ray_address)?;
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let inventory = loop {
-        match client.inventory() {
-            Ok(inv) => break inv,
-            Err(e @ weave_ray::RayError::Inventory { .. }) => return Err(e).context("the Ray cluster's nodes"),
-            Err(e) if std::time::Instant::now() > deadline => return Err(e).context("Ray does not answer"),
-            Err(_) => std::thread::sleep(Duration::from_millis(500)),
-        }
-    };
-    let (rollout, training) = inventory.pool_sizes().context("the Ray cluster's nodes")?;
-    cluster.rollout.nodes = rollout;
-    cluster.training.nodes = training;
-    for (node, m) in &inventory.nodes {
-        let want = if node.pool == weave_core::Pool::Rollout { &cluster.rollout } else { &cluster.training };
-        if m.alive && m.gpus != want.gpus_per_node as f64 {
-            eprintln!(
-                "weave serve: warning: Ray node {} ({node}) has {} GPUs, the cluster config says {} per {} node",
-                m.ip, m.gpus, want.gpus_per_node, node.pool
-            );
-        }
+    let inventory = client.inventory_when_up(Duration::from_secs(60)).context("the Ray cluster's nodes")?;
+    let ((rollout, training), warnings) = inventory.size_pools(cluster).context("the Ray cluster's nodes")?;
+    for w in warnings {
+        eprintln!("weave serve: warning: {w}");
     }
     eprintln!(
         "weave serve: Ray at {}: {rollout} rollout and {training} training nodes ({} alive)",
@@ -247,8 +231,8 @@ fn open_shared(
     Ok(Arc::new(shared))
 }
 
-pub fn serve(args: ServeArgs) -> Result<()> {
-    let tenants = match (&args.tenants, args.insecure_no_auth) {
+fn load_tenants(args: &ServeArgs) -> Result<Tenants> {
+    Ok(match (&args.tenants, args.insecure_no_auth) {
         (Some(p), false) => {
             let text = std::fs::read_to_string(p).with_context(|| format!("cannot read tenants file {}", p.display()))?;
             Tenants::from_toml(&text).with_context(|| format!("invalid tenants file {}", p.display()))?
@@ -256,7 +240,11 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         (None, true) => Tenants::open_access(),
         (Some(_), true) => bail!("give either --tenants or --insecure-no-auth, not both"),
         (None, false) => bail!("authentication needs --tenants FILE (hash tokens with `weave token hash`), or --insecure-no-auth for local experiments"),
-    };
+    })
+}
+
+/// Refuses durations and risks out of range, naming the flag.
+fn check_args(args: &ServeArgs) -> Result<()> {
     if !(args.slo_risk.is_finite() && args.slo_risk > 0.0 && args.slo_risk <= 0.5) {
         bail!("--slo-risk must be in (0, 0.5], got {}", args.slo_risk);
     }
@@ -272,24 +260,19 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     if !(args.ray_pending_limit_s.is_finite() && args.ray_pending_limit_s > 0.0) {
         bail!("--ray-pending-limit-s must be positive");
     }
-    let mut cluster = load_cluster(args.cluster.as_deref())?;
-    let ray = match args.backend {
-        Backend::Ray => Some(ray_inventory(&args, &mut cluster)?),
-        Backend::None => None,
-    };
-    let pools = (ray.is_some() || args.fixed_capacity).then_some((cluster.rollout.nodes, cluster.training.nodes));
-    if let Some(p) = &args.tenants {
-        tenants.check_pools(pools).with_context(|| format!("invalid tenants file {}", p.display()))?;
-    }
-    let cfg = ServerConfig {
+    Ok(())
+}
+
+fn server_config(args: &ServeArgs, tenants: Tenants, cluster: weave_core::ClusterConfig, ray: bool) -> Result<ServerConfig> {
+    Ok(ServerConfig {
         data_dir: args.data.clone(),
         tenants,
         cluster,
         // Ray's nodes are the machines there are; their count is recorded durably.
-        capacity: match (&ray, args.fixed_capacity) {
-            (Some(_), _) => Capacity::Recorded,
-            (None, true) => Capacity::Fixed,
-            (None, false) => Capacity::Elastic,
+        capacity: match (ray, args.fixed_capacity) {
+            (true, _) => Capacity::Recorded,
+            (false, true) => Capacity::Fixed,
+            (false, false) => Capacity::Elastic,
         },
         heartbeat_timeout: Duration::from_secs_f64(args.heartbeat_timeout_s),
         max_body_bytes: args.max_body_bytes,
@@ -302,7 +285,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             slo_risk: args.slo_risk,
             lending: args.lending,
         },
-        limits: connection_limits(&args)?,
+        limits: connection_limits(args)?,
         snapshot_every: args.snapshot_every,
         retention: weave_server::plane::Retention {
             events: args.keep_events,
@@ -312,7 +295,22 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         min_free_bytes: args.min_free_mib << 20,
         snapshot_every_bytes: args.snapshot_every_mib << 20,
         max_jobs_per_tenant: args.max_jobs_per_tenant,
+    })
+}
+
+pub fn serve(args: ServeArgs) -> Result<()> {
+    let tenants = load_tenants(&args)?;
+    check_args(&args)?;
+    let mut cluster = load_cluster(args.cluster.as_deref())?;
+    let ray = match args.backend {
+        Backend::Ray => Some(ray_inventory(&args, &mut cluster)?),
+        Backend::None => None,
     };
+    let pools = (ray.is_some() || args.fixed_capacity).then_some((cluster.rollout.nodes, cluster.training.nodes));
+    if let Some(p) = &args.tenants {
+        tenants.check_pools(pools).with_context(|| format!("invalid tenants file {}", p.display()))?;
+    }
+    let cfg = server_config(&args, tenants, cluster, ray.is_some())?;
     weave_server::tune_allocator();
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
@@ -332,44 +330,52 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         // Tests and scripts read the bound address (useful with port 0) from stdout: it is
         // printed once the server takes requests.
         println!("listening {addr}");
-        // Ctrl-C or SIGTERM: stop accepting, finish what is in flight. (Every acknowledged
-        // request is already durable, so a SIGKILL loses nothing either.)
-        let shutdown = async {
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
-            }
-        };
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let backend = match ray {
-            Some((client, _)) => {
-                let cfg = weave_ray::BackendConfig {
-                    server_url: args.advertise_url.clone().unwrap_or_else(|| format!("http://{addr}")),
-                    poll: Duration::from_millis(500),
-                    grace: Duration::from_secs_f64(args.ray_grace_s),
-                    pending_limit: Duration::from_secs_f64(args.ray_pending_limit_s),
-                    pin: args.ray_pin.clone().filter(|p| p != "auto"),
-                };
-                let mut backend = weave_ray::RayBackend::new(client, shared.clone(), cfg);
-                // One round before serving: nodes Ray lacks are out of service before the
-                // first submission can be placed. (Off the async workers: the client blocks.)
-                let (first, backend) = tokio::task::spawn_blocking(move || (backend.tick(), backend))
-                    .await
-                    .context("first round with Ray")?;
-                first.context("first round with Ray")?;
-                let stop = stop.clone();
-                Some(std::thread::spawn(move || backend.run(stop)))
-            }
+            Some((client, _)) => Some(start_ray_backend(&args, addr, client, shared.clone(), stop.clone()).await?),
             None => None,
         };
-        let served = weave_server::serve(listener, shared, shutdown).await.context("server failed");
+        let served = weave_server::serve(listener, shared, shutdown_signal()).await.context("server failed");
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         if let Some(b) = backend {
             let _ = tokio::task::spawn_blocking(move || b.join()).await;
         }
         served
     })
+}
+
+/// Ctrl-C or SIGTERM: stop accepting, finish what is in flight. (Every acknowledged request is
+/// already durable, so a SIGKILL loses nothing either.)
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+    }
+}
+
+/// The Ray backend's first round (nodes Ray lacks are out of service before the first
+/// submission can be placed), then its loop on a thread of its own until `stop`.
+async fn start_ray_backend(
+    args: &ServeArgs,
+    addr: std::net::SocketAddr,
+    client: weave_ray::RayClient,
+    shared: Arc<Shared>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> Result<std::thread::JoinHandle<()>> {
+    let cfg = weave_ray::BackendConfig {
+        server_url: args.advertise_url.clone().unwrap_or_else(|| format!("http://{addr}")),
+        poll: Duration::from_millis(500),
+        grace: Duration::from_secs_f64(args.ray_grace_s),
+        pending_limit: Duration::from_secs_f64(args.ray_pending_limit_s),
+        pin: args.ray_pin.clone().filter(|p| p != "auto"),
+    };
+    let mut backend = weave_ray::RayBackend::new(client, shared, cfg);
+    // Off the async workers: the client blocks.
+    let (first, backend) =
+        tokio::task::spawn_blocking(move || (backend.tick(), backend)).await.context("first round with Ray")?;
+    first.context("first round with Ray")?;
+    Ok(std::thread::spawn(move || backend.run(stop)))
 }
 
 #[derive(clap::Subcommand)]

@@ -1,5 +1,4 @@
-use crate::input::{json, load_cluster, parse_policies, write_output, TraceArgs};
-use crate::table;
+use crate::input::{json, load_cluster, write_output, TraceArgs};
 use crate::trace_cmd::render_summary;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
@@ -157,7 +156,7 @@ pub fn run(args: Args) -> Result<()> {
         };
         return crate::prototype_cmd::run(&opts, &trace, &profile);
     }
-    let policies = parse_policies(&args.policy)?;
+    let policies = Policy::parse_list(&args.policy).map_err(anyhow::Error::msg)?;
     let cfg = SimConfig {
         seed: args.seed,
         capacity: if args.capacity == "fixed" { CapacityMode::Fixed } else { CapacityMode::Elastic },
@@ -215,201 +214,11 @@ pub fn run(args: Args) -> Result<()> {
         args.seed,
         args.capacity
     ));
-    text.push_str(&render(&reports));
+    text.push_str(&weave_report::text::render(&reports));
     text.push_str(&format!("note: {NOTE}.\n"));
     write_output(None, &text)
 }
 
-fn ratio(r: Option<f64>) -> String {
-    r.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into())
-}
-
-pub fn render(reports: &[&PolicyReport]) -> String {
-    // Only with bounded-staleness jobs: the solo baseline that runs them asynchronously.
-    let with_async = reports.iter().any(|r| r.vs_solo_async.is_some());
-    let mut header = vec!["policy", "cost $", "$/h", "lower bound $", "iters/$1k", "vs solo", "vs colo"];
-    if with_async {
-        header.push("vs solo-async");
-    }
-    header.extend(["H20 GPU-h", "H800 GPU-h", "peak H20", "peak H800", "idle H20 GPU-h", "idle H800 GPU-h"]);
-    let mut cost = table::new(&header);
-    for r in reports {
-        let mut row = vec![
-            r.policy.clone(),
-            format!("{:.0}", r.total_cost.as_dollars()),
-            format!("{:.1}", r.cost_per_hour),
-            format!("{:.0}", r.lower_bound_cost.as_dollars()),
-            format!("{:.1}", r.iterations_per_k_dollars),
-            ratio(r.vs_solo_disagg),
-            ratio(r.vs_colocated),
-        ];
-        if with_async {
-            row.push(ratio(r.vs_solo_async));
-        }
-        row.extend([
-            format!("{:.0}", r.rollout.gpu_hours),
-            format!("{:.0}", r.training.gpu_hours),
-            r.rollout.peak_gpus.to_string(),
-            r.training.peak_gpus.to_string(),
-            format!("{:.0}", r.rollout.idle_gpu_hours),
-            format!("{:.0}", r.training.idle_gpu_hours),
-        ]);
-        cost.add_row(row);
-    }
-    table::align_numbers(&mut cost);
-    let mut service = table::new(&[
-        "policy",
-        "jobs",
-        "iterations",
-        "slowdown p50",
-        "p99",
-        "max",
-        "SLO met (jobs)",
-        "SLO met (iters)",
-        "direct/scaling/isolated/colocated",
-        "moves",
-        "queued",
-        "rejected",
-    ]);
-    for r in reports {
-        service.add_row(vec![
-            r.policy.clone(),
-            r.jobs.to_string(),
-            r.iterations.to_string(),
-            format!("{:.3}", r.slowdown.p50),
-            format!("{:.3}", r.slowdown.p99),
-            format!("{:.3}", r.slowdown.max),
-            format!("{:.1}%", r.slo_attainment_jobs * 100.0),
-            format!("{:.1}%", r.slo_attainment_iterations * 100.0),
-            format!(
-                "{}/{}/{}/{}",
-                r.admissions.direct, r.admissions.scaling, r.admissions.isolated, r.admissions.colocated
-            ),
-            r.events.consolidation_moves.to_string(),
-            format!("{} (max {:.1} h)", r.queued_jobs, r.max_queue_delay_h),
-            r.rejected.to_string(),
-        ]);
-    }
-    table::align_numbers(&mut service);
-    let extra = [render_money(reports), render_staleness(reports), render_spot(reports), render_lending(reports)];
-    format!("{cost}\n{service}\n{}", extra.concat())
-}
-
-/// Lending, when on: the loans made, what they saved, and what the lenders gave (never a delay).
-pub fn render_lending(reports: &[&PolicyReport]) -> String {
-    if !reports.iter().any(|r| r.lending.is_some()) {
-        return String::new();
-    }
-    let mut t = table::new(&[
-        "policy",
-        "loans",
-        "reclaimed early",
-        "lender delays",
-        "lent H20 GPU-h",
-        "loading GPU-h",
-        "lent $",
-        "rollout h saved",
-    ]);
-    for r in reports {
-        let Some(l) = r.lending else { continue };
-        let c = l.counts;
-        t.add_row(vec![
-            r.policy.clone(),
-            c.loans.to_string(),
-            c.reclaimed_early.to_string(),
-            c.lender_delays.to_string(),
-            format!("{:.0}", l.lent_gpu_hours),
-            format!("{:.1}", l.loading_gpu_hours),
-            r.money.lent.map_or_else(|| "-".into(), |p| format!("{:.0}", p.cost.as_dollars())),
-            format!("{:.1}", l.saved_rollout_hours),
-        ]);
-    }
-    table::align_numbers(&mut t);
-    format!("{t}\n")
-}
-
-/// The spot tier, when the cluster has one: who ran on it, what it cost, what preemptions did.
-pub fn render_spot(reports: &[&PolicyReport]) -> String {
-    if !reports.iter().any(|r| r.spot.is_some()) {
-        return String::new();
-    }
-    let mut t = table::new(&[
-        "policy",
-        "started on spot",
-        "spot H20 GPU-h",
-        "spot $",
-        "preempted",
-        "moved/restarted/idle",
-        "started short",
-        "rollout delay h",
-        "lost to preemption $",
-    ]);
-    for r in reports {
-        let Some(s) = r.spot else { continue };
-        let c = s.counts;
-        t.add_row(vec![
-            r.policy.clone(),
-            c.spot_jobs.to_string(),
-            format!("{:.0}", s.spot_gpu_hours),
-            format!("{:.0}", s.spot_cost.as_dollars()),
-            c.preemptions.to_string(),
-            format!("{}/{}/{}", c.moved, c.restarted, c.idle),
-            c.shortages.to_string(),
-            format!("{:.2}", s.delay_hours),
-            r.money.lost_to_preemption.map_or_else(|| "-".into(), |p| format!("{:.0}", p.cost.as_dollars())),
-        ]);
-    }
-    table::align_numbers(&mut t);
-    format!("{t}\n")
-}
-
-/// Bounded-staleness jobs, when the trace has any: how far behind their rollouts ran under
-/// each policy (the synchronous baselines run them on-policy).
-pub fn render_staleness(reports: &[&PolicyReport]) -> String {
-    if !reports.iter().any(|r| r.shows_staleness()) {
-        return String::new();
-    }
-    let mut t = table::new(&["policy", "stale jobs", "declared k (mean)", "versions behind (mean)", "vs solo-async"]);
-    for r in reports {
-        let [jobs, declared, behind] = r.staleness_cells();
-        t.add_row(vec![r.policy.clone(), jobs, declared, behind, ratio(r.vs_solo_async)]);
-    }
-    table::align_numbers(&mut t);
-    format!("{t}\n")
-}
-
-/// Where the money goes: each policy's cost split by what the held GPUs did.
-pub fn render_money(reports: &[&PolicyReport]) -> String {
-    let mut t = table::new(&[
-        "policy",
-        "busy $",
-        "switching $",
-        "sync $",
-        "idle alone in a group $",
-        "other idle $",
-        "busy share",
-        "idle alone share",
-        "other idle share",
-    ]);
-    for r in reports {
-        let m = &r.money;
-        let d = |p: &weave_sim::SplitPart| format!("{:.0}", p.cost.as_dollars());
-        let pct = |p: &weave_sim::SplitPart| format!("{:.1}%", p.share * 100.0);
-        t.add_row(vec![
-            r.policy.clone(),
-            d(&m.busy),
-            d(&m.switching),
-            d(&m.sync),
-            d(&m.idle_alone),
-            d(&m.idle_other),
-            pct(&m.busy),
-            pct(&m.idle_alone),
-            pct(&m.idle_other),
-        ]);
-    }
-    table::align_numbers(&mut t);
-    format!("{t}\n")
-}
 
 #[allow(clippy::too_many_arguments)]
 fn write_report(

@@ -1,6 +1,5 @@
 //! `weave sweep ...`: rerun the comparison across settings, one table per sweep.
 
-use crate::input::parse_policies;
 use crate::input::{json, load_cluster, write_output, TraceArgs};
 use crate::table;
 use anyhow::Result;
@@ -74,7 +73,7 @@ pub fn run(cmd: SweepCommand) -> Result<()> {
     };
     let profile = ProfileModel::builtin();
     let base_cluster = load_cluster(args.cluster.as_deref())?;
-    let mut policies = parse_policies(&args.policy)?;
+    let mut policies = Policy::parse_list(&args.policy).map_err(anyhow::Error::msg)?;
     if kind == "staleness" && !policies.contains(&Policy::SoloAsync) {
         policies.push(Policy::SoloAsync);
     }

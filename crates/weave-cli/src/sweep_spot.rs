@@ -3,13 +3,12 @@
 //! spot, preempted rollouts restarted).
 
 use crate::input::{json, load_cluster, write_output, TraceArgs};
-use crate::table;
 use anyhow::{ensure, Result};
-use serde::Serialize;
 use std::path::PathBuf;
 use weave_core::{ClusterConfig, SpotConfig};
 use weave_model::ProfileModel;
-use weave_sim::{prepare, replay, Policy, PolicyReport, SimConfig, SimJob};
+use weave_report::text::{render_spot_sweep, SpotSweep as Sweep, SpotSweepRow as Row};
+use weave_sim::{prepare, replay, Policy, SimConfig};
 
 #[derive(clap::Args)]
 pub struct SpotSweepArgs {
@@ -33,20 +32,6 @@ pub struct SpotSweepArgs {
     replacement_s: u64,
     #[arg(long)]
     json: bool,
-}
-
-#[derive(Serialize)]
-struct Row {
-    discount_pct: f64,
-    preemptions_per_node_hour: f64,
-    weave: PolicyReport,
-    spot_only: PolicyReport,
-}
-
-#[derive(Serialize)]
-struct Sweep {
-    on_demand: PolicyReport,
-    rows: Vec<Row>,
 }
 
 pub fn run(args: SpotSweepArgs) -> Result<()> {
@@ -82,61 +67,5 @@ pub fn run(args: SpotSweepArgs) -> Result<()> {
     if args.json {
         return write_output(None, &json(&sweep)?);
     }
-    write_output(None, &render(&sweep, &jobs))
-}
-
-fn render(s: &Sweep, jobs: &[SimJob]) -> String {
-    let mut t = table::new(&[
-        "discount",
-        "preemptions /node-h",
-        "weave spot iters/$1k",
-        "$/iter vs on-demand weave",
-        "started on spot",
-        "SLO met (jobs)",
-        "preempted",
-        "moved/restarted/idle",
-        "lost to preemption $",
-        "spot-only iters/$1k",
-        "spot-only SLO met",
-        "weave vs spot-only",
-    ]);
-    let per_iteration = |r: &PolicyReport| r.total_cost.as_dollars() / r.iterations.max(1) as f64;
-    let base = per_iteration(&s.on_demand);
-    let pct = |v: f64| format!("{:.1}%", v * 100.0);
-    for r in &s.rows {
-        let (w, b) = (&r.weave, &r.spot_only);
-        let spot = spot_cells(w.spot);
-        t.add_row(vec![
-            format!("{:.0}%", r.discount_pct),
-            format!("{}", r.preemptions_per_node_hour),
-            format!("{:.1}", w.iterations_per_k_dollars),
-            format!("{:+.1}%", (per_iteration(w) / base - 1.0) * 100.0),
-            format!("{} of {}", spot.0, jobs.len()),
-            pct(w.slo_attainment_jobs),
-            spot.1.to_string(),
-            spot.2,
-            w.money.lost_to_preemption.map_or_else(|| "-".into(), |p| format!("{:.0}", p.cost.as_dollars())),
-            format!("{:.1}", b.iterations_per_k_dollars),
-            pct(b.slo_attainment_jobs),
-            format!("{:.2}x", w.iterations_per_k_dollars / b.iterations_per_k_dollars.max(f64::MIN_POSITIVE)),
-        ]);
-    }
-    table::align_numbers(&mut t);
-    format!(
-        "sweep: spot (on-demand weave: {:.1} iters/$1k, ${:.2}/iteration, SLO met {})\n{t}\n",
-        s.on_demand.iterations_per_k_dollars,
-        base,
-        pct(s.on_demand.slo_attainment_jobs)
-    )
-}
-
-/// The spot columns of a report: jobs admitted on spot, preemptions, and how they were met.
-fn spot_cells(s: Option<weave_sim::metrics::SpotReport>) -> (u64, u64, String) {
-    match s {
-        Some(s) => {
-            let c = s.counts;
-            (c.spot_jobs, c.preemptions, format!("{}/{}/{}", c.moved, c.restarted, c.idle))
-        }
-        None => (0, 0, "-".into()),
-    }
+    write_output(None, &render_spot_sweep(&sweep, jobs.len()))
 }

@@ -3,13 +3,12 @@
 //! output to a file or standard output. A tool crate: its errors are `anyhow`'s, as the
 //! binary's are.
 
-pub mod table;
 
-use anyhow::{bail, Context, Result};
+
+use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use weave_core::ClusterConfig;
 use weave_model::ProfileModel;
-use weave_sim::Policy;
 use weave_trace::{generate, Format, GenConfig, ReadOptions, Trace};
 
 /// Trace selection shared by every command that reads one.
@@ -145,21 +144,4 @@ pub fn json<T: serde::Serialize>(value: &T) -> Result<String> {
     let mut s = serde_json::to_string_pretty(value)?;
     s.push('\n');
     Ok(s)
-}
-
-pub fn parse_policies(names: &[String]) -> Result<Vec<Policy>> {
-    if names.iter().any(|n| n == "all") {
-        return Ok(Policy::ALL.to_vec());
-    }
-    let mut out = Vec::new();
-    for n in names {
-        let p: Policy = n.trim().parse().map_err(anyhow::Error::msg)?;
-        if !out.contains(&p) {
-            out.push(p);
-        }
-    }
-    if out.is_empty() {
-        bail!("--policy: name at least one policy");
-    }
-    Ok(out)
 }

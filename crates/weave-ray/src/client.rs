@@ -68,6 +68,20 @@ impl RayClient {
     }
 
     /// Weave's inventory from the State API.
+    /// The inventory once Ray answers: retried every half second for `patience` while it
+    /// does not (a cluster still starting); a malformed answer is not retried.
+    pub fn inventory_when_up(&self, patience: std::time::Duration) -> Result<Inventory, RayError> {
+        let deadline = std::time::Instant::now() + patience;
+        loop {
+            match self.inventory() {
+                Ok(inv) => return Ok(inv),
+                Err(e @ RayError::Inventory { .. }) => return Err(e),
+                Err(e) if std::time::Instant::now() > deadline => return Err(e),
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(500)),
+            }
+        }
+    }
+
     pub fn inventory(&self) -> Result<Inventory, RayError> {
         let url = format!("{}/api/v0/nodes?limit=10000&detail=true", self.base);
         let body = self.send(self.http.get(&url), &url)?;

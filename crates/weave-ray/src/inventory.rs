@@ -118,6 +118,25 @@ impl Inventory {
         Inventory::from_nodes(&nodes)
     }
 
+    /// Sizes `cluster`'s pools to Ray's labelled nodes; returns the sizes and a warning for
+    /// each live node whose GPU count differs from the cluster config's.
+    pub fn size_pools(&self, cluster: &mut weave_core::ClusterConfig) -> Result<((u32, u32), Vec<String>), InventoryError> {
+        let (rollout, training) = self.pool_sizes()?;
+        cluster.rollout.nodes = rollout;
+        cluster.training.nodes = training;
+        let mut warnings = Vec::new();
+        for (node, m) in &self.nodes {
+            let want = if node.pool == Pool::Rollout { &cluster.rollout } else { &cluster.training };
+            if m.alive && m.gpus != want.gpus_per_node as f64 {
+                warnings.push(format!(
+                    "Ray node {} ({node}) has {} GPUs, the cluster config says {} per {} node",
+                    m.ip, m.gpus, want.gpus_per_node, node.pool
+                ));
+            }
+        }
+        Ok(((rollout, training), warnings))
+    }
+
     /// Pool sizes for the placer's fixed capacity: one past the highest index per pool (a gap
     /// is a node that is missing, hence out of service).
     pub fn pool_sizes(&self) -> Result<(u32, u32), InventoryError> {

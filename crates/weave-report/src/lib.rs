@@ -4,6 +4,8 @@
 //! headline table. Pure: takes data, returns a string.
 
 mod charts;
+pub mod table;
+pub mod text;
 
 pub use weave_timeline::{render_timeline, svg, Bar, BarKind, GroupTimeline, Lane, Timeline};
 

@@ -23,6 +23,7 @@ use tower_http::timeout::RequestBodyTimeoutLayer;
 mod cluster;
 mod gate;
 mod listing;
+pub mod openapi;
 pub mod routes;
 pub use listing::next_page;
 
@@ -360,7 +361,7 @@ async fn metrics(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<
 }
 
 async fn openapi() -> Json<serde_json::Value> {
-    Json(crate::openapi::document())
+    Json(openapi::document())
 }
 
 async fn status_page(

@@ -9,7 +9,6 @@ mod history;
 pub mod http;
 pub mod limits;
 pub mod metrics;
-pub mod openapi;
 pub mod plane;
 pub mod state;
 mod status;

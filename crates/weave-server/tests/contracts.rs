@@ -63,7 +63,7 @@ fn every_route_in_the_table_answers_and_is_documented_and_nothing_else_is() {
 
 #[test]
 fn the_submission_schema_names_exactly_the_fields_a_submission_reads() {
-    let doc = weave_server::openapi::document();
+    let doc = weave_server::http::openapi::document();
     let documented: BTreeSet<String> =
         doc["components"]["schemas"]["SubmitSpec"]["properties"].as_object().unwrap().keys().cloned().collect();
     let mut read: BTreeSet<String> = ["id".to_string()].into();

@@ -270,30 +270,11 @@ impl Metrics {
         self.admissions[kind as usize] += 1;
     }
 
-    pub fn report(&self, policy: &str, cluster: &ClusterConfig) -> PolicyReport {
-        let prices = [cluster.rollout.price(), cluster.training.price()];
-        let gpus = [cluster.rollout.gpus_per_node, cluster.training.gpus_per_node];
-        // With a spot tier, rollout GPU-time is priced at the held mix of the two tiers.
-        let spot_price = cluster.rollout_spot.as_ref().filter(|_| self.spot.is_some()).map(|s| s.price());
-        let (held, spot_held) = (self.pools[0].held, self.spot_held.min(self.pools[0].held));
-        let cost = |i: usize, t: u128| match spot_price {
-            Some(sp) if i == 0 && held > 0 => {
-                prices[0].cost_of_gpu_micros(t * (held - spot_held) / held)
-                    + sp.cost_of_gpu_micros(t * spot_held / held)
-            }
-            _ => prices[i].cost_of_gpu_micros(t),
-        };
-        let total = cost(0, self.pools[0].held) + cost(1, self.pools[1].held);
-        let lower = cost(0, self.pools[0].busy) + cost(1, self.pools[1].busy);
+    /// Where the money went: busy, switching, sync, idle alone and idle beside others, with
+    /// what preemption delays and lending took carved out.
+    fn money_split(&self, pricing: &Pricing, total: Money) -> MoneySplit {
+        let cost = |i: usize, t: u128| pricing.cost(i, t);
         let gpu_hours = |t: u128| t as f64 / Micros::PER_HOUR as f64;
-        let pool = |i: usize| PoolReport {
-            gpu_hours: gpu_hours(self.pools[i].held),
-            busy_gpu_hours: gpu_hours(self.pools[i].busy),
-            switching_gpu_hours: gpu_hours(self.pools[i].switching),
-            idle_gpu_hours: gpu_hours(self.pools[i].held.saturating_sub(self.pools[i].busy + self.pools[i].switching)),
-            peak_gpus: self.peak_nodes[i] * gpus[i],
-            cost: cost(i, self.pools[i].held),
-        };
         let split = |i: usize| {
             let p = &self.pools[i];
             let idle = p.held.saturating_sub(p.busy + p.switching);
@@ -321,7 +302,7 @@ impl Metrics {
             cost: cost(0, g),
             share: if total.0 > 0 { cost(0, g).0 as f64 / total.0 as f64 } else { 0.0 },
         };
-        let money = MoneySplit {
+        MoneySplit {
             busy: part(0),
             switching: part(1),
             sync: part(2),
@@ -329,14 +310,33 @@ impl Metrics {
             idle_other: part(4),
             lost_to_preemption: lost.map(rollout_part),
             lent: lent.map(rollout_part),
+        }
+    }
+
+    pub fn report(&self, policy: &str, cluster: &ClusterConfig) -> PolicyReport {
+        let gpus = [cluster.rollout.gpus_per_node, cluster.training.gpus_per_node];
+        let pricing = Pricing::of(self, cluster);
+        let cost = |i: usize, t: u128| pricing.cost(i, t);
+        let spot_held = pricing.spot_held;
+        let total = cost(0, self.pools[0].held) + cost(1, self.pools[1].held);
+        let lower = cost(0, self.pools[0].busy) + cost(1, self.pools[1].busy);
+        let gpu_hours = |t: u128| t as f64 / Micros::PER_HOUR as f64;
+        let pool = |i: usize| PoolReport {
+            gpu_hours: gpu_hours(self.pools[i].held),
+            busy_gpu_hours: gpu_hours(self.pools[i].busy),
+            switching_gpu_hours: gpu_hours(self.pools[i].switching),
+            idle_gpu_hours: gpu_hours(self.pools[i].held.saturating_sub(self.pools[i].busy + self.pools[i].switching)),
+            peak_gpus: self.peak_nodes[i] * gpus[i],
+            cost: cost(i, self.pools[i].held),
         };
+        let money = self.money_split(&pricing, total);
         let lending = self.lending.map(|counts| LendingReport {
             counts,
             lent_gpu_hours: gpu_hours(counts.lent_gpu_us),
             loading_gpu_hours: gpu_hours(counts.loading_gpu_us),
             saved_rollout_hours: Micros(counts.saved_us).as_hours_f64(),
         });
-        let spot = self.spot.zip(spot_price).map(|(counts, sp)| SpotReport {
+        let spot = self.spot.zip(pricing.spot_price).map(|(counts, sp)| SpotReport {
             counts,
             spot_gpu_hours: gpu_hours(spot_held),
             spot_cost: sp.cost_of_gpu_micros(spot_held),
@@ -608,4 +608,35 @@ pub struct SeriesPoint {
     pub hours: f64,
     pub rollout_gpus: u32,
     pub training_gpus: u32,
+}
+
+/// GPU-time priced: with a spot tier, rollout GPU-time at the held mix of the two tiers.
+struct Pricing {
+    prices: [weave_core::Price; 2],
+    spot_price: Option<weave_core::Price>,
+    held: u128,
+    spot_held: u128,
+}
+
+impl Pricing {
+    fn of(m: &Metrics, cluster: &ClusterConfig) -> Pricing {
+        let held = m.pools[0].held;
+        Pricing {
+            prices: [cluster.rollout.price(), cluster.training.price()],
+            spot_price: cluster.rollout_spot.as_ref().filter(|_| m.spot.is_some()).map(|s| s.price()),
+            held,
+            spot_held: m.spot_held.min(held),
+        }
+    }
+
+    /// `t` GPU-microseconds of pool `i` (0 rollout, 1 training).
+    fn cost(&self, i: usize, t: u128) -> Money {
+        match self.spot_price {
+            Some(sp) if i == 0 && self.held > 0 => {
+                self.prices[0].cost_of_gpu_micros(t * (self.held - self.spot_held) / self.held)
+                    + sp.cost_of_gpu_micros(t * self.spot_held / self.held)
+            }
+            _ => self.prices[i].cost_of_gpu_micros(t),
+        }
+    }
 }

@@ -126,6 +126,26 @@ impl fmt::Display for Policy {
     }
 }
 
+impl Policy {
+    /// The policies a `--policy` list names (`all`: every one), each once, in the order given.
+    pub fn parse_list(names: &[String]) -> Result<Vec<Policy>, String> {
+        if names.iter().any(|n| n == "all") {
+            return Ok(Policy::ALL.to_vec());
+        }
+        let mut out = Vec::new();
+        for n in names {
+            let p: Policy = n.trim().parse()?;
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+        if out.is_empty() {
+            return Err("--policy: name at least one policy".into());
+        }
+        Ok(out)
+    }
+}
+
 impl FromStr for Policy {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {

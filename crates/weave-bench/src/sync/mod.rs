@@ -366,7 +366,7 @@ fn report(args: &BenchArgs, rows: &[Row]) -> Result<()> {
          (a namespace per GPU, tc tbf per port); median of {} runs",
         args.size_mb, args.train, args.rollout, args.slow_mbit, args.fast_mbit, args.runs
     );
-    let mut t = weave_io::table::new(&[
+    let mut t = weave_report::table::new(&[
         "engine",
         "plan",
         "measured s",
@@ -386,7 +386,7 @@ fn report(args: &BenchArgs, rows: &[Row]) -> Result<()> {
             format!("{:.1}", 100.0 * r.cross_link_share),
         ]);
     }
-    weave_io::table::align_numbers(&mut t);
+    weave_report::table::align_numbers(&mut t);
     println!("{t}");
     for (e, [m, p, tr]) in ratios(rows) {
         println!(

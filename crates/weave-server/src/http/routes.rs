@@ -85,9 +85,15 @@ pub fn path_parameter(name: &str) -> Value {
     p
 }
 
+/// Every route, by what it serves.
 pub fn table() -> Vec<Route> {
-    use Access::{Admin, Open, Tenant};
-    let (get, post, delete) = (Method::GET, Method::POST, Method::DELETE);
+    [probes(), jobs(), gate(), cluster()].into_iter().flatten().collect()
+}
+
+/// Probes, the document and the operator's pages.
+fn probes() -> Vec<Route> {
+    use Access::{Open, Tenant};
+    let get = Method::GET;
     vec![
         route(get.clone(), "/healthz", Open, "Liveness", healthz, json!({ "responses": answers(&[("200", "ok")], &[]) })),
         route(
@@ -115,6 +121,14 @@ pub fn table() -> Vec<Route> {
             metrics,
             json!({ "responses": { "200": { "description": "text exposition format" } } }),
         ),
+    ]
+}
+
+/// Jobs: submit, list, show, cancel, restart.
+fn jobs() -> Vec<Route> {
+    use Access::Tenant;
+    let (get, post) = (Method::GET, Method::POST);
+    vec![
         route(
             post.clone(),
             "/v1/jobs",
@@ -151,7 +165,7 @@ pub fn table() -> Vec<Route> {
             json!({ "responses": answers(&[("200", "job")], &["404"]) }),
         ),
         route(
-            delete,
+            Method::DELETE,
             "/v1/jobs/{id}",
             Tenant,
             "Cancel a job",
@@ -159,15 +173,7 @@ pub fn table() -> Vec<Route> {
             json!({ "responses": answers(&[("200", "job")], &["404", "409"]) }),
         ),
         route(
-            post.clone(),
-            "/v1/jobs/{id}/heartbeat",
-            Tenant,
-            "Heartbeat",
-            gate::heartbeat,
-            json!({ "responses": answers(&[("200", "ok")], &["404", "409"]) }),
-        ),
-        route(
-            post.clone(),
+            post,
             "/v1/jobs/{id}/restart",
             Tenant,
             "The job's driver lost work in flight (a process died): end this admission and re-admit the job from its last completed iteration",
@@ -177,6 +183,22 @@ pub fn table() -> Vec<Route> {
                     "properties": { "reason": { "type": "string", "maxLength": 200 } } }), true),
                 "responses": answers(&[("200", "job, re-admitted (or queued)")], &["400", "404", "409"]),
             }),
+        ),
+    ]
+}
+
+/// The phase gate a job's driver talks to.
+fn gate() -> Vec<Route> {
+    use Access::Tenant;
+    let post = Method::POST;
+    vec![
+        route(
+            post.clone(),
+            "/v1/jobs/{id}/heartbeat",
+            Tenant,
+            "Heartbeat",
+            gate::heartbeat,
+            json!({ "responses": answers(&[("200", "ok")], &["404", "409"]) }),
         ),
         route(
             post.clone(),
@@ -213,6 +235,14 @@ pub fn table() -> Vec<Route> {
                 "responses": answers(&[("200", "job")], &["400", "404", "409"]),
             }),
         ),
+    ]
+}
+
+/// The cluster: groups, nodes and their changes, cost, events.
+fn cluster() -> Vec<Route> {
+    use Access::{Admin, Tenant};
+    let (get, post) = (Method::GET, Method::POST);
+    vec![
         route(
             get.clone(),
             "/v1/groups",

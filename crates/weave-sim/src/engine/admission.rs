@@ -104,37 +104,7 @@ impl Engine<'_> {
         };
         let now = self.now;
         let seed = self.cfg.seed;
-        let s = self.states[i].get_or_insert_with(|| JobState {
-            rng: job.runtime_stream(seed),
-            fail_rng: named_stream(seed, "job-failure", i as u64),
-            draws: BTreeMap::new(),
-            lag: (0, 0),
-            first_admitted: now,
-            last_train_end: now,
-            solo_sum: Micros::ZERO,
-            within_slo: 0,
-            solo_pipeline: SoloPipeline::default(),
-            at_checkpoint: (Micros::ZERO, 0, SoloPipeline::default()),
-            preempted: (0, 0),
-            train_busy_unsaved: 0,
-            done: 0,
-            checkpoint: 0,
-            fresh: true,
-            placed: None,
-            epoch: 0,
-            measured: VecDeque::new(),
-            restarts: 0,
-            last_move: None,
-            admitted_at: now,
-            excused: false,
-            predicted: 0.0,
-            rollout_started: Micros::ZERO,
-            rollout_plain: Micros::ZERO,
-            train_started: Micros::ZERO,
-            rolling: false,
-            rollout_extra: Micros::ZERO,
-            spot: None,
-        });
+        let s = self.states[i].get_or_insert_with(|| JobState::admitted(job, seed, i, now));
         // The tier is the job's from its first placement on rollout nodes: a move planned on
         // one tier is carried out on it (co-located, it holds none and stays open to both).
         if !colocated {
@@ -203,6 +173,43 @@ impl Engine<'_> {
                 break;
             }
             self.waiting.pop_front();
+        }
+    }
+}
+
+impl JobState {
+    /// The state of job `i` (`job`) at its first admission, `now`.
+    fn admitted(job: &crate::SimJob, seed: u64, i: usize, now: Micros) -> JobState {
+        JobState {
+            rng: job.runtime_stream(seed),
+            fail_rng: named_stream(seed, "job-failure", i as u64),
+            draws: BTreeMap::new(),
+            lag: (0, 0),
+            first_admitted: now,
+            last_train_end: now,
+            solo_sum: Micros::ZERO,
+            within_slo: 0,
+            solo_pipeline: SoloPipeline::default(),
+            at_checkpoint: (Micros::ZERO, 0, SoloPipeline::default()),
+            preempted: (0, 0),
+            train_busy_unsaved: 0,
+            done: 0,
+            checkpoint: 0,
+            fresh: true,
+            placed: None,
+            epoch: 0,
+            measured: VecDeque::new(),
+            restarts: 0,
+            last_move: None,
+            admitted_at: now,
+            excused: false,
+            predicted: 0.0,
+            rollout_started: Micros::ZERO,
+            rollout_plain: Micros::ZERO,
+            train_started: Micros::ZERO,
+            rolling: false,
+            rollout_extra: Micros::ZERO,
+            spot: None,
         }
     }
 }

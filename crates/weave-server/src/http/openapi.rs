@@ -2,7 +2,7 @@
 //! the router is built from (`http::routes`), a submission's schema from the job's fields
 //! declared once (`weave_trace::JobFields`) and the server's own (`ServerFields`).
 
-use crate::http::routes::{path_parameter, path_parameters, table, Access};
+use super::routes::{path_parameter, path_parameters, table, Access};
 use crate::plane::ServerFields;
 use serde_json::{json, Map, Value};
 use weave_trace::JobFields;
@@ -24,7 +24,7 @@ fn finish_schema() -> Value {
                                      "description": "The admission the phase was granted under (the grant's uid); refused with 409 if it has ended." } } })
 }
 
-fn operation(r: &crate::http::routes::Route) -> Value {
+fn operation(r: &super::routes::Route) -> Value {
     let mut op = match r.doc.clone() {
         Value::Object(m) => m,
         _ => Map::new(),
