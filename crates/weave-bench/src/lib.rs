@@ -16,9 +16,9 @@ use anyhow::{bail, Result};
 use serde::Serialize;
 use weave_core::{JobSpec, JobType, Pool};
 use weave_dispatch::rollout::{alternate_pair, calibrate, MigrationTrigger, RolloutConfig};
-use weave_report::table;
 use weave_io::{json, write_output};
 use weave_model::{named_stream, switch_time, Deployment, ProfileModel, SwitchKind, REFERENCE_BATCH};
+use weave_report::table;
 
 #[derive(clap::Subcommand)]
 pub enum BenchCommand {

@@ -5,11 +5,11 @@ use rand::Rng;
 use serde::Serialize;
 use std::time::Instant;
 use weave_core::{ClusterConfig, JobId};
-use weave_report::table;
 use weave_io::{json, write_output};
 use weave_model::{named_stream, ProfileModel};
 use weave_place::optimal::{optimal, Prices, MAX_JOBS};
 use weave_place::{PlaceJob, PlacePolicy, Placer, PlacerConfig};
+use weave_report::table;
 use weave_trace::{generate, Arrivals, GenConfig, GenMode, ProfileClass, SizeClass};
 
 /// Synthetic jobs: the production mix, SLO uniform in [1, 2].

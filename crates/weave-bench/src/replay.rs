@@ -4,9 +4,9 @@ use anyhow::Result;
 use serde::Serialize;
 use std::time::Instant;
 use weave_core::ClusterConfig;
-use weave_report::table;
 use weave_io::{json, write_output, TraceArgs};
 use weave_model::ProfileModel;
+use weave_report::table;
 use weave_sim::{prepare, replay, SimConfig};
 use weave_trace::{generate, GenConfig};
 

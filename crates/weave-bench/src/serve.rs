@@ -6,8 +6,8 @@ use serde::Serialize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weave_core::ClusterConfig;
-use weave_report::table;
 use weave_io::{json, write_output};
+use weave_report::table;
 use weave_server::state::SnapshotWindow;
 use weave_server::{ServerConfig, Shared, Tenants};
 

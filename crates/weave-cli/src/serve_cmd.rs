@@ -263,7 +263,12 @@ fn check_args(args: &ServeArgs) -> Result<()> {
     Ok(())
 }
 
-fn server_config(args: &ServeArgs, tenants: Tenants, cluster: weave_core::ClusterConfig, ray: bool) -> Result<ServerConfig> {
+fn server_config(
+    args: &ServeArgs,
+    tenants: Tenants,
+    cluster: weave_core::ClusterConfig,
+    ray: bool,
+) -> Result<ServerConfig> {
     Ok(ServerConfig {
         data_dir: args.data.clone(),
         tenants,

@@ -219,7 +219,6 @@ pub fn run(args: Args) -> Result<()> {
     write_output(None, &text)
 }
 
-
 #[allow(clippy::too_many_arguments)]
 fn write_report(
     path: &std::path::Path,

@@ -3,6 +3,7 @@
 //! Everything here is plain data plus arithmetic: no I/O, no clock, no async. The simulator
 //! and the control-plane server both build on these types.
 
+pub mod agentic;
 pub mod cluster;
 pub mod events;
 pub mod hardware;

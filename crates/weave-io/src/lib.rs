@@ -3,8 +3,6 @@
 //! output to a file or standard output. A tool crate: its errors are `anyhow`'s, as the
 //! binary's are.
 
-
-
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use weave_core::ClusterConfig;

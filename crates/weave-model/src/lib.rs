@@ -5,6 +5,7 @@
 //! Pure functions of their inputs: no I/O, no clock. Every random draw takes its generator as
 //! an argument.
 
+pub mod agentic;
 mod interp;
 pub mod profile;
 pub mod rng;

@@ -120,7 +120,10 @@ impl Inventory {
 
     /// Sizes `cluster`'s pools to Ray's labelled nodes; returns the sizes and a warning for
     /// each live node whose GPU count differs from the cluster config's.
-    pub fn size_pools(&self, cluster: &mut weave_core::ClusterConfig) -> Result<((u32, u32), Vec<String>), InventoryError> {
+    pub fn size_pools(
+        &self,
+        cluster: &mut weave_core::ClusterConfig,
+    ) -> Result<((u32, u32), Vec<String>), InventoryError> {
         let (rollout, training) = self.pool_sizes()?;
         cluster.rollout.nodes = rollout;
         cluster.training.nodes = training;

@@ -48,7 +48,12 @@ fn every_route_in_the_table_answers_and_is_documented_and_nothing_else_is() {
         let status = resp.status().as_u16();
         let text = resp.text().unwrap();
         // The router's own refusals say where to look; a handler's 404 names what is missing.
-        assert!(!text.contains("see /openapi.json"), "{} {}: the router does not answer it: {status} {text}", r.method, r.path);
+        assert!(
+            !text.contains("see /openapi.json"),
+            "{} {}: the router does not answer it: {status} {text}",
+            r.method,
+            r.path
+        );
         assert!(status != 405, "{} {}: {text}", r.method, r.path);
         answered.insert((r.method.to_string(), r.path.to_string()));
     }
@@ -80,7 +85,10 @@ fn the_submission_schema_names_exactly_the_fields_a_submission_reads() {
     let e = serde_json::from_value::<SubmitSpec>(json!({ "id": "a", "colour": 1 })).unwrap_err();
     assert!(e.to_string().contains("unknown field `colour`"), "{e}");
     // The staleness bound is the core's, not a copy.
-    assert_eq!(doc["components"]["schemas"]["SubmitSpec"]["properties"]["staleness"]["maximum"], weave_core::MAX_STALENESS);
+    assert_eq!(
+        doc["components"]["schemas"]["SubmitSpec"]["properties"]["staleness"]["maximum"],
+        weave_core::MAX_STALENESS
+    );
 }
 
 /// `(method, path)` of every server path the Python client names, read from its source: the
@@ -123,8 +131,7 @@ fn python_client_calls() -> Vec<(Option<String>, String)> {
 /// Whether a concrete or f-string path (`/v1/jobs/{job_id}`) fits a route's template.
 fn fits(template: &str, path: &str) -> bool {
     let (t, p): (Vec<&str>, Vec<&str>) = (template.split('/').collect(), path.split('/').collect());
-    t.len() == p.len()
-        && t.iter().zip(&p).all(|(a, b)| a == b || (a.starts_with('{') && !b.is_empty()))
+    t.len() == p.len() && t.iter().zip(&p).all(|(a, b)| a == b || (a.starts_with('{') && !b.is_empty()))
 }
 
 #[test]

@@ -291,7 +291,11 @@ fn a_readmission_is_placed_with_the_switches_the_job_reported() {
     records.push(down);
     let a = p.job("a").unwrap();
     assert_eq!((a.state, a.completed_iterations), (JobState::Running, 3), "re-admitted");
-    assert_eq!((a.submit.server.switch_warm_s, a.submit.server.switch_cold_s), (Some(0.5), Some(2.5)), "the medians reported");
+    assert_eq!(
+        (a.submit.server.switch_warm_s, a.submit.server.switch_cold_s),
+        (Some(0.5), Some(2.5)),
+        "the medians reported"
+    );
     let mut replay = plane();
     for r in &records {
         replay.apply(r).unwrap();

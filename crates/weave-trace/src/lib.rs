@@ -11,8 +11,8 @@ pub mod generate;
 mod jsonl;
 mod summary;
 
-pub use generate::{Arrivals, GenConfig, GenMode, ProfileClass, SizeClass, TenantMix};
 pub use fields::{JobFields, NoUnknownFields};
+pub use generate::{Arrivals, GenConfig, GenMode, ProfileClass, SizeClass, TenantMix};
 pub use jsonl::{write_jsonl, JsonlJob};
 pub use summary::{Summary, TypeCount};
 

@@ -34,7 +34,14 @@ pub struct Route {
     pub(super) handler: MethodRouter<Arc<Shared>>,
 }
 
-fn route<H, T>(method: Method, path: &'static str, access: Access, summary: &'static str, handler: H, doc: Value) -> Route
+fn route<H, T>(
+    method: Method,
+    path: &'static str,
+    access: Access,
+    summary: &'static str,
+    handler: H,
+    doc: Value,
+) -> Route
 where
     H: Handler<T, Arc<Shared>>,
     T: 'static,

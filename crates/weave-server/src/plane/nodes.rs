@@ -140,7 +140,9 @@ impl Plane {
                 Ok(()) if self.queued(&name).is_some() => {
                     ("requeued", serde_json::json!({ "resume_from": resubmit.server.resume_from.unwrap_or(0) }))
                 }
-                Ok(()) => ("readmitted", serde_json::json!({ "resume_from": resubmit.server.resume_from.unwrap_or(0) })),
+                Ok(()) => {
+                    ("readmitted", serde_json::json!({ "resume_from": resubmit.server.resume_from.unwrap_or(0) }))
+                }
                 Err(e) => ("readmit-failed", serde_json::json!({ "reason": e.to_string() })),
             };
             let group = self.group_of(&name).filter(|_| outcome.0 == "readmitted");

@@ -181,9 +181,11 @@ impl SubmitSpec {
                 return bad(field, format!("seconds in (0, {}]", limits::MAX_PHASE_S));
             }
         }
-        for (field, v) in
-            [("switch_warm_s", self.server.switch_warm_s), ("switch_cold_s", self.server.switch_cold_s), ("sync_s", self.server.sync_s)]
-        {
+        for (field, v) in [
+            ("switch_warm_s", self.server.switch_warm_s),
+            ("switch_cold_s", self.server.switch_cold_s),
+            ("sync_s", self.server.sync_s),
+        ] {
             if v.is_some_and(|t| !(t.is_finite() && (0.0..=limits::MAX_PHASE_S).contains(&t))) {
                 return bad(field, format!("seconds in [0, {}]", limits::MAX_PHASE_S));
             }

@@ -1,0 +1,171 @@
+//! What an agentic job declares about its rollout: trajectories of turns that alternate
+//! generation on the rollout GPUs with environment steps in CPU sandboxes,
+//! `reset (CPU) -> [generate_k (GPU) -> env_k (CPU)] x K -> reward`.
+//! (`weave_model::agentic` turns a declaration into rollout times and resource use.)
+
+use serde::{Deserialize, Serialize};
+
+/// An agentic rollout's shape. Times are seconds, as declared; the model converts them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgenticSpec {
+    pub turns: TurnsSpec,
+    /// One turn's generation by one trajectory with the engine's full speed, seconds.
+    pub gen_s_per_turn: f64,
+    /// One environment step (a tool call, a shell action).
+    pub env: LatencySpec,
+    pub startup: StartupSpec,
+    /// The reward, computed in the sandbox once the last turn's step returns, seconds.
+    #[serde(default)]
+    pub reward_s: f64,
+    pub sandbox: SandboxSpec,
+}
+
+/// Turns per trajectory: bimodal in production (short, under 5; long, over 10), with a tail
+/// capped at `max` (RollArt sections 2.1, 3.1).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TurnsSpec {
+    pub short_mean: f64,
+    pub long_mean: f64,
+    /// The share of trajectories in the long mode.
+    pub long_share: f64,
+    pub max: u32,
+}
+
+/// How long one environment step takes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "dist", rename_all = "snake_case", deny_unknown_fields)]
+pub enum LatencySpec {
+    /// N(mean, sigma), cut at 0: the synthetic case papers inject (N(10 s, 1..10 s)).
+    Normal { mean_s: f64, sigma_s: f64 },
+    /// A heavy-tailed tool, given by its median and 99th percentile.
+    LogNormal { p50_s: f64, p99_s: f64 },
+}
+
+/// A sandbox's start: from a cached image (`cached_share` of starts) or cold; a start fails
+/// with `failure_rate`, is noticed after `timeout_s` and is retried cold.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartupSpec {
+    pub cold_s: f64,
+    pub cached_s: f64,
+    pub cached_share: f64,
+    #[serde(default)]
+    pub failure_rate: f64,
+    #[serde(default)]
+    pub timeout_s: f64,
+}
+
+/// What one sandbox holds for its trajectory's life (or, if `pausable`, only while it works).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxSpec {
+    pub cores: f64,
+    pub mem_gib: f64,
+    #[serde(default)]
+    pub pausable: bool,
+}
+
+impl AgenticSpec {
+    /// Refuses what no model can run, naming the field (`agentic.env.sigma_s`).
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        let secs = |field: &str, v: f64| {
+            (v.is_finite() && (0.0..=86_400.0).contains(&v))
+                .then_some(())
+                .ok_or_else(|| (format!("agentic.{field}"), format!("seconds in [0, 86400], got {v}")))
+        };
+        let share = |field: &str, v: f64| {
+            (v.is_finite() && (0.0..=1.0).contains(&v))
+                .then_some(())
+                .ok_or_else(|| (format!("agentic.{field}"), format!("a share in [0, 1], got {v}")))
+        };
+        let t = &self.turns;
+        for (field, v) in [("turns.short_mean", t.short_mean), ("turns.long_mean", t.long_mean)] {
+            if !(v.is_finite() && v >= 1.0 && v <= t.max as f64) {
+                return Err((format!("agentic.{field}"), format!("a mean from 1 to turns.max ({}), got {v}", t.max)));
+            }
+        }
+        share("turns.long_share", t.long_share)?;
+        if !(1..=1000).contains(&t.max) {
+            return Err(("agentic.turns.max".into(), format!("from 1 to 1000, got {}", t.max)));
+        }
+        secs("gen_s_per_turn", self.gen_s_per_turn)?;
+        match self.env {
+            LatencySpec::Normal { mean_s, sigma_s } => {
+                secs("env.mean_s", mean_s)?;
+                secs("env.sigma_s", sigma_s)?;
+            }
+            LatencySpec::LogNormal { p50_s, p99_s } => {
+                secs("env.p50_s", p50_s)?;
+                secs("env.p99_s", p99_s)?;
+                if p99_s < p50_s {
+                    return Err(("agentic.env.p99_s".into(), format!("at least p50_s ({p50_s}), got {p99_s}")));
+                }
+            }
+        }
+        let s = &self.startup;
+        secs("startup.cold_s", s.cold_s)?;
+        secs("startup.cached_s", s.cached_s)?;
+        secs("startup.timeout_s", s.timeout_s)?;
+        share("startup.cached_share", s.cached_share)?;
+        share("startup.failure_rate", s.failure_rate)?;
+        if s.failure_rate >= 1.0 {
+            return Err(("agentic.startup.failure_rate".into(), "below 1 (every start would fail)".into()));
+        }
+        secs("reward_s", self.reward_s)?;
+        let b = &self.sandbox;
+        if !(b.cores.is_finite() && b.cores > 0.0 && b.cores <= 1024.0) {
+            return Err(("agentic.sandbox.cores".into(), format!("cores in (0, 1024], got {}", b.cores)));
+        }
+        if !(b.mem_gib.is_finite() && b.mem_gib >= 0.0 && b.mem_gib <= 65_536.0) {
+            return Err(("agentic.sandbox.mem_gib".into(), format!("GiB in [0, 65536], got {}", b.mem_gib)));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn swe_like() -> AgenticSpec {
+        AgenticSpec {
+            turns: TurnsSpec { short_mean: 4.0, long_mean: 30.0, long_share: 0.5, max: 100 },
+            gen_s_per_turn: 3.0,
+            env: LatencySpec::LogNormal { p50_s: 1.0, p99_s: 3.0 },
+            startup: StartupSpec {
+                cold_s: 60.0,
+                cached_s: 0.6,
+                cached_share: 0.8,
+                failure_rate: 0.01,
+                timeout_s: 120.0,
+            },
+            reward_s: 20.0,
+            sandbox: SandboxSpec { cores: 2.0, mem_gib: 8.0, pausable: false },
+        }
+    }
+
+    #[test]
+    fn a_declaration_reads_and_bad_values_name_their_field() {
+        let text = r#"{"turns":{"short_mean":3,"long_mean":20,"long_share":0.3,"max":40},"gen_s_per_turn":2,
+            "env":{"dist":"normal","mean_s":10,"sigma_s":1},"startup":{"cold_s":30,"cached_s":0.5,"cached_share":0.9},
+            "sandbox":{"cores":1,"mem_gib":8}}"#;
+        let spec: AgenticSpec = serde_json::from_str(text).unwrap();
+        assert_eq!(spec.validate(), Ok(()));
+        assert!(swe_like().validate().is_ok());
+        let mut bad = swe_like();
+        bad.env = LatencySpec::Normal { mean_s: -1.0, sigma_s: 1.0 };
+        assert_eq!(bad.validate().unwrap_err().0, "agentic.env.mean_s");
+        let mut bad = swe_like();
+        bad.sandbox.cores = 0.0;
+        assert_eq!(bad.validate().unwrap_err().0, "agentic.sandbox.cores");
+        let mut bad = swe_like();
+        bad.turns.long_mean = 500.0;
+        assert_eq!(bad.validate().unwrap_err().0, "agentic.turns.long_mean");
+        let mut bad = swe_like();
+        bad.startup.failure_rate = 1.0;
+        assert_eq!(bad.validate().unwrap_err().0, "agentic.startup.failure_rate");
+        assert!(serde_json::from_str::<AgenticSpec>(&text.replace("\"max\":40", "\"max\":40,\"colour\":1")).is_err());
+    }
+}

@@ -1,0 +1,332 @@
+//! An agentic rollout in time: a batch of trajectories, each
+//! `reset (CPU) -> [generate_k (GPU) -> env_k (CPU)] x K -> reward`, on a continuous-batching
+//! engine. At trajectory level (Weave, RollArt) a trajectory's next turn is generated as soon
+//! as its environment step returns, so the rollout GPUs idle only while every live trajectory
+//! waits on its sandbox; at batch level (the baselines' mode) every turn waits for the slowest
+//! environment of the batch.
+//!
+//! The engine is a processor shared by the trajectories generating at once: each decodes at
+//! full speed while at most `slots` generate, and at `slots / n` of it when `n > slots` do
+//! (decode is memory-bound until the batch fills the engine). Generation per turn does not
+//! grow with the context here (prefix caching keeps most of a later turn's prompt: about 56%
+//! in the PolyTrace Search-R1 traces); a declared `gen_s_per_turn` is the mean.
+
+use crate::{named_stream, Stream};
+use rand::Rng;
+use rand_distr::{Distribution, StandardNormal};
+use weave_core::agentic::{AgenticSpec, LatencySpec};
+use weave_core::Micros;
+
+/// How a rollout's trajectories take their turns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Interaction {
+    /// Each trajectory on its own: its next turn as soon as its step returns.
+    Trajectory,
+    /// Turn by turn: every turn starts when the whole batch's previous step has returned.
+    Batch,
+}
+
+/// One sampled rollout.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct AgenticRollout {
+    pub duration: Micros,
+    /// Time at least one trajectory was generating: what the rollout GPUs worked.
+    pub generating: Micros,
+    /// Turns generated, all trajectories together.
+    pub turns: u64,
+    /// Sandbox starts that failed and were noticed at their time-out.
+    pub timeouts: u32,
+    /// Sandbox core-time held (for a pausable sandbox, only while it starts or steps),
+    /// core-microseconds.
+    pub core_us: u128,
+    /// Sandboxes held at once, at most.
+    pub peak_sandboxes: u32,
+}
+
+/// One trajectory's draws: its sandbox start, and each turn's environment step (the last
+/// one's includes the reward).
+struct Draws {
+    startup: f64,
+    timeouts: u32,
+    steps: Vec<f64>,
+}
+
+/// A geometric count on {0, 1, ..} with mean `mean`.
+fn geometric(mean: f64, rng: &mut Stream) -> u32 {
+    if mean <= 0.0 {
+        return 0;
+    }
+    let p = 1.0 / (1.0 + mean);
+    let u: f64 = 1.0 - rng.random::<f64>();
+    (u.ln() / (1.0 - p).ln()).floor().min(u32::MAX as f64) as u32
+}
+
+fn env_step(env: &LatencySpec, rng: &mut Stream) -> f64 {
+    let z: f64 = StandardNormal.sample(rng);
+    match *env {
+        LatencySpec::Normal { mean_s, sigma_s } => (mean_s + sigma_s * z).max(0.0),
+        LatencySpec::LogNormal { p50_s, p99_s } => {
+            // The 99th percentile of N(0, 1) is 2.3263.
+            let sigma = (p99_s / p50_s.max(1e-9)).max(1.0).ln() / 2.326_347_9;
+            p50_s * (sigma * z).exp()
+        }
+    }
+}
+
+fn draw(spec: &AgenticSpec, rng: &mut Stream) -> Draws {
+    let t = &spec.turns;
+    let mean = if rng.random::<f64>() < t.long_share { t.long_mean } else { t.short_mean };
+    let turns = (1 + geometric(mean - 1.0, rng)).min(t.max.max(1));
+    let s = &spec.startup;
+    let (mut startup, mut timeouts) = (0.0, 0);
+    let mut cached = rng.random::<f64>() < s.cached_share;
+    // A failed start is noticed at its time-out and retried cold (at most 10 times).
+    while timeouts < 10 && rng.random::<f64>() < s.failure_rate {
+        startup += s.timeout_s;
+        timeouts += 1;
+        cached = false;
+    }
+    startup += if cached { s.cached_s } else { s.cold_s };
+    let mut steps: Vec<f64> = (0..turns).map(|_| env_step(&spec.env, rng)).collect();
+    if let Some(last) = steps.last_mut() {
+        *last += spec.reward_s;
+    }
+    Draws { startup, timeouts, steps }
+}
+
+/// Where one trajectory is.
+#[derive(Clone, Copy)]
+enum At {
+    /// Starting its sandbox or waiting on a step, until the time given; then turn `next`.
+    Waiting {
+        until: f64,
+        next: usize,
+    },
+    /// Generating turn `turn`, with this much full-speed work left.
+    Generating {
+        left: f64,
+        turn: usize,
+    },
+    Done,
+}
+
+/// A sampled rollout of `batch` trajectories on an engine of `slots`.
+pub fn sample_rollout(
+    spec: &AgenticSpec,
+    batch: u32,
+    slots: u32,
+    how: Interaction,
+    rng: &mut Stream,
+) -> AgenticRollout {
+    let draws: Vec<Draws> = (0..batch.max(1)).map(|_| draw(spec, rng)).collect();
+    let mut r = match how {
+        Interaction::Trajectory => trajectory_level(spec, &draws, slots.max(1) as f64),
+        Interaction::Batch => batch_level(spec, &draws, slots.max(1) as f64),
+    };
+    r.turns = draws.iter().map(|d| d.steps.len() as u64).sum();
+    r.timeouts = draws.iter().map(|d| d.timeouts).sum();
+    r
+}
+
+fn trajectory_level(spec: &AgenticSpec, draws: &[Draws], slots: f64) -> AgenticRollout {
+    let w = spec.gen_s_per_turn;
+    let mut at: Vec<At> = draws.iter().map(|d| At::Waiting { until: d.startup, next: 0 }).collect();
+    let (mut now, mut generating) = (0.0f64, 0.0f64);
+    let mut done = vec![0.0f64; draws.len()];
+    let mut peak_waiting = 0u32;
+    loop {
+        let n = at.iter().filter(|a| matches!(a, At::Generating { .. })).count();
+        let waiting = at.iter().filter(|a| matches!(a, At::Waiting { .. })).count();
+        peak_waiting = peak_waiting.max(waiting as u32);
+        if n == 0 && waiting == 0 {
+            break;
+        }
+        let rate = if n == 0 { 0.0 } else { (slots / n as f64).min(1.0) };
+        let next_wait = at.iter().filter_map(|a| if let At::Waiting { until, .. } = a { Some(*until) } else { None });
+        let next_gen =
+            at.iter().filter_map(|a| if let At::Generating { left, .. } = a { Some(now + left / rate) } else { None });
+        let next = next_wait.chain(next_gen).fold(f64::INFINITY, f64::min);
+        let dt = (next - now).max(0.0);
+        if n > 0 {
+            generating += dt;
+        }
+        now = next;
+        for (i, a) in at.iter_mut().enumerate() {
+            *a = match *a {
+                At::Generating { left, turn } => {
+                    let left = left - rate * dt;
+                    // Work left below a nanosecond is done (floating-point remainders).
+                    if left <= 1e-9 {
+                        At::Waiting { until: now + draws[i].steps[turn], next: turn + 1 }
+                    } else {
+                        At::Generating { left, turn }
+                    }
+                }
+                At::Waiting { until, next } if until <= now => {
+                    if next < draws[i].steps.len() {
+                        At::Generating { left: w, turn: next }
+                    } else {
+                        done[i] = now;
+                        At::Done
+                    }
+                }
+                other => other,
+            };
+        }
+    }
+    finish(spec, draws, &done, now, generating, peak_waiting)
+}
+
+fn batch_level(spec: &AgenticSpec, draws: &[Draws], slots: f64) -> AgenticRollout {
+    let w = spec.gen_s_per_turn;
+    let mut now = draws.iter().map(|d| d.startup).fold(0.0, f64::max);
+    let mut generating = 0.0;
+    let mut done = vec![0.0f64; draws.len()];
+    let turns = draws.iter().map(|d| d.steps.len()).max().unwrap_or(0);
+    for k in 0..turns {
+        let live: Vec<usize> = (0..draws.len()).filter(|&i| draws[i].steps.len() > k).collect();
+        let gen = w * (live.len() as f64 / slots).max(1.0);
+        now += gen;
+        generating += gen;
+        now += live.iter().map(|&i| draws[i].steps[k]).fold(0.0, f64::max);
+        for &i in &live {
+            done[i] = now;
+        }
+    }
+    // Turn by turn, every live sandbox steps at once.
+    finish(spec, draws, &done, now, generating, draws.len() as u32)
+}
+
+fn finish(
+    spec: &AgenticSpec,
+    draws: &[Draws],
+    done: &[f64],
+    end: f64,
+    generating: f64,
+    peak_waiting: u32,
+) -> AgenticRollout {
+    let cores = spec.sandbox.cores;
+    let core_s: f64 = if spec.sandbox.pausable {
+        draws.iter().map(|d| cores * (d.startup + d.steps.iter().sum::<f64>())).sum()
+    } else {
+        done.iter().map(|t| cores * t).sum()
+    };
+    AgenticRollout {
+        duration: Micros::from_secs_f64(end),
+        generating: Micros::from_secs_f64(generating),
+        core_us: (core_s * 1e6) as u128,
+        peak_sandboxes: if spec.sandbox.pausable { peak_waiting } else { draws.len() as u32 },
+        ..Default::default()
+    }
+}
+
+/// Means over `samples` rollouts, each drawn from its own named stream (`agentic-rollout`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RolloutMeans {
+    pub duration_s: f64,
+    pub generating_s: f64,
+    /// The share of the rollout its GPUs work.
+    pub busy_share: f64,
+    pub core_hours: f64,
+}
+
+pub fn mean_rollout(
+    spec: &AgenticSpec,
+    batch: u32,
+    slots: u32,
+    how: Interaction,
+    seed: u64,
+    samples: u32,
+) -> RolloutMeans {
+    let n = samples.max(1);
+    let (mut d, mut g, mut c) = (0.0, 0.0, 0.0);
+    for i in 0..n {
+        let mut rng = named_stream(seed, "agentic-rollout", i as u64);
+        let r = sample_rollout(spec, batch, slots, how, &mut rng);
+        d += r.duration.as_secs_f64();
+        g += r.generating.as_secs_f64();
+        c += r.core_us as f64 / 3.6e9;
+    }
+    let k = n as f64;
+    RolloutMeans { duration_s: d / k, generating_s: g / k, busy_share: g / d.max(1e-12), core_hours: c / k }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weave_core::agentic::{SandboxSpec, StartupSpec, TurnsSpec};
+
+    fn spec(turns: (f64, f64, f64), gen_s: f64, env: LatencySpec) -> AgenticSpec {
+        AgenticSpec {
+            turns: TurnsSpec { short_mean: turns.0, long_mean: turns.1, long_share: turns.2, max: 100 },
+            gen_s_per_turn: gen_s,
+            env,
+            startup: StartupSpec { cold_s: 0.0, cached_s: 0.0, cached_share: 1.0, failure_rate: 0.0, timeout_s: 0.0 },
+            reward_s: 0.0,
+            sandbox: SandboxSpec { cores: 1.0, mem_gib: 8.0, pausable: false },
+        }
+    }
+
+    fn fixed(mean_s: f64) -> LatencySpec {
+        LatencySpec::Normal { mean_s, sigma_s: 0.0 }
+    }
+
+    #[test]
+    fn without_environment_time_the_gpus_never_idle() {
+        // One turn each, 8 trajectories on 4 slots: half speed until all finish at 2 x 5 s.
+        let s = spec((1.0, 1.0, 0.0), 5.0, fixed(0.0));
+        let r = sample_rollout(&s, 8, 4, Interaction::Trajectory, &mut named_stream(1, "t", 0));
+        assert_eq!((r.duration, r.generating, r.turns), (Micros::from_secs(10), Micros::from_secs(10), 8));
+        let b = sample_rollout(&s, 8, 4, Interaction::Batch, &mut named_stream(1, "t", 0));
+        assert_eq!(b.duration, Micros::from_secs(10));
+    }
+
+    #[test]
+    fn fixed_steps_cost_the_same_at_either_level_and_idle_the_gpus_meanwhile() {
+        // One turn of 2 s generation and a 10 s step (the reward's 3 s with it), every
+        // trajectory alike.
+        let mut s = spec((1.0, 1.0, 0.0), 2.0, fixed(10.0));
+        s.reward_s = 3.0;
+        let r = sample_rollout(&s, 4, 8, Interaction::Trajectory, &mut named_stream(1, "t", 0));
+        assert_eq!((r.duration, r.generating), (Micros::from_secs(15), Micros::from_secs(2)));
+        let b = sample_rollout(&s, 4, 8, Interaction::Batch, &mut named_stream(1, "t", 0));
+        assert_eq!(b.duration, r.duration);
+        // Not pausable: each sandbox is held for its trajectory's whole life; pausable, only
+        // for its step.
+        assert_eq!(r.core_us, 4 * r.duration.0 as u128);
+        s.sandbox.pausable = true;
+        let p = sample_rollout(&s, 4, 8, Interaction::Trajectory, &mut named_stream(1, "t", 0));
+        assert_eq!(p.core_us, 4 * 13_000_000);
+    }
+
+    #[test]
+    fn batch_level_waits_for_the_slowest_step_and_loses_more_as_steps_vary() {
+        let gain = |sigma: f64| {
+            let s = spec((8.0, 8.0, 0.0), 2.0, LatencySpec::Normal { mean_s: 10.0, sigma_s: sigma });
+            let t = mean_rollout(&s, 64, 64, Interaction::Trajectory, 7, 8).duration_s;
+            let b = mean_rollout(&s, 64, 64, Interaction::Batch, 7, 8).duration_s;
+            b / t
+        };
+        let (low, high) = (gain(1.0), gain(10.0));
+        assert!(1.0 < low && low < high, "{low} {high}");
+    }
+
+    #[test]
+    fn the_same_seed_draws_the_same_rollout() {
+        let s = spec((3.0, 20.0, 0.4), 2.0, LatencySpec::LogNormal { p50_s: 1.0, p99_s: 5.0 });
+        let a = mean_rollout(&s, 32, 16, Interaction::Trajectory, 3, 4);
+        assert_eq!(a, mean_rollout(&s, 32, 16, Interaction::Trajectory, 3, 4));
+        assert_ne!(a, mean_rollout(&s, 32, 16, Interaction::Trajectory, 4, 4));
+        assert!(a.busy_share > 0.0 && a.busy_share < 1.0, "{a:?}");
+    }
+
+    #[test]
+    fn failed_starts_are_retried_after_their_time_out() {
+        let mut s = spec((1.0, 1.0, 0.0), 1.0, fixed(0.0));
+        s.startup = StartupSpec { cold_s: 5.0, cached_s: 0.5, cached_share: 1.0, failure_rate: 0.5, timeout_s: 30.0 };
+        let r = sample_rollout(&s, 64, 64, Interaction::Trajectory, &mut named_stream(1, "t", 0));
+        assert!(r.timeouts > 10, "{r:?}");
+        // The slowest start: its time-outs, then a cold start, then one turn.
+        assert!(r.duration >= Micros::from_secs(30 + 5 + 1), "{r:?}");
+    }
+}
