@@ -21,7 +21,8 @@ use weave_place::consolidate::{Churn, Deferred};
 use weave_place::share::UsageHistory;
 use weave_place::Placer;
 
-/// Format version: a snapshot of another version is refused (the log is replayed instead).
+/// Format version: a snapshot of another version is refused, and the server does not start
+/// (the records it covers are no longer in the log, so there is nothing to replay instead).
 const VERSION: u32 = 1;
 
 #[derive(Serialize, Deserialize)]
