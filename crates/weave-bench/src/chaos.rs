@@ -109,7 +109,16 @@ pub(crate) fn start_with(data: &Path, extra: &[&str]) -> Result<(Server, f64)> {
     }
     let mut child = command
         .args(pre)
-        .args(["serve", "--insecure-no-auth", "--addr", "127.0.0.1:0", "--rate-limit-per-s", "0"])
+        .args([
+            "serve",
+            "--insecure-no-auth",
+            "--addr",
+            "127.0.0.1:0",
+            "--rate-limit-per-s",
+            "0",
+            "--read-rate-limit-per-s",
+            "0",
+        ])
         .args(["--heartbeat-timeout-s", "3600"])
         .args(extra)
         .arg("--data")

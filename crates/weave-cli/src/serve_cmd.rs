@@ -113,6 +113,14 @@ pub struct ServeArgs {
     /// Requests a token may send at once before the per-second rate applies.
     #[arg(long, default_value_t = 400)]
     rate_limit_burst: u32,
+    /// And requests per second per token to the reads whose answers grow with the plane
+    /// (events, job lists and histories, groups, nodes, the queue, /status, /metrics), so that
+    /// one tenant's reads cannot take the CPU other tenants' gates need (0: no such limit).
+    #[arg(long, default_value_t = 10)]
+    read_rate_limit_per_s: u32,
+    /// Such reads a token may send at once before their per-second rate applies.
+    #[arg(long, default_value_t = 20)]
+    read_rate_limit_burst: u32,
     /// Snapshot the plane and drop the records it covers once this many records follow the
     /// last snapshot (restart then replays at most this many); 0: never.
     #[arg(long, default_value_t = weave_server::DEFAULT_SNAPSHOT_EVERY)]
@@ -203,6 +211,8 @@ fn connection_limits(args: &ServeArgs) -> Result<weave_server::ConnectionLimits>
         max_connections: args.max_connections,
         max_connections_per_address: (args.max_connections_per_address > 0).then_some(args.max_connections_per_address),
         rate: (args.rate_limit_per_s > 0).then_some((args.rate_limit_per_s, args.rate_limit_burst.max(1))),
+        read_rate: (args.read_rate_limit_per_s > 0)
+            .then_some((args.read_rate_limit_per_s, args.read_rate_limit_burst.max(1))),
         inputs: weave_server::InputLimits {
             reason_chars: args.max_reason_chars,
             meta_bytes: args.max_meta_bytes,

@@ -530,35 +530,44 @@ async fn whole_body(State(s): State<Arc<Shared>>, req: axum::extract::Request, n
     }
 }
 
-pub fn router(shared: Arc<Shared>, rate: Option<RateLimits>) -> Router {
+/// The error a rate limiter answers with: 429, and when to try again.
+fn too_many(e: GovernorError) -> Response {
+    // The limiter rounds the wait down to whole seconds: a client told 0 would retry at once
+    // and be refused again.
+    let (message, wait) = match e {
+        GovernorError::TooManyRequests { wait_time, .. } => {
+            let wait = wait_time.max(1);
+            (format!("rate limit for this token: try again in {wait} s"), wait)
+        }
+        other => (format!("rate limit: {other}"), 1),
+    };
+    ApiError::new(StatusCode::TOO_MANY_REQUESTS, message).retry_after(wait).into_response()
+}
+
+/// The router over [`routes::table`]: `rate` limits every authenticated request of a token,
+/// `reads` its requests to routes whose answers grow with the plane as well.
+pub fn router(shared: Arc<Shared>, rate: Option<RateLimits>, reads: Option<RateLimits>) -> Router {
     let limit = shared.cfg.max_body_bytes;
     let body_timeout = shared.cfg.limits.body_timeout;
     // The status page's token may come as `?token=` (see `query_token`); rate-limited like
     // the rest of the authenticated routes.
-    let (mut open, mut authenticated) = (Router::new(), Router::new());
+    let (mut open, mut authenticated, mut heavy) = (Router::new(), Router::new(), Router::new());
     for r in routes::table() {
-        if r.access == routes::Access::Open {
-            open = open.route(r.path, r.handler);
-        } else {
-            authenticated = authenticated.route(r.path, r.handler);
+        match (r.access, r.cost) {
+            (routes::Access::Open, _) => open = open.route(r.path, r.handler),
+            (_, routes::Cost::Small) => authenticated = authenticated.route(r.path, r.handler),
+            (_, routes::Cost::GrowsWithPlane) => heavy = heavy.route(r.path, r.handler),
         }
     }
+    if let Some(cfg) = reads {
+        heavy = heavy.layer(GovernorLayer::new(cfg).error_handler(too_many));
+    }
     let mut authenticated = authenticated
+        .merge(heavy)
         // Inside the rate limit: a limited request's body is never read.
         .route_layer(from_fn_with_state(shared.clone(), whole_body));
     if let Some(cfg) = rate {
-        let layer = GovernorLayer::new(cfg).error_handler(|e| {
-            // The limiter rounds the wait down to whole seconds: a client told 0 would retry at
-            // once and be refused again.
-            let (message, wait) = match e {
-                GovernorError::TooManyRequests { wait_time, .. } => {
-                    let wait = wait_time.max(1);
-                    (format!("rate limit for this token: try again in {wait} s"), wait)
-                }
-                other => (format!("rate limit: {other}"), 1),
-            };
-            ApiError::new(StatusCode::TOO_MANY_REQUESTS, message).retry_after(wait).into_response()
-        });
+        let layer = GovernorLayer::new(cfg).error_handler(too_many);
         authenticated = authenticated.layer(layer);
     }
     // The token is checked first (outermost), so unknown tokens never reach the limiter and

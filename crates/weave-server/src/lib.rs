@@ -41,9 +41,9 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let limits = shared.cfg.limits;
-    let rate = http::rate_limits(limits.rate);
+    let (rate, reads) = (http::rate_limits(limits.rate), http::rate_limits(limits.read_rate));
     let reaper = shared.clone();
-    let limiter = rate.clone();
+    let limiters: Vec<http::RateLimits> = rate.iter().chain(&reads).cloned().collect();
     let tick = Duration::from_millis(250).min(shared.cfg.heartbeat_timeout / 4).max(Duration::from_millis(10));
     tokio::spawn(async move {
         let mut last_sweep = tokio::time::Instant::now();
@@ -58,8 +58,10 @@ pub async fn serve(
             })
             .await;
             // Tokens idle long enough to be back at full burst are forgotten.
-            if let Some(l) = limiter.as_ref().filter(|_| last_sweep.elapsed() > Duration::from_secs(60)) {
-                l.limiter().retain_recent();
+            if last_sweep.elapsed() > Duration::from_secs(60) {
+                for l in &limiters {
+                    l.limiter().retain_recent();
+                }
                 last_sweep = tokio::time::Instant::now();
             }
         }
@@ -67,7 +69,7 @@ pub async fn serve(
     let cap = limits.max_connections.unwrap_or_else(default_max_connections).max(1);
     let permits = Arc::new(Semaphore::new(cap));
     let per_address = PerAddress::new(limits.max_connections_per_address.unwrap_or(usize::MAX));
-    let app = http::router(shared.clone(), rate);
+    let app = http::router(shared.clone(), rate, reads);
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {

@@ -93,6 +93,10 @@ pub struct ConnectionLimits {
     pub max_connections_per_address: Option<usize>,
     /// Requests per second per bearer token, with this burst; `None`: unlimited.
     pub rate: Option<(u32, u32)>,
+    /// And requests per second per token, with this burst, to the routes whose answers grow
+    /// with the plane (history, listings, the status page: `routes::Cost::GrowsWithPlane`);
+    /// `None`: only `rate` applies.
+    pub read_rate: Option<(u32, u32)>,
     /// How large the strings and maps a client may have kept are.
     pub inputs: InputLimits,
 }
@@ -108,6 +112,7 @@ impl Default for ConnectionLimits {
             max_connections: None,
             max_connections_per_address: Some(DEFAULT_MAX_CONNECTIONS_PER_ADDRESS),
             rate: None,
+            read_rate: None,
             inputs: InputLimits::default(),
         }
     }

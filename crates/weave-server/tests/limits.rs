@@ -151,3 +151,26 @@ fn a_tenants_jobs_are_capped() {
     assert_eq!(r.status(), 200);
     assert_eq!(submit(&s, ALICE, spec("a3")).0, 201, "a cancelled job's slot is free again");
 }
+
+/// Reads whose answers grow with the plane are limited apart: a token out of its read budget
+/// gets 429 on `/v1/events` and `/status` while its gate requests still go through.
+#[test]
+fn reads_that_grow_with_the_plane_have_a_budget_of_their_own() {
+    let s = TestServer::start_with(temp_dir("limits-reads"), Duration::from_secs(600), |cfg| {
+        cfg.limits.rate = Some((1000, 1000));
+        cfg.limits.read_rate = Some((1, 2));
+    });
+    assert_eq!(submit(&s, ALICE, json!({ "id": "j", "type": "3B_4k", "iterations": 3 })).0, 201);
+    let read = |path: &str| client().get(s.url(path)).bearer_auth(ALICE).send().unwrap().status().as_u16();
+    let codes: Vec<u16> = ["/v1/events", "/v1/jobs", "/status", "/v1/events"].iter().map(|p| read(p)).collect();
+    assert_eq!(&codes[..2], &[200, 200], "{codes:?}");
+    assert!(codes[2..].iter().all(|c| *c == 429), "the burst of 2 is spent: {codes:?}");
+    // The gate is not a read that grows with the plane.
+    for _ in 0..5 {
+        let r = client().post(s.url("/v1/jobs/j/heartbeat")).bearer_auth(ALICE).send().unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    assert_eq!(start_phase(&s, ALICE, "j", "rollout", 0, 5.0).0, 200);
+    // Another token's reads have their own budget.
+    assert_eq!(client().get(s.url("/v1/events")).bearer_auth(BOB).send().unwrap().status(), 200);
+}

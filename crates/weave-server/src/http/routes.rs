@@ -22,12 +22,24 @@ pub enum Access {
     Admin,
 }
 
+/// What answering a route costs, for the rate limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cost {
+    /// Bounded by the request: the gate, submissions, one job's changes.
+    Small,
+    /// Grows with the plane (history, listings, pages): a tenant's reads of these are limited
+    /// apart (`ConnectionLimits::read_rate`), so that its reads cannot take the CPU others'
+    /// gates need.
+    GrowsWithPlane,
+}
+
 pub struct Route {
     pub method: Method,
     /// axum's form: `{name}` for a path parameter.
     pub path: &'static str,
     pub access: Access,
     pub summary: &'static str,
+    pub cost: Cost,
     /// The rest of the OpenAPI operation: query parameters, request body, responses (the
     /// path's parameters, security and the 401/403/429 answers follow from the above).
     pub doc: Value,
@@ -47,7 +59,14 @@ where
     T: 'static,
 {
     let filter = MethodFilter::try_from(method.clone()).expect("the table uses standard methods");
-    Route { method, path, access, summary, doc, handler: on(filter, handler) }
+    Route { method, path, access, summary, cost: Cost::Small, doc, handler: on(filter, handler) }
+}
+
+impl Route {
+    fn grows_with_plane(mut self) -> Route {
+        self.cost = Cost::GrowsWithPlane;
+        self
+    }
 }
 
 fn err() -> Value {
@@ -119,7 +138,8 @@ fn probes() -> Vec<Route> {
             "Read-only status page (HTML); token as header or ?token=",
             status_page,
             json!({ "responses": { "200": { "description": "HTML" } } }),
-        ),
+        )
+        .grows_with_plane(),
         route(
             get.clone(),
             "/metrics",
@@ -127,7 +147,8 @@ fn probes() -> Vec<Route> {
             "Prometheus metrics: the cluster for an admin token, a tenant's own jobs otherwise",
             metrics,
             json!({ "responses": { "200": { "description": "text exposition format" } } }),
-        ),
+        )
+        .grows_with_plane(),
     ]
 }
 
@@ -162,7 +183,8 @@ fn jobs() -> Vec<Route> {
                 ],
                 "responses": answers(&[("200", "jobs")], &["400"]),
             }),
-        ),
+        )
+        .grows_with_plane(),
         route(
             get.clone(),
             "/v1/jobs/{id}",
@@ -170,7 +192,8 @@ fn jobs() -> Vec<Route> {
             "Show a job and its history",
             show_job,
             json!({ "responses": answers(&[("200", "job")], &["404"]) }),
-        ),
+        )
+        .grows_with_plane(),
         route(
             Method::DELETE,
             "/v1/jobs/{id}",
@@ -257,7 +280,8 @@ fn cluster() -> Vec<Route> {
             "Groups holding the caller's jobs",
             cluster::groups,
             json!({ "responses": answers(&[("200", "groups")], &[]) }),
-        ),
+        )
+        .grows_with_plane(),
         route(
             get.clone(),
             "/v1/nodes",
@@ -265,7 +289,8 @@ fn cluster() -> Vec<Route> {
             "Nodes with their groups and cached state",
             cluster::nodes,
             json!({ "responses": answers(&[("200", "nodes")], &[]) }),
-        ),
+        )
+        .grows_with_plane(),
         route(
             post.clone(),
             "/v1/nodes/{node}/down",
@@ -320,7 +345,8 @@ fn cluster() -> Vec<Route> {
                 ],
                 "responses": answers(&[("200", "events")], &["400"]),
             }),
-        ),
+        )
+        .grows_with_plane(),
         route(
             get,
             "/v1/queue",
@@ -328,7 +354,8 @@ fn cluster() -> Vec<Route> {
             "Jobs waiting for room in fixed pools, in the order they will start (the caller's own; all for admins)",
             listing::queue,
             json!({ "responses": answers(&[("200", "queued jobs with position and reason")], &[]) }),
-        ),
+        )
+        .grows_with_plane(),
     ]
 }
 
