@@ -35,6 +35,10 @@ pub struct AbuseArgs {
     /// Extra arguments for `weave serve` (its defaults otherwise).
     #[arg(long, allow_hyphen_values = true)]
     serve_args: Option<String>,
+    /// The requests it sends, in turn (default: all eight: submit, restart, heartbeat, start,
+    /// finish, events, status, jobs), to find which one costs what.
+    #[arg(long, value_delimiter = ',', default_value = "submit,restart,heartbeat,start,finish,events,status,jobs")]
+    requests: Vec<String>,
     /// Seconds between memory and disk samples.
     #[arg(long, default_value_t = 10.0)]
     sample_s: f64,
@@ -163,8 +167,12 @@ fn gate_driver(url: String, lat: Arc<Mutex<Vec<f64>>>, stop: Arc<AtomicBool>) ->
 }
 
 /// One of the abusing tenant's threads: every endpoint in turn, largest bodies allowed.
+/// The requests `abuser` knows, in its order.
+const REQUESTS: [&str; 8] = ["submit", "restart", "heartbeat", "start", "finish", "events", "status", "jobs"];
+
 fn abuser(
     url: String,
+    kinds: Vec<usize>,
     thread: usize,
     every: Duration,
     counts: Arc<[AtomicU64; 4]>,
@@ -175,8 +183,8 @@ fn abuser(
     let (reason, blob, env) = ("r".repeat(200), "m".repeat(4000), "e".repeat(4000));
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        let job = format!("m{thread}-{}", n / 8);
-        let req = match n % 8 {
+        let job = format!("m{thread}-{}", n / kinds.len() as u64);
+        let req = match kinds[(n % kinds.len() as u64) as usize] {
             0 => c.post(format!("{url}/v1/jobs")).json(&json!({ "id": job, "type": "3B_4k", "iterations": 1000,
                 "launch": { "entrypoint": "x".repeat(4000), "env": { "E": env } } })),
             1 => c.post(format!("{url}/v1/jobs/{job}/restart")).json(&json!({ "reason": reason })),
@@ -232,13 +240,20 @@ pub fn run(args: AbuseArgs) -> Result<()> {
     std::thread::sleep(Duration::from_secs_f64(args.baseline_s));
     let before: Vec<f64> = std::mem::take(&mut *lat.lock().unwrap());
     let mut r = Report { minutes: args.minutes, rate: args.rate, rss_mb_before: rss_mb(pid)?, ..Default::default() };
+    let mut kinds = Vec::new();
+    for r in &args.requests {
+        match REQUESTS.iter().position(|k| k == r) {
+            Some(i) => kinds.push(i),
+            None => bail!("--requests: `{r}` is not one of {}", REQUESTS.join(", ")),
+        }
+    }
     let counts: Arc<[AtomicU64; 4]> = Arc::new(Default::default());
     let abusers: Vec<_> = (0..args.threads)
         .map(|i| {
-            let (url, counts, stop) = (server.1.clone(), counts.clone(), stop.clone());
+            let (url, counts, stop, kinds) = (server.1.clone(), counts.clone(), stop.clone(), kinds.clone());
             let every =
                 if args.rate > 0.0 { Duration::from_secs_f64(args.threads as f64 / args.rate) } else { Duration::ZERO };
-            std::thread::spawn(move || abuser(url, i, every, counts, stop))
+            std::thread::spawn(move || abuser(url, kinds, i, every, counts, stop))
         })
         .collect();
     let began = Instant::now();
