@@ -1,6 +1,7 @@
 //! `weave bench ...`: measurements that are reported, never asserted on timing.
 
 mod abuse;
+mod agentic;
 mod chaos;
 mod diskfull;
 mod place;
@@ -46,6 +47,9 @@ pub enum BenchCommand {
     Abuse(crate::abuse::AbuseArgs),
     /// `weave serve` under steady load for a long time with `/v1/events` polled: its memory.
     Soak(crate::soak::SoakArgs),
+    /// The agentic rollout model against RollArt's published figures (SWE iteration split,
+    /// trajectory- over batch-level interaction).
+    Agentic(crate::agentic::AgenticArgs),
     /// Restart time of `weave serve` (store replay) by records in its store.
     Restart(crate::restart::RestartArgs),
     /// Exact group timing vs the dispatcher it predicts, on many random groups; what the
@@ -130,6 +134,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::DiskFull(args) => crate::diskfull::run(args),
         BenchCommand::Soak(args) => crate::soak::run(args),
         BenchCommand::Abuse(args) => crate::abuse::run(args),
+        BenchCommand::Agentic(args) => crate::agentic::run(args),
         BenchCommand::SlowBodies(args) => crate::slowbody::run(args),
         BenchCommand::Timing(args) => crate::timing::run(args),
         BenchCommand::SlowClients(args) => crate::serve::slow_clients(args),

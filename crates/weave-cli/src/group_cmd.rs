@@ -198,6 +198,7 @@ fn job_of(i: usize, e: &MemberEntry, profile: &ProfileModel) -> Result<(JobSpec,
         tenant: None,
         priority: Default::default(),
         staleness: e.staleness,
+        agentic: None,
     };
     if e.staleness > weave_core::MAX_STALENESS {
         bail!(

@@ -45,6 +45,10 @@ pub struct Args {
     /// Weave lends idle rollout blocks to other groups' rollouts (see `weave sweep lending`).
     #[arg(long)]
     lending: bool,
+    /// Adds an environment pool of this many CPU nodes (64 cores, 256 GiB, $0.05 per
+    /// vCPU-hour) to the cluster, for agentic jobs' sandboxes (or give `[env]` in --cluster).
+    #[arg(long, value_name = "N")]
+    env_nodes: Option<u32>,
     /// Write the per-phase event log of every policy (JSON Lines) to FILE.
     #[arg(long, value_name = "FILE")]
     events: Option<PathBuf>,
@@ -141,8 +145,14 @@ const NOTE: &str = "long-tail migration on shared rollout nodes uses the request
 
 pub fn run(args: Args) -> Result<()> {
     let profile = ProfileModel::builtin();
-    let cluster = load_cluster(args.cluster.as_deref())?;
+    let mut cluster = load_cluster(args.cluster.as_deref())?;
+    if let Some(n) = args.env_nodes {
+        let env = weave_core::agentic::EnvPoolConfig::of_nodes(n);
+        env.validate().context("--env-nodes")?;
+        cluster.env = Some(env);
+    }
     let trace = args.trace.load(&profile)?;
+    crate::input::check_environment(&trace, &cluster)?;
     if args.model == "prototype" {
         crate::input::on_policy_only(&trace, "prototype mode")?;
         let slo = parse_slo(&args.slo)?;
@@ -156,7 +166,15 @@ pub fn run(args: Args) -> Result<()> {
         };
         return crate::prototype_cmd::run(&opts, &trace, &profile);
     }
-    let policies = Policy::parse_list(&args.policy).map_err(anyhow::Error::msg)?;
+    let mut policies = Policy::parse_list(&args.policy).map_err(anyhow::Error::msg)?;
+    if trace.jobs.iter().any(|j| j.agentic.is_some()) {
+        // Agentic jobs are compared with the agentic baselines too.
+        for p in Policy::AGENTIC {
+            if !policies.contains(&p) {
+                policies.push(p);
+            }
+        }
+    }
     let cfg = SimConfig {
         seed: args.seed,
         capacity: if args.capacity == "fixed" { CapacityMode::Fixed } else { CapacityMode::Elastic },

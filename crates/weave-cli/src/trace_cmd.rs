@@ -5,7 +5,8 @@ use clap::{Subcommand, ValueEnum};
 use std::path::PathBuf;
 use weave_model::ProfileModel;
 use weave_trace::{
-    generate, write_jsonl, Arrivals, Format, GenConfig, GenMode, ProfileClass, ReadOptions, SizeClass, Summary,
+    generate, write_jsonl, AgenticClass, Arrivals, Format, GenConfig, GenMode, ProfileClass, ReadOptions, SizeClass,
+    Summary,
 };
 
 #[derive(Subcommand)]
@@ -45,6 +46,9 @@ pub enum ModeArg {
     Production,
     /// Profile classes: see --class and --size.
     Classes,
+    /// Synthetic agentic jobs (multi-turn rollouts with tool calls in CPU sandboxes): --class
+    /// swe, search, math-tool or mixed.
+    Agentic,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -92,6 +96,12 @@ pub enum ClassArg {
     RolloutHeavy,
     TrainingHeavy,
     Mixed,
+    /// Agentic mode: SWE-like (tens of turns, shell actions, slow sandbox starts).
+    Swe,
+    /// Agentic mode: search-like (a few turns, a cheap retriever).
+    Search,
+    /// Agentic mode: math with a code interpreter.
+    MathTool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -113,11 +123,22 @@ impl GenerateArgs {
         if !(self.lifetime_median_h.is_finite() && self.lifetime_median_h > 0.0) {
             bail!("--lifetime-median-h must be positive, got {}", self.lifetime_median_h);
         }
+        let agentic = matches!(self.mode, ModeArg::Agentic);
         let profile = match self.class {
             ClassArg::Balanced => ProfileClass::Balanced,
             ClassArg::RolloutHeavy => ProfileClass::RolloutHeavy,
             ClassArg::TrainingHeavy => ProfileClass::TrainingHeavy,
             ClassArg::Mixed => ProfileClass::Mixed,
+            ClassArg::Swe | ClassArg::Search | ClassArg::MathTool if agentic => ProfileClass::Mixed,
+            other => bail!("--class {other:?} is an agentic class: use it with --mode agentic"),
+        };
+        let class = match self.class {
+            ClassArg::Swe => AgenticClass::Swe,
+            ClassArg::Search => AgenticClass::Search,
+            ClassArg::MathTool => AgenticClass::MathTool,
+            ClassArg::Mixed => AgenticClass::Mixed,
+            other if agentic => bail!("--mode agentic takes --class swe, search, math-tool or mixed, not {other:?}"),
+            _ => AgenticClass::Mixed,
         };
         let size = match self.size {
             SizeArg::Small => SizeClass::Small,
@@ -128,6 +149,7 @@ impl GenerateArgs {
         let mode = match self.mode {
             ModeArg::Production => GenMode::Production,
             ModeArg::Classes => GenMode::Classes { profile, size },
+            ModeArg::Agentic => GenMode::Agentic { class },
         };
         let arrivals = match self.arrivals {
             ArrivalArg::Poisson => Arrivals::Poisson { per_hour: self.rate },

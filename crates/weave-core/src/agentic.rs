@@ -69,57 +69,120 @@ pub struct SandboxSpec {
 
 impl AgenticSpec {
     /// Refuses what no model can run, naming the field (`agentic.env.sigma_s`).
-    pub fn validate(&self) -> Result<(), (String, String)> {
-        let secs = |field: &str, v: f64| {
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        let secs = |field: &'static str, v: f64| {
             (v.is_finite() && (0.0..=86_400.0).contains(&v))
                 .then_some(())
-                .ok_or_else(|| (format!("agentic.{field}"), format!("seconds in [0, 86400], got {v}")))
+                .ok_or_else(|| (field, format!("seconds in [0, 86400], got {v}")))
         };
-        let share = |field: &str, v: f64| {
+        let share = |field: &'static str, v: f64| {
             (v.is_finite() && (0.0..=1.0).contains(&v))
                 .then_some(())
-                .ok_or_else(|| (format!("agentic.{field}"), format!("a share in [0, 1], got {v}")))
+                .ok_or_else(|| (field, format!("a share in [0, 1], got {v}")))
         };
         let t = &self.turns;
-        for (field, v) in [("turns.short_mean", t.short_mean), ("turns.long_mean", t.long_mean)] {
+        if !(1..=1000).contains(&t.max) {
+            return Err(("agentic.turns.max", format!("from 1 to 1000, got {}", t.max)));
+        }
+        for (field, v) in [("agentic.turns.short_mean", t.short_mean), ("agentic.turns.long_mean", t.long_mean)] {
             if !(v.is_finite() && v >= 1.0 && v <= t.max as f64) {
-                return Err((format!("agentic.{field}"), format!("a mean from 1 to turns.max ({}), got {v}", t.max)));
+                return Err((field, format!("a mean from 1 to turns.max ({}), got {v}", t.max)));
             }
         }
-        share("turns.long_share", t.long_share)?;
-        if !(1..=1000).contains(&t.max) {
-            return Err(("agentic.turns.max".into(), format!("from 1 to 1000, got {}", t.max)));
-        }
-        secs("gen_s_per_turn", self.gen_s_per_turn)?;
+        share("agentic.turns.long_share", t.long_share)?;
+        secs("agentic.gen_s_per_turn", self.gen_s_per_turn)?;
         match self.env {
             LatencySpec::Normal { mean_s, sigma_s } => {
-                secs("env.mean_s", mean_s)?;
-                secs("env.sigma_s", sigma_s)?;
+                secs("agentic.env.mean_s", mean_s)?;
+                secs("agentic.env.sigma_s", sigma_s)?;
             }
             LatencySpec::LogNormal { p50_s, p99_s } => {
-                secs("env.p50_s", p50_s)?;
-                secs("env.p99_s", p99_s)?;
+                secs("agentic.env.p50_s", p50_s)?;
+                secs("agentic.env.p99_s", p99_s)?;
                 if p99_s < p50_s {
-                    return Err(("agentic.env.p99_s".into(), format!("at least p50_s ({p50_s}), got {p99_s}")));
+                    return Err(("agentic.env.p99_s", format!("at least p50_s ({p50_s}), got {p99_s}")));
                 }
             }
         }
         let s = &self.startup;
-        secs("startup.cold_s", s.cold_s)?;
-        secs("startup.cached_s", s.cached_s)?;
-        secs("startup.timeout_s", s.timeout_s)?;
-        share("startup.cached_share", s.cached_share)?;
-        share("startup.failure_rate", s.failure_rate)?;
+        secs("agentic.startup.cold_s", s.cold_s)?;
+        secs("agentic.startup.cached_s", s.cached_s)?;
+        secs("agentic.startup.timeout_s", s.timeout_s)?;
+        share("agentic.startup.cached_share", s.cached_share)?;
+        share("agentic.startup.failure_rate", s.failure_rate)?;
         if s.failure_rate >= 1.0 {
-            return Err(("agentic.startup.failure_rate".into(), "below 1 (every start would fail)".into()));
+            return Err(("agentic.startup.failure_rate", "below 1 (every start would fail)".into()));
         }
-        secs("reward_s", self.reward_s)?;
+        secs("agentic.reward_s", self.reward_s)?;
         let b = &self.sandbox;
         if !(b.cores.is_finite() && b.cores > 0.0 && b.cores <= 1024.0) {
-            return Err(("agentic.sandbox.cores".into(), format!("cores in (0, 1024], got {}", b.cores)));
+            return Err(("agentic.sandbox.cores", format!("cores in (0, 1024], got {}", b.cores)));
         }
         if !(b.mem_gib.is_finite() && b.mem_gib >= 0.0 && b.mem_gib <= 65_536.0) {
-            return Err(("agentic.sandbox.mem_gib".into(), format!("GiB in [0, 65536], got {}", b.mem_gib)));
+            return Err(("agentic.sandbox.mem_gib", format!("GiB in [0, 65536], got {}", b.mem_gib)));
+        }
+        Ok(())
+    }
+
+    /// Refuses a job that `env` cannot host, naming the field: no environment pool at all, or
+    /// one sandbox larger than an environment node.
+    pub fn check_fits(&self, env: Option<&EnvPoolConfig>) -> Result<(), (&'static str, String)> {
+        let Some(env) = env else {
+            return Err((
+                "agentic",
+                "an agentic job needs an environment pool (the cluster's `env`), and this cluster has none".into(),
+            ));
+        };
+        if self.sandbox.cores > env.cores_per_node as f64 {
+            return Err((
+                "agentic.sandbox.cores",
+                format!("{} cores, above an environment node's {}", self.sandbox.cores, env.cores_per_node),
+            ));
+        }
+        if self.sandbox.mem_gib > env.mem_gib_per_node {
+            return Err((
+                "agentic.sandbox.mem_gib",
+                format!("{} GiB, above an environment node's {}", self.sandbox.mem_gib, env.mem_gib_per_node),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The environment tier: CPU nodes that host sandboxes, priced per vCPU-hour.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvPoolConfig {
+    pub nodes: u32,
+    pub cores_per_node: u32,
+    pub mem_gib_per_node: f64,
+    /// About $0.05 per vCPU-hour (the brief, section 7).
+    pub price_per_vcpu_hour: f64,
+}
+
+impl EnvPoolConfig {
+    /// Nodes of 64 cores and 256 GiB at $0.05 per vCPU-hour (the brief, section 7).
+    pub fn of_nodes(nodes: u32) -> EnvPoolConfig {
+        EnvPoolConfig { nodes, cores_per_node: 64, mem_gib_per_node: 256.0, price_per_vcpu_hour: 0.05 }
+    }
+
+    pub fn cores(&self) -> f64 {
+        self.nodes as f64 * self.cores_per_node as f64
+    }
+
+    pub fn validate(&self) -> Result<(), crate::ConfigError> {
+        let bad = |key: &str, reason: String| crate::ConfigError::Invalid { key: format!("env.{key}"), reason };
+        if self.nodes == 0 || self.nodes > 100_000 {
+            return Err(bad("nodes", format!("from 1 to 100000, got {}", self.nodes)));
+        }
+        if self.cores_per_node == 0 || self.cores_per_node > 4096 {
+            return Err(bad("cores_per_node", format!("from 1 to 4096, got {}", self.cores_per_node)));
+        }
+        if !(self.mem_gib_per_node.is_finite() && self.mem_gib_per_node > 0.0) {
+            return Err(bad("mem_gib_per_node", format!("a positive size, got {}", self.mem_gib_per_node)));
+        }
+        if !(self.price_per_vcpu_hour.is_finite() && self.price_per_vcpu_hour >= 0.0) {
+            return Err(bad("price_per_vcpu_hour", format!("a price of 0 or more, got {}", self.price_per_vcpu_hour)));
         }
         Ok(())
     }
@@ -167,5 +230,17 @@ mod tests {
         bad.startup.failure_rate = 1.0;
         assert_eq!(bad.validate().unwrap_err().0, "agentic.startup.failure_rate");
         assert!(serde_json::from_str::<AgenticSpec>(&text.replace("\"max\":40", "\"max\":40,\"colour\":1")).is_err());
+    }
+
+    #[test]
+    fn a_job_the_environment_pool_cannot_host_is_refused_naming_the_field() {
+        let pool = EnvPoolConfig { nodes: 4, cores_per_node: 64, mem_gib_per_node: 256.0, price_per_vcpu_hour: 0.05 };
+        assert_eq!(swe_like().check_fits(Some(&pool)), Ok(()));
+        assert_eq!(swe_like().check_fits(None).unwrap_err().0, "agentic");
+        let mut big = swe_like();
+        big.sandbox.mem_gib = 512.0;
+        assert_eq!(big.check_fits(Some(&pool)).unwrap_err().0, "agentic.sandbox.mem_gib");
+        big.sandbox = SandboxSpec { cores: 65.0, mem_gib: 8.0, pausable: false };
+        assert_eq!(big.check_fits(Some(&pool)).unwrap_err().0, "agentic.sandbox.cores");
     }
 }

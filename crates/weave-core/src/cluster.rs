@@ -241,6 +241,10 @@ pub struct ClusterConfig {
     /// A preemptible tier of the rollout pool; `None`: every rollout node is on demand.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout_spot: Option<SpotConfig>,
+    /// The environment tier (CPU nodes for agentic jobs' sandboxes); `None`: no agentic job
+    /// can run here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<crate::agentic::EnvPoolConfig>,
 }
 
 impl Default for ClusterConfig {
@@ -270,6 +274,7 @@ impl Default for ClusterConfig {
                 message_latency_us: 50,
             },
             rollout_spot: None,
+            env: None,
         }
     }
 }
@@ -292,6 +297,9 @@ impl ClusterConfig {
         self.training.validate("training")?;
         if let Some(spot) = &self.rollout_spot {
             spot.validate()?;
+        }
+        if let Some(env) = &self.env {
+            env.validate()?;
         }
         self.network.validate()
     }

@@ -275,6 +275,10 @@ pub struct JobSpec {
     /// is on-policy). At most [`MAX_STALENESS`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub staleness: u32,
+    /// An agentic job's rollout: trajectories of turns that alternate generation with
+    /// environment steps in CPU sandboxes (`None`: an ordinary single-turn rollout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agentic: Option<crate::agentic::AgenticSpec>,
 }
 
 /// The largest bounded staleness a job may declare.
@@ -321,6 +325,9 @@ impl JobSpec {
         }
         if self.staleness > MAX_STALENESS {
             return invalid("staleness", "must be at most 8 (versions a rollout may lag the trainer)");
+        }
+        if let Some(a) = &self.agentic {
+            a.validate().map_err(|(field, reason)| JobSpecError::Invalid { field, reason })?;
         }
         Ok(())
     }

@@ -49,6 +49,21 @@ pub fn on_policy_only(trace: &Trace, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a trace with an agentic job the cluster's environment pool cannot host, naming the
+/// job and the field.
+pub fn check_environment(trace: &Trace, cluster: &ClusterConfig) -> Result<()> {
+    for j in &trace.jobs {
+        if let Some(a) = &j.agentic {
+            if let Err((field, reason)) = a.check_fits(cluster.env.as_ref()) {
+                let hint =
+                    if cluster.env.is_none() { " (give `--env-nodes N`, or `[env]` in the cluster file)" } else { "" };
+                anyhow::bail!("{}: job `{}`: `{field}`: {reason}{hint}", trace.source, j.name);
+            }
+        }
+    }
+    Ok(())
+}
+
 pub fn read_trace(path: &Path, format: Option<Format>, opts: &ReadOptions) -> Result<Trace> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read trace {}", path.display()))?;
     let text = utf8(&bytes).map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))?;

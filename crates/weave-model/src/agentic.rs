@@ -118,13 +118,35 @@ pub fn sample_rollout(
     how: Interaction,
     rng: &mut Stream,
 ) -> AgenticRollout {
-    let draws: Vec<Draws> = (0..batch.max(1)).map(|_| draw(spec, rng)).collect();
+    sample_rollout_started(spec, batch, slots, how, 0.0, rng)
+}
+
+/// [`sample_rollout`] with the sandboxes started `head_start_s` before the rollout (during
+/// the previous training: an environment's reset does not depend on the new weights). A
+/// start that takes longer still delays its trajectory; a sandbox that is not pausable is
+/// held (and paid) from its start. The draws are the same as without the head start.
+pub fn sample_rollout_started(
+    spec: &AgenticSpec,
+    batch: u32,
+    slots: u32,
+    how: Interaction,
+    head_start_s: f64,
+    rng: &mut Stream,
+) -> AgenticRollout {
+    let mut draws: Vec<Draws> = (0..batch.max(1)).map(|_| draw(spec, rng)).collect();
+    let head = head_start_s.max(0.0);
+    for d in &mut draws {
+        d.startup = (d.startup - head).max(0.0);
+    }
     let mut r = match how {
         Interaction::Trajectory => trajectory_level(spec, &draws, slots.max(1) as f64),
         Interaction::Batch => batch_level(spec, &draws, slots.max(1) as f64),
     };
     r.turns = draws.iter().map(|d| d.steps.len() as u64).sum();
     r.timeouts = draws.iter().map(|d| d.timeouts).sum();
+    if !spec.sandbox.pausable {
+        r.core_us += (spec.sandbox.cores * head * 1e6) as u128 * draws.len() as u128;
+    }
     r
 }
 
@@ -217,6 +239,64 @@ fn finish(
         core_us: (core_s * 1e6) as u128,
         peak_sandboxes: if spec.sandbox.pausable { peak_waiting } else { draws.len() as u32 },
         ..Default::default()
+    }
+}
+
+/// A job's sampled rollouts, run two ways on the same draws: with each sandbox started when
+/// the rollout begins (`at_rollout`: how frameworks run today, environment time on the
+/// rollout GPUs) and started during the previous training (`started_early`, by
+/// `head_start_s`: the first iteration has no previous training and uses `at_rollout`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SampledRollouts {
+    pub at_rollout: Vec<AgenticRollout>,
+    pub started_early: Vec<AgenticRollout>,
+}
+
+impl SampledRollouts {
+    /// `n` rollouts of `batch` trajectories (an engine holding the whole batch), each from
+    /// its own stream `name` numbered by job and sample.
+    pub fn draw(
+        spec: &AgenticSpec,
+        batch: u32,
+        head_start_s: f64,
+        (seed, name, job): (u64, &str, u32),
+        n: u32,
+    ) -> SampledRollouts {
+        let mut at_rollout = Vec::with_capacity(n as usize);
+        let mut started_early = Vec::with_capacity(n as usize);
+        for i in 0..n.max(1) {
+            let stream = ((job as u64) << 32) | i as u64;
+            let mut rng = named_stream(seed, name, stream);
+            at_rollout.push(sample_rollout(spec, batch, batch, Interaction::Trajectory, &mut rng));
+            let mut rng = named_stream(seed, name, stream);
+            started_early.push(sample_rollout_started(
+                spec,
+                batch,
+                batch,
+                Interaction::Trajectory,
+                head_start_s,
+                &mut rng,
+            ));
+        }
+        SampledRollouts { at_rollout, started_early }
+    }
+
+    /// Mean duration of a list of rollouts.
+    pub fn mean_duration(runs: &[AgenticRollout]) -> Micros {
+        let total: u128 = runs.iter().map(|r| r.duration.0 as u128).sum();
+        Micros((total / runs.len().max(1) as u128) as u64)
+    }
+
+    /// Mean generating time of a list of rollouts.
+    pub fn mean_generating(runs: &[AgenticRollout]) -> Micros {
+        let total: u128 = runs.iter().map(|r| r.generating.0 as u128).sum();
+        Micros((total / runs.len().max(1) as u128) as u64)
+    }
+
+    /// Mean sandbox core-hours per rollout.
+    pub fn mean_core_hours(runs: &[AgenticRollout]) -> f64 {
+        let total: u128 = runs.iter().map(|r| r.core_us).sum();
+        total as f64 / 3.6e9 / runs.len().max(1) as f64
     }
 }
 
@@ -328,5 +408,21 @@ mod tests {
         assert!(r.timeouts > 10, "{r:?}");
         // The slowest start: its time-outs, then a cold start, then one turn.
         assert!(r.duration >= Micros::from_secs(30 + 5 + 1), "{r:?}");
+    }
+
+    #[test]
+    fn starting_sandboxes_early_takes_their_start_off_the_rollout_and_pays_for_the_wait() {
+        let mut s = spec((2.0, 2.0, 0.0), 1.0, fixed(1.0));
+        s.startup = StartupSpec { cold_s: 20.0, cached_s: 20.0, cached_share: 1.0, failure_rate: 0.0, timeout_s: 0.0 };
+        let runs = SampledRollouts::draw(&s, 8, 30.0, (1, "t", 0), 4);
+        for (late, early) in runs.at_rollout.iter().zip(&runs.started_early) {
+            assert_eq!(late.duration, early.duration + Micros::from_secs(20), "{late:?} {early:?}");
+            assert_eq!(late.generating, early.generating);
+            // Held from its start, 30 s before the rollout, to the trajectory's end.
+            assert_eq!(early.core_us, late.core_us + 8 * 10_000_000, "{late:?} {early:?}");
+        }
+        // A head start shorter than the start saves only itself.
+        let short = SampledRollouts::draw(&s, 8, 5.0, (1, "t", 0), 1);
+        assert_eq!(short.at_rollout[0].duration, short.started_early[0].duration + Micros::from_secs(5));
     }
 }

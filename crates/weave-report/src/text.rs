@@ -76,8 +76,34 @@ pub fn render(reports: &[&PolicyReport]) -> String {
         ]);
     }
     table::align_numbers(&mut service);
-    let extra = [render_money(reports), render_staleness(reports), render_spot(reports), render_lending(reports)];
+    let extra = [
+        render_money(reports),
+        render_environment(reports),
+        render_staleness(reports),
+        render_spot(reports),
+        render_lending(reports),
+    ];
     format!("{cost}\n{service}\n{}", extra.concat())
+}
+
+/// The environment tier, when the run has agentic jobs: sandbox core-hours and their share
+/// of the bill.
+pub fn render_environment(reports: &[&PolicyReport]) -> String {
+    if !reports.iter().any(|r| r.environment.is_some()) {
+        return String::new();
+    }
+    let mut t = table::new(&["policy", "sandbox core-h", "environment $", "environment share"]);
+    for r in reports {
+        let Some(e) = &r.environment else { continue };
+        t.add_row(vec![
+            r.policy.clone(),
+            format!("{:.0}", e.core_hours),
+            format!("{:.0}", e.cost.as_dollars()),
+            format!("{:.1}%", e.share * 100.0),
+        ]);
+    }
+    table::align_numbers(&mut t);
+    format!("{t}\n")
 }
 
 /// Lending, when on: the loans made, what they saved, and what the lenders gave (never a delay).

@@ -148,6 +148,7 @@ async fn submit(
     let mut spec = json_body(body)?;
     spec.check_limits()
         .and_then(|()| spec.check_staleness(s.cfg.max_staleness))
+        .and_then(|()| spec.check_environment(s.cfg.cluster.env.as_ref()))
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.to_string()))?;
     if let Some(launch) = &spec.server.launch {
         s.cfg.limits.inputs.check_env(&launch.env).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;

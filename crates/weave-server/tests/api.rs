@@ -95,6 +95,12 @@ fn auth_and_tenant_isolation() {
     assert_eq!(c.get(s.url("/status")).send().unwrap().status(), 401);
 }
 
+fn agentic(env_mean_s: f64) -> serde_json::Value {
+    json!({ "turns": { "short_mean": 2, "long_mean": 8, "long_share": 0.3, "max": 16 }, "gen_s_per_turn": 2,
+            "env": { "dist": "normal", "mean_s": env_mean_s, "sigma_s": 1 },
+            "startup": { "cold_s": 5, "cached_s": 0.5, "cached_share": 0.9 }, "sandbox": { "cores": 1, "mem_gib": 2 } })
+}
+
 #[test]
 fn malformed_and_oversized_bodies_are_refused_clearly() {
     let s = TestServer::start(temp_dir("bad"), Duration::from_secs(60));
@@ -134,6 +140,10 @@ fn malformed_and_oversized_bodies_are_refused_clearly() {
         (json!({ "id": "x", "type": "7B_8k", "rollout_s": 1e12, "train_s": 10.0 }), "`rollout_s`"),
         (json!({ "id": "x", "type": "7B_8k", "rollout_s": 10.0, "train_s": 0.0 }), "`train_s`"),
         (json!({ "id": "x", "type": "7B_8k", "slo": 1e9 }), "`slo`"),
+        // An agentic job on a cluster without an environment pool, or declaring a negative
+        // latency (the trace reader's rule).
+        (json!({ "id": "x", "type": "7B_8k", "agentic": agentic(1.0) }), "`agentic`"),
+        (json!({ "id": "x", "type": "7B_8k", "agentic": agentic(-1.0) }), "`agentic.env.mean_s`"),
     ] {
         let (st, msg) = post(bad.to_string());
         assert!(st == 400 && msg.contains(field), "{bad}: {st} {msg}");

@@ -5,6 +5,7 @@
 //! conservative estimate; phases take the durations drawn from the job's own runtime stream,
 //! so every policy sees the same draws for the same job.
 
+pub mod agentic;
 mod colocated;
 pub mod dynamics;
 mod engine;
@@ -121,10 +122,25 @@ pub fn replay(
     } else {
         jobs
     };
+    let agentic: Vec<SimJob>;
+    let jobs = if jobs.iter().any(|j| j.agentic.is_some()) {
+        agentic = jobs
+            .iter()
+            .map(|j| match policy {
+                Policy::RollArt => j.three_tier().at_least_stale(1),
+                p if p.three_tier() => j.three_tier(),
+                _ => j.clone(),
+            })
+            .collect();
+        &agentic[..]
+    } else {
+        jobs
+    };
     match policy.placement() {
         None => {
-            let m = colocated::run(jobs, cluster, cfg);
+            let mut m = colocated::run(jobs, cluster, cfg);
             progress(jobs.len(), jobs.len());
+            m.environment_core_hours = agentic::core_hours(jobs, &m.jobs);
             Replay { report: m.report(policy.name(), cluster), events: Vec::new() }
         }
         Some(placement) => {
@@ -134,6 +150,7 @@ pub fn replay(
                 .with_spot(policy.migration())
                 .with_lending(cfg.lending && policy.lends());
             e.run(progress);
+            e.metrics.environment_core_hours = agentic::core_hours(jobs, &e.metrics.jobs);
             Replay { report: e.metrics.report(policy.name(), cluster), events: std::mem::take(&mut e.events) }
         }
     }

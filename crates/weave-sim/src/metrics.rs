@@ -49,6 +49,8 @@ pub struct Metrics {
     pub spot: Option<SpotCounts>,
     /// What lending idle rollout blocks across groups did, when on.
     pub lending: Option<LendingCounts>,
+    /// Sandbox core-hours agentic jobs held (`None`: no agentic job).
+    pub environment_core_hours: Option<f64>,
 }
 
 /// What lending idle rollout blocks across groups did in one replay.
@@ -318,8 +320,18 @@ impl Metrics {
         let pricing = Pricing::of(self, cluster);
         let cost = |i: usize, t: u128| pricing.cost(i, t);
         let spot_held = pricing.spot_held;
-        let total = cost(0, self.pools[0].held) + cost(1, self.pools[1].held);
-        let lower = cost(0, self.pools[0].busy) + cost(1, self.pools[1].busy);
+        let gpus_total = cost(0, self.pools[0].held) + cost(1, self.pools[1].held);
+        let environment = self.environment_core_hours.map(|core_hours| {
+            let price = cluster.env.as_ref().map_or(0.0, |e| e.price_per_vcpu_hour);
+            EnvironmentReport { core_hours, cost: Money::from_dollars(core_hours * price), share: 0.0 }
+        });
+        let env_cost = environment.as_ref().map_or(Money::ZERO, |e| e.cost);
+        let total = gpus_total + env_cost;
+        let environment = environment.map(|e| EnvironmentReport {
+            share: if total.0 > 0 { e.cost.0 as f64 / total.0 as f64 } else { 0.0 },
+            ..e
+        });
+        let lower = cost(0, self.pools[0].busy) + cost(1, self.pools[1].busy) + env_cost;
         let gpu_hours = |t: u128| t as f64 / Micros::PER_HOUR as f64;
         let pool = |i: usize| PoolReport {
             gpu_hours: gpu_hours(self.pools[i].held),
@@ -389,8 +401,18 @@ impl Metrics {
             preempted_training_gpu_hours: self.preempted_training_gpu_hours,
             spot,
             lending,
+            environment,
         }
     }
+}
+
+/// The environment tier in one replay: sandbox core-hours held and their price.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct EnvironmentReport {
+    pub core_hours: f64,
+    pub cost: Money,
+    /// Of the run's whole cost (GPUs and environment).
+    pub share: f64,
 }
 
 /// Bounded-staleness jobs in one replay.
@@ -601,6 +623,9 @@ pub struct PolicyReport {
     /// Lending idle rollout blocks across groups, when on (omitted otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lending: Option<LendingReport>,
+    /// The environment tier's sandboxes, when the run has agentic jobs (omitted otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<EnvironmentReport>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]

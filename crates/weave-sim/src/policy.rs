@@ -34,6 +34,14 @@ pub enum Policy {
     Random,
     /// Co-execution groups, greedy most-idle placement.
     MostIdle,
+    /// Weave as it was before the third tier, for agentic jobs: each sandbox starts when its
+    /// rollout begins (environment time on the rollout GPUs), and admission does not see the
+    /// environment's tails. The same as `weave` for other jobs.
+    WeaveTwoTier,
+    /// RollArt's way (one job per pool set, no co-scheduling): every job on its own rollout
+    /// and training nodes, sandboxes started ahead, trajectory-level asynchrony with
+    /// staleness 1 (its rollout n overlaps training n - 1).
+    RollArt,
 }
 
 impl Policy {
@@ -49,6 +57,9 @@ impl Policy {
         Policy::Random,
         Policy::MostIdle,
     ];
+
+    /// The agentic baselines: run (by default and with `all`) when a trace has agentic jobs.
+    pub const AGENTIC: [Policy; 2] = [Policy::WeaveTwoTier, Policy::RollArt];
 
     /// What `weave simulate` runs by default.
     pub const MAIN: [Policy; 6] = [
@@ -72,6 +83,8 @@ impl Policy {
             Policy::Colocated => "colocated",
             Policy::Random => "random",
             Policy::MostIdle => "most-idle",
+            Policy::WeaveTwoTier => "weave-two-tier",
+            Policy::RollArt => "rollart",
         }
     }
 
@@ -81,7 +94,7 @@ impl Policy {
             Policy::Colocated => None,
             Policy::Random => Some(PlacePolicy::Random),
             Policy::MostIdle => Some(PlacePolicy::MostIdle),
-            Policy::SoloDisagg | Policy::SoloAsync => Some(PlacePolicy::Isolate),
+            Policy::SoloDisagg | Policy::SoloAsync | Policy::RollArt => Some(PlacePolicy::Isolate),
             _ => Some(PlacePolicy::Weave),
         }
     }
@@ -89,7 +102,24 @@ impl Policy {
     /// Whether the placer may choose co-located mode and consolidation moves jobs: full
     /// Weave and its feature ablations, not the paper's disaggregated-only Weave.
     pub fn colocate(self) -> bool {
-        matches!(self, Policy::Weave | Policy::WeaveNoMigration | Policy::WeaveNoScaling | Policy::WeaveCold)
+        matches!(
+            self,
+            Policy::Weave
+                | Policy::WeaveNoMigration
+                | Policy::WeaveNoScaling
+                | Policy::WeaveCold
+                | Policy::WeaveTwoTier
+        )
+    }
+
+    /// Whether agentic jobs' sandboxes start during their previous training, off the rollout
+    /// GPUs, and admission sees the environment's tails: Weave (with its ablations) and
+    /// RollArt; not the paper's Weave, `weave-two-tier` or the other baselines.
+    pub fn three_tier(self) -> bool {
+        matches!(
+            self,
+            Policy::Weave | Policy::WeaveNoMigration | Policy::WeaveNoScaling | Policy::WeaveCold | Policy::RollArt
+        )
     }
 
     pub fn scaling(self) -> bool {
@@ -109,7 +139,10 @@ impl Policy {
     /// Long-tail migration on shared rollout blocks: every co-execution policy but the
     /// `weave-no-migration` ablation (solo jobs never share a block; colocated has none).
     pub fn migration(self) -> bool {
-        !matches!(self, Policy::WeaveNoMigration | Policy::SoloDisagg | Policy::SoloAsync | Policy::Colocated)
+        !matches!(
+            self,
+            Policy::WeaveNoMigration | Policy::SoloDisagg | Policy::SoloAsync | Policy::Colocated | Policy::RollArt
+        )
     }
 
     /// Whether jobs run with their declared bounded staleness: every group policy but the
@@ -132,6 +165,7 @@ impl Policy {
         if names.iter().any(|n| n == "all") {
             return Ok(Policy::ALL.to_vec());
         }
+        // (`all` adds the agentic baselines where the trace has agentic jobs: see the CLI.)
         let mut out = Vec::new();
         for n in names {
             let p: Policy = n.trim().parse()?;
@@ -149,8 +183,8 @@ impl Policy {
 impl FromStr for Policy {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Policy::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| {
-            let names: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
+        Policy::ALL.into_iter().chain(Policy::AGENTIC).find(|p| p.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Policy::ALL.iter().chain(&Policy::AGENTIC).map(|p| p.name()).collect();
             format!("unknown policy `{s}` (expected one of {})", names.join(", "))
         })
     }

@@ -48,6 +48,8 @@ pub struct SimJob {
     pub drift: weave_model::Drift,
     /// How long-tail migration reshapes the job's rollouts on a shared block.
     pub migration: MigrationShape,
+    /// An agentic job's sampled rollouts (`None`: an ordinary job).
+    pub agentic: Option<crate::agentic::AgenticRuns>,
 }
 
 /// Long-tail migration of one rollout, as fractions of its duration without migration: the
@@ -95,7 +97,9 @@ pub fn migration_shape(spec: &JobSpec, seed: u64, samples: usize) -> MigrationSh
 pub fn assign_migration(jobs: &mut [SimJob], seed: u64) {
     let mut cache: std::collections::BTreeMap<(weave_core::JobType, u32, u32), MigrationShape> =
         std::collections::BTreeMap::new();
-    for j in jobs {
+    // An agentic rollout's tail is its longest trajectory, not its longest response: the
+    // request-level model does not describe it, and its rollouts are not migrated.
+    for j in jobs.iter_mut().filter(|j| j.agentic.is_none()) {
         let key = (j.spec.job_type, j.spec.batch, j.spec.rollout_nodes);
         j.migration = *cache.entry(key).or_insert_with(|| migration_shape(&j.spec, seed, 10));
     }
@@ -112,11 +116,13 @@ pub fn admission_variation(
     seed: u64,
     samples: usize,
 ) -> weave_place::Variation {
-    weave_place::Variation {
-        samples: variation_samples(runtime, seed, job.spec.id, samples),
-        iterations: job.iterations,
-        z: weave_place::Variation::z_for(epsilon),
+    let mut drawn = variation_samples(runtime, seed, job.spec.id, samples);
+    // A three-tier policy's admission sees the environment: its rollouts' own spread.
+    if let Some(a) = job.agentic.as_ref().filter(|a| a.started_early) {
+        let factors = a.admission_factors();
+        drawn = drawn.iter().enumerate().map(|(i, &(_, train))| (factors[i % factors.len()], train)).collect();
     }
+    weave_place::Variation { samples: drawn, iterations: job.iterations, z: weave_place::Variation::z_for(epsilon) }
 }
 
 /// `n` iterations of job `id` drawn from the runtime model as (rollout, training) factors of
@@ -157,6 +163,28 @@ impl SimJob {
         } else {
             Micros::ZERO
         }
+    }
+
+    /// The same job with its sandboxes started during its previous training and admission
+    /// seeing the environment (a three-tier policy); an ordinary job unchanged.
+    pub fn three_tier(&self) -> SimJob {
+        let mut j = self.clone();
+        if let Some(a) = &self.agentic {
+            let a = a.started_early();
+            (j.disagg, j.colo) = crate::agentic::estimates(&a, j.disagg, j.colo);
+            j.place.times = j.disagg;
+            j.place.colo = Some(j.colo);
+            j.agentic = Some(a);
+        }
+        j
+    }
+
+    /// The same job at staleness `k` at least (RollArt's trajectory-level asynchrony).
+    pub fn at_least_stale(&self, k: u32) -> SimJob {
+        let mut j = self.clone();
+        j.spec.staleness = j.spec.staleness.max(k);
+        j.place.staleness = j.spec.staleness;
+        j
     }
 
     /// The same job run on-policy (what the synchronous baselines run).
@@ -236,7 +264,11 @@ pub fn draw_iteration(
     rng: &mut Stream,
 ) -> (PhaseTimes, PhaseTimes) {
     let progress = iteration as f64 / job.iterations.max(1) as f64;
-    let disagg = runtime.sample(job.disagg, progress, job.drift, rng);
+    let mut disagg = runtime.sample(job.disagg, progress, job.drift, rng);
+    if let Some(a) = &job.agentic {
+        // The same draws of the runtime stream either way: policies stay paired.
+        disagg.rollout = a.rollout(iteration).duration;
+    }
     let ratio = |a: Micros, b: Micros, c: Micros| Micros((c.0 as u128 * a.0 as u128 / b.0.max(1) as u128) as u64);
     let colo = PhaseTimes {
         rollout: ratio(disagg.rollout, job.disagg.rollout, job.colo.rollout),
@@ -264,6 +296,7 @@ fn prepare_jobs(
     slo: SloSetting,
     seed: u64,
 ) -> Vec<SimJob> {
+    let mut cache = crate::agentic::Cache::default();
     trace
         .jobs
         .iter()
@@ -274,15 +307,33 @@ fn prepare_jobs(
                 (SloSetting::FromTrace { .. }, Some(s)) => s.get(),
                 (SloSetting::FromTrace { lo, hi } | SloSetting::Uniform { lo, hi }, _) => draw(&mut slo_rng, lo, hi),
             };
-            let disagg = profile.estimate(Deployment::Disagg, spec).times;
-            let colo = profile.estimate(Deployment::Colo, spec).times;
+            let mut disagg = profile.estimate(Deployment::Disagg, spec).times;
+            let mut colo = profile.estimate(Deployment::Colo, spec).times;
+            let agentic = spec.agentic.as_ref().map(|a| {
+                let speed = colo.rollout.0 as f64 / disagg.rollout.0.max(1) as f64;
+                let runs = crate::agentic::AgenticRuns::prepare(
+                    a,
+                    spec.batch,
+                    disagg.train,
+                    seed,
+                    (spec.id.0, speed),
+                    &mut cache,
+                );
+                (disagg, colo) = crate::agentic::estimates(&runs, disagg, colo);
+                runs
+            });
+            let mut place = PlaceJob::from_spec(spec, slo, profile, cluster);
+            if agentic.is_some() {
+                place.times = disagg;
+                place.colo = Some(colo);
+            }
             let sync = job_sync(spec, cluster);
             let model = spec.job_type.model;
             let cold_start = switch_time(model, Pool::Rollout, SwitchKind::Cold)
                 + switch_time(model, Pool::Training, SwitchKind::Cold);
             SimJob {
                 iterations: iterations(spec, disagg.solo() + sync),
-                place: PlaceJob::from_spec(spec, slo, profile, cluster),
+                place,
                 spec: spec.clone(),
                 slo,
                 disagg,
@@ -292,6 +343,7 @@ fn prepare_jobs(
                 checkpoint_save: switch_time(model, Pool::Training, SwitchKind::Cold),
                 drift: weave_model::Drift::None,
                 migration: MigrationShape::NONE,
+                agentic,
             }
         })
         .collect()

@@ -111,6 +111,7 @@ impl<'a> Events<'a> {
             tenant: None,
             priority: Default::default(),
             staleness: 0,
+            agentic: None,
         };
         self.left.insert(id.to_string(), line);
         self.done.push((open.line, spec));

@@ -52,6 +52,10 @@ pub struct JobFields {
     /// any JSON value so a negative, fractional or huge one is refused naming this field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub staleness: Option<Value>,
+    /// An agentic rollout: turns, environment steps, sandboxes (see
+    /// `weave_core::agentic::AgenticSpec`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agentic: Option<weave_core::agentic::AgenticSpec>,
 }
 
 impl JobFields {
@@ -74,6 +78,9 @@ impl JobFields {
                           "description": "Order among the tenant's own waiting jobs when the pools have quotas." },
             "staleness": { "type": "integer", "minimum": 0, "maximum": max_staleness,
                            "description": "Bounded staleness k: rollout n may run beside trainings n-k .. n-1 (a server admits at most its --max-staleness; 0, on-policy, by default)." },
+            "agentic": { "type": "object",
+                         "required": ["turns", "gen_s_per_turn", "env", "startup", "sandbox"],
+                         "description": "An agentic rollout: trajectories of turns, each generated on the rollout GPUs and followed by an environment step in a CPU sandbox (turns: short_mean, long_mean, long_share, max; gen_s_per_turn; env: {dist: normal, mean_s, sigma_s} or {dist: log_normal, p50_s, p99_s}; startup: cold_s, cached_s, cached_share, failure_rate, timeout_s; reward_s; sandbox: cores, mem_gib, pausable)." },
         });
         match props {
             Value::Object(m) => m,

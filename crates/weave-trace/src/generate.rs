@@ -9,10 +9,12 @@
 //! Every job's attributes come from its own named stream, so changing the job count does not
 //! change the jobs already there.
 
+use crate::agentic_classes::AgenticClass;
 use crate::Trace;
 use rand::Rng;
 use rand_distr::{Distribution, Exp, LogNormal};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use weave_core::{Algorithm, JobId, JobSpec, JobType, Lifetime, Micros, PhaseTimes, Priority, Slo};
 use weave_model::{named_stream, Deployment, ProfileModel, Stream, REFERENCE_BATCH};
 
@@ -37,7 +39,14 @@ pub enum ProfileClass {
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub enum GenMode {
     Production,
-    Classes { profile: ProfileClass, size: SizeClass },
+    Classes {
+        profile: ProfileClass,
+        size: SizeClass,
+    },
+    /// Agentic jobs (synthetic; see [`crate::agentic_classes`]).
+    Agentic {
+        class: AgenticClass,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -74,6 +83,8 @@ impl GenConfig {
 }
 
 const LIFETIME_SIGMA: f64 = 1.05;
+/// Trajectories per agentic iteration (RollArt's SWE run: 128).
+const AGENTIC_BATCH: u32 = 128;
 const MIN_LIFETIME_H: f64 = 0.5;
 const MAX_LIFETIME_H: f64 = 7.0 * 24.0;
 
@@ -116,7 +127,12 @@ fn rollout_share(class: ProfileClass, rng: &mut Stream) -> f64 {
 /// Generates a trace; deterministic for a given config.
 pub fn generate(cfg: &GenConfig, profile: &ProfileModel) -> Trace {
     let arrivals = arrival_times(cfg);
-    let jobs = arrivals.into_iter().enumerate().map(|(i, arrival)| make_job(cfg, profile, i, arrival)).collect();
+    let mut rollouts = BTreeMap::new();
+    let jobs = arrivals
+        .into_iter()
+        .enumerate()
+        .map(|(i, arrival)| make_job(cfg, profile, i, arrival, &mut rollouts))
+        .collect();
     Trace::from_jobs(describe(cfg), jobs, None)
 }
 
@@ -124,6 +140,7 @@ fn describe(cfg: &GenConfig) -> String {
     let mode = match cfg.mode {
         GenMode::Production => "production".to_string(),
         GenMode::Classes { profile, size } => format!("{profile:?}/{size:?}").to_lowercase(),
+        GenMode::Agentic { class } => format!("synthetic agentic {class:?}").to_lowercase(),
     };
     format!("generated({mode}, {} jobs, seed {})", cfg.jobs, cfg.seed)
 }
@@ -146,8 +163,18 @@ fn arrival_times(cfg: &GenConfig) -> Vec<Micros> {
         .collect()
 }
 
-fn make_job(cfg: &GenConfig, profile: &ProfileModel, index: usize, arrival: Micros) -> JobSpec {
+/// Agentic jobs' mean rollouts, by class and type (for their lifetimes in iterations).
+type MeanRollouts = BTreeMap<(u8, JobType), f64>;
+
+fn make_job(
+    cfg: &GenConfig,
+    profile: &ProfileModel,
+    index: usize,
+    arrival: Micros,
+    rollouts: &mut MeanRollouts,
+) -> JobSpec {
     let mut rng = named_stream(cfg.seed, "trace-job", index as u64);
+    let mut agentic = None;
     let (job_type, phase_times) = match cfg.mode {
         GenMode::Production => {
             let ty = JobType::new(weighted(PRODUCTION_MODELS, &mut rng), weighted(PRODUCTION_LENGTHS, &mut rng));
@@ -162,6 +189,18 @@ fn make_job(cfg: &GenConfig, profile: &ProfileModel, index: usize, arrival: Micr
             let rollout = solo.scale(share);
             (ty, Some(PhaseTimes { rollout, train: solo - rollout }))
         }
+        GenMode::Agentic { class } => {
+            let class = class.pick(rng.random_range(0..3));
+            let (models, k) = class.models();
+            let ty = JobType::new(models[rng.random_range(0..models.len())], k);
+            let rollout = |t: JobType| {
+                let width = JobSpec::default_width(t.model);
+                profile.predict(Deployment::Disagg, t, AGENTIC_BATCH, (width, width)).times.rollout.as_secs_f64()
+            };
+            let scale = rollout(ty) / rollout(JobType::new(8, 8)).max(1e-9);
+            agentic = Some((class, class.spec(scale)));
+            (ty, None)
+        }
     };
     let width = JobSpec::default_width(job_type.model);
     let mut job = JobSpec {
@@ -169,7 +208,7 @@ fn make_job(cfg: &GenConfig, profile: &ProfileModel, index: usize, arrival: Micr
         name: format!("job{index}"),
         arrival,
         job_type,
-        batch: REFERENCE_BATCH,
+        batch: if agentic.is_some() { AGENTIC_BATCH } else { REFERENCE_BATCH },
         algorithm: Algorithm::Grpo,
         rollout_nodes: width,
         train_nodes: width,
@@ -179,12 +218,21 @@ fn make_job(cfg: &GenConfig, profile: &ProfileModel, index: usize, arrival: Micr
         tenant: None,
         priority: Default::default(),
         staleness: 0,
+        agentic: agentic.as_ref().map(|(_, spec)| spec.clone()),
     };
     let life_h = LogNormal::new(cfg.lifetime_median_h.max(0.01).ln(), LIFETIME_SIGMA)
         .map(|d| d.sample(&mut rng))
         .unwrap_or(cfg.lifetime_median_h)
         .clamp(MIN_LIFETIME_H, MAX_LIFETIME_H);
-    let solo = profile.estimate(Deployment::Disagg, &job).times.solo();
+    let mut solo = profile.estimate(Deployment::Disagg, &job).times.solo();
+    if let Some((class, spec)) = &agentic {
+        let times = profile.estimate(Deployment::Disagg, &job).times;
+        let mean = *rollouts.entry((*class as u8, job.job_type)).or_insert_with(|| {
+            let how = weave_model::agentic::Interaction::Trajectory;
+            weave_model::agentic::mean_rollout(spec, AGENTIC_BATCH, AGENTIC_BATCH, how, cfg.seed, 4).duration_s
+        });
+        solo = times.train + Micros::from_secs_f64(mean);
+    }
     let iterations = (life_h * 3_600.0 / solo.as_secs_f64().max(1.0)).round().max(1.0) as u64;
     job.lifetime = Lifetime::Iterations(iterations);
     job

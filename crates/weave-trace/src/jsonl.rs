@@ -90,6 +90,7 @@ impl JsonlJob {
             tenant: self.tenant.clone(),
             priority,
             staleness,
+            agentic: self.job.agentic.clone(),
         };
         spec.validate().map_err(|e| match e {
             weave_core::JobSpecError::Invalid { field, reason } => (field, reason),
@@ -138,6 +139,7 @@ impl JsonlJob {
                 train_s: job.phase_times.map(|p| p.train.as_secs_f64()),
                 priority: (job.priority != Priority::default()).then(|| job.priority.to_string()),
                 staleness: (job.staleness > 0).then(|| job.staleness.into()),
+                agentic: job.agentic.clone(),
                 ..Default::default()
             },
             departure_s,

@@ -4,6 +4,7 @@
 //! Readers parse text they are given (the caller does the file I/O), report errors as
 //! `source:line: field: message`, and never panic on any input.
 
+pub mod agentic_classes;
 mod authors;
 mod datetime;
 pub mod fields;
@@ -11,6 +12,7 @@ pub mod generate;
 mod jsonl;
 mod summary;
 
+pub use agentic_classes::AgenticClass;
 pub use fields::{JobFields, NoUnknownFields};
 pub use generate::{Arrivals, GenConfig, GenMode, ProfileClass, SizeClass, TenantMix};
 pub use jsonl::{write_jsonl, JsonlJob};

@@ -196,6 +196,15 @@ impl SubmitSpec {
         Ok(())
     }
 
+    /// Refuses an agentic job this cluster's environment pool cannot host (or that has no
+    /// environment pool), naming the field.
+    pub fn check_environment(&self, env: Option<&weave_core::agentic::EnvPoolConfig>) -> Result<(), PlaneError> {
+        match &self.job.agentic {
+            Some(a) => a.check_fits(env).map_err(|(field, reason)| PlaneError::Invalid { field: field.into(), reason }),
+            None => Ok(()),
+        }
+    }
+
     /// Refuses a staleness above what this server allows (`--max-staleness`); a malformed one
     /// is refused with the trace reader's reason.
     pub fn check_staleness(&self, max: u32) -> Result<(), PlaneError> {
