@@ -174,7 +174,9 @@ fn ray_inventory(
     cluster: &mut weave_core::ClusterConfig,
 ) -> Result<(weave_ray::RayClient, (u32, u32))> {
     let client = weave_ray::RayClient::new(&args.ray_address)?;
-    let inventory = client.inventory_when_up(Duration::from_secs(60)).context("the Ray cluster's nodes")?;
+    let inventory = client.inventory_when_up(Duration::from_secs(60)).with_context(|| {
+        format!("the node list of the Ray cluster at {} (waited up to 60 s for Ray to answer)", args.ray_address)
+    })?;
     let ((rollout, training), warnings) = inventory.size_pools(cluster).context("the Ray cluster's nodes")?;
     for w in warnings {
         eprintln!("weave serve: warning: {w}");

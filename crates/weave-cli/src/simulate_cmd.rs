@@ -260,6 +260,7 @@ fn write_report(
             window,
             crate::report_cmd::MAX_TIMELINE_GROUPS,
         )
+        .with_names(jobs.iter().map(|j| (j.spec.id.0, j.spec.name.clone())))
     });
     let reports: Vec<PolicyReport> = replays.iter().map(|r| r.report.clone()).collect();
     let notes = vec![

@@ -41,7 +41,15 @@ pub struct AgenticRollout {
     pub core_us: u128,
     /// Sandboxes held at once, at most.
     pub peak_sandboxes: u32,
+    /// From when at most [`TAIL_SHARE`] of the batch's trajectories are still live: the tail,
+    /// where the few left mostly wait on their environments and need a small part of the
+    /// engine (what long-tail migration hands the rest of the block on for).
+    pub tail_from: Micros,
 }
+
+/// The share of a batch's trajectories still live in its tail (see
+/// [`AgenticRollout::tail_from`]).
+pub const TAIL_SHARE: f64 = 0.1;
 
 /// One trajectory's draws: its sandbox start, and each turn's environment step (the last
 /// one's includes the reward).
@@ -233,8 +241,13 @@ fn finish(
     } else {
         done.iter().map(|t| cores * t).sum()
     };
+    let mut ends = done.to_vec();
+    ends.sort_by(f64::total_cmp);
+    let live_in_tail = ((ends.len() as f64 * TAIL_SHARE).ceil() as usize).max(1);
+    let tail_from = ends.len().checked_sub(live_in_tail + 1).map_or(0.0, |k| ends[k]);
     AgenticRollout {
         duration: Micros::from_secs_f64(end),
+        tail_from: Micros::from_secs_f64(tail_from),
         generating: Micros::from_secs_f64(generating),
         core_us: (core_s * 1e6) as u128,
         peak_sandboxes: if spec.sandbox.pausable { peak_waiting } else { draws.len() as u32 },
@@ -424,5 +437,15 @@ mod tests {
         // A head start shorter than the start saves only itself.
         let short = SampledRollouts::draw(&s, 8, 5.0, (1, "t", 0), 1);
         assert_eq!(short.at_rollout[0].duration, short.started_early[0].duration + Micros::from_secs(5));
+    }
+
+    #[test]
+    fn the_tail_begins_when_a_tenth_of_the_trajectories_are_left() {
+        // Twenty trajectories of 1 to 20 turns of 1 s generation and 1 s steps (no
+        // contention): they end at 2, 4, .., 40 s; two are live after the 18th ends at 36 s.
+        let s = spec((1.0, 1.0, 0.0), 1.0, fixed(1.0));
+        let draws: Vec<Draws> = (1..=20).map(|k| Draws { startup: 0.0, timeouts: 0, steps: vec![1.0; k] }).collect();
+        let r = trajectory_level(&s, &draws, 64.0);
+        assert_eq!((r.duration, r.tail_from), (Micros::from_secs(40), Micros::from_secs(36)));
     }
 }

@@ -361,8 +361,10 @@ async fn metrics(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text))
 }
 
-async fn openapi() -> Json<serde_json::Value> {
-    Json(openapi::document())
+/// The OpenAPI document, built from the route table once (it never changes while serving).
+async fn openapi_document() -> Json<serde_json::Value> {
+    static DOCUMENT: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+    Json(DOCUMENT.get_or_init(openapi::document).clone())
 }
 
 async fn status_page(

@@ -93,6 +93,7 @@ fn recent(d: &StatusData, caller: &Caller, now_us: u64) -> Timeline {
         };
         Some((id, lane, crate::views::shown(caller, job)))
     })
+    .with_names(d.lanes_of.iter().map(|(job, &(id, _))| (id, crate::views::shown(caller, job))))
 }
 
 /// Every phase from its grant to its finish (a phase still open runs to `end_h`), clipped
@@ -134,12 +135,9 @@ fn phase_bars<'a>(
     }
     let groups = lanes
         .into_iter()
-        .map(|(g, ls)| GroupTimeline {
-            group: g,
-            lanes: ls.into_iter().map(|(name, bars)| Lane { name, bars }).collect(),
-        })
+        .map(|(g, ls)| GroupTimeline::new(g, ls.into_iter().map(|(name, bars)| Lane { name, bars }).collect(), window))
         .collect();
-    Timeline { policy: "live".into(), window, groups, omitted_groups: 0 }
+    Timeline { policy: "live".into(), window, groups, omitted_groups: 0, names: Default::default() }
 }
 
 /// An HTML report of a saved event log (the events of `GET /v1/events`): per job, its
@@ -171,7 +169,8 @@ pub fn events_report(title: &str, events: &[PlaneEvent]) -> String {
     let timeline = phase_bars(events.iter(), (hours(start), hours(end)), hours(end), |job, phase| {
         let lane = if phase == Phase::Rollout { "rollout" } else { "training pool" };
         Some((*ids.get(job)?, lane.to_string(), job.to_string()))
-    });
+    })
+    .with_names(ids.iter().map(|(name, id)| (*id, name.to_string())));
     let mut h = format!("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"/><title>{0}</title><style>body{{font-family:sans-serif;margin:24px}}table{{border-collapse:collapse;font-size:12px}}td,th{{border:1px solid #ccc;padding:3px 6px}}</style></head><body><h1>{0}</h1>", escape(title));
     let _ = write!(
         h,

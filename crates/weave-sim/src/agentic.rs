@@ -12,8 +12,13 @@
 //!   replay's); `weave-two-tier` sees the runtime model's variation only.
 //! - **The environment pool is paid** per sandbox core-hour held, by every policy.
 //!
-//! Not modelled yet: one member's generation filling another's environment waits inside a
-//! group (members still take turns on the rollout GPUs), the reward computed off the
+//! - **The tail hands the block on.** Once a tenth of a rollout's trajectories are left (they
+//!   mostly wait on their environments), a three-tier policy moves them to a tenth of the block
+//!   and the next member of the group generates on the rest (long-tail migration, with the
+//!   shape from [`AgenticRuns::migration`]).
+//!
+//! Not modelled yet: one member's generation filling another's environment waits before the
+//! tail (members otherwise take turns on the rollout GPUs), the reward computed off the
 //! rollout GPUs (it holds them here), and the environment pool's capacity (the replay's pools
 //! are elastic: sandboxes are paid by use).
 
@@ -21,7 +26,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use weave_core::agentic::AgenticSpec;
 use weave_core::{Micros, PhaseTimes};
-use weave_model::agentic::{AgenticRollout, SampledRollouts};
+use weave_model::agentic::{AgenticRollout, SampledRollouts, TAIL_SHARE};
 
 /// Rollouts sampled per job for the replay's draws, and as many again for admission.
 const SAMPLES: u32 = 16;
@@ -109,6 +114,20 @@ impl AgenticRuns {
         SampledRollouts::mean_core_hours(self.mode(&self.replay))
     }
 
+    /// Long-tail migration of the job's rollouts (a three-tier policy): the block passes on to
+    /// the next member once a tenth of the trajectories are left (`TAIL_SHARE`; their mean
+    /// point in admission's draws), and those few, mostly waiting on their environments, finish
+    /// on a tenth of the block, one turn later than they would have (their contexts
+    /// re-prefilled on the workers they move to): `(release, end, share)` of the rollout, as
+    /// `workload::MigrationShape` takes them (`None`: no tail to hand on).
+    pub fn migration(&self, gen_s_per_turn: f64) -> Option<(f64, f64, f64)> {
+        let runs = self.mode(&self.admission);
+        let share = |r: &AgenticRollout| r.tail_from.0 as f64 / r.duration.0.max(1) as f64;
+        let release = runs.iter().map(share).sum::<f64>() / runs.len().max(1) as f64;
+        let mean = SampledRollouts::mean_duration(runs).as_secs_f64().max(1e-9);
+        (release < 1.0).then_some((release, 1.0 + gen_s_per_turn / mean, TAIL_SHARE))
+    }
+
     /// Sandboxes started during the previous training, the policy's estimates with it.
     pub fn started_early(&self) -> AgenticRuns {
         AgenticRuns { started_early: true, ..self.clone() }
@@ -122,17 +141,6 @@ pub fn estimates(runs: &AgenticRuns, disagg: PhaseTimes, colo: PhaseTimes) -> (P
         PhaseTimes { rollout: runs.estimate(), train: disagg.train },
         PhaseTimes { rollout: runs.colo_estimate(), train: colo.train },
     )
-}
-
-/// Sandbox core-hours the agentic jobs held for the iterations they ran (`None`: no agentic
-/// job in the run).
-pub fn core_hours(jobs: &[crate::SimJob], outcomes: &[crate::metrics::JobOutcome]) -> Option<f64> {
-    let per_iteration: BTreeMap<&str, f64> =
-        jobs.iter().filter_map(|j| Some((j.spec.name.as_str(), j.agentic.as_ref()?.core_hours()))).collect();
-    if per_iteration.is_empty() {
-        return None;
-    }
-    Some(outcomes.iter().filter_map(|o| Some(per_iteration.get(o.name.as_str())? * o.iterations as f64)).sum())
 }
 
 fn fnv32(s: &str) -> u32 {

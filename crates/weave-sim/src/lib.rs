@@ -140,7 +140,7 @@ pub fn replay(
         None => {
             let mut m = colocated::run(jobs, cluster, cfg);
             progress(jobs.len(), jobs.len());
-            m.environment_core_hours = agentic::core_hours(jobs, &m.jobs);
+            m.environment_core_hours = environment_core_hours(jobs, &m.jobs);
             Replay { report: m.report(policy.name(), cluster), events: Vec::new() }
         }
         Some(placement) => {
@@ -150,10 +150,21 @@ pub fn replay(
                 .with_spot(policy.migration())
                 .with_lending(cfg.lending && policy.lends());
             e.run(progress);
-            e.metrics.environment_core_hours = agentic::core_hours(jobs, &e.metrics.jobs);
+            e.metrics.environment_core_hours = environment_core_hours(jobs, &e.metrics.jobs);
             Replay { report: e.metrics.report(policy.name(), cluster), events: std::mem::take(&mut e.events) }
         }
     }
+}
+
+/// Sandbox core-hours the agentic jobs held for the iterations they ran (`None`: no agentic
+/// job in the run).
+fn environment_core_hours(jobs: &[SimJob], outcomes: &[metrics::JobOutcome]) -> Option<f64> {
+    let per_iteration: std::collections::BTreeMap<&str, f64> =
+        jobs.iter().filter_map(|j| Some((j.spec.name.as_str(), j.agentic.as_ref()?.core_hours()))).collect();
+    if per_iteration.is_empty() {
+        return None;
+    }
+    Some(outcomes.iter().filter_map(|o| Some(per_iteration.get(o.name.as_str())? * o.iterations as f64)).sum())
 }
 
 /// Replays several policies and fills in the cost-efficiency ratios against solo-disagg and

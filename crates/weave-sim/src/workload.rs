@@ -172,6 +172,9 @@ impl SimJob {
         if let Some(a) = &self.agentic {
             let a = a.started_early();
             (j.disagg, j.colo) = crate::agentic::estimates(&a, j.disagg, j.colo);
+            let tail = self.spec.agentic.as_ref().and_then(|s| a.migration(s.gen_s_per_turn));
+            j.migration =
+                tail.map_or(MigrationShape::NONE, |(release, end, share)| MigrationShape { release, end, share });
             j.place.times = j.disagg;
             j.place.colo = Some(j.colo);
             j.agentic = Some(a);

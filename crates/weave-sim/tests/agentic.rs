@@ -5,6 +5,7 @@
 use weave_core::agentic::EnvPoolConfig;
 use weave_core::{ClusterConfig, Micros};
 use weave_model::ProfileModel;
+use weave_sim::workload::MigrationShape;
 use weave_sim::{compare, prepare, Policy, SimConfig, SimJob};
 use weave_trace::generate::{Arrivals, GenMode};
 use weave_trace::{generate, AgenticClass, GenConfig};
@@ -70,6 +71,11 @@ fn sandboxes_started_ahead_shorten_every_rollout_but_the_first_on_the_same_draws
         assert!(three.disagg.rollout < j.disagg.rollout, "{:?} {:?}", three.disagg, j.disagg);
         assert_eq!(three.place.times, three.disagg);
         assert_eq!(three.iterations, j.iterations);
+        // Only a three-tier policy hands a rollout's tail on (the request-level model does not
+        // describe an agentic rollout, so the job as declared migrates nothing).
+        assert_eq!(j.migration, MigrationShape::NONE);
+        let m = three.migration;
+        assert!(0.3 < m.release && m.release < 1.0 && m.end > 1.0 && m.end < 1.05 && m.share == 0.1, "{m:?}");
     }
 }
 

@@ -178,11 +178,16 @@ impl Plot {
     }
 }
 
-/// An HTML legend: coloured swatches with names.
+/// An HTML legend: coloured swatches with names, spaced by their own style (a page without
+/// the `legend` class's style ran the names together).
 pub fn legend(items: &[(String, &str)]) -> String {
     let mut s = String::from(r#"<div class="legend">"#);
     for (name, c) in items {
-        let _ = write!(s, r#"<span><i style="background:{c}"></i>{}</span>"#, escape(name));
+        let _ = write!(
+            s,
+            r#"<span style="display:inline-block;margin-right:12px;font-size:12px"><i style="display:inline-block;width:10px;height:10px;margin-right:4px;background:{c}"></i>{}</span>"#,
+            escape(name)
+        );
     }
     s.push_str("</div>");
     s

@@ -31,6 +31,20 @@ pub struct Lane {
 pub struct GroupTimeline {
     pub group: u32,
     pub lanes: Vec<Lane>,
+    /// Hours this group is drawn over: its own bars' span within the timeline's window (a
+    /// group active two minutes of an hour is drawn over those two minutes, not as a sliver).
+    pub window: (f64, f64),
+}
+
+impl GroupTimeline {
+    /// A group's lanes, drawn over the span of their bars (`fallback` when there are none).
+    pub fn new(group: u32, lanes: Vec<Lane>, fallback: (f64, f64)) -> GroupTimeline {
+        let bars = || lanes.iter().flat_map(|l| &l.bars);
+        let start = bars().map(|b| b.start_h).fold(f64::INFINITY, f64::min);
+        let end = bars().map(|b| b.end_h).fold(f64::NEG_INFINITY, f64::max);
+        let window = if start < end { (start, end) } else { fallback };
+        GroupTimeline { group, lanes, window }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -41,6 +55,8 @@ pub struct Timeline {
     pub groups: Vec<GroupTimeline>,
     /// Groups active in the window but not drawn (to stay legible).
     pub omitted_groups: usize,
+    /// Jobs' names by the number their bars carry (the legend shows `job N` for others).
+    pub names: BTreeMap<u32, String>,
 }
 
 /// Hours shown when no window is given.
@@ -64,7 +80,7 @@ impl Timeline {
         }
         let mut groups: Vec<GroupTimeline> = by_group
             .into_iter()
-            .map(|(g, evs)| GroupTimeline { group: g, lanes: lanes(&evs, window) })
+            .map(|(g, evs)| GroupTimeline::new(g, lanes(&evs, window), window))
             .filter(|g| g.lanes.iter().any(|l| !l.bars.is_empty()))
             .collect();
         let active = groups.len();
@@ -72,7 +88,23 @@ impl Timeline {
         groups.sort_by_key(|g| std::cmp::Reverse(g.lanes.iter().map(|l| l.bars.len()).sum::<usize>()));
         groups.truncate(max_groups);
         groups.sort_by_key(|g| g.group);
-        Timeline { policy: policy.to_string(), window, omitted_groups: active - groups.len(), groups }
+        let omitted_groups = active - groups.len();
+        Timeline { policy: policy.to_string(), window, omitted_groups, groups, names: BTreeMap::new() }
+    }
+
+    /// The same timeline with jobs' names for its legend and its bars' labels (`names[k]`
+    /// for job number k).
+    pub fn with_names(mut self, names: impl IntoIterator<Item = (u32, String)>) -> Timeline {
+        self.names = names.into_iter().collect();
+        for b in self.groups.iter_mut().flat_map(|g| g.lanes.iter_mut()).flat_map(|l| l.bars.iter_mut()) {
+            if let Some(name) = self.names.get(&b.job) {
+                let prefix = format!("job {} ", b.job);
+                if let Some(rest) = b.label.strip_prefix(&prefix) {
+                    b.label = format!("{name} {rest}");
+                }
+            }
+        }
+        self
     }
 }
 
@@ -158,12 +190,13 @@ pub fn render(t: &Timeline) -> String {
         t.groups.iter().flat_map(|g| g.lanes.iter().flat_map(|l| l.bars.iter().map(|b| b.job))).collect();
     jobs.sort_unstable();
     jobs.dedup();
-    let items: Vec<(String, &str)> = jobs.iter().take(30).map(|j| (format!("job {j}"), color(*j as usize))).collect();
+    let name = |j: &u32| t.names.get(j).cloned().unwrap_or_else(|| format!("job {j}"));
+    let items: Vec<(String, &str)> = jobs.iter().take(30).map(|j| (name(j), color(*j as usize))).collect();
     out.push_str(&legend(&items));
     for g in &t.groups {
         let lane_h = 20.0;
         let height = 16.0 + 44.0 + lane_h * g.lanes.len() as f64;
-        let mut p = Plot::with_left(1100.0, height, 110.0, t.window, (0.0, g.lanes.len() as f64), "time (hours)", "");
+        let mut p = Plot::with_left(1100.0, height, 110.0, g.window, (0.0, g.lanes.len() as f64), "time (hours)", "");
         for (i, lane) in g.lanes.iter().enumerate() {
             let y = p.py((g.lanes.len() - i) as f64);
             p.svg.rect(p.left, y, p.w, lane_h - 2.0, "#f7f7f7", None);
@@ -180,10 +213,51 @@ pub fn render(t: &Timeline) -> String {
             }
         }
         out.push_str(&format!(
-            "<p class=\"muted\">group g{}</p>{}",
+            "<p class=\"muted\">group g{}, {:.2} h to {:.2} h</p>{}",
             g.group,
+            g.window.0,
+            g.window.1,
             p.svg.finish(&format!("timeline of group g{}", g.group))
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bar(job: u32, start_h: f64, end_h: f64) -> Bar {
+        Bar { start_h, end_h, job, kind: BarKind::Phase, label: format!("job {job} rollout 0") }
+    }
+
+    #[test]
+    fn each_group_is_drawn_over_its_own_span_and_the_legend_names_the_jobs() {
+        let lane = |bars| vec![Lane { name: "rollout r0".into(), bars }];
+        let t = Timeline {
+            policy: "live".into(),
+            window: (0.0, 1.0),
+            groups: vec![
+                GroupTimeline::new(0, lane(vec![bar(0, 0.0, 0.5), bar(1, 0.5, 1.0)]), (0.0, 1.0)),
+                // Active two minutes of the hour.
+                GroupTimeline::new(1, lane(vec![bar(2, 0.40, 0.4333)]), (0.0, 1.0)),
+            ],
+            omitted_groups: 0,
+            names: BTreeMap::new(),
+        }
+        .with_names([(0, "alpha".to_string()), (2, "gamma".to_string())]);
+        assert_eq!(t.groups[0].window, (0.0, 1.0));
+        assert_eq!(t.groups[1].window, (0.40, 0.4333));
+        assert_eq!(t.groups[1].lanes[0].bars[0].label, "gamma rollout 0");
+        let html = render(&t);
+        assert!(html.contains("group g1, 0.40 h to 0.43 h"), "{html}");
+        // The group's bar fills its own plot's width, not a thirtieth of it.
+        assert!(
+            html.contains(">alpha</span>") && html.contains(">job 1</span>") && html.contains(">gamma</span>"),
+            "{html}"
+        );
+        assert!(html.contains("margin-right:12px"), "the legend's names are spaced by their own style");
+        // With no bars, a group falls back to the timeline's window.
+        assert_eq!(GroupTimeline::new(5, Vec::new(), (0.0, 2.0)).window, (0.0, 2.0));
+    }
 }

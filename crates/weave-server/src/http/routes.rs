@@ -1,8 +1,10 @@
 //! Every route the server answers, in one table: the router is built from it and so is the
-//! OpenAPI document (`crate::openapi`), so a route cannot be answered and undocumented, or
+//! OpenAPI document (`http::openapi`), so a route cannot be answered and undocumented, or
 //! documented and missing. A new route is one entry here.
 
-use super::{cancel_job, events, healthz, metrics, openapi, readyz, restart_job, show_job, status_page, submit};
+use super::{
+    cancel_job, events, healthz, metrics, openapi_document, readyz, restart_job, show_job, status_page, submit,
+};
 use super::{cluster, gate, listing};
 use crate::state::Shared;
 use axum::handler::Handler;
@@ -130,7 +132,7 @@ fn probes() -> Vec<Route> {
             readyz,
             json!({ "responses": answers(&[("200", "ready")], &["503"]) }),
         ),
-        route(get.clone(), "/openapi.json", Open, "This document", openapi, json!({ "responses": answers(&[("200", "OpenAPI 3")], &[]) })),
+        route(get.clone(), "/openapi.json", Open, "This document", openapi_document, json!({ "responses": answers(&[("200", "OpenAPI 3")], &[]) })),
         route(
             get.clone(),
             "/status",
