@@ -313,6 +313,40 @@ impl SampledRollouts {
     }
 }
 
+/// A co-located agentic rollout: generation at the training GPUs' speed (`speed`: generation
+/// time on them over on the rollout GPUs), the environment's time as it is.
+pub fn colocated_rollout(duration: Micros, generating: Micros, speed: f64) -> Micros {
+    duration.saturating_sub(generating) + generating.scale(speed)
+}
+
+/// The rollouts a three-tier planner expects of a job (sandboxes started during a training of
+/// `train`), disaggregated and co-located (`colo_speed` as in [`colocated_rollout`]): the
+/// means of `samples` draws from the stream `agentic-admission` of `seed`. Remembered by
+/// declaration, batch and training (the server asks for the same jobs' plans again and again,
+/// and each costs a few hundred thousand trajectory steps).
+pub fn planned_rollouts(
+    spec: &AgenticSpec,
+    batch: u32,
+    train: Micros,
+    colo_speed: f64,
+    (seed, samples): (u64, u32),
+) -> (Micros, Micros) {
+    use std::collections::BTreeMap;
+    use std::sync::{Mutex, OnceLock};
+    static PLANS: OnceLock<Mutex<BTreeMap<String, (Micros, Micros)>>> = OnceLock::new();
+    let key = format!("{spec:?}|{batch}|{}|{colo_speed}|{seed}|{samples}", train.0);
+    let plans = PLANS.get_or_init(Default::default);
+    if let Some(&plan) = plans.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return plan;
+    }
+    let drawn = SampledRollouts::draw(spec, batch, train.as_secs_f64(), (seed, "agentic-admission", 0), samples);
+    let runs = &drawn.started_early;
+    let (duration, generating) = (SampledRollouts::mean_duration(runs), SampledRollouts::mean_generating(runs));
+    let plan = (duration, colocated_rollout(duration, generating, colo_speed));
+    plans.lock().unwrap_or_else(|p| p.into_inner()).insert(key, plan);
+    plan
+}
+
 /// Means over `samples` rollouts, each drawn from its own named stream (`agentic-rollout`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RolloutMeans {

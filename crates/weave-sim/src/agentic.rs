@@ -100,7 +100,7 @@ impl AgenticRuns {
     pub fn colo_estimate(&self) -> Micros {
         let runs = self.mode(&self.admission);
         let (d, g) = (SampledRollouts::mean_duration(runs), SampledRollouts::mean_generating(runs));
-        d.saturating_sub(g) + g.scale(self.colo_speed)
+        weave_model::agentic::colocated_rollout(d, g, self.colo_speed)
     }
 
     /// Admission's sampled rollouts as factors of its estimate.
