@@ -15,6 +15,7 @@ use weave_model::ProfileModel;
 use weave_place::consolidate::{Churn, ChurnLimits};
 use weave_place::{PlaceError, PlaceJob, Placer, PlacerConfig, Target, Variation};
 
+mod agentic;
 mod consolidation;
 mod dispatch;
 mod gate;
@@ -294,24 +295,12 @@ impl Plane {
         self.names.get(id.0 as usize).map(String::as_str)
     }
 
-    /// Sampled rollouts behind an agentic job's plan (once per declaration: see
-    /// `weave_model::agentic::planned_rollouts`).
-    const AGENTIC_PLAN_SAMPLES: u32 = 8;
-
     /// The job as placement sees it: the model's estimate, with what the submission says it
     /// measured of itself in place of the model's switch costs and sync.
     fn place_job(&self, spec: &JobSpec, slo: f64, submit: &SubmitSpec) -> PlaceJob {
         let mut place = PlaceJob::from_spec(spec, slo, &self.profile, &self.cluster);
         if let Some(a) = &spec.agentic {
-            // The declared trajectories, not the profile's single-turn rollout, with sandboxes
-            // started during the previous training (the replay's three-tier planning).
-            let colo = place.colo.unwrap_or(place.times);
-            let speed = colo.rollout.0 as f64 / place.times.rollout.0.max(1) as f64;
-            let plan = (0, Self::AGENTIC_PLAN_SAMPLES);
-            let (rollout, colo_rollout) =
-                weave_model::agentic::planned_rollouts(a, spec.batch, place.times.train, speed, plan);
-            place.times.rollout = rollout;
-            place.colo = place.colo.map(|c| weave_core::PhaseTimes { rollout: colo_rollout, ..c });
+            agentic::plan(&mut place, a, spec.batch);
         }
         // check_limits refused negative and non-finite figures before they were recorded.
         let us = |s: Option<f64>| s.filter(|s| s.is_finite() && *s >= 0.0).map(Micros::from_secs_f64);
