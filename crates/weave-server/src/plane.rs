@@ -21,6 +21,7 @@ mod dispatch;
 mod gate;
 mod job;
 mod lending;
+mod names;
 mod nodes;
 mod queue;
 mod record;
@@ -67,7 +68,8 @@ pub struct Plane {
     placer: Arc<Placer>,
     dispatchers: imbl::OrdMap<GroupId, Arc<Dispatcher>>,
     jobs: imbl::OrdMap<String, Arc<JobEntry>>,
-    names: imbl::Vector<String>,
+    /// The names of the admissions still held, by number.
+    names: names::JobNames,
     /// Shared with readers (`history`): an event is held once however many read it.
     events: imbl::Vector<Arc<PlaneEvent>>,
     /// Changes with every applied record (long-polls wait for it to move).
@@ -291,8 +293,13 @@ impl Plane {
         self.dispatchers.get(&g).map(|d| &**d)
     }
 
+    /// Admissions whose names are still held (running, queued or retained ones').
+    pub fn held_names(&self) -> usize {
+        self.names.len()
+    }
+
     pub fn job_name(&self, id: JobId) -> Option<&str> {
-        self.names.get(id.0 as usize).map(String::as_str)
+        self.names.get(id).map(String::as_str)
     }
 
     /// The job as placement sees it: the model's estimate, with what the submission says it
@@ -318,7 +325,7 @@ impl Plane {
                 {
                     return Err(PlaneError::Duplicate(job.id.clone()));
                 }
-                let id = JobId(self.names.len() as u32);
+                let id = self.names.next_id();
                 let spec = job.to_spec(id, Micros(*time_us))?;
                 let slo = job.allowed_slowdown();
                 match self.placer.preview(&self.place_job(&spec, slo, job)) {
@@ -532,9 +539,7 @@ impl Plane {
             }
             // The admission's number no longer names anything placed: drop its name's bytes.
             if gone || !current {
-                if let Some(n) = self.names.get_mut(id.0 as usize) {
-                    *n = String::new();
-                }
+                self.names.forget(id);
             }
         }
     }
@@ -549,7 +554,7 @@ impl Plane {
         carried: Option<(PhaseTimes, Measured)>,
         target: Option<Target>,
     ) -> Result<(), PlaneError> {
-        let id = JobId(self.names.len() as u32);
+        let id = self.names.next_id();
         let spec = submit.to_spec(id, Micros(time_us))?;
         let slo = submit.allowed_slowdown();
         let mut place = self.place_job(&spec, slo, submit);
@@ -585,7 +590,7 @@ impl Plane {
         let staleness = member.staleness;
         let iterations = submit.job.iterations;
         let group = decision.group;
-        self.names.push_back(submit.id.clone());
+        self.names.push(submit.id.clone());
         self.jobs.insert(
             submit.id.clone(),
             Arc::new(JobEntry {
@@ -598,8 +603,6 @@ impl Plane {
                 state: JobState::Running,
                 decision: Some(decision),
                 gate: Gate::new(staleness, start),
-                legacy_granted: None,
-                legacy_next: None,
                 completed_iterations: start,
                 failure: None,
                 submitted_us: time_us,

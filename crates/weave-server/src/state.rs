@@ -6,7 +6,7 @@ use crate::auth::{JobTokens, Tenants};
 use crate::plane::{JobState, Plane, PlaneError, Record};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use thiserror::Error;
 use tokio::sync::watch;
@@ -214,7 +214,9 @@ fn rebuild(cfg: &ServerConfig, loaded: weave_store::Loaded<Record>) -> Result<Pl
 
 pub struct Inner {
     pub plane: Plane,
-    store: Store,
+    /// Appended to with the plane's lock released (see [`Shared::commit`]): locked after
+    /// `inner` when both are held, never before it.
+    store: Arc<Mutex<Store>>,
     /// Last heartbeat (or admission / restart) per running job.
     pub heartbeats: BTreeMap<String, Instant>,
     /// The plane's events as readers take them out of the lock.
@@ -280,10 +282,9 @@ fn owned_by(plane: &Plane, c: &crate::Caller, rec: &Record) -> Result<(), PlaneE
 }
 
 impl Inner {
-    /// Whether the store takes writes; after a failed write, found out by probing the disk
-    /// (see `weave_store::Store::probe`).
-    pub fn probe_store(&mut self) -> Result<(), String> {
-        self.store.probe()
+    fn store(&self) -> std::sync::MutexGuard<'_, Store> {
+        // A poisoned lock means a panic mid-append: the store itself reports what it wrote.
+        self.store.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Snapshots committed since the server started (one just written is counted here).
@@ -296,12 +297,12 @@ impl Inner {
     /// collected first).
     pub fn snapshot_in_flight(&mut self) -> bool {
         self.collect_snapshot();
-        self.store.compacting()
+        self.store().compacting()
     }
 
     /// Records in the store after its newest snapshot.
     pub fn records_since_snapshot(&self) -> u64 {
-        self.store.records_since_snapshot()
+        self.store().records_since_snapshot()
     }
 
     /// When the recent snapshots were being written (started, ended; newest last).
@@ -312,7 +313,8 @@ impl Inner {
 
     /// Counts a snapshot the store has finished writing in the background, if any.
     fn collect_snapshot(&mut self) {
-        if let Some(done) = self.store.finish_compaction(false) {
+        let done = self.store().finish_compaction(false);
+        if let Some(done) = done {
             self.snapshots += u64::from(done.outcome.is_ok());
             if self.snapshot_windows.len() == SNAPSHOT_WINDOWS_KEPT {
                 self.snapshot_windows.pop_front();
@@ -325,6 +327,10 @@ impl Inner {
 
 pub struct Shared {
     pub cfg: ServerConfig,
+    /// Held by a commit from its check to its apply: records are checked, made durable and
+    /// applied one at a time, in order, while the plane's lock (`inner`) is free for readers
+    /// during the disk's write.
+    writer: Mutex<()>,
     pub inner: Mutex<Inner>,
     started: Instant,
     /// Time of the last record before this process started: the clock continues from there.
@@ -369,9 +375,10 @@ impl Shared {
         let (changed, _) = watch::channel(plane.version);
         Ok(Shared {
             cfg,
+            writer: Mutex::new(()),
             inner: Mutex::new(Inner {
                 plane,
-                store,
+                store: Arc::new(Mutex::new(store)),
                 heartbeats,
                 history: Default::default(),
                 snapshots: 0,
@@ -428,19 +435,28 @@ impl Shared {
         caller: Option<&crate::Caller>,
         make: impl FnOnce(u64) -> Record,
     ) -> Result<(), ServeError> {
+        // The plane's lock is not held while the record is made durable: a gate request or
+        // a read that needs only the plane never waits for another tenant's fsync (under
+        // abuse those waits were most of the other tenants' gate p99). Commits still go one
+        // at a time (`writer`), so nothing changes the plane between a check and its apply.
+        let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let (rec, store) = {
+            let g = self.lock();
+            let rec = make(self.now_us());
+            if let Some(c) = caller {
+                owned_by(&g.plane, c, &rec)?;
+            }
+            g.plane.check(&rec)?;
+            (rec, g.store.clone())
+        };
+        store.lock().unwrap_or_else(|p| p.into_inner()).append(&rec)?;
         let mut g = self.lock();
-        let rec = make(self.now_us());
-        if let Some(c) = caller {
-            owned_by(&g.plane, c, &rec)?;
-        }
-        g.plane.check(&rec)?;
-        g.store.append(&rec)?;
         let seen = g.plane.next_event_seq();
         let applying = Instant::now();
         g.plane.apply_checked(&rec)?;
         let took = applying.elapsed();
         let max =
-            if g.store.compacting() { &mut g.apply_max.during_snapshots } else { &mut g.apply_max.at_other_times };
+            if g.store().compacting() { &mut g.apply_max.during_snapshots } else { &mut g.apply_max.at_other_times };
         *max = (*max).max(took);
         if let Some(t) = &self.telemetry {
             t.observe(&g.plane);
@@ -503,15 +519,16 @@ impl Shared {
     fn compact_if_due(&self, g: &mut Inner) {
         g.collect_snapshot();
         let (every, every_bytes) = (self.cfg.snapshot_every, self.cfg.snapshot_every_bytes);
-        let by_count = every > 0 && g.store.records_since_snapshot() >= every;
-        let by_bytes = every_bytes > 0 && g.store.appended_bytes() - g.appended_at_snapshot >= every_bytes;
-        if !(by_count || by_bytes) || g.store.compacting() {
+        let mut store = g.store.lock().unwrap_or_else(|p| p.into_inner());
+        let by_count = every > 0 && store.records_since_snapshot() >= every;
+        let by_bytes = every_bytes > 0 && store.appended_bytes() - g.appended_at_snapshot >= every_bytes;
+        if !(by_count || by_bytes) || store.compacting() {
             return;
         }
         let began = Instant::now();
         let frozen = g.plane.clone();
         let copy = began.elapsed();
-        let started = g.store.compact_in_background(Box::new(move |out| {
+        let started = store.compact_in_background(Box::new(move |out| {
             crate::lower_this_thread_priority();
             let written = frozen.write_snapshot(out);
             // What the live plane changed meanwhile was copied; those copies go with it.
@@ -521,7 +538,9 @@ impl Shared {
         }));
         if started {
             g.snapshot_began = Some((began, copy));
-            g.appended_at_snapshot = g.store.appended_bytes();
+            let appended = store.appended_bytes();
+            drop(store);
+            g.appended_at_snapshot = appended;
         }
     }
 
@@ -565,7 +584,10 @@ impl Shared {
                 ));
             }
         }
-        self.lock().probe_store()
+        // The probe may write to the disk: not under the plane's lock.
+        let store = self.lock().store.clone();
+        let probed = store.lock().unwrap_or_else(|p| p.into_inner()).probe();
+        probed
     }
 
     /// Marks jobs whose heartbeats stopped as failed (they leave their groups).

@@ -92,6 +92,27 @@ fn held_events_stay_within_their_byte_budget() {
     assert!(p.events().len() > 50, "the budget holds what fits, not a handful");
 }
 
+/// A server that admitted many jobs holds the names of the ones it still runs or retains,
+/// not one per admission ever made (the 60-minute soak's memory crept by about 25 bytes per
+/// admission).
+#[test]
+fn names_of_admissions_let_go_are_not_held() {
+    let cluster = ClusterConfig::default();
+    let cfg = PlacerConfig::for_cluster(&cluster, PlacePolicy::Weave, true, true, 0);
+    let mut p = Plane::new(cluster, cfg).with_retention(Retention { jobs: 10, ..Retention::default() });
+    for i in 0..500u64 {
+        let spec: SubmitSpec =
+            serde_json::from_value(json!({ "id": format!("j{i}"), "type": "3B_4k", "iterations": 3 })).unwrap();
+        p.apply(&Record::Submit { time_us: i * 10, tenant: "alice".into(), job: spec }).unwrap();
+        p.apply(&Record::Cancel { time_us: i * 10 + 5, job: format!("j{i}") }).unwrap();
+    }
+    assert!(p.held_names() <= 10, "{} names held after 500 admissions, 10 retained", p.held_names());
+    // Numbers keep counting: the next admission is not given an old one.
+    let spec: SubmitSpec = serde_json::from_value(json!({ "id": "last", "type": "3B_4k", "iterations": 3 })).unwrap();
+    p.apply(&Record::Submit { time_us: 10_000, tenant: "alice".into(), job: spec }).unwrap();
+    assert_eq!(p.job("last").map(|j| j.id.0), Some(500));
+}
+
 /// The smaller findings of the third hardening round, each refused as it should be.
 #[test]
 fn arrays_odd_node_names_and_extractor_refusals_get_json_errors() {

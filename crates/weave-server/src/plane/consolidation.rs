@@ -29,14 +29,14 @@ impl ConsolidationDriver for At<'_> {
             if deferred.contains_key(&id) {
                 return None;
             }
-            let j = jobs.get(names.get(id.0 as usize)?)?;
+            let j = jobs.get(names.get(id)?)?;
             let remaining = j.iterations.map_or(100, |n| n.saturating_sub(j.completed_iterations));
             Some(consolidate::Progress { remaining, slack: Some(j.banked_slack()) })
         })
     }
 
     fn carry_out(&mut self, m: Move, _movable: &Movable, counted: bool) -> Option<JobId> {
-        let name = self.plane.names.get(m.job.0 as usize)?.clone();
+        let name = self.plane.names.get(m.job)?.clone();
         // As in the replay, the group a mover leaves is not looked at again for this move.
         let pending = self.plane.lone_pending.len();
         let moved = self.plane.relocate(self.time_us, &name, m.target, counted);
@@ -47,7 +47,7 @@ impl ConsolidationDriver for At<'_> {
     /// A granted phase, or a finished rollout not yet trained on (the gate's view).
     fn holds_work(&self, job: JobId) -> bool {
         let p = &self.plane;
-        p.names.get(job.0 as usize).and_then(|n| p.jobs.get(n)).is_some_and(|j| j.gate.mid_iteration())
+        p.names.get(job).and_then(|n| p.jobs.get(n)).is_some_and(|j| j.gate.mid_iteration())
     }
 
     /// The job keeps running; the move (counted now) waits for its training's finish. An
@@ -58,7 +58,7 @@ impl ConsolidationDriver for At<'_> {
         if let Some(c) = p.churn.as_mut() {
             c.record(d.job(), Micros(self.time_us));
         }
-        if let Some(name) = p.names.get(d.job().0 as usize).cloned() {
+        if let Some(name) = p.names.get(d.job()).cloned() {
             let group = p.group_of(&name);
             let meta = serde_json::json!({ "to": m.target, "when": "its training finishes" });
             p.event(PlaneEvent { meta: Some(meta), ..ev(self.time_us, &name, "move-deferred", None, None, group) });
@@ -72,7 +72,7 @@ impl ConsolidationDriver for At<'_> {
 
     fn drain(&mut self, job: JobId, on: bool) {
         let p = &mut *self.plane;
-        let Some(name) = p.names.get(job.0 as usize).cloned() else { return };
+        let Some(name) = p.names.get(job).cloned() else { return };
         let Some(staleness) = p.jobs.get(&name).map(|j| if on { 0 } else { j.gate.staleness }) else { return };
         if let Some(d) = p.group_of(&name).and_then(|g| p.dispatchers.get_mut(&g)) {
             std::sync::Arc::make_mut(d).set_staleness(job, staleness);

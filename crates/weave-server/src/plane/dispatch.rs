@@ -70,7 +70,7 @@ impl Plane {
                         self.grant(time_us, job, (Phase::Train, iteration, 0), g, switches.remove(&job))
                     }
                     Action::Completed { job, .. } => {
-                        let name = self.names[job.0 as usize].clone();
+                        let name = self.names.of(job);
                         if let Some(j) = self.job_mut(&name) {
                             j.state = JobState::Completed;
                         }
@@ -105,7 +105,7 @@ impl Plane {
         g: GroupId,
         switch: Option<(SwitchKind, Micros)>,
     ) {
-        let name = self.names[job.0 as usize].clone();
+        let name = self.names.of(job);
         let mut wait = 0;
         let mut stale = false;
         if let Some(j) = self.job_mut(&name) {

@@ -41,11 +41,6 @@ pub struct JobEntry {
     /// staleness a rollout beside a training).
     #[serde(default)]
     pub gate: Gate,
-    /// A snapshot written before lanes held the gate as these two (read once by `restore`).
-    #[serde(default, skip_serializing, rename = "granted")]
-    pub(super) legacy_granted: Option<(Phase, u64)>,
-    #[serde(default, skip_serializing, rename = "next")]
-    pub(super) legacy_next: Option<(Phase, u64)>,
     pub completed_iterations: u64,
     pub failure: Option<String>,
     pub submitted_us: u64,

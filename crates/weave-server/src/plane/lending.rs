@@ -166,7 +166,7 @@ impl LendingDriver for Plane {
 
     /// A running training started at its grant; either lasts the job's current estimate.
     fn training_end(&self, job: JobId, running: bool, _iteration: u64) -> Option<Micros> {
-        let name = self.names.get(job.0 as usize)?;
+        let name = self.names.get(job)?;
         let j = self.jobs.get(name)?;
         let start = if running { j.train_granted_us? } else { self.last_time_us? };
         Some(Micros(start) + j.estimate.train)

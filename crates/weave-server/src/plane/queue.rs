@@ -228,7 +228,7 @@ impl Plane {
     /// When running job `id` ends at the latest: its remaining iterations at its SLO on its
     /// current estimate (`None`: it runs until cancelled).
     fn running_end(&self, now_us: u64, id: weave_core::JobId) -> Option<Micros> {
-        let j = self.jobs.get(self.names.get(id.0 as usize)?)?;
+        let j = self.jobs.get(self.names.get(id)?)?;
         let remaining = j.iterations.map(|n| n.saturating_sub(j.completed_iterations));
         at_slo(j.estimate, j.slo, remaining).map(|d| Micros(now_us) + d)
     }
@@ -283,7 +283,7 @@ impl Plane {
     /// Quota in use per tenant.
     fn share_usage(&self, policy: &SharePolicy) -> Usage {
         policy.usage(&self.placer, |id| {
-            let entry = self.names.get(id.0 as usize).and_then(|n| self.jobs.get(n));
+            let entry = self.names.get(id).and_then(|n| self.jobs.get(n));
             entry.map_or(0, |j| Self::tenant_index(policy, &j.tenant))
         })
     }
@@ -329,7 +329,7 @@ impl Plane {
         let running = self.running_for_share(time_us, policy);
         let Some(victims) = policy.preemption(&self.placer, w, &running, usage, claim) else { return false };
         for v in victims {
-            let name = self.names[v.0 as usize].clone();
+            let name = self.names.of(v);
             let own = self.jobs[&name].tenant == policy.tenants[w.tenant].name;
             let reason = if own {
                 "preempted by a higher-priority job of its tenant"

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use weave_core::{GroupId, JobId, NodeId};
-use weave_dispatch::Dispatcher;
+use weave_dispatch::{Dispatcher, Phase};
 use weave_place::consolidate::{Churn, Deferred};
 use weave_place::share::UsageHistory;
 use weave_place::Placer;
@@ -25,14 +25,22 @@ use weave_place::Placer;
 /// (the records it covers are no longer in the log, so there is nothing to replay instead).
 const VERSION: u32 = 1;
 
-#[derive(Serialize, Deserialize)]
+/// A snapshot as read (written as [`SnapshotRef`]).
+#[derive(Deserialize)]
 struct Snapshot {
     version: u32,
     plane_version: u64,
     placer: Placer,
     dispatchers: BTreeMap<GroupId, Dispatcher>,
     jobs: Vec<JobSnapshot>,
+    /// Every admission's name by position, emptied once let go (snapshots before
+    /// `job_names`; empty after).
+    #[serde(default)]
     names: Vec<String>,
+    /// The names of the admissions still held, by number, and the next number (absent
+    /// before: then `names`).
+    #[serde(default)]
+    job_names: Option<(Vec<(u32, String)>, u32)>,
     events: Vec<PlaneEvent>,
     churn: Option<Churn>,
     queue: Vec<Queued>,
@@ -68,7 +76,7 @@ struct SnapshotRef<'a> {
     placer: &'a Placer,
     dispatchers: &'a imbl::OrdMap<GroupId, Arc<Dispatcher>>,
     jobs: Vec<JobSnapshotRef<'a>>,
-    names: &'a imbl::Vector<String>,
+    job_names: (Vec<(u32, &'a String)>, u32),
     events: &'a imbl::Vector<Arc<PlaneEvent>>,
     churn: &'a Option<Churn>,
     queue: &'a [Queued],
@@ -96,13 +104,36 @@ struct JobSnapshotRef<'a> {
 }
 
 /// A job entry with the fields its API form leaves out.
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct JobSnapshot {
-    entry: JobEntry,
+    entry: StoredEntry,
     measured: Measured,
     // Snapshots written before grant waits were measured per lane also carry `ready_us`,
     // which is no longer used (ignored when read).
     iteration_started_us: u64,
+}
+
+/// A job entry as stored. Snapshots written before lanes held the on-policy gate as its one
+/// grant (`granted`) and next phase (`next`) instead of `gate`: read here, once, and turned
+/// into the lanes' form, so that no live type carries the old form.
+#[derive(Deserialize)]
+struct StoredEntry {
+    #[serde(flatten)]
+    entry: JobEntry,
+    #[serde(default)]
+    granted: Option<(Phase, u64)>,
+    #[serde(default)]
+    next: Option<(Phase, u64)>,
+}
+
+impl StoredEntry {
+    fn into_entry(self) -> JobEntry {
+        let mut entry = self.entry;
+        if let Some(next) = self.next {
+            entry.gate = super::Gate::from_barrier(self.granted, next);
+        }
+        entry
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -130,7 +161,7 @@ impl Plane {
             placer: &self.placer,
             dispatchers: &self.dispatchers,
             jobs,
-            names: &self.names,
+            job_names: self.names.parts(),
             events: &self.events,
             churn: &self.churn,
             queue: &self.queue,
@@ -173,16 +204,16 @@ impl Plane {
             .jobs
             .into_iter()
             .map(|j| {
-                let mut entry = j.entry;
+                let mut entry = j.entry.into_entry();
                 entry.measured = j.measured;
                 entry.iteration_started_us = j.iteration_started_us;
-                if let Some(next) = entry.legacy_next.take() {
-                    entry.gate = super::Gate::from_barrier(entry.legacy_granted.take(), next);
-                }
                 (entry.name.clone(), Arc::new(entry))
             })
             .collect();
-        self.names = snap.names.into_iter().collect();
+        self.names = match snap.job_names {
+            Some((live, next)) => super::names::JobNames::from_parts(live, next),
+            None => super::names::JobNames::from_positions(snap.names),
+        };
         self.events = snap.events.into_iter().map(Arc::new).collect();
         self.events_bytes = self.events.iter().map(|e| super::event_bytes(e)).sum();
         // Consolidation on or off is configuration; what it did so far is state.
