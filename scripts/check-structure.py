@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """The house rules ARCHITECTURE.md states, checked (CI runs this): no Rust source file over
 700 lines, no import circle between a crate's top-level modules, and the server never links
-the simulator. Prints each breach and exits 1 if there is one."""
+the simulator; for Python, no file over 700 lines or function over 90, and the client
+(`weave_client` outside `runtime/`) imports only the standard library and itself at module
+level (extras such as Ray are imported inside the functions that need them). Prints each
+breach and exits 1 if there is one."""
 
+import ast
 import glob
 import os
 import re
@@ -50,6 +54,49 @@ for src in sorted(glob.glob("crates/*/src")):
 
     for m in sorted(mods):
         walk(m, m, [m])
+
+PY_MAX_FUNCTION_LINES = 90
+
+
+def python_breaches(path, text, client):
+    """A Python file's breaches: length, long functions, and (for the client) module-level
+    imports from outside the standard library."""
+    out = []
+    n = text.count("\n")
+    if n > MAX_LINES:
+        out.append(f"{path}: {n} lines (at most {MAX_LINES}: split it along a seam)")
+    try:
+        tree = ast.parse(text, path)
+    except SyntaxError as e:
+        return out + [f"{path}: does not parse: {e}"]
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            length = node.end_lineno - node.lineno + 1
+            if length > PY_MAX_FUNCTION_LINES:
+                out.append(f"{path}:{node.lineno}: function `{node.name}` is {length} lines "
+                           f"(at most {PY_MAX_FUNCTION_LINES}: split it)")
+    if client:
+        for node in tree.body:
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("runtime"):
+                names = ["weave_client.runtime"]
+            for name in names:
+                top = name.split(".")[0]
+                if name.startswith("weave_client.runtime") or top not in sys.stdlib_module_names:
+                    out.append(f"{path}:{node.lineno}: the client imports `{name}` at module level "
+                               "(standard library only; import an extra inside the function that needs it)")
+    return out
+
+
+for path in sorted(glob.glob("python/weave_client/**/*.py", recursive=True) + glob.glob("python/tests/*.py")
+                   + glob.glob("python/examples/*.py") + glob.glob("scripts/*.py")):
+    client = path.startswith("python/weave_client/") and "/runtime/" not in path
+    with open(path) as f:
+        breaches += python_breaches(path, f.read(), client)
 
 tree = subprocess.run(["cargo", "tree", "-p", "weave-server", "--edges", "normal", "--prefix", "none", "--locked"],
                       capture_output=True, text=True)
