@@ -267,11 +267,17 @@ def run(args, c, server):
     check_actor_placement(args.ray, a)
     check_actor_placement(args.ray, b)
 
+    # The drain comes first: its Ray CLI and forwarder take many seconds on a loaded machine,
+    # and b must still be running on the node when it is killed (after the drain, b ran out
+    # its iterations before the kill in one CI run in two).
+    if args.admin_token:
+        check_drain(c, args, lost[0])
     wait_for(f"b to complete {args.kill_after} iterations",
              lambda: c.job("toy-b")["job"]["completed_iterations"] >= args.kill_after, 240)
     a_uid = c.job("toy-a")["job"]["uid"]
-    if args.admin_token:
-        check_drain(c, args, lost[0])
+    b_now = c.job("toy-b")["job"]
+    assert b_now["state"] == "running" and b_now["completed_iterations"] < args.iterations_b, (
+        f"b ended before its node could be killed (the test lost its race, not the server): {b_now}")
     cmd = args.kill.replace("{node}", lost[0])
     say(f"killing node {lost[0]}: {cmd}")
     subprocess.run(cmd, shell=True, check=True)
@@ -282,7 +288,7 @@ def run(args, c, server):
         kinds = [e["kind"] for e in j["history"]]
         return j["job"] if "readmitted" in kinds and j["job"]["state"] == "running" else None
 
-    b2 = wait_for("b to be failed and re-admitted", readmitted, 120)
+    b2 = wait_for("b to be failed and re-admitted", readmitted, 120, explain=lambda: plane_state(c, args))
     detect_s = time.time() - t_kill
     hist = c.job("toy-b")["history"]
     failed = [e for e in hist if e["kind"] == "failed"]
@@ -337,6 +343,21 @@ def run(args, c, server):
     assert all(n == 1 for n in launches.values()), f"launched twice: {launches}"
     say(f"one Ray submission per admission: {sorted(launches)}")
     print(json.dumps(m), flush=True)
+
+
+def plane_state(c, args):
+    """What the plane says of both jobs and the cluster (for a timed-out wait): whether a still
+    makes progress tells a stalled plane from a job left queued."""
+    lines = []
+    for name in ("toy-a", "toy-b"):
+        j = c.job(name)
+        view = {k: j["job"].get(k) for k in ("uid", "state", "completed_iterations", "rollout_nodes",
+                                              "training_nodes", "group")}
+        lines.append(f"{name}: {view}; history {[(e['kind'], e.get('meta')) for e in j['history'][-6:]]}")
+    if args.admin_token:
+        lines.append(f"cluster: {WeaveClient(c.server, args.admin_token)._request('GET', '/v1/cluster')[1]}")
+    lines.append(f"last events: {[(e['job'], e['kind']) for e in c.events()[-12:]]}")
+    return "\n".join(lines)
 
 
 def launches_per_admission(ray):

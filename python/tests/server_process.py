@@ -28,12 +28,14 @@ class Server:
             self.proc.wait()
 
 
-def wait_for(what, fn, timeout_s, every_s=0.5):
-    """Polls ``fn`` until it returns something true (and returns that), or fails."""
+def wait_for(what, fn, timeout_s, every_s=0.5, explain=None):
+    """Polls ``fn`` until it returns something true (and returns that), or fails; ``explain``
+    (if given) says what the state was when it timed out, so a failure in CI can be read."""
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         v = fn()
         if v:
             return v
         time.sleep(every_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+    state = f"\n{explain()}" if explain else ""
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{state}")

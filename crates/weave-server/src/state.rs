@@ -281,10 +281,15 @@ fn owned_by(plane: &Plane, c: &crate::Caller, rec: &Record) -> Result<(), PlaneE
     }
 }
 
+/// The store's lock. A poisoned lock means a panic mid-append: the store itself reports what
+/// it wrote, so its state is still the truth.
+fn lock_store(store: &Mutex<Store>) -> std::sync::MutexGuard<'_, Store> {
+    store.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl Inner {
     fn store(&self) -> std::sync::MutexGuard<'_, Store> {
-        // A poisoned lock means a panic mid-append: the store itself reports what it wrote.
-        self.store.lock().unwrap_or_else(|p| p.into_inner())
+        lock_store(&self.store)
     }
 
     /// Snapshots committed since the server started (one just written is counted here).
@@ -449,7 +454,7 @@ impl Shared {
             g.plane.check(&rec)?;
             (rec, g.store.clone())
         };
-        store.lock().unwrap_or_else(|p| p.into_inner()).append(&rec)?;
+        lock_store(&store).append(&rec)?;
         let mut g = self.lock();
         let seen = g.plane.next_event_seq();
         let applying = Instant::now();
@@ -519,7 +524,7 @@ impl Shared {
     fn compact_if_due(&self, g: &mut Inner) {
         g.collect_snapshot();
         let (every, every_bytes) = (self.cfg.snapshot_every, self.cfg.snapshot_every_bytes);
-        let mut store = g.store.lock().unwrap_or_else(|p| p.into_inner());
+        let mut store = lock_store(&g.store);
         let by_count = every > 0 && store.records_since_snapshot() >= every;
         let by_bytes = every_bytes > 0 && store.appended_bytes() - g.appended_at_snapshot >= every_bytes;
         if !(by_count || by_bytes) || store.compacting() {
@@ -586,7 +591,7 @@ impl Shared {
         }
         // The probe may write to the disk: not under the plane's lock.
         let store = self.lock().store.clone();
-        let probed = store.lock().unwrap_or_else(|p| p.into_inner()).probe();
+        let probed = lock_store(&store).probe();
         probed
     }
 

@@ -70,7 +70,12 @@ impl Plane {
                         self.grant(time_us, job, (Phase::Train, iteration, 0), g, switches.remove(&job))
                     }
                     Action::Completed { job, .. } => {
-                        let name = self.names.of(job);
+                        // A dispatched job's name is held (numbers are let go only after their
+                        // admission ended); the group lets go of it either way.
+                        let Some(name) = self.names.get(job).cloned() else {
+                            self.depart(g, job);
+                            continue;
+                        };
                         if let Some(j) = self.job_mut(&name) {
                             j.state = JobState::Completed;
                         }
@@ -105,7 +110,7 @@ impl Plane {
         g: GroupId,
         switch: Option<(SwitchKind, Micros)>,
     ) {
-        let name = self.names.of(job);
+        let Some(name) = self.names.get(job).cloned() else { return };
         let mut wait = 0;
         let mut stale = false;
         if let Some(j) = self.job_mut(&name) {

@@ -30,12 +30,6 @@ impl JobNames {
         self.live.get(&id.0)
     }
 
-    /// The name of `id`, which must still be held (a placed or dispatched job's): a number let
-    /// go names no job (empty).
-    pub(super) fn of(&self, id: JobId) -> String {
-        self.get(id).cloned().unwrap_or_default()
-    }
-
     pub(super) fn len(&self) -> usize {
         self.live.len()
     }
@@ -73,7 +67,7 @@ mod tests {
         let b = names.push("b".into());
         names.forget(a);
         assert_eq!(names.get(a), None);
-        assert_eq!(names.of(b), "b");
+        assert_eq!(names.get(b).map(String::as_str), Some("b"));
         assert_eq!(names.next_id(), JobId(2), "a number is never given twice");
         assert_eq!(names.push("c".into()), JobId(2));
     }
@@ -83,7 +77,7 @@ mod tests {
         let names = JobNames::from_positions(vec!["a".into(), String::new(), "c".into()]);
         assert_eq!(names.get(JobId(0)).map(String::as_str), Some("a"));
         assert_eq!(names.get(JobId(1)), None);
-        assert_eq!(names.of(JobId(2)), "c");
+        assert_eq!(names.get(JobId(2)).map(String::as_str), Some("c"));
         assert_eq!(names.next_id(), JobId(3));
         let (live, next) = names.parts();
         assert_eq!(live.len(), 2);

@@ -74,7 +74,8 @@ impl Plane {
     pub(super) fn node_notice(&mut self, time_us: u64, node: NodeId, deadline_us: u64, reason: &str) {
         Arc::make_mut(&mut self.placer).set_node_down(node, true);
         self.notices.insert(node, Notice { deadline_us, reason: reason.to_string() });
-        let names: Vec<String> = self.placer.jobs_on(node).into_iter().map(|id| self.names.of(id)).collect();
+        let names: Vec<String> =
+            self.placer.jobs_on(node).into_iter().filter_map(|id| self.names.get(id).cloned()).collect();
         let meta = serde_json::json!({ "node": node.to_string(), "deadline_us": deadline_us, "reason": reason, "jobs": names });
         self.event(PlaneEvent { meta: Some(meta), ..ev(time_us, "", "node-notice", None, None, None) });
         for name in names {
@@ -118,7 +119,7 @@ impl Plane {
         Arc::make_mut(&mut self.placer).set_node_down(node, true);
         let meta = serde_json::json!({ "node": node.to_string(), "reason": reason });
         self.event(PlaneEvent { meta: Some(meta), ..ev(time_us, "", "node-down", None, None, None) });
-        let names = self.placer.jobs_on(node).into_iter().map(|id| self.names.of(id)).collect();
+        let names = self.placer.jobs_on(node).into_iter().filter_map(|id| self.names.get(id).cloned()).collect();
         self.readmit_from_checkpoint(time_us, names, &format!("node {node} lost: {reason}"));
     }
 

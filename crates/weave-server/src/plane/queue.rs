@@ -329,7 +329,7 @@ impl Plane {
         let running = self.running_for_share(time_us, policy);
         let Some(victims) = policy.preemption(&self.placer, w, &running, usage, claim) else { return false };
         for v in victims {
-            let name = self.names.of(v);
+            let Some(name) = self.names.get(v).cloned() else { continue };
             let own = self.jobs[&name].tenant == policy.tenants[w.tenant].name;
             let reason = if own {
                 "preempted by a higher-priority job of its tenant"
