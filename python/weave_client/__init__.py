@@ -103,6 +103,22 @@ class PhaseMeta(dict):
         w = self.grant.get("weights")
         return None if w is None else int(w)
 
+    @property
+    def environment(self) -> Optional[Dict[str, Any]]:
+        """An agentic job's sandboxes: with a rollout, how many it may hold (``sandboxes``, each
+        ``sandbox``: cores, mem_gib, pausable); with a training, ``start_sandboxes_for`` names
+        the next rollout whose sandboxes to start now (the plan it was admitted under assumes
+        they start during the training). ``None`` for a job that declared no ``agentic``."""
+        return self.grant.get("environment")
+
+    def report_environment(self, trajectories: int, turns: int, env_s: float, startup_s: float = 0.0) -> None:
+        """Reports what a rollout's environments did, sent with its finish (``meta.agentic``):
+        its trajectories, all their turns, the seconds their environment steps took and their
+        sandboxes' starts took (each summed). The job view shows the medians of recent reports
+        beside what the job declared."""
+        self["agentic"] = {"trajectories": int(trajectories), "turns": int(turns), "env_s": float(env_s),
+                           "startup_s": float(startup_s)}
+
 
 class WeaveError(Exception):
     """The server refused a request; ``status`` is the HTTP status, ``retry_after`` the

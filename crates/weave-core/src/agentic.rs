@@ -124,6 +124,23 @@ impl AgenticSpec {
         Ok(())
     }
 
+    /// Turns per trajectory the declaration means, on average (each mode's mean, capped at
+    /// `max`; the model's geometric draws around them are capped the same way, so this is an
+    /// upper bound of the mean it samples).
+    pub fn mean_turns(&self) -> f64 {
+        let t = &self.turns;
+        let cap = |m: f64| m.min(t.max as f64);
+        (1.0 - t.long_share) * cap(t.short_mean) + t.long_share * cap(t.long_mean)
+    }
+
+    /// The median environment step the declaration means, seconds.
+    pub fn env_step_median_s(&self) -> f64 {
+        match self.env {
+            LatencySpec::Normal { mean_s, .. } => mean_s,
+            LatencySpec::LogNormal { p50_s, .. } => p50_s,
+        }
+    }
+
     /// Refuses a job that `env` cannot host, naming the field: no environment pool at all, or
     /// one sandbox larger than an environment node.
     pub fn check_fits(&self, env: Option<&EnvPoolConfig>) -> Result<(), (&'static str, String)> {

@@ -27,6 +27,7 @@ mod queue;
 mod record;
 mod retention;
 mod snapshot;
+pub use agentic::{EnvironmentHold, EnvironmentUse};
 pub use gate::{Gate, RolloutGrant};
 use job::{measured_variation, Measured};
 pub use job::{JobEntry, JobState};
@@ -611,6 +612,7 @@ impl Plane {
                 measured,
                 switches: Default::default(),
                 host: Default::default(),
+                environment: Default::default(),
                 finishes: Default::default(),
                 iteration_started_us: time_us,
                 pending_join: None,

@@ -103,6 +103,10 @@ pub struct JobView {
     /// ledger admission fills models for it (absent until the runtime reports some).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_memory: Option<HostMemoryView>,
+    /// An agentic job's environment: the sandboxes its rollouts may hold, and what its driver
+    /// reported (`meta.agentic` with rollout finishes) beside what it declared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<EnvironmentView>,
     /// A node of the job's is under a preemption notice: the job should move its in-flight
     /// rollout requests off it (or save) before the deadline, when the node leaves service
     /// and the job is re-admitted from its last completed iteration.
@@ -121,6 +125,69 @@ pub struct JobView {
     /// running jobs are assumed to take their remaining iterations at their SLO.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimated_start_s: Option<f64>,
+}
+
+/// What an agentic job may hold of the environment pool, what it declared, and the medians
+/// of what its rollouts reported (absent until one reports).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct EnvironmentView {
+    pub sandboxes: u32,
+    pub cores: f64,
+    pub mem_gib: f64,
+    pub pausable: bool,
+    pub declared_turns_per_trajectory: f64,
+    pub declared_env_step_median_s: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<EnvironmentMeasured>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct EnvironmentMeasured {
+    pub turns_per_trajectory: f64,
+    pub env_step_s: f64,
+    pub startup_s_per_trajectory: f64,
+    /// Rollouts behind the medians (the most recent ones).
+    pub rollouts: usize,
+}
+
+/// What an agentic job's grant says of the environment. A rollout may hold one sandbox per
+/// trajectory (`sandboxes`, each of `sandbox`); a training tells the driver to start the
+/// next rollout's sandboxes now (`start_sandboxes_for`, that rollout's iteration), which the
+/// plan the job was admitted under assumes (a sandbox's start needs no new weights).
+pub(crate) fn environment_grant(j: &JobEntry, phase: weave_dispatch::Phase) -> Option<serde_json::Value> {
+    let a = j.spec.agentic.as_ref()?;
+    let sandbox =
+        serde_json::json!({ "cores": a.sandbox.cores, "mem_gib": a.sandbox.mem_gib, "pausable": a.sandbox.pausable });
+    let mut grant = serde_json::json!({ "sandboxes": j.spec.batch, "sandbox": sandbox });
+    if phase == weave_dispatch::Phase::Train {
+        // The next rollout not granted yet (with staleness one may already run).
+        let next = j.gate.rollout.map_or(j.gate.rolled, |r| r.iteration + 1);
+        if j.iterations.is_some_and(|n| next >= n) {
+            return None;
+        }
+        grant["start_sandboxes_for"] = next.into();
+    }
+    Some(grant)
+}
+
+fn environment_of(j: &JobEntry) -> Option<EnvironmentView> {
+    let a = j.spec.agentic.as_ref()?;
+    let hold = crate::plane::EnvironmentHold::of(a, j.spec.batch, j.gate.staleness);
+    let measured = j.environment.medians().map(|(turns, step, startup, rollouts)| EnvironmentMeasured {
+        turns_per_trajectory: turns,
+        env_step_s: step,
+        startup_s_per_trajectory: startup,
+        rollouts,
+    });
+    Some(EnvironmentView {
+        sandboxes: hold.sandboxes,
+        cores: hold.cores,
+        mem_gib: hold.mem_gib,
+        pausable: a.sandbox.pausable,
+        declared_turns_per_trajectory: a.mean_turns(),
+        declared_env_step_median_s: a.env_step_median_s(),
+        measured,
+    })
 }
 
 /// Bytes of host memory per node: what the job's runtime reported (`meta.host_bytes` with its
@@ -182,6 +249,7 @@ pub fn view(j: &JobEntry) -> JobView {
         measured_switch_cold_s: j.switches.medians().1.map(|m| m.as_secs_f64()),
         starting: j.starting(),
         host_memory: host_memory(j),
+        environment: environment_of(j),
         preemption_notice: None,
         loan: None,
         failure: j.failure.clone(),
@@ -328,6 +396,7 @@ pub fn queued_view(q: &crate::plane::Queued, position: usize, start_in_us: Optio
         measured_switch_cold_s: None,
         starting: false,
         host_memory: None,
+        environment: None,
         preemption_notice: None,
         loan: None,
         failure: None,

@@ -95,12 +95,6 @@ fn auth_and_tenant_isolation() {
     assert_eq!(c.get(s.url("/status")).send().unwrap().status(), 401);
 }
 
-fn agentic(env_mean_s: f64) -> serde_json::Value {
-    json!({ "turns": { "short_mean": 2, "long_mean": 8, "long_share": 0.3, "max": 16 }, "gen_s_per_turn": 2,
-            "env": { "dist": "normal", "mean_s": env_mean_s, "sigma_s": 1 },
-            "startup": { "cold_s": 5, "cached_s": 0.5, "cached_share": 0.9 }, "sandbox": { "cores": 1, "mem_gib": 2 } })
-}
-
 #[test]
 fn malformed_and_oversized_bodies_are_refused_clearly() {
     let s = TestServer::start(temp_dir("bad"), Duration::from_secs(60));
@@ -521,30 +515,4 @@ fn an_over_long_body_gets_a_readable_413() {
     );
     let (status, answer) = raw(&s, &huge);
     assert!(status.contains(" 413 "), "{answer}");
-}
-
-/// With an environment pool, an agentic job is admitted and planned with its declared
-/// trajectories (sandboxes started during its previous training), not the profile's
-/// single-turn rollout: the same model the replay plans with.
-#[test]
-fn an_agentic_job_is_planned_from_its_trajectories() {
-    let s = TestServer::start_with(temp_dir("agentic"), Duration::from_secs(60), |cfg| {
-        cfg.cluster.env = Some(weave_core::agentic::EnvPoolConfig::of_nodes(2));
-    });
-    let (plain, _) = submit(&s, ALICE, json!({ "id": "plain", "type": "7B_8k", "batch": 32 }));
-    assert_eq!(plain, 201);
-    let mut long = agentic(30.0);
-    long["turns"] = json!({ "short_mean": 10, "long_mean": 10, "long_share": 0, "max": 16 });
-    let (st, body) = submit(&s, ALICE, json!({ "id": "tools", "type": "7B_8k", "batch": 32, "agentic": long }));
-    assert_eq!(st, 201, "{body}");
-    let view = |id: &str| -> serde_json::Value {
-        client().get(s.url(&format!("/v1/jobs/{id}"))).bearer_auth(ALICE).send().unwrap().json().unwrap()
-    };
-    let (plain, tools) = (view("plain")["job"].clone(), view("tools")["job"].clone());
-    // About ten turns of 2 s generation and 30 s steps: minutes, where the profile's rollout
-    // of a 7B job at this batch is far shorter.
-    let r = tools["estimate_rollout_s"].as_f64().unwrap();
-    assert!(r > 250.0 && r < 2_000.0, "{tools}");
-    assert!(r > 2.0 * plain["estimate_rollout_s"].as_f64().unwrap(), "{plain} {tools}");
-    assert_eq!(tools["estimate_train_s"], plain["estimate_train_s"]);
 }

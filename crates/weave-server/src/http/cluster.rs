@@ -195,5 +195,7 @@ pub(super) async fn cluster(State(s): State<Arc<Shared>>, headers: HeaderMap) ->
         "notices": noticed.iter().map(|(n, x)| json!({ "node": n.to_string(), "deadline_us": x.deadline_us, "reason": x.reason })).collect::<Vec<_>>(),
         "nodes_in_use": { "rollout": r, "training": t },
         "hourly_cost_dollars": g.plane.placer().hourly_cost().as_dollars(),
+        // The environment pool (with `[env]` in the cluster file) and what agentic jobs hold.
+        "environment": g.plane.environment(),
     })))
 }

@@ -67,12 +67,13 @@ pub(super) async fn phase_start(
                 .then(|| {
                     g.plane.job(&key).map(|j| {
                         let loan = crate::views::loan_of(&g.plane, j).filter(|_| phase == Phase::Rollout);
-                        (j.id.0, j.gate.rollout.map(|r| r.weights), crate::views::notice_of(&g.plane, j), loan)
+                        let env = crate::views::environment_grant(j, phase);
+                        (j.id.0, j.gate.rollout.map(|r| r.weights), crate::views::notice_of(&g.plane, j), loan, env)
                     })
                 })
                 .flatten()
         };
-        if let Some((a, weights, notice, loan)) = admission {
+        if let Some((a, weights, notice, loan, env)) = admission {
             let mut body =
                 json!({ "status": "granted", "job": name, "phase": phase.name(), "iteration": iteration, "uid": a });
             // The weights version the rollout samples with (the iteration itself on-policy).
@@ -87,6 +88,11 @@ pub(super) async fn phase_start(
             // them once loaded, and move them back by the deadline.
             if let Some(l) = loan {
                 body["loan"] = l.relative(s.now_us());
+            }
+            // An agentic job's sandboxes: how many this rollout may hold, or (with a training)
+            // the next rollout's to start now.
+            if let Some(e) = env {
+                body["environment"] = e;
             }
             // With tracing on, the phase span's context: the job's own spans nest under it.
             if s.telemetry.is_some() {

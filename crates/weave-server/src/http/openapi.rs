@@ -19,7 +19,7 @@ pub fn submit_schema() -> Value {
 fn finish_schema() -> Value {
     json!({ "type": "object", "required": ["duration_s"], "additionalProperties": false,
             "properties": { "duration_s": { "type": "number", "minimum": 0 },
-                            "meta": { "type": "object", "description": "Kept with the finish event (a JSON object of at most --max-meta-bytes). A switch the job measured of its own state, `switch` (\"warm\" or \"cold\") with `switch_s` (seconds), is learned: re-admissions and moves are placed with the medians (see the job's measured_switch_warm_s / _cold_s)." },
+                            "meta": { "type": "object", "description": "Kept with the finish event (a JSON object of at most --max-meta-bytes). A switch the job measured of its own state, `switch` (\"warm\" or \"cold\") with `switch_s` (seconds), is learned: re-admissions and moves are placed with the medians (see the job's measured_switch_warm_s / _cold_s). An agentic job's rollout may report its environments in `agentic`: `trajectories`, `turns` (all of them), `env_s` (its environment steps' seconds, summed) and `startup_s` (sandbox starts, summed); the job view's `environment.measured` shows the medians of the recent reports." },
                             "uid": { "type": "integer", "minimum": 0,
                                      "description": "The admission the phase was granted under (the grant's uid); refused with 409 if it has ended." } } })
 }

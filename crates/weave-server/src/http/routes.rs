@@ -252,7 +252,7 @@ fn gate() -> Vec<Route> {
             gate::phase_start,
             json!({
                 "parameters": [{ "name": "wait_s", "in": "query", "schema": { "type": "number" } }],
-                "responses": answers(&[("200", "granted; a rollout's `loan` (with --lending) names rollout nodes of another group lent to it, seconds to their load (`load_in_s`) and to the reclaim (`reclaim_in_s`); a rollout's `weights` is the weights version it samples with (trainings done; up to the job's staleness behind its iteration); with tracing on (--otlp-endpoint), `traceparent` is the phase span's W3C trace context"),
+                "responses": answers(&[("200", "granted; a rollout's `loan` (with --lending) names rollout nodes of another group lent to it, seconds to their load (`load_in_s`) and to the reclaim (`reclaim_in_s`); a rollout's `weights` is the weights version it samples with (trainings done; up to the job's staleness behind its iteration); with tracing on (--otlp-endpoint), `traceparent` is the phase span's W3C trace context; an agentic job's grant has `environment`: the sandboxes a rollout may hold (`sandboxes`, each `sandbox`), and with a training `start_sandboxes_for`, the next rollout whose sandboxes to start now"),
                     ("202", "not yet: ask again")], &["400", "404", "409"]),
             }),
         ),
@@ -332,7 +332,7 @@ fn cluster() -> Vec<Route> {
             Tenant,
             "Cluster inventory and cost",
             cluster::cluster,
-            json!({ "responses": answers(&[("200", "cluster")], &[]) }),
+            json!({ "responses": answers(&[("200", "cluster; with an environment pool (`[env]` in the cluster file), `environment` gives the pool, what running agentic jobs may hold of it (`held`: sandboxes, cores, GiB) and its hourly price")], &[]) }),
         ),
         route(
             get.clone(),

@@ -2,7 +2,9 @@
 //! single-turn rollout, with sandboxes started during the previous training (the replay's
 //! three-tier planning, from the same model).
 
-use weave_core::agentic::AgenticSpec;
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+use weave_core::agentic::{AgenticSpec, EnvPoolConfig};
 use weave_core::PhaseTimes;
 use weave_place::PlaceJob;
 
@@ -19,4 +21,112 @@ pub(super) fn plan(place: &mut PlaceJob, spec: &AgenticSpec, batch: u32) {
         weave_model::agentic::planned_rollouts(spec, batch, place.times.train, speed, (0, PLAN_SAMPLES));
     place.times.rollout = rollout;
     place.colo = place.colo.map(|c| PhaseTimes { rollout: colo_rollout, ..c });
+}
+
+/// What an agentic job holds of the environment pool at most: one sandbox per trajectory of
+/// its batch. Sandboxes started during a training serve the next rollout, whose own have
+/// ended by then, so an on-policy job never holds two batches; with staleness a rollout runs
+/// beside the training that starts the next one's sandboxes, so it may hold two.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct EnvironmentHold {
+    pub sandboxes: u32,
+    pub cores: f64,
+    pub mem_gib: f64,
+}
+
+impl EnvironmentHold {
+    pub fn of(spec: &AgenticSpec, batch: u32, staleness: u32) -> EnvironmentHold {
+        let sandboxes = batch.saturating_mul(if staleness > 0 { 2 } else { 1 });
+        EnvironmentHold {
+            sandboxes,
+            cores: sandboxes as f64 * spec.sandbox.cores,
+            mem_gib: sandboxes as f64 * spec.sandbox.mem_gib,
+        }
+    }
+
+    fn add(self, o: EnvironmentHold) -> EnvironmentHold {
+        EnvironmentHold {
+            sandboxes: self.sandboxes.saturating_add(o.sandboxes),
+            cores: self.cores + o.cores,
+            mem_gib: self.mem_gib + o.mem_gib,
+        }
+    }
+}
+
+/// The environment pool and what the running agentic jobs hold of it. Placement does not
+/// reserve it yet (the replay's pools are elastic too): `held` above the pool's cores says the
+/// pool is oversubscribed, and sandboxes would queue.
+#[derive(Clone, Debug, Serialize)]
+pub struct EnvironmentUse {
+    pub pool: EnvPoolConfig,
+    pub held: EnvironmentHold,
+    pub agentic_jobs: u32,
+    /// The pool's hourly price, all its cores (an owned pool is paid whether used or not).
+    pub hourly_cost_dollars: f64,
+}
+
+/// Environment measurements a job's rollout driver reports with a rollout's finish, in its
+/// `meta.agentic`: `trajectories`, `turns` (all trajectories' turns), `env_s` (seconds its
+/// environment steps took, summed) and `startup_s` (sandbox starts, summed). The recent ones
+/// are kept per job; the job view shows their medians beside what the job declared.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EnvironmentSamples {
+    /// (turns per trajectory, seconds per environment step, start-up seconds per trajectory).
+    recent: VecDeque<(f64, f64, f64)>,
+}
+
+/// Rollouts' environment reports kept per job.
+const ENV_SAMPLES_KEPT: usize = 9;
+
+/// Above any real rollout: a report beyond it is not believed.
+const ENV_REPORT_MAX: f64 = 1e12;
+
+impl EnvironmentSamples {
+    pub fn is_empty(&self) -> bool {
+        self.recent.is_empty()
+    }
+
+    /// Keeps a rollout's report if it makes sense (non-negative finite figures, at least one
+    /// trajectory and one turn); anything else is ignored, as for `switch_s`.
+    pub(super) fn record(&mut self, meta: Option<&serde_json::Value>) {
+        let Some(a) = meta.and_then(|m| m.get("agentic")) else { return };
+        let num = |k: &str| a.get(k).and_then(serde_json::Value::as_f64).filter(|v| (0.0..ENV_REPORT_MAX).contains(v));
+        let (Some(n), Some(turns), Some(env_s)) = (num("trajectories"), num("turns"), num("env_s")) else { return };
+        if n < 1.0 || turns < 1.0 {
+            return;
+        }
+        let startup = num("startup_s").unwrap_or(0.0);
+        self.recent.push_back((turns / n, env_s / turns, startup / n));
+        if self.recent.len() > ENV_SAMPLES_KEPT {
+            self.recent.pop_front();
+        }
+    }
+
+    /// The medians of what was reported: (turns per trajectory, seconds per environment step,
+    /// start-up seconds per trajectory, rollouts reported).
+    pub fn medians(&self) -> Option<(f64, f64, f64, usize)> {
+        let median = |pick: fn(&(f64, f64, f64)) -> f64| {
+            let mut v: Vec<f64> = self.recent.iter().map(pick).collect();
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied()
+        };
+        Some((median(|s| s.0)?, median(|s| s.1)?, median(|s| s.2)?, self.recent.len()))
+    }
+}
+
+impl super::Plane {
+    /// The environment pool (when the cluster has one) and what the running agentic jobs hold.
+    pub fn environment(&self) -> Option<EnvironmentUse> {
+        let pool = self.cluster.env.clone()?;
+        let mut held = EnvironmentHold::default();
+        let mut agentic_jobs = 0;
+        for j in self.jobs().filter(|j| j.state == super::JobState::Running) {
+            if let Some(a) = &j.spec.agentic {
+                held = held.add(EnvironmentHold::of(a, j.spec.batch, j.gate.staleness));
+                agentic_jobs += 1;
+            }
+        }
+        let hourly_cost_dollars = pool.cores() * pool.price_per_vcpu_hour;
+        Some(EnvironmentUse { pool, held, agentic_jobs, hourly_cost_dollars })
+    }
 }

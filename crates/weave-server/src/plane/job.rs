@@ -58,6 +58,9 @@ pub struct JobEntry {
     /// held against the state the ledger models for it (see `views::HostMemoryView`).
     #[serde(default, skip_serializing_if = "HostBytes::is_empty")]
     pub host: HostBytes,
+    /// What an agentic job's rollouts reported of their environments (`meta.agentic`).
+    #[serde(default, skip_serializing_if = "super::agentic::EnvironmentSamples::is_empty")]
+    pub environment: super::agentic::EnvironmentSamples,
     /// Recent finishes, (phase, iteration, time), oldest first: a lane is ready for a phase
     /// once the phases it depends on have finished (`lane_ready`), which with staleness is not
     /// the job's last finish (the other lane's may come in between).
@@ -233,6 +236,9 @@ impl Plane {
         j.gate.finish(phase, iteration);
         j.switches.record(meta.as_ref());
         j.host.record(phase, meta.as_ref());
+        if phase == Phase::Rollout && j.spec.agentic.is_some() {
+            j.environment.record(meta.as_ref());
+        }
         let kept = if phase == Phase::Rollout { &mut j.measured.0 } else { &mut j.measured.1 };
         kept.push_back(duration);
         if kept.len() > MEASURED_KEPT {

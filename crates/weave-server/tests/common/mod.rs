@@ -186,3 +186,11 @@ pub fn parked(s: &TestServer) -> Option<u64> {
     let text = client().get(s.url("/metrics")).bearer_auth(OPS).send().ok()?.text().ok()?;
     text.lines().find_map(|l| l.strip_prefix("weave_parked_phase_requests ")?.trim().parse().ok())
 }
+
+/// An agentic declaration (a few turns, normal environment steps of `env_mean_s`, 1-core
+/// sandboxes of 2 GiB).
+pub fn agentic(env_mean_s: f64) -> Value {
+    json!({ "turns": { "short_mean": 2, "long_mean": 8, "long_share": 0.3, "max": 16 }, "gen_s_per_turn": 2,
+            "env": { "dist": "normal", "mean_s": env_mean_s, "sigma_s": 1 },
+            "startup": { "cold_s": 5, "cached_s": 0.5, "cached_share": 0.9 }, "sandbox": { "cores": 1, "mem_gib": 2 } })
+}

@@ -1,0 +1,124 @@
+//! Agentic jobs at the gate: planned from their trajectories, granted their sandboxes, and
+//! what their drivers report of their environments.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// With an environment pool, an agentic job is admitted and planned with its declared
+/// trajectories (sandboxes started during its previous training), not the profile's
+/// single-turn rollout: the same model the replay plans with.
+#[test]
+fn an_agentic_job_is_planned_from_its_trajectories() {
+    let s = TestServer::start_with(temp_dir("agentic"), Duration::from_secs(60), |cfg| {
+        cfg.cluster.env = Some(weave_core::agentic::EnvPoolConfig::of_nodes(2));
+    });
+    let (plain, _) = submit(&s, ALICE, json!({ "id": "plain", "type": "7B_8k", "batch": 32 }));
+    assert_eq!(plain, 201);
+    let mut long = agentic(30.0);
+    long["turns"] = json!({ "short_mean": 10, "long_mean": 10, "long_share": 0, "max": 16 });
+    let (st, body) = submit(&s, ALICE, json!({ "id": "tools", "type": "7B_8k", "batch": 32, "agentic": long }));
+    assert_eq!(st, 201, "{body}");
+    let view = |id: &str| -> serde_json::Value {
+        client().get(s.url(&format!("/v1/jobs/{id}"))).bearer_auth(ALICE).send().unwrap().json().unwrap()
+    };
+    let (plain, tools) = (view("plain")["job"].clone(), view("tools")["job"].clone());
+    // About ten turns of 2 s generation and 30 s steps: minutes, where the profile's rollout
+    // of a 7B job at this batch is far shorter.
+    let r = tools["estimate_rollout_s"].as_f64().unwrap();
+    assert!(r > 250.0 && r < 2_000.0, "{tools}");
+    assert!(r > 2.0 * plain["estimate_rollout_s"].as_f64().unwrap(), "{plain} {tools}");
+    assert_eq!(tools["estimate_train_s"], plain["estimate_train_s"]);
+}
+
+fn with_env_pool(name: &str) -> TestServer {
+    TestServer::start_with(temp_dir(name), Duration::from_secs(60), |cfg| {
+        cfg.cluster.env = Some(weave_core::agentic::EnvPoolConfig::of_nodes(2));
+    })
+}
+
+fn get(s: &TestServer, token: &str, path: &str) -> Value {
+    client().get(s.url(path)).bearer_auth(token).send().unwrap().json().unwrap()
+}
+
+fn finish_with(s: &TestServer, job: &str, phase: &str, it: u64, meta: Value) -> (u16, Value) {
+    body(
+        client()
+            .post(s.url(&format!("/v1/jobs/{job}/phases/{phase}/{it}/finish")))
+            .bearer_auth(ALICE)
+            .json(&json!({ "duration_s": 1.0, "meta": meta }))
+            .send()
+            .unwrap(),
+    )
+}
+
+/// A rollout's grant names the sandboxes it may hold; a training's tells the driver to start
+/// the next rollout's (the plan assumes they start during the training), and the last
+/// training's does not. The cluster view counts what running agentic jobs hold of the pool;
+/// the job view shows what the driver reported beside what the job declared, and a report
+/// that makes no sense is ignored.
+#[test]
+fn grants_name_the_sandboxes_and_reports_reach_the_views() {
+    let s = with_env_pool("agentic-grants");
+    let mut ten = agentic(30.0);
+    ten["turns"] = json!({ "short_mean": 10, "long_mean": 10, "long_share": 0, "max": 16 });
+    let (st, b) =
+        submit(&s, ALICE, json!({ "id": "tools", "type": "7B_8k", "batch": 32, "iterations": 2, "agentic": ten }));
+    assert_eq!(st, 201, "{b}");
+    assert_eq!(submit(&s, ALICE, json!({ "id": "plain", "type": "7B_8k", "batch": 32, "iterations": 1 })).0, 201);
+    let env = get(&s, ALICE, "/v1/cluster")["environment"].clone();
+    assert_eq!(env["pool"]["nodes"], 2, "{env}");
+    assert_eq!((env["held"]["sandboxes"].as_u64(), env["held"]["cores"].as_f64()), (Some(32), Some(32.0)), "{env}");
+    assert_eq!(env["held"]["mem_gib"].as_f64(), Some(64.0), "{env}");
+    assert_eq!(env["agentic_jobs"], 1, "{env}");
+    assert_eq!(env["hourly_cost_dollars"].as_f64(), Some(128.0 * 0.05), "{env}");
+
+    let (st, g) = start_phase(&s, ALICE, "tools", "rollout", 0, 5.0);
+    assert_eq!(st, 200, "{g}");
+    assert_eq!(g["environment"]["sandboxes"], 32, "{g}");
+    assert_eq!(g["environment"]["sandbox"], json!({ "cores": 1.0, "mem_gib": 2.0, "pausable": false }), "{g}");
+    assert!(g["environment"].get("start_sandboxes_for").is_none(), "{g}");
+    let report = json!({ "agentic": { "trajectories": 32, "turns": 320, "env_s": 9600.0, "startup_s": 16.0 } });
+    assert_eq!(finish_with(&s, "tools", "rollout", 0, report).0, 200);
+    let (st, g) = start_phase(&s, ALICE, "tools", "train", 0, 5.0);
+    assert_eq!(st, 200, "{g}");
+    assert_eq!(g["environment"]["start_sandboxes_for"], 1, "{g}");
+    assert_eq!(finish_with(&s, "tools", "train", 0, json!({})).0, 200);
+    assert_eq!(start_phase(&s, ALICE, "tools", "rollout", 1, 5.0).0, 200);
+    // No turns, and a negative time: not believed, so the medians stay those of rollout 0.
+    let nonsense = json!({ "agentic": { "trajectories": 32, "turns": 0, "env_s": -5.0 } });
+    assert_eq!(finish_with(&s, "tools", "rollout", 1, nonsense).0, 200);
+    let (st, g) = start_phase(&s, ALICE, "tools", "train", 1, 5.0);
+    assert_eq!(st, 200, "{g}");
+    assert!(g.get("environment").is_none(), "the last training starts no sandboxes: {g}");
+
+    let view = get(&s, ALICE, "/v1/jobs/tools")["job"]["environment"].clone();
+    assert_eq!(view["sandboxes"], 32, "{view}");
+    assert_eq!(view["declared_turns_per_trajectory"].as_f64(), Some(10.0), "{view}");
+    assert_eq!(view["declared_env_step_median_s"].as_f64(), Some(30.0), "{view}");
+    let measured = &view["measured"];
+    assert_eq!(measured["turns_per_trajectory"].as_f64(), Some(10.0), "{view}");
+    assert_eq!(measured["env_step_s"].as_f64(), Some(30.0), "{view}");
+    assert_eq!(measured["startup_s_per_trajectory"].as_f64(), Some(0.5), "{view}");
+    assert_eq!(measured["rollouts"], 1, "{view}");
+
+    // A job without a declaration is granted and viewed as before.
+    let (st, g) = start_phase(&s, ALICE, "plain", "rollout", 0, 5.0);
+    assert_eq!(st, 200, "{g}");
+    assert!(g.get("environment").is_none(), "{g}");
+    assert!(get(&s, ALICE, "/v1/jobs/plain")["job"].get("environment").is_none());
+
+    // Once the agentic job has ended it holds nothing of the pool.
+    assert_eq!(finish_with(&s, "tools", "train", 1, json!({})).0, 200);
+    let env = get(&s, ALICE, "/v1/cluster")["environment"].clone();
+    assert_eq!((env["held"]["sandboxes"].as_u64(), env["agentic_jobs"].as_u64()), (Some(0), Some(0)), "{env}");
+}
+
+/// Without an environment pool the cluster view says so (null), as before.
+#[test]
+fn a_cluster_without_an_environment_pool_shows_none() {
+    let s = TestServer::start(temp_dir("agentic-none"), Duration::from_secs(60));
+    assert!(get(&s, ALICE, "/v1/cluster")["environment"].is_null());
+}
