@@ -133,6 +133,20 @@ impl AgenticSpec {
         (1.0 - t.long_share) * cap(t.short_mean) + t.long_share * cap(t.long_mean)
     }
 
+    /// Sandboxes a job holds at most: one per trajectory of its batch. Those started during a
+    /// training serve the next rollout, whose predecessor's have ended by then, so an
+    /// on-policy job never holds two batches; with staleness a rollout runs beside the training
+    /// that starts the next one's, so it may hold two.
+    pub fn sandboxes_held(&self, batch: u32, staleness: u32) -> u32 {
+        batch.saturating_mul(if staleness > 0 { 2 } else { 1 })
+    }
+
+    /// The environment cores those sandboxes hold (a sandbox that pauses still has its cores
+    /// reserved: it resumes at once).
+    pub fn cores_held(&self, batch: u32, staleness: u32) -> f64 {
+        self.sandboxes_held(batch, staleness) as f64 * self.sandbox.cores
+    }
+
     /// The median environment step the declaration means, seconds.
     pub fn env_step_median_s(&self) -> f64 {
         match self.env {

@@ -35,6 +35,14 @@ pub struct PlaceJob {
     /// that tier, and its SLO as admission sees it has room left for preemption delays.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub spot: bool,
+    /// Environment cores an agentic job's sandboxes hold at most (0: not agentic); with fixed
+    /// pools they are reserved in the environment pool while the job is placed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub env_cores: f64,
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
 }
 
 /// What admission knows about a job's run-time variation: sampled iterations relative to the
@@ -162,6 +170,7 @@ impl PlaceJob {
             variation: Variation::default(),
             staleness: job.staleness,
             spot: false,
+            env_cores: job.agentic.as_ref().map_or(0.0, |a| a.cores_held(job.batch, job.staleness)),
         }
     }
 

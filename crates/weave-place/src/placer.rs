@@ -231,7 +231,25 @@ impl Placer {
         if short {
             return Err(PlaceError::NoCapacity(job.id));
         }
+        let (held, pool) = (self.env_cores_held(), self.env_pool_cores());
+        if held + job.env_cores > pool + 1e-9 {
+            return Err(PlaceError::NoEnvironment { job: job.id, needs: job.env_cores, held, pool });
+        }
         Ok(())
+    }
+
+    /// The environment cores placement reserves from: the pool's with fixed pools, without
+    /// limit when pools are rented on demand (or the cluster has no environment pool).
+    fn env_pool_cores(&self) -> f64 {
+        match (self.cfg.capacity, self.cfg.env_cores) {
+            (Some(_), Some(cores)) => cores,
+            _ => f64::INFINITY,
+        }
+    }
+
+    /// Environment cores the placed agentic jobs hold.
+    pub fn env_cores_held(&self) -> f64 {
+        self.groups.values().flat_map(|g| &g.members).map(|m| m.job.env_cores).sum()
     }
 
     /// The cost of the option [`Placer::admit`] would take for `job`, without changing anything.
@@ -364,6 +382,14 @@ impl Placer {
             let reason = format!(
                 "its cached state ({} per rollout node, {train_per_node} per training node) exceeds host DRAM",
                 job.rollout_state
+            );
+            return Err(PlaceError::NeverFits { job: job.id, reason });
+        }
+        if job.env_cores > self.env_pool_cores() {
+            let reason = format!(
+                "its sandboxes (`batch` x `agentic.sandbox.cores`) hold {} environment cores; the environment pool has {}",
+                job.env_cores,
+                self.env_pool_cores()
             );
             return Err(PlaceError::NeverFits { job: job.id, reason });
         }

@@ -89,6 +89,35 @@ fn fixed_capacity_refuses_when_full() {
     assert_eq!(p.admit(job(0, 100, 100, 1.0)), Err(PlaceError::AlreadyPlaced(weave_core::JobId(0))));
 }
 
+/// With fixed pools an agentic job's sandboxes are reserved in the environment pool: a job
+/// whose sandboxes do not fit in what is left waits (its own error, saying so), one larger
+/// than the pool can never run, and a job's departure frees its cores. Renting on demand,
+/// nothing is reserved.
+#[test]
+fn fixed_pools_reserve_the_environment_pool() {
+    let agentic = |id, cores| weave_place::PlaceJob { env_cores: cores, ..job(id, 100, 100, 2.0) };
+    let mut cfg = config(PlacePolicy::Weave);
+    cfg.capacity = Some((8, 8));
+    cfg.env_cores = Some(128.0);
+    let mut p = Placer::new(cfg.clone());
+    p.admit(agentic(0, 96.0)).unwrap();
+    let e = p.admit(agentic(1, 64.0)).unwrap_err();
+    assert_eq!(e, PlaceError::NoEnvironment { job: weave_core::JobId(1), needs: 64.0, held: 96.0, pool: 128.0 });
+    assert!(e.to_string().contains("environment cores"), "{e}");
+    p.admit(job(2, 100, 100, 2.0)).expect("a job without sandboxes needs none");
+    p.admit(agentic(3, 32.0)).expect("what is left fits exactly");
+    assert_eq!(p.env_cores_held(), 128.0);
+    let e = p.admit(agentic(4, 129.0)).unwrap_err();
+    assert!(matches!(e, PlaceError::NeverFits { .. }) && e.to_string().contains("agentic.sandbox.cores"), "{e}");
+    p.depart(weave_core::JobId(0)).unwrap();
+    p.admit(agentic(1, 64.0)).expect("the departed job's cores are free again");
+
+    cfg.capacity = None;
+    let mut elastic = Placer::new(cfg);
+    elastic.admit(agentic(0, 96.0)).unwrap();
+    elastic.admit(agentic(1, 640.0)).expect("renting on demand, the environment is rented too");
+}
+
 #[test]
 fn a_job_too_big_for_any_node_is_refused_with_a_reason() {
     let mut cfg = config(PlacePolicy::Weave);

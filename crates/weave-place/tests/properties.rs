@@ -74,6 +74,35 @@ proptest! {
         prop_assert_eq!(t, p.groups().map(|g| g.train_width()).sum::<u32>());
     }
 
+    /// With fixed pools and an environment pool, the placed agentic jobs' sandboxes never hold
+    /// more than the pool's cores, whatever arrives and departs; a job refused for the
+    /// environment is refused only when its cores do not fit in what is left.
+    #[test]
+    fn the_environment_pool_is_never_oversubscribed(jobs in arb_jobs(16), cores in prop::collection::vec(0u8..5, 16),
+                                                    departures in prop::collection::vec(any::<u16>(), 0..8)) {
+        const POOL: f64 = 256.0;
+        let mut cfg = config(PlacePolicy::Weave);
+        cfg.capacity = Some((64, 64));
+        cfg.env_cores = Some(POOL);
+        let mut p = Placer::new(cfg);
+        for (i, mut j) in jobs.into_iter().enumerate() {
+            j.env_cores = cores[i] as f64 * 48.0;
+            let (needs, before) = (j.env_cores, p.env_cores_held());
+            match p.admit(j) {
+                Ok(_) => {}
+                Err(weave_place::PlaceError::NoEnvironment { .. }) => prop_assert!(before + needs > POOL),
+                Err(e) => prop_assert!(false, "unexpected refusal: {e}"),
+            }
+            prop_assert!(p.env_cores_held() <= POOL, "{} cores held of {POOL}", p.env_cores_held());
+            if let Some(&x) = departures.get(i) {
+                let victim = JobId(x as u32 % (i as u32 + 1));
+                if p.group_of(victim).is_some() {
+                    p.depart(victim).unwrap();
+                }
+            }
+        }
+    }
+
     /// The exact optimiser is never worse than the online heuristic.
     #[test]
     fn optimiser_never_worse_than_heuristic(jobs in arb_jobs(7), try_saturated in any::<bool>()) {

@@ -332,7 +332,9 @@ impl Plane {
                 match self.placer.preview(&self.place_job(&spec, slo, job)) {
                     Ok(_) => Ok(()),
                     // Fixed pools full now: it waits, unless it can never fit.
-                    Err(PlaceError::NoCapacity(_) | PlaceError::Infeasible { .. }) => self.may_queue(job, *time_us),
+                    Err(
+                        PlaceError::NoCapacity(_) | PlaceError::NoEnvironment { .. } | PlaceError::Infeasible { .. },
+                    ) => self.may_queue(job, *time_us),
                     Err(e) => Err(PlaneError::Placement(e.to_string())),
                 }
             }

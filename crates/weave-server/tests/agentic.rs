@@ -122,3 +122,32 @@ fn a_cluster_without_an_environment_pool_shows_none() {
     let s = TestServer::start(temp_dir("agentic-none"), Duration::from_secs(60));
     assert!(get(&s, ALICE, "/v1/cluster")["environment"].is_null());
 }
+
+/// With fixed pools the environment pool is reserved: an agentic job whose sandboxes do not
+/// fit in what the running ones leave waits in the queue, saying why, and starts when the
+/// other ends; one larger than the whole pool is refused, naming the fields.
+#[test]
+fn fixed_pools_queue_a_job_whose_sandboxes_do_not_fit() {
+    let s = TestServer::start_with(temp_dir("agentic-fixed"), Duration::from_secs(60), |cfg| {
+        cfg.cluster.env = Some(weave_core::agentic::EnvPoolConfig::of_nodes(2));
+        cfg.capacity = weave_server::Capacity::Fixed;
+    });
+    let job = |id: &str, batch: u32| json!({ "id": id, "type": "7B_8k", "batch": batch, "iterations": 1, "agentic": agentic(1.0) });
+    let (st, b) = submit(&s, ALICE, job("first", 96));
+    assert_eq!(st, 201, "{b}");
+    let (st, b) = submit(&s, ALICE, job("second", 64));
+    assert_eq!(st, 202, "queued: {b}");
+    let second = get(&s, ALICE, "/v1/jobs/second")["job"].clone();
+    assert_eq!(second["state"], "queued", "{second}");
+    let reason = second["queue_reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("environment cores") && reason.contains("96 of the pool's 128"), "{second}");
+    let (st, b) = submit(&s, ALICE, job("huge", 200));
+    assert_eq!(st, 409, "{b}");
+    assert!(b["error"].as_str().unwrap().contains("agentic.sandbox.cores"), "{b}");
+
+    run_job(&s, ALICE, "first", 1);
+    let second = get(&s, ALICE, "/v1/jobs/second")["job"].clone();
+    assert_eq!(second["state"], "running", "the first job's sandboxes are free again: {second}");
+    let env = get(&s, ALICE, "/v1/cluster")["environment"].clone();
+    assert_eq!(env["held"]["cores"].as_f64(), Some(64.0), "{env}");
+}

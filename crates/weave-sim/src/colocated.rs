@@ -1,6 +1,7 @@
 //! The co-located baseline: every job on its own H800 node(s), running both phases there
 //! with the `colo` profile, for its whole life. No contention, so each job's life is the sum
-//! of its iterations; only fixed capacity makes jobs wait.
+//! of its iterations; only fixed capacity makes jobs wait (for training nodes, and for an
+//! agentic job's sandboxes in the environment pool, as placement reserves them for the others).
 
 use crate::metrics::{JobOutcome, Metrics};
 use crate::workload::{draw_iteration, SimJob};
@@ -16,15 +17,18 @@ enum Ev {
 pub fn run(jobs: &[SimJob], cluster: &ClusterConfig, cfg: &SimConfig) -> Metrics {
     let mut m = Metrics::default();
     let gpus = (cluster.rollout.gpus_per_node, cluster.training.gpus_per_node);
-    let capacity = match cfg.capacity {
-        CapacityMode::Elastic => u32::MAX,
-        CapacityMode::Fixed => cluster.training.nodes,
+    let (capacity, env_capacity) = match cfg.capacity {
+        CapacityMode::Elastic => (u32::MAX, f64::INFINITY),
+        CapacityMode::Fixed => (cluster.training.nodes, cluster.env.as_ref().map_or(f64::INFINITY, |e| e.cores())),
     };
+    // Co-located runs are on-policy: one batch of sandboxes at most.
+    let env_cores = |i: usize| jobs[i].spec.agentic.as_ref().map_or(0.0, |a| a.cores_held(jobs[i].spec.batch, 0));
     let mut queue = EventQueue::new();
     for (i, j) in jobs.iter().enumerate() {
         queue.push(j.spec.arrival, 1, Ev::Arrival(i));
     }
     let mut held = 0u32;
+    let mut env_held = 0.0;
     let mut waiting: VecDeque<usize> = VecDeque::new();
     let mut now = Micros::ZERO;
     while let Some((t, ev)) = queue.pop() {
@@ -33,21 +37,23 @@ pub fn run(jobs: &[SimJob], cluster: &ClusterConfig, cfg: &SimConfig) -> Metrics
             Ev::Arrival(i) => waiting.push_back(i),
             Ev::Departure(i) => {
                 held -= jobs[i].spec.train_nodes;
+                env_held -= env_cores(i);
                 m.nodes(now, (0, held), gpus);
             }
         }
         while let Some(&i) = waiting.front() {
             let job = &jobs[i];
-            if job.spec.train_nodes > capacity {
+            if job.spec.train_nodes > capacity || env_cores(i) > env_capacity {
                 m.rejected += 1;
                 waiting.pop_front();
                 continue;
             }
-            if held + job.spec.train_nodes > capacity {
+            if held + job.spec.train_nodes > capacity || env_held + env_cores(i) > env_capacity + 1e-9 {
                 break;
             }
             waiting.pop_front();
             held += job.spec.train_nodes;
+            env_held += env_cores(i);
             m.nodes(now, (0, held), gpus);
             let life = run_job(job, cfg, &mut m, gpus.1, now);
             queue.push(now + life, 0, Ev::Departure(i));

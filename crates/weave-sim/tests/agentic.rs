@@ -99,3 +99,28 @@ fn the_same_seed_gives_the_same_bytes() {
     };
     assert_eq!(run(), run());
 }
+
+/// With fixed pools every policy reserves the environment pool for agentic jobs' sandboxes,
+/// the co-located baseline included: on a pool too small for all the jobs at once, jobs wait
+/// that renting on demand would have started at once, and every job still runs its work.
+#[test]
+fn fixed_pools_reserve_the_environment_pool_in_every_policy() {
+    let jobs = prepared(AgenticClass::Swe, 8, 7);
+    let expected: u64 = jobs.iter().map(|j| j.iterations).sum();
+    let mut small = cluster();
+    // Room for one SWE job's sandboxes at a time, with all the GPU nodes there are.
+    let one = jobs.iter().map(|j| j.spec.agentic.as_ref().unwrap().cores_held(j.spec.batch, 1)).fold(0.0, f64::max);
+    small.env = Some(EnvPoolConfig { nodes: 1, cores_per_node: one as u32, ..EnvPoolConfig::of_nodes(1) });
+    small.rollout.nodes = 1_000;
+    small.training.nodes = 1_000;
+    let fixed = SimConfig { capacity: weave_sim::CapacityMode::Fixed, ..SimConfig::default() };
+    for r in compare(&jobs, &small, &policies(), &fixed, &mut |_, _, _| {}) {
+        let r = &r.report;
+        assert_eq!(r.iterations, expected, "{}", r.policy);
+        assert!(r.queued_jobs > 0, "{}: nobody waited for the environment pool", r.policy);
+    }
+    small.env = Some(EnvPoolConfig::of_nodes(1_000));
+    for r in compare(&jobs, &small, &policies(), &fixed, &mut |_, _, _| {}) {
+        assert_eq!(r.report.queued_jobs, 0, "{}: waited with room to spare", r.report.policy);
+    }
+}

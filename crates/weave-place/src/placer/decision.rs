@@ -56,6 +56,11 @@ pub struct PlacerConfig {
     pub spot_rollout_node_price: Option<Money>,
     /// Node limits per pool (`fixed` capacity mode); `None` rents on demand.
     pub capacity: Option<(u32, u32)>,
+    /// The environment pool's cores, when the cluster has one. With fixed pools they are
+    /// reserved for placed agentic jobs (see `PlaceJob::env_cores`); renting on demand, the
+    /// environment is rented with the rest and never runs short.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_cores: Option<f64>,
     /// Skip saturated groups before any detailed search (the paper's rule; fast). When
     /// `false`, saturated groups are tried too, with the event-level timing model: cheaper
     /// placements at several times the decision cost (see `weave bench optimality`).
@@ -94,6 +99,7 @@ impl PlacerConfig {
                 .as_ref()
                 .map(|s| s.price().cost(cluster.rollout.gpus_per_node as u64, hour)),
             capacity: None,
+            env_cores: cluster.env.as_ref().map(|e| e.cores()),
             skip_saturated: true,
             colocate: false,
             seed,
@@ -138,6 +144,8 @@ pub enum PlaceError {
     NeverFits { job: JobId, reason: String },
     #[error("job {0}: no capacity left in the fixed pools")]
     NoCapacity(JobId),
+    #[error("job {job}: its sandboxes need {needs} environment cores; {held} of the pool's {pool} are held")]
+    NoEnvironment { job: JobId, needs: f64, held: f64, pool: f64 },
     #[error("job {job} cannot go to {target}: it breaks residency or a member's SLO")]
     Infeasible { job: JobId, target: String },
 }

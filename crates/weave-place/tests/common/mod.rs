@@ -19,6 +19,7 @@ pub fn job(id: u32, roll: u64, train: u64, slo: f64) -> PlaceJob {
         variation: Default::default(),
         staleness: 0,
         spot: false,
+        env_cores: 0.0,
     }
 }
 
@@ -47,6 +48,7 @@ pub fn config(policy: PlacePolicy) -> PlacerConfig {
         train_node_price: c.training.price().cost(8, Micros(Micros::PER_HOUR)),
         spot_rollout_node_price: None,
         capacity: None,
+        env_cores: None,
         skip_saturated: true,
         colocate: false,
         seed: 7,

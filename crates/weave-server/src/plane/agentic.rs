@@ -23,10 +23,8 @@ pub(super) fn plan(place: &mut PlaceJob, spec: &AgenticSpec, batch: u32) {
     place.colo = place.colo.map(|c| PhaseTimes { rollout: colo_rollout, ..c });
 }
 
-/// What an agentic job holds of the environment pool at most: one sandbox per trajectory of
-/// its batch. Sandboxes started during a training serve the next rollout, whose own have
-/// ended by then, so an on-policy job never holds two batches; with staleness a rollout runs
-/// beside the training that starts the next one's sandboxes, so it may hold two.
+/// What an agentic job holds of the environment pool at most (see
+/// `AgenticSpec::sandboxes_held`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct EnvironmentHold {
     pub sandboxes: u32,
@@ -36,10 +34,10 @@ pub struct EnvironmentHold {
 
 impl EnvironmentHold {
     pub fn of(spec: &AgenticSpec, batch: u32, staleness: u32) -> EnvironmentHold {
-        let sandboxes = batch.saturating_mul(if staleness > 0 { 2 } else { 1 });
+        let sandboxes = spec.sandboxes_held(batch, staleness);
         EnvironmentHold {
             sandboxes,
-            cores: sandboxes as f64 * spec.sandbox.cores,
+            cores: spec.cores_held(batch, staleness),
             mem_gib: sandboxes as f64 * spec.sandbox.mem_gib,
         }
     }
@@ -53,9 +51,9 @@ impl EnvironmentHold {
     }
 }
 
-/// The environment pool and what the running agentic jobs hold of it. Placement does not
-/// reserve it yet (the replay's pools are elastic too): `held` above the pool's cores says the
-/// pool is oversubscribed, and sandboxes would queue.
+/// The environment pool and what the running agentic jobs hold of it. With fixed pools
+/// placement reserves it (a job whose sandboxes do not fit waits in the queue); renting on
+/// demand it does not, and `held` above the pool's cores says the pool must grow.
 #[derive(Clone, Debug, Serialize)]
 pub struct EnvironmentUse {
     pub pool: EnvPoolConfig,

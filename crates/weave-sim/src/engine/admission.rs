@@ -77,7 +77,7 @@ impl Engine<'_> {
         };
         let decision = match placed {
             Ok(d) => d,
-            Err(PlaceError::NoCapacity(_)) => return Err(()),
+            Err(PlaceError::NoCapacity(_) | PlaceError::NoEnvironment { .. }) => return Err(()),
             Err(PlaceError::Infeasible { .. }) => return Err(()),
             Err(_) => {
                 self.metrics.rejected += 1;
