@@ -19,8 +19,9 @@
 //!
 //! Not modelled yet: one member's generation filling another's environment waits before the
 //! tail (members otherwise take turns on the rollout GPUs), the reward computed off the
-//! rollout GPUs (it holds them here), and the environment pool's capacity (the replay's pools
-//! are elastic: sandboxes are paid by use).
+//! rollout GPUs (it holds them here), and sandboxes queueing for cores one by one (with fixed
+//! pools placement reserves a job's whole batch of sandboxes in the environment pool; renting
+//! on demand they are paid by use).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
