@@ -35,7 +35,14 @@ impl Candidate {
     /// What the option adds per hour and the work rate it buys.
     fn price(&self) -> OptionCost {
         let period = self.prediction.coexec.last().copied().unwrap_or(self.prediction.meta_iteration);
-        OptionCost { kind: self.kind, cost_per_hour: self.cost, work: self.work, period }
+        OptionCost {
+            kind: self.kind,
+            cost_per_hour: self.cost,
+            work: self.work,
+            period,
+            group_cost_per_hour: self.cost,
+            group_work: self.work,
+        }
     }
 
     fn score(&self) -> f64 {
@@ -51,6 +58,13 @@ pub struct OptionCost {
     pub work: f64,
     /// The job's predicted iteration time there.
     pub period: Micros,
+    /// What the whole group it joins costs per hour, and the work rate all its members get
+    /// there (the job's own option when it runs alone): a delay of the job's rollout holds the
+    /// group's nodes, not only what the job adds (see [`OptionCost::group_score`]).
+    #[serde(skip)]
+    pub group_cost_per_hour: Money,
+    #[serde(skip)]
+    pub group_work: f64,
 }
 
 impl OptionCost {
@@ -60,6 +74,16 @@ impl OptionCost {
             f64::INFINITY
         } else {
             self.cost_per_hour.as_dollars() / self.work
+        }
+    }
+
+    /// Dollars per hour per unit of work rate of the group the job would be in, on average:
+    /// what a unit of the job's work costs while it holds its share of the group.
+    pub fn group_score(&self) -> f64 {
+        if self.group_work <= 0.0 {
+            f64::INFINITY
+        } else {
+            self.group_cost_per_hour.as_dollars() / self.group_work
         }
     }
 }
@@ -254,7 +278,15 @@ impl Placer {
 
     /// The cost of the option [`Placer::admit`] would take for `job`, without changing anything.
     pub fn best_option(&self, job: &PlaceJob) -> Result<OptionCost, PlaceError> {
-        self.choose(job).map(|c| c.price())
+        let c = self.choose(job)?;
+        let mut o = c.price();
+        if let Some(g) = c.group.and_then(|g| self.groups.get(&g)) {
+            let jobs = g.members.iter().map(|m| &m.job).chain(std::iter::once(job));
+            o.group_work = c.prediction.work(jobs);
+            let held = g.hourly_cost(self.cfg.rollout_price(g.spot()), self.cfg.train_node_price);
+            o.group_cost_per_hour = Money(held.0 + c.cost.0);
+        }
+        Ok(o)
     }
 
     /// Places `job` at `target` if that is feasible (residency, every member's SLO, capacity);

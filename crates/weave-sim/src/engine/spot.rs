@@ -85,10 +85,14 @@ impl Spot {
             return;
         }
         let on_spot = PlaceJob { spot: true, slo: place.slo - room, ..place.clone() };
-        // A co-located option holds no rollout nodes: no preemption delays it.
-        let delays = |o: &OptionCost| if o.kind == DecisionKind::Colocated { 1.0 } else { 1.0 + room };
-        let score = |job: &PlaceJob| placer.best_option(job).map_or(f64::INFINITY, |o| o.score() * delays(&o));
-        if score(&on_spot) <= score(place) {
+        // A co-located option holds no rollout nodes: no preemption delays it. Elsewhere a
+        // delay of the job's rollout holds its share of the whole group for `room` of its life:
+        // charged at the group's average price of work, not at what the job adds (joining a
+        // group's nodes adds nothing, and its delays would come free).
+        let delays = |o: &OptionCost| if o.kind == DecisionKind::Colocated { 0.0 } else { room * o.group_score() };
+        let on_spot_score = placer.best_option(&on_spot).map_or(f64::INFINITY, |o| o.score() + delays(&o));
+        let on_demand_score = placer.best_option(place).map_or(f64::INFINITY, |o| o.score());
+        if on_spot_score <= on_demand_score {
             *place = on_spot;
         }
     }
