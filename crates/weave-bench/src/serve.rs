@@ -241,6 +241,9 @@ fn open_shared(args: &ServeBenchArgs, data: &std::path::Path) -> Result<Arc<Shar
     // Slow clients are held for the whole measurement, not cut, and all come from loopback.
     cfg.limits.header_timeout = Duration::from_secs(3600);
     cfg.limits.max_connections_per_address = None;
+    // Every job is the driver's: the per-tenant cap (100 by default) would refuse the 101st
+    // with 429, as it did `weave bench serve` at its default of 1,000 jobs.
+    cfg.max_jobs_per_tenant = cfg.max_jobs_per_tenant.max(args.jobs);
     cfg.snapshot_every = args.snapshot_every;
     cfg.placement.lending = args.lending;
     let mut shared = Shared::open(cfg).context("cannot open the benchmark store")?;
