@@ -3,22 +3,15 @@ rollout's environments did is sent with its finish as ``meta.agentic``."""
 
 import unittest
 
-from weave_client import WeaveClient
+from fake_gate import FakeGate
 
 SANDBOXES = {"sandboxes": 32, "sandbox": {"cores": 1.0, "mem_gib": 2.0, "pausable": False}}
 
 
-class Gate(WeaveClient):
+class Gate(FakeGate):
     """Grants rollout 0 with its sandboxes and training 0 with the next rollout's to start."""
 
-    def __init__(self):
-        super().__init__("http://unused")
-        self.finished = []
-
-    def _request(self, method, path, body=None, retry=False):
-        if path.endswith("/finish"):
-            self.finished.append((path, body))
-            return 200, {"job": {}}
+    def grant(self, path):
         grant = {"status": "granted", "iteration": 0, "uid": 1, "environment": dict(SANDBOXES)}
         if "/phases/train/0/start" in path:
             grant["environment"]["start_sandboxes_for"] = 1
@@ -39,10 +32,8 @@ class AgenticTest(unittest.TestCase):
         self.assertNotIn("meta", c.finished[1][1], "nothing reported, nothing sent")
 
     def test_a_job_without_a_declaration_has_no_environment(self):
-        class Plain(Gate):
-            def _request(self, method, path, body=None, retry=False):
-                if path.endswith("/finish"):
-                    return 200, {"job": {}}
+        class Plain(FakeGate):
+            def grant(self, path):
                 return 200, {"status": "granted", "iteration": 0, "uid": 1}
 
         with Plain().phase("j", "rollout", 0) as meta:

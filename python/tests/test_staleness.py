@@ -4,20 +4,14 @@ already recorded is recognised by the rollout lane's own counter."""
 
 import unittest
 
+from fake_gate import FakeGate
 from weave_client import WeaveClient, WeaveError
 
 
-class Gate(WeaveClient):
+class Gate(FakeGate):
     """Grants rollout 3 with weights version 2; answers 202 for anything else."""
 
-    def __init__(self):
-        super().__init__("http://unused")
-        self.finished = []
-
-    def _request(self, method, path, body=None, retry=False):
-        if path.endswith("/finish"):
-            self.finished.append((path, body))
-            return 200, {"job": {}}
+    def grant(self, path):
         if "/phases/rollout/3/start" in path:
             return 200, {"status": "granted", "phase": "rollout", "iteration": 3, "uid": 4, "weights": 2}
         return 202, {"status": "waiting"}
