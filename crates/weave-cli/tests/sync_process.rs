@@ -156,20 +156,21 @@ fn publishing_refuses_an_incomplete_version() {
 }
 
 /// The namespace experiment: topology-aware sync beats flat on real links, as the README
-/// claims. Four training GPUs send 16 MB to four rollout GPUs over a slow link shaped to
+/// claims. Four training GPUs send 64 MB to four rollout GPUs over a slow link shaped to
 /// 400 Mbit/s per NIC (each GPU its own namespace). Flat sends every rollout GPU its own copy
 /// over the slow link; the topology-aware plan crosses it once per byte and fans out on the
 /// fast rollout fabric, so its transfer part is 4x faster (the planner's figure, checked
-/// exactly). Measured, connection set-up and publishing are a larger share of the shorter run
-/// (3.48x measured here at 16 MB; the README's 3.95x is at 128 MB), so the test asks for at
-/// least 2.5x: beyond any noise seen on a shaped link, and far from the 1x of no gain.
+/// exactly). Measured, connection set-up and publishing are a larger share of the shorter run,
+/// and they take CPU where the transfer takes the link: at 16 MB a CI run beside a soak on two
+/// cores measured 2.37x (3.48x on a quiet machine), at 64 MB beside the same load 3.1x (the
+/// README's 3.95x is at 128 MB). The test asks for at least 2.5x: far from the 1x of no gain.
 #[test]
 #[ignore = "needs root and iproute2 for network namespaces: .ci/run runs it with --ignored"]
 fn topology_aware_sync_beats_flat_across_namespaces() {
     let test = "topology_aware_sync_beats_flat_across_namespaces";
     weave_testkit::require(test, weave_testkit::is_root(), "root, for network namespaces");
     let o = Command::new(env!("CARGO_BIN_EXE_weave"))
-        .args(["sync", "bench", "--size-mb", "16", "--train", "4", "--rollout", "4", "--json"])
+        .args(["sync", "bench", "--size-mb", "64", "--train", "4", "--rollout", "4", "--json"])
         .output()
         .unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
