@@ -44,14 +44,7 @@ fn get(s: &TestServer, token: &str, path: &str) -> Value {
 }
 
 fn finish_with(s: &TestServer, job: &str, phase: &str, it: u64, meta: Value) -> (u16, Value) {
-    body(
-        client()
-            .post(s.url(&format!("/v1/jobs/{job}/phases/{phase}/{it}/finish")))
-            .bearer_auth(ALICE)
-            .json(&json!({ "duration_s": 1.0, "meta": meta }))
-            .send()
-            .unwrap(),
-    )
+    finish_phase_with(s, ALICE, job, phase, it, json!({ "duration_s": 1.0, "meta": meta }))
 }
 
 /// A rollout's grant names the sandboxes it may hold; a training's tells the driver to start

@@ -72,10 +72,8 @@ fn a_store_written_by_the_previous_release_opens_with_its_state() {
 fn phase(s: &TestServer, token: &str, job: &str, phase: &str, k: u64, meta: Value) {
     let (code, v) = start_phase(s, token, job, phase, k, 5.0);
     assert_eq!(code, 200, "{job} {phase} {k}: {v}");
-    let body = json!({ "duration_s": 2.0, "meta": meta });
-    let url = s.url(&format!("/v1/jobs/{job}/phases/{phase}/{k}/finish"));
-    let r = client().post(url).bearer_auth(token).json(&body).send().unwrap();
-    assert_eq!(r.status(), 200, "{job} {phase} {k} finish");
+    let (code, v) = finish_phase_with(s, token, job, phase, k, json!({ "duration_s": 2.0, "meta": meta }));
+    assert_eq!(code, 200, "{job} {phase} {k} finish: {v}");
 }
 
 #[test]

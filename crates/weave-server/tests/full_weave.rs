@@ -31,14 +31,7 @@ fn granted(s: &TestServer, name: &str, phase: &str, k: u64) -> u64 {
 }
 
 fn finish(s: &TestServer, name: &str, phase: &str, k: u64, uid: u64) -> (u16, Value) {
-    body(
-        client()
-            .post(s.url(&format!("/v1/jobs/{name}/phases/{phase}/{k}/finish")))
-            .bearer_auth(ALICE)
-            .json(&json!({ "duration_s": 100.0, "uid": uid }))
-            .send()
-            .unwrap(),
-    )
+    finish_phase_with(s, ALICE, name, phase, k, json!({ "duration_s": 100.0, "uid": uid }))
 }
 
 #[test]

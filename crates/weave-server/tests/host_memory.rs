@@ -6,13 +6,8 @@ use common::*;
 use serde_json::json;
 
 fn finish_with(s: &TestServer, phase: &str, it: u64, meta: serde_json::Value) {
-    let r = client()
-        .post(s.url(&format!("/v1/jobs/j/phases/{phase}/{it}/finish")))
-        .bearer_auth(ALICE)
-        .json(&json!({ "duration_s": 1.0, "meta": meta }))
-        .send()
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let (st, v) = finish_phase_with(s, ALICE, "j", phase, it, json!({ "duration_s": 1.0, "meta": meta }));
+    assert_eq!(st, 200, "{v}");
 }
 
 fn host_memory(s: &TestServer) -> serde_json::Value {

@@ -140,11 +140,16 @@ pub fn start_phase(s: &TestServer, token: &str, job: &str, phase: &str, it: u64,
 }
 
 pub fn finish_phase(s: &TestServer, token: &str, job: &str, phase: &str, it: u64, secs: f64) -> (u16, Value) {
+    finish_phase_with(s, token, job, phase, it, json!({ "duration_s": secs }))
+}
+
+/// A phase's finish with the whole body given (metadata, the admission's uid).
+pub fn finish_phase_with(s: &TestServer, token: &str, job: &str, phase: &str, it: u64, finish: Value) -> (u16, Value) {
     body(
         client()
             .post(s.url(&format!("/v1/jobs/{job}/phases/{phase}/{it}/finish")))
             .bearer_auth(token)
-            .json(&json!({ "duration_s": secs }))
+            .json(&finish)
             .send()
             .unwrap(),
     )
