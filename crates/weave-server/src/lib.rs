@@ -100,15 +100,16 @@ pub async fn serve(
             tokio::spawn(answer_503(stream, why));
             continue;
         };
-        connections.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(limits.header_timeout)
             .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
         let conn = graceful.watch(conn);
+        let closed = connections.clone();
         tokio::spawn(async move {
             let _ = conn.await;
             drop((permit, held));
+            closed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         });
     }
     drop(listener);
@@ -125,12 +126,15 @@ pub async fn serve(
 }
 
 /// When to give freed memory back to the system. glibc keeps what a burst of connections
-/// freed (their buffers, about 20 MB after 1,000 at once, measured) until something trims it:
-/// the server trims after every [`FreedMemory::BURST`] connections, at most once per
-/// [`FreedMemory::AT_MOST_EVERY`], and once per [`FreedMemory::ANYWAY_EVERY`] whatever came.
-/// A trim walks the heap under the allocator's locks: milliseconds, off the async workers.
+/// freed (their buffers, about 20 MB after 1,000 at once, measured) until something trims it.
+/// The server trims once a burst is over: [`FreedMemory::BURST`] connections or more closed
+/// since the last trim and none in the last tick (a trim in the middle of a burst would leave
+/// the rest of it kept), at most once per [`FreedMemory::AT_MOST_EVERY`]; and once per
+/// [`FreedMemory::ANYWAY_EVERY`] whatever came. A trim walks the heap under the allocator's
+/// locks: milliseconds, off the async workers.
 struct FreedMemory {
-    accepted: Arc<std::sync::atomic::AtomicUsize>,
+    /// Connections closed, counted by each connection's task as it ends.
+    closed: Arc<std::sync::atomic::AtomicUsize>,
     since_trim: usize,
     last: std::time::Instant,
 }
@@ -140,15 +144,17 @@ impl FreedMemory {
     const AT_MOST_EVERY: Duration = Duration::from_secs(5);
     const ANYWAY_EVERY: Duration = Duration::from_secs(60);
 
-    fn new(accepted: Arc<std::sync::atomic::AtomicUsize>) -> Self {
-        FreedMemory { accepted, since_trim: 0, last: std::time::Instant::now() }
+    fn new(closed: Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        FreedMemory { closed, since_trim: 0, last: std::time::Instant::now() }
     }
 
-    /// Whether to trim now (if so, the count starts again).
+    /// Whether to trim now (if so, the count starts again). Asked once per tick.
     fn due(&mut self) -> bool {
-        self.since_trim += self.accepted.swap(0, std::sync::atomic::Ordering::Relaxed);
+        let this_tick = self.closed.swap(0, std::sync::atomic::Ordering::Relaxed);
+        self.since_trim += this_tick;
         let waited = self.last.elapsed();
-        let due = (self.since_trim >= Self::BURST && waited >= Self::AT_MOST_EVERY) || waited >= Self::ANYWAY_EVERY;
+        let burst_over = self.since_trim >= Self::BURST && this_tick == 0;
+        let due = (burst_over && waited >= Self::AT_MOST_EVERY) || waited >= Self::ANYWAY_EVERY;
         if due {
             (self.since_trim, self.last) = (0, std::time::Instant::now());
         }
