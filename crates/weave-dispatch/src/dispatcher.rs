@@ -25,7 +25,7 @@ mod resource;
 use crate::memory::{GroupLimits, MemoryLedger};
 use crate::order::GroupOrder;
 use crate::{Action, DispatchError, Fairness, Input, LogEntry, LogKind, MemberSpec, Phase, MAX_STALENESS};
-use resource::{rollout_resources, Resource};
+use resource::Resource;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use weave_core::{JobId, Micros};
@@ -46,7 +46,6 @@ enum LaneState {
 /// (`n <= iteration + staleness`); training n needs rollout n finished (`rolled > n`). At
 /// staleness 0 the lanes alternate, rollout, training, sync, which is the on-policy barrier.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(from = "MemberRecord")]
 struct Member {
     spec: MemberSpec,
     /// Trainings done and synced: the next training's iteration and the newest weights.
@@ -97,62 +96,6 @@ impl Member {
     }
 }
 
-/// A member as stored: the two-lane form, or the single-stage form snapshots written before
-/// bounded staleness hold (on-policy only), read into the same state.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum MemberRecord {
-    Lanes {
-        spec: MemberSpec,
-        iteration: u64,
-        rolled: u64,
-        rollout: LaneState,
-        train: LaneState,
-        rollout_seq: u64,
-        train_seq: u64,
-        #[serde(default)]
-        late: bool,
-    },
-    Staged {
-        spec: MemberSpec,
-        iteration: u64,
-        stage: Stage,
-        ready_seq: u64,
-    },
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-enum Stage {
-    Ready(Phase),
-    Switching(Phase),
-    Running(Phase),
-    Syncing,
-}
-
-impl From<MemberRecord> for Member {
-    fn from(r: MemberRecord) -> Member {
-        match r {
-            MemberRecord::Lanes { spec, iteration, rolled, rollout, train, rollout_seq, train_seq, late } => {
-                Member { spec, iteration, rolled, rollout, train, rollout_seq, train_seq, late }
-            }
-            MemberRecord::Staged { spec, iteration, stage, ready_seq } => {
-                use LaneState::{Idle, Running, Switching, Syncing};
-                let (rolled, rollout, train) = match stage {
-                    Stage::Ready(Phase::Rollout) => (iteration, Idle, Idle),
-                    Stage::Switching(Phase::Rollout) => (iteration, Switching, Idle),
-                    Stage::Running(Phase::Rollout) => (iteration, Running, Idle),
-                    Stage::Ready(Phase::Train) => (iteration + 1, Idle, Idle),
-                    Stage::Switching(Phase::Train) => (iteration + 1, Idle, Switching),
-                    Stage::Running(Phase::Train) => (iteration + 1, Idle, Running),
-                    Stage::Syncing => (iteration + 1, Idle, Syncing),
-                };
-                let (rollout_seq, train_seq, late) = (ready_seq, ready_seq, false);
-                Member { spec, iteration, rolled, rollout, train, rollout_seq, train_seq, late }
-            }
-        }
-    }
-}
-
 /// What a member's next rollout waits for ([`Dispatcher::rollout_hold`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RolloutHold {
@@ -170,15 +113,12 @@ pub struct Dispatcher {
     /// Per rollout node in use by a member. Keyed by node, not indexed: elastic pools never
     /// reuse node numbers, so a vector sized to the largest number grows with the server's age
     /// (a long-running server's every new group paid for every node ever rented).
-    #[serde(deserialize_with = "rollout_resources")]
     rollout: BTreeMap<u32, Resource>,
     memory: MemoryLedger,
     /// The cyclic order last given ([`Input::Reorder`]).
-    #[serde(default)]
     order: GroupOrder,
     /// The dispatcher before cyclic orders: a newcomer joins level with each resource's own
     /// most-served member (kept only as the baseline `weave bench timing` measures against).
-    #[serde(default)]
     per_resource_join: bool,
     fairness: Fairness,
     seq: u64,

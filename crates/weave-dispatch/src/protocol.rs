@@ -74,7 +74,6 @@ pub struct MemberSpec {
     /// Bounded staleness k: rollout n may start once weights version n - k are synced (the
     /// trainings before n - k done and synced), so up to k rollouts run ahead of training.
     /// 0 is on-policy (rollout n waits for training n - 1 and its sync).
-    #[serde(default)]
     pub staleness: u32,
 }
 

@@ -38,7 +38,6 @@ pub struct Prediction {
     /// Share of the training pool's time that is busy (training or switching).
     pub train_busy: f64,
     /// The cyclic order the group's dispatcher follows to run this prediction.
-    #[serde(default)]
     pub order: GroupOrder,
 }
 

@@ -134,16 +134,11 @@ pub struct PlaneStats {
     /// times its own measured phases.
     pub iterations: u64,
     pub iterations_within_slo: u64,
-    /// Lending (absent in snapshots from before it): loans made, deadlines brought forward
-    /// for a lender, returns by a borrower's driver, and their summed lateness past the
-    /// deadline.
-    #[serde(default)]
+    /// Lending: loans made, deadlines brought forward for a lender, returns by a borrower's
+    /// driver, and their summed lateness past the deadline.
     pub loans: u64,
-    #[serde(default)]
     pub loans_reclaimed_early: u64,
-    #[serde(default)]
     pub loan_returns: u64,
-    #[serde(default)]
     pub loan_returns_late_us: u64,
 }
 

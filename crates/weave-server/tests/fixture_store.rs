@@ -1,9 +1,10 @@
 //! A store written by an earlier release opens and replays to the state that release held.
-//! `tests/fixtures/store-0.1/` was written by `write_the_fixture` (run it by hand with
-//! `--ignored` when a release changes what it persists, into a new directory, and keep the old
-//! ones): a snapshot and records after it, submissions of two tenants, phases with metadata,
-//! a restart and a cancel. `expected.json` is what the writing server answered,
-//! not what a replay computes.
+//! Each directory of `tests/fixtures/` was written by `write_the_fixture` (run it by hand with
+//! `--ignored` when a release changes what it persists, into a new directory named in
+//! `WRITTEN`, and keep the old ones): a snapshot and records after it, submissions of two
+//! tenants, phases with metadata, a restart and a cancel. `expected.json` is what the writing
+//! server answered, not what a replay computes. `store-0.1` holds snapshot format version 1,
+//! `store-0.2` version 2.
 
 mod common;
 
@@ -12,7 +13,10 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-const FIXTURE: &str = "store-0.1";
+/// Every fixture kept, oldest first.
+const FIXTURES: [&str; 2] = ["store-0.1", "store-0.2"];
+/// Where `write_the_fixture` writes.
+const WRITTEN: &str = "store-0.2";
 
 fn fixture_dir(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
@@ -57,16 +61,19 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 #[test]
-fn a_store_written_by_the_previous_release_opens_with_its_state() {
-    let dir = temp_dir("fixture-store");
-    copy_dir(&fixture_dir(FIXTURE), &dir);
-    let expected: Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture_dir(FIXTURE).join("expected.json")).unwrap()).unwrap();
-    let s = TestServer::start_with(dir, Duration::from_secs(3600), |cfg| cfg.snapshot_every = 10);
-    assert_eq!(summary(&s), expected);
-    // And it goes on: the running job takes its next phase.
-    let (code, v) = start_phase(&s, ALICE, "a1", "rollout", 3, 5.0);
-    assert_eq!(code, 200, "{v}");
+fn stores_written_by_earlier_releases_open_with_their_state() {
+    for fixture in FIXTURES {
+        let dir = temp_dir(&format!("fixture-{fixture}"));
+        copy_dir(&fixture_dir(fixture), &dir);
+        let expected = std::fs::read_to_string(fixture_dir(fixture).join("expected.json")).unwrap();
+        let expected: Value = serde_json::from_str(&expected).unwrap();
+        let s = TestServer::start_with(dir, Duration::from_secs(3600), |cfg| cfg.snapshot_every = 10);
+        assert_eq!(summary(&s), expected, "{fixture}");
+        // And it goes on: the running job takes its next phase.
+        let (code, v) = start_phase(&s, ALICE, "a1", "rollout", 3, 5.0);
+        assert_eq!(code, 200, "{fixture}: {v}");
+        s.stop();
+    }
 }
 
 fn phase(s: &TestServer, token: &str, job: &str, phase: &str, k: u64, meta: Value) {
@@ -105,7 +112,7 @@ fn write_the_fixture() {
     assert_eq!(submit(&s, ALICE, spec("a2")).0, 201);
     let expected = summary(&s);
     s.stop();
-    let out = fixture_dir(FIXTURE);
+    let out = fixture_dir(WRITTEN);
     let _ = std::fs::remove_dir_all(&out);
     copy_dir(&dir, &out);
     std::fs::write(out.join("expected.json"), serde_json::to_string_pretty(&expected).unwrap() + "\n").unwrap();

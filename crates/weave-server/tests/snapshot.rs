@@ -232,3 +232,257 @@ fn a_damaged_or_foreign_snapshot_is_refused() {
     assert!(plane(0).restore(&bytes).is_err());
     assert!(plane(0).restore(b"not cbor").is_err());
 }
+
+/// Snapshot format version 1 (the form before the current version 2), in each shape it was
+/// written in, restores to the plane it held: the conversion lives in `plane/snapshot/v1.rs`,
+/// not in the live types.
+mod format_version_1 {
+    use super::*;
+    use ciborium::Value;
+
+    type Map = Vec<(Value, Value)>;
+
+    /// Planes at the end of seeded histories (all four combinations of consolidation and
+    /// lending), with jobs in every state a snapshot holds.
+    fn planes() -> Vec<(u8, Plane)> {
+        (0..8u64)
+            .map(|seed| {
+                let mut x = seed.wrapping_mul(2862933555777941757).wrapping_add(3037000493);
+                let mut next = || {
+                    x = x.wrapping_mul(2862933555777941757).wrapping_add(3037000493);
+                    (x >> 33) as u8
+                };
+                let ops: Vec<(u8, u8, u8)> = (0..120).map(|_| (next(), next(), next())).collect();
+                let flags = (seed % 4) as u8;
+                (flags, replay(plane(flags), &history(&ops, flags)))
+            })
+            .collect()
+    }
+
+    fn doc(bytes: &[u8]) -> Value {
+        ciborium::from_reader(bytes).unwrap()
+    }
+
+    fn bytes(v: &Value) -> Vec<u8> {
+        let mut out = Vec::new();
+        ciborium::into_writer(v, &mut out).unwrap();
+        out
+    }
+
+    fn map(v: &mut Value) -> &mut Map {
+        match v {
+            Value::Map(m) => m,
+            other => panic!("not a map: {other:?}"),
+        }
+    }
+
+    fn get<'a>(m: &'a mut Map, name: &str) -> &'a mut Value {
+        m.iter_mut().find(|(k, _)| k.as_text() == Some(name)).map(|(_, v)| v).unwrap_or_else(|| panic!("no `{name}`"))
+    }
+
+    fn remove(m: &mut Map, name: &str) -> Option<Value> {
+        let i = m.iter().position(|(k, _)| k.as_text() == Some(name))?;
+        Some(m.remove(i).1)
+    }
+
+    /// Removes `name` if it holds what version 1's older shapes implied by its absence.
+    fn drop_if(m: &mut Map, name: &str, implied: Value) {
+        if m.iter().any(|(k, v)| k.as_text() == Some(name) && *v == implied) {
+            remove(m, name);
+        }
+    }
+
+    fn int(v: &Value) -> u64 {
+        u64::try_from(v.as_integer().unwrap()).unwrap()
+    }
+
+    fn values(v: &mut Value) -> Vec<&mut Value> {
+        match v {
+            Value::Map(m) => m.iter_mut().map(|(_, v)| v).collect(),
+            Value::Array(a) => a.iter_mut().collect(),
+            other => panic!("not a collection: {other:?}"),
+        }
+    }
+
+    fn version(doc: &mut Value, v: u64) {
+        *get(map(doc), "version") = Value::Integer(v.into());
+    }
+
+    #[test]
+    fn version_1_in_its_last_shape_restores_the_same_plane() {
+        for (flags, p) in planes() {
+            let current = p.snapshot();
+            let mut old = doc(&current);
+            version(&mut old, 1);
+            let restored = plane(flags).restore(&bytes(&old)).unwrap();
+            assert!(restored.snapshot() == current, "flags {flags}");
+        }
+    }
+
+    /// Every field version 1 once lacked, left out where it holds what its absence meant;
+    /// rollout resources indexed by node; names by position; on-policy gates as one grant.
+    fn older_shapes(snapshot: &mut Value) {
+        let top = map(snapshot);
+        let Value::Array(live) = get(top, "job_names").clone() else { panic!("job_names") };
+        let next = int(&live[1]) as usize;
+        let mut names = vec![Value::Text(String::new()); next];
+        for pair in live[0].as_array().unwrap() {
+            let pair = pair.as_array().unwrap();
+            names[int(&pair[0]) as usize] = pair[1].clone();
+        }
+        remove(top, "job_names");
+        top.push((Value::Text("names".into()), Value::Array(names)));
+        drop_if(top, "notices", Value::Array(vec![]));
+        let stats = map(get(top, "stats"));
+        for name in ["loans", "loans_reclaimed_early", "loan_returns", "loan_returns_late_us"] {
+            drop_if(stats, name, Value::Integer(0.into()));
+        }
+        for job in values(get(top, "jobs")) {
+            let job = map(job);
+            job.push((Value::Text("ready_us".into()), Value::Integer(0.into())));
+            one_grant(map(get(job, "entry")));
+        }
+        for queued in values(get(top, "queue")) {
+            drop_if(map(queued), "resumes", Value::Bool(false));
+        }
+        let empty_order = doc(&{
+            let mut out = Vec::new();
+            ciborium::into_writer(&weave_dispatch::order::GroupOrder::default(), &mut out).unwrap();
+            out
+        });
+        for group in values(get(map(get(top, "placer")), "groups")) {
+            drop_if(map(get(map(group), "prediction")), "order", empty_order.clone());
+        }
+        for d in values(get(top, "dispatchers")) {
+            let d = map(d);
+            drop_if(d, "order", empty_order.clone());
+            drop_if(d, "per_resource_join", Value::Bool(false));
+            drop_if(map(get(d, "train")), "rank", Value::Map(vec![]));
+            indexed(get(d, "rollout"));
+            for m in values(get(d, "members")) {
+                let m = map(m);
+                drop_if(m, "late", Value::Bool(false));
+                drop_if(map(get(m, "spec")), "staleness", Value::Integer(0.into()));
+            }
+        }
+    }
+
+    /// An on-policy gate as version 1 first wrote it: its one grant and next phase.
+    fn one_grant(entry: &mut Map) {
+        let gate = map(get(entry, "gate")).clone();
+        let field = |name: &str| gate.iter().find(|(k, _)| k.as_text() == Some(name)).unwrap().1.clone();
+        if int(&field("staleness")) != 0 {
+            return;
+        }
+        let (rolled, trained) = (int(&field("rolled")), int(&field("trained")));
+        let next_phase = if rolled > trained { "train" } else { "rollout" };
+        let pair = |phase: &str, k: u64| Value::Array(vec![Value::Text(phase.into()), Value::Integer(k.into())]);
+        let granted = match (field("rollout"), field("train")) {
+            (Value::Map(g), Value::Null) => {
+                let k = int(&g.iter().find(|(k, _)| k.as_text() == Some("iteration")).unwrap().1);
+                pair("rollout", k)
+            }
+            (Value::Null, k) if !k.is_null() => pair("train", int(&k)),
+            _ => Value::Null,
+        };
+        remove(entry, "gate");
+        entry.push((Value::Text("granted".into()), granted));
+        entry.push((Value::Text("next".into()), pair(next_phase, trained)));
+    }
+
+    /// Rollout resources as a vector indexed by node, unused indices padded.
+    fn indexed(rollout: &mut Value) {
+        let keyed = map(rollout).clone();
+        let len = keyed.iter().map(|(k, _)| int(k) as usize + 1).max().unwrap_or(0);
+        let pad = Value::Map(vec![
+            (Value::Text("holder".into()), Value::Null),
+            (Value::Text("last".into()), Value::Null),
+            (Value::Text("loaded".into()), Value::Array(vec![])),
+            (Value::Text("served".into()), Value::Map(vec![])),
+        ]);
+        let mut v = vec![pad; len];
+        for (k, mut r) in keyed {
+            drop_if(map(&mut r), "rank", Value::Map(vec![]));
+            v[int(&k) as usize] = r;
+        }
+        *rollout = Value::Array(v);
+    }
+
+    #[test]
+    fn version_1_in_its_older_shapes_restores_the_same_plane() {
+        for (flags, p) in planes() {
+            let current = p.snapshot();
+            let mut old = doc(&current);
+            version(&mut old, 1);
+            older_shapes(&mut old);
+            assert!(bytes(&old) != current);
+            let restored = plane(flags).restore(&bytes(&old)).unwrap();
+            assert!(restored.snapshot() == current, "flags {flags}");
+        }
+    }
+
+    /// Members as one stage (the form before bounded staleness): each on-policy member's two
+    /// lanes come back as they were.
+    #[test]
+    fn version_1_members_as_one_stage_restore_the_same_lanes() {
+        let lanes = |snapshot: &[u8]| -> Vec<Vec<Value>> {
+            let mut d = doc(snapshot);
+            let mut out = Vec::new();
+            for d in values(get(map(&mut d), "dispatchers")) {
+                for m in values(get(map(d), "members")) {
+                    let m = map(m);
+                    out.push(["iteration", "rolled", "rollout", "train"].map(|f| get(m, f).clone()).to_vec());
+                }
+            }
+            out
+        };
+        let mut staged = 0;
+        for (flags, p) in planes() {
+            let current = p.snapshot();
+            let mut old = doc(&current);
+            version(&mut old, 1);
+            for d in values(get(map(&mut old), "dispatchers")) {
+                for m in values(get(map(d), "members")) {
+                    staged += one_stage(map(m)) as usize;
+                }
+            }
+            let restored = plane(flags).restore(&bytes(&old)).unwrap();
+            assert_eq!(lanes(&restored.snapshot()), lanes(&current), "flags {flags}");
+        }
+        assert!(staged >= 5, "only {staged} members written as one stage");
+    }
+
+    /// A member's lanes as its one stage, if it is on-policy (the stage form had no other).
+    fn one_stage(m: &mut Map) -> bool {
+        if int(get(map(get(m, "spec")), "staleness")) != 0 {
+            return false;
+        }
+        let text = |v: &Value| v.as_text().unwrap().to_owned();
+        let (rollout, train) = (text(get(m, "rollout")), text(get(m, "train")));
+        let ahead = int(get(m, "rolled")) > int(get(m, "iteration"));
+        let tagged = |tag: &str, p: &str| Value::Map(vec![(Value::Text(tag.into()), Value::Text(p.into()))]);
+        let stage = match (rollout.as_str(), train.as_str()) {
+            (_, "syncing") => Value::Text("Syncing".into()),
+            (_, "switching") => tagged("Switching", "train"),
+            (_, "running") => tagged("Running", "train"),
+            ("switching", _) => tagged("Switching", "rollout"),
+            ("running", _) => tagged("Running", "rollout"),
+            _ if ahead => tagged("Ready", "train"),
+            _ => tagged("Ready", "rollout"),
+        };
+        let seq = get(m, if ahead { "train_seq" } else { "rollout_seq" }).clone();
+        m.retain(|(k, _)| ["spec", "iteration"].contains(&k.as_text().unwrap_or("")));
+        m.push((Value::Text("stage".into()), stage));
+        m.push((Value::Text("ready_seq".into()), seq));
+        true
+    }
+
+    #[test]
+    fn another_version_is_refused_by_its_number() {
+        let (flags, p) = planes().remove(0);
+        let mut d = doc(&p.snapshot());
+        version(&mut d, 3);
+        let err = plane(flags).restore(&bytes(&d)).err().expect("refused").to_string();
+        assert!(err.contains("format version 3"), "{err}");
+    }
+}

@@ -136,38 +136,6 @@ fn a_colocated_job_runs_on_policy_whatever_it_allows() {
 }
 
 #[test]
-fn a_snapshot_written_before_lanes_restores_to_the_same_gate() {
-    let mut p = plane(false);
-    p.apply(&submission(0, "a", 4, 0, (100, 80))).unwrap();
-    p.apply(&submission(0, "b", 4, 0, (100, 80))).unwrap();
-    finish(&mut p, 100 * S, "a", Phase::Rollout, 0);
-    let bytes = p.snapshot();
-    // Rewrite each job entry as the previous format held it: `granted` and `next`, no `gate`.
-    let mut v: ciborium::Value = ciborium::from_reader(bytes.as_slice()).unwrap();
-    let mut rewritten = 0;
-    for job in map_get(&mut v, "jobs").as_array_mut().unwrap() {
-        let entry = map_get(job, "entry");
-        let name = map_get(entry, "name").as_text().unwrap().to_string();
-        let j = p.job(&name).unwrap();
-        let old = entry.as_map_mut().unwrap();
-        old.retain(|(k, _)| k.as_text() != Some("gate"));
-        old.push(("granted".into(), ciborium::Value::serialized(&j.granted()).unwrap()));
-        old.push(("next".into(), ciborium::Value::serialized(&j.next()).unwrap()));
-        rewritten += 1;
-    }
-    assert_eq!(rewritten, 2);
-    let mut old_bytes = Vec::new();
-    ciborium::into_writer(&v, &mut old_bytes).unwrap();
-    let restored = plane(false).restore(&old_bytes).unwrap();
-    assert_eq!(restored.snapshot(), bytes, "the same plane, field for field");
-}
-
-fn map_get<'v>(v: &'v mut ciborium::Value, key: &str) -> &'v mut ciborium::Value {
-    let map = v.as_map_mut().unwrap();
-    &mut map.iter_mut().find(|(k, _)| k.as_text() == Some(key)).unwrap().1
-}
-
-#[test]
 fn the_server_tells_the_weights_version_and_refuses_what_it_does_not_allow() {
     let s = TestServer::start_with(temp_dir("stale"), Duration::from_secs(60), |c| c.max_staleness = 1);
     let spec = |id: &str, k: serde_json::Value| json!({ "id": id, "type": "7B_8k", "iterations": 2, "rollout_s": 100, "train_s": 80, "staleness": k });

@@ -16,7 +16,6 @@ pub(super) struct Resource {
     /// Phases served per current member (round-robin fairness).
     pub(super) served: BTreeMap<JobId, u64>,
     /// Place of each member in the round (the group's cyclic order); unordered members last.
-    #[serde(default)]
     pub(super) rank: BTreeMap<JobId, u32>,
 }
 
@@ -79,19 +78,4 @@ impl Resource {
             self.last = Some(job);
         }
     }
-}
-
-/// Reads the rollout resources keyed by node, or in the earlier form, a vector indexed by
-/// node (snapshots written before the change), keeping only nodes a member still uses.
-pub(super) fn rollout_resources<'de, D: serde::Deserializer<'de>>(d: D) -> Result<BTreeMap<u32, Resource>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Form {
-        Keyed(BTreeMap<u32, Resource>),
-        Indexed(Vec<Resource>),
-    }
-    Ok(match Form::deserialize(d)? {
-        Form::Keyed(map) => map,
-        Form::Indexed(v) => (0u32..).zip(v).filter(|(_, r)| !r.served.is_empty()).collect(),
-    })
 }

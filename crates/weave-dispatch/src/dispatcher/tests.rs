@@ -1,6 +1,5 @@
 use super::*;
 use crate::SwitchCosts;
-use ciborium::Value;
 use weave_core::Bytes;
 
 #[test]
@@ -35,12 +34,6 @@ fn member(job: u32, nodes: &[u32]) -> MemberSpec {
     }
 }
 
-fn cbor(v: &impl Serialize) -> Vec<u8> {
-    let mut out = Vec::new();
-    ciborium::into_writer(v, &mut out).unwrap();
-    out
-}
-
 /// Node numbers only grow in elastic pools: a dispatcher holds state for the nodes its
 /// members use now, not for every number below them.
 #[test]
@@ -55,78 +48,6 @@ fn rollout_state_follows_the_nodes_in_use() {
     d.handle(Micros(2), Input::Leave { job: JobId(0) }).unwrap();
     assert!(d.rollout.is_empty());
     assert_eq!(d.memory().usage().len(), 1, "only the training nodes");
-}
-
-/// Snapshots written before bounded staleness hold each member as one stage; they still
-/// restore, to the same lanes.
-#[test]
-fn the_earlier_single_stage_form_still_reads() {
-    let mut d = Dispatcher::new(GroupLimits::UNLIMITED);
-    let mut actions = Vec::new();
-    for j in 0..3 {
-        actions.extend(d.handle(Micros(0), Input::Join(member(j, &[j]))).unwrap());
-    }
-    // Member 0 is in its first training switch, the others in their rollout switches.
-    let first = actions.iter().find(|a| matches!(a, Action::BeginSwitch { job: JobId(0), .. })).unwrap().clone();
-    let Action::BeginSwitch { phase, iteration, .. } = first else { unreachable!() };
-    d.handle(Micros(1), Input::SwitchFinished { job: JobId(0), phase, iteration }).unwrap();
-    d.handle(Micros(2), Input::PhaseFinished { job: JobId(0), phase, iteration }).unwrap();
-    let text = |v: &Value| v.as_text().map(str::to_owned);
-    let phase_value = |p: Phase| -> Value { ciborium::from_reader(cbor(&p).as_slice()).unwrap() };
-    let mut value: Value = ciborium::from_reader(cbor(&d).as_slice()).unwrap();
-    let Value::Map(fields) = &mut value else { panic!("a dispatcher is a map") };
-    let (_, members) = fields.iter_mut().find(|(k, _)| k.as_text() == Some("members")).unwrap();
-    let Value::Map(members) = members else { panic!("members by job") };
-    for (_, m) in members.iter_mut() {
-        let Value::Map(f) = m else { panic!("a member is a map") };
-        let get = |name: &str| f.iter().find(|(k, _)| k.as_text() == Some(name)).unwrap().1.clone();
-        let int = |v: Value| u64::try_from(v.as_integer().unwrap()).unwrap();
-        let (rollout, train) = (text(&get("rollout")).unwrap(), text(&get("train")).unwrap());
-        let ahead = int(get("rolled")) > int(get("iteration"));
-        let tagged = |tag: &str, p: Phase| Value::Map(vec![(Value::Text(tag.into()), phase_value(p))]);
-        let stage = match (rollout.as_str(), train.as_str()) {
-            (_, "syncing") => Value::Text("Syncing".into()),
-            (_, "switching") => tagged("Switching", Phase::Train),
-            (_, "running") => tagged("Running", Phase::Train),
-            ("switching", _) => tagged("Switching", Phase::Rollout),
-            ("running", _) => tagged("Running", Phase::Rollout),
-            _ if ahead => tagged("Ready", Phase::Train),
-            _ => tagged("Ready", Phase::Rollout),
-        };
-        let seq = get(if ahead { "train_seq" } else { "rollout_seq" });
-        let keep = ["spec", "iteration"];
-        f.retain(|(k, _)| keep.contains(&k.as_text().unwrap_or("")));
-        f.push((Value::Text("stage".into()), stage));
-        f.push((Value::Text("ready_seq".into()), seq));
-    }
-    let restored: Dispatcher = ciborium::from_reader(cbor(&value).as_slice()).unwrap();
-    for (job, m) in &d.members {
-        let r = &restored.members[job];
-        assert_eq!((r.iteration, r.rolled, r.rollout, r.train), (m.iteration, m.rolled, m.rollout, m.train), "{job}");
-    }
-}
-
-/// Snapshots written before the change hold the rollout resources as a vector indexed by
-/// node; they still restore, to the same dispatcher.
-#[test]
-fn the_earlier_indexed_form_still_reads() {
-    let mut d = Dispatcher::new(GroupLimits::UNLIMITED);
-    d.handle(Micros(0), Input::Join(member(0, &[1, 3]))).unwrap();
-    d.handle(Micros(0), Input::Join(member(1, &[3]))).unwrap();
-    let mut value: Value = ciborium::from_reader(cbor(&d).as_slice()).unwrap();
-    let Value::Map(fields) = &mut value else { panic!("a dispatcher is a map") };
-    let (_, rollout) = fields.iter_mut().find(|(k, _)| k.as_text() == Some("rollout")).unwrap();
-    let Value::Map(keyed) = rollout.clone() else { panic!("keyed by node") };
-    // The earlier form: every index up to the largest node, unused ones default.
-    let unused: Value = ciborium::from_reader(cbor(&Resource::default()).as_slice()).unwrap();
-    let mut indexed = vec![unused; 4];
-    for (k, v) in keyed {
-        indexed[k.as_integer().map(|i| u64::try_from(i).unwrap()).unwrap() as usize] = v;
-    }
-    *rollout = Value::Array(indexed);
-    let old = cbor(&value);
-    let restored: Dispatcher = ciborium::from_reader(old.as_slice()).unwrap();
-    assert_eq!(cbor(&restored), cbor(&d));
 }
 
 /// Feeds `input` and finishes every switch it begins at once; the phases started.

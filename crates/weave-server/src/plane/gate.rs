@@ -38,19 +38,6 @@ impl Gate {
         Gate { staleness, rolled: start, trained: start, rollout: None, train: None }
     }
 
-    /// The on-policy gate of a snapshot written before lanes: its one grant and next phase.
-    pub fn from_barrier(granted: Option<(Phase, u64)>, next: (Phase, u64)) -> Gate {
-        let (phase, n) = next;
-        let rolled = if phase == Phase::Train { n + 1 } else { n };
-        let mut gate = Gate { staleness: 0, rolled, trained: n, rollout: None, train: None };
-        match granted {
-            Some((Phase::Rollout, k)) => gate.rollout = Some(RolloutGrant { iteration: k, weights: k }),
-            Some((Phase::Train, k)) => gate.train = Some(k),
-            None => {}
-        }
-        gate
-    }
-
     pub fn is_granted(&self, phase: Phase, iteration: u64) -> bool {
         match phase {
             Phase::Rollout => self.rollout.is_some_and(|g| g.iteration == iteration),
@@ -203,15 +190,5 @@ mod tests {
         assert!(g.may_ask(Phase::Rollout, 2).is_ok());
         assert!(g.may_ask(Phase::Train, 1).is_ok());
         assert!(g.mid_iteration());
-    }
-
-    #[test]
-    fn a_snapshot_barrier_reads_as_the_same_gate() {
-        let g = Gate::from_barrier(Some((Phase::Train, 3)), (Phase::Train, 3));
-        assert_eq!((g.rolled, g.trained, g.train), (4, 3, Some(3)));
-        assert_eq!(g.next(), (Phase::Train, 3));
-        let g = Gate::from_barrier(Some((Phase::Rollout, 2)), (Phase::Rollout, 2));
-        assert!(g.is_granted(Phase::Rollout, 2));
-        assert_eq!(g.next(), (Phase::Rollout, 2));
     }
 }

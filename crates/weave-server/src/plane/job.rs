@@ -39,7 +39,6 @@ pub struct JobEntry {
     pub decision: Option<Decision>,
     /// What the job may run now and ask for next (one phase at a time on-policy; with
     /// staleness a rollout beside a training).
-    #[serde(default)]
     pub gate: Gate,
     pub completed_iterations: u64,
     pub failure: Option<String>,

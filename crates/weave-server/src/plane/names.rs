@@ -47,13 +47,6 @@ impl JobNames {
     pub(super) fn from_parts(live: Vec<(u32, String)>, next: u32) -> JobNames {
         JobNames { live: live.into_iter().collect(), next }
     }
-
-    /// Snapshots before this form held every admission's name by position, emptied once let go.
-    pub(super) fn from_positions(names: Vec<String>) -> JobNames {
-        let next = names.len() as u32;
-        let live = names.into_iter().enumerate().filter(|(_, n)| !n.is_empty()).map(|(i, n)| (i as u32, n));
-        JobNames { live: live.collect(), next }
-    }
 }
 
 #[cfg(test)]
@@ -70,17 +63,5 @@ mod tests {
         assert_eq!(names.get(b).map(String::as_str), Some("b"));
         assert_eq!(names.next_id(), JobId(2), "a number is never given twice");
         assert_eq!(names.push("c".into()), JobId(2));
-    }
-
-    #[test]
-    fn the_positional_form_keeps_numbers_and_drops_emptied_names() {
-        let names = JobNames::from_positions(vec!["a".into(), String::new(), "c".into()]);
-        assert_eq!(names.get(JobId(0)).map(String::as_str), Some("a"));
-        assert_eq!(names.get(JobId(1)), None);
-        assert_eq!(names.get(JobId(2)).map(String::as_str), Some("c"));
-        assert_eq!(names.next_id(), JobId(3));
-        let (live, next) = names.parts();
-        assert_eq!(live.len(), 2);
-        assert_eq!(next, 3);
     }
 }

@@ -37,7 +37,6 @@ pub struct Queued {
     /// Its place by arrival among all queued submissions.
     pub(super) arrival: u64,
     /// It was admitted and taken off (preempted, or its node was lost): it resumes first.
-    #[serde(default)]
     pub(super) resumes: bool,
 }
 

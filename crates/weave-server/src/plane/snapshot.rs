@@ -16,14 +16,17 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use weave_core::{GroupId, JobId, NodeId};
-use weave_dispatch::{Dispatcher, Phase};
+use weave_dispatch::Dispatcher;
 use weave_place::consolidate::{Churn, Deferred};
 use weave_place::share::UsageHistory;
 use weave_place::Placer;
 
-/// Format version: a snapshot of another version is refused, and the server does not start
-/// (the records it covers are no longer in the log, so there is nothing to replay instead).
-const VERSION: u32 = 1;
+mod v1;
+
+/// Format version. Version 1 is read by converting it first (`v1`); a snapshot of any other
+/// version is refused, and the server does not start (the records it covers are no longer in
+/// the log, so there is nothing to replay instead).
+const VERSION: u32 = 2;
 
 /// A snapshot as read (written as [`SnapshotRef`]).
 #[derive(Deserialize)]
@@ -33,14 +36,8 @@ struct Snapshot {
     placer: Placer,
     dispatchers: BTreeMap<GroupId, Dispatcher>,
     jobs: Vec<JobSnapshot>,
-    /// Every admission's name by position, emptied once let go (snapshots before
-    /// `job_names`; empty after).
-    #[serde(default)]
-    names: Vec<String>,
-    /// The names of the admissions still held, by number, and the next number (absent
-    /// before: then `names`).
-    #[serde(default)]
-    job_names: Option<(Vec<(u32, String)>, u32)>,
+    /// The names of the admissions still held, by number, and the next number.
+    job_names: (Vec<(u32, String)>, u32),
     events: Vec<PlaneEvent>,
     churn: Option<Churn>,
     queue: Vec<Queued>,
@@ -52,18 +49,14 @@ struct Snapshot {
     ended: VecDeque<(String, JobId)>,
     preemptions: BTreeMap<String, u64>,
     usage_history: UsageHistory,
-    /// The last consolidation pass, or the first record's time (absent before the server made
-    /// periodic passes).
-    #[serde(default)]
+    /// The last consolidation pass, or the first record's time.
     last_pass_us: Option<u64>,
-    /// Preemption notices in force (absent before there were any).
-    #[serde(default)]
+    /// Preemption notices in force.
     notices: Vec<(NodeId, Notice)>,
-    /// Rollout blocks lent, by the lender's (group, block) (absent before lending).
+    /// Rollout blocks lent, by the lender's (group, block) (left out when none are).
     #[serde(default)]
     loans: Vec<((GroupId, u32), Loan)>,
-    /// Consolidation moves waiting for their job's training to finish (absent before moves
-    /// waited).
+    /// Consolidation moves waiting for their job's training to finish (left out when none are).
     #[serde(default)]
     deferred: Vec<(JobId, Deferred)>,
 }
@@ -106,34 +99,9 @@ struct JobSnapshotRef<'a> {
 /// A job entry with the fields its API form leaves out.
 #[derive(Deserialize)]
 struct JobSnapshot {
-    entry: StoredEntry,
-    measured: Measured,
-    // Snapshots written before grant waits were measured per lane also carry `ready_us`,
-    // which is no longer used (ignored when read).
-    iteration_started_us: u64,
-}
-
-/// A job entry as stored. Snapshots written before lanes held the on-policy gate as its one
-/// grant (`granted`) and next phase (`next`) instead of `gate`: read here, once, and turned
-/// into the lanes' form, so that no live type carries the old form.
-#[derive(Deserialize)]
-struct StoredEntry {
-    #[serde(flatten)]
     entry: JobEntry,
-    #[serde(default)]
-    granted: Option<(Phase, u64)>,
-    #[serde(default)]
-    next: Option<(Phase, u64)>,
-}
-
-impl StoredEntry {
-    fn into_entry(self) -> JobEntry {
-        let mut entry = self.entry;
-        if let Some(next) = self.next {
-            entry.gate = super::Gate::from_barrier(self.granted, next);
-        }
-        entry
-    }
+    measured: Measured,
+    iteration_started_us: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -186,10 +154,7 @@ impl Plane {
 
     /// This (freshly configured) plane with the state in `bytes`.
     pub fn restore(mut self, bytes: &[u8]) -> Result<Plane, SnapshotError> {
-        let snap: Snapshot = ciborium::from_reader(bytes).map_err(|e| SnapshotError(e.to_string()))?;
-        if snap.version != VERSION {
-            return Err(SnapshotError(format!("format version {} (this build reads {VERSION})", snap.version)));
-        }
+        let snap = decode(bytes)?;
         // Placement settings come from the configuration; the pools' sizes from the state.
         let mut placer = snap.placer;
         let configured = self.placer.config().clone();
@@ -204,16 +169,14 @@ impl Plane {
             .jobs
             .into_iter()
             .map(|j| {
-                let mut entry = j.entry.into_entry();
+                let mut entry = j.entry;
                 entry.measured = j.measured;
                 entry.iteration_started_us = j.iteration_started_us;
                 (entry.name.clone(), Arc::new(entry))
             })
             .collect();
-        self.names = match snap.job_names {
-            Some((live, next)) => super::names::JobNames::from_parts(live, next),
-            None => super::names::JobNames::from_positions(snap.names),
-        };
+        let (live, next) = snap.job_names;
+        self.names = super::names::JobNames::from_parts(live, next);
         self.events = snap.events.into_iter().map(Arc::new).collect();
         self.events_bytes = self.events.iter().map(|e| super::event_bytes(e)).sum();
         // Consolidation on or off is configuration; what it did so far is state.
@@ -237,5 +200,25 @@ impl Plane {
         self.deferred = snap.deferred.into_iter().collect();
         self.version = snap.plane_version;
         Ok(self)
+    }
+}
+
+/// A snapshot in the current form, or in version 1 converted to it.
+fn decode(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
+    let current = ciborium::from_reader::<Snapshot, _>(bytes);
+    if let Ok(snap) = current.as_ref() {
+        if snap.version == VERSION {
+            return current.map_err(|e| SnapshotError(e.to_string()));
+        }
+    }
+    let mut doc: ciborium::Value = ciborium::from_reader(bytes).map_err(|e| SnapshotError(e.to_string()))?;
+    let version = doc.as_map().and_then(|m| m.iter().find(|(k, _)| k.as_text() == Some("version")));
+    match version.and_then(|(_, v)| v.as_integer()).and_then(|v| u32::try_from(v).ok()) {
+        Some(1) => {
+            v1::upgrade(&mut doc)?;
+            doc.deserialized().map_err(|e| SnapshotError(format!("format version 1, converted: {e}")))
+        }
+        Some(v) if v != VERSION => Err(SnapshotError(format!("format version {v} (this build reads 1 and {VERSION})"))),
+        _ => Err(SnapshotError(current.err().map_or_else(|| "no format version".into(), |e| e.to_string()))),
     }
 }
