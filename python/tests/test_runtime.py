@@ -162,20 +162,20 @@ class SyncTest(unittest.TestCase):
 @unittest.skipIf(torch is None, "needs the torch extra: pip install './python[torch]'")
 class ResumeTest(unittest.TestCase):
     def test_a_relaunch_resumes_from_exactly_weaves_count_or_refuses(self):
-        from weave_client.runtime import grpo_job
+        from weave_client.runtime import checkpointing
 
         s = _trained_state("sort/trainer")
         s.version = 4
         with tempfile.TemporaryDirectory() as d:
-            s.save(grpo_job.checkpoint_path(d))
-            grpo_job.resume_at("sort", d, 4)
+            s.save(checkpointing.checkpoint_path(d))
+            checkpointing.resume_at("sort", d, 4)
             with open(os.path.join(d, "resume.json")) as f:
-                self.assertEqual(json.load(f), {"iteration": 4, "path": grpo_job.checkpoint_path(d)})
+                self.assertEqual(json.load(f), {"iteration": 4, "path": checkpointing.checkpoint_path(d)})
             # Weave counts 5 completed, the checkpoint holds 4: refused, naming both.
             with self.assertRaisesRegex(SystemExit, "iteration 4.*hold iteration 5"):
-                grpo_job.resume_at("sort", d, 5)
+                checkpointing.resume_at("sort", d, 5)
             # Nothing completed: start afresh, whatever lies in the directory.
-            grpo_job.resume_at("sort", d, 0)
+            checkpointing.resume_at("sort", d, 0)
             with open(os.path.join(d, "resume.json")) as f:
                 self.assertEqual(json.load(f), {"iteration": 0, "path": None})
 
@@ -183,43 +183,43 @@ class ResumeTest(unittest.TestCase):
         import shutil
         from types import SimpleNamespace
 
-        from weave_client.runtime import grpo_job
+        from weave_client.runtime import checkpointing
 
         s = _trained_state("sort/trainer")
         s.version = 3
         with tempfile.TemporaryDirectory() as d:
-            os.makedirs(grpo_job.staging_dir(d), exist_ok=True)
+            os.makedirs(checkpointing.staging_dir(d), exist_ok=True)
             try:
-                s.save(grpo_job.staged_path(d, 3))
-                log, ckpt = os.path.join(d, "phases.jsonl"), grpo_job.checkpoint_path(d)
+                s.save(checkpointing.staged_path(d, 3))
+                log, ckpt = os.path.join(d, "phases.jsonl"), checkpointing.checkpoint_path(d)
                 a = SimpleNamespace(dir=d, job="sort")
                 # In a phase (the lock held): nothing is written now; the phase writes it.
-                busy = grpo_job.NoticeGuard(a, ["t0"], {"acked": 3, "pending": None, "durable": -1}, log)
+                busy = checkpointing.NoticeGuard(a, ["t0"], {"acked": 3, "pending": None, "durable": -1}, log)
                 with busy.lock:
                     busy.heard({"node": "t0", "deadline_us": 1})
                 self.assertIsNotNone(busy.noticed)
-                self.assertFalse(os.path.exists(grpo_job.noticed_path(d, 3)))
+                self.assertFalse(os.path.exists(checkpointing.noticed_path(d, 3)))
                 run = {"acked": 3, "pending": None, "durable": -1}
-                guard = grpo_job.NoticeGuard(a, ["t0"], run, log)
+                guard = checkpointing.NoticeGuard(a, ["t0"], run, log)
                 guard.heard({"node": "r0", "deadline_us": 1})
                 self.assertIsNone(guard.noticed, "a notice on another node")
-                self.assertFalse(os.path.exists(grpo_job.noticed_path(d, 3)))
+                self.assertFalse(os.path.exists(checkpointing.noticed_path(d, 3)))
                 guard.heard({"node": "t0", "deadline_us": 1})
                 self.assertEqual(run["durable"], 3)
                 # The host goes with its memory: the copy on disk holds the acknowledged
                 # iteration, also when the host went in the middle of writing the next one.
-                shutil.rmtree(grpo_job.staging_dir(d))
-                with open(grpo_job.noticed_path(d, 4), "wb") as f:
+                shutil.rmtree(checkpointing.staging_dir(d))
+                with open(checkpointing.noticed_path(d, 4), "wb") as f:
                     f.write(b"half a state")
-                with open(grpo_job.noticed_path(d, 4) + ".sha256", "w") as f:
+                with open(checkpointing.noticed_path(d, 4) + ".sha256", "w") as f:
                     f.write("0" * 64 + "\n")
-                self.assertEqual(grpo_job.resume_file(d, 3), grpo_job.noticed_path(d, 3))
+                self.assertEqual(checkpointing.resume_file(d, 3), checkpointing.noticed_path(d, 3))
                 self.assertFalse(os.path.exists(ckpt), "the checkpoint is left as it was")
                 with open(log) as f:
                     written = [json.loads(line) for line in f if '"checkpoint"' in line]
                 self.assertEqual([(e["iteration"], e["on_notice"]) for e in written], [(3, True)])
             finally:
-                shutil.rmtree(grpo_job.staging_dir(d), ignore_errors=True)
+                shutil.rmtree(checkpointing.staging_dir(d), ignore_errors=True)
 
 
 @unittest.skipIf(torch is None, "needs the torch extra: pip install './python[torch]'")
@@ -231,12 +231,12 @@ class PinTest(unittest.TestCase):
 
         a, b = sorted(os.sched_getaffinity(0))[:2]
         # A child on CPU a (as a node's CPU set pins it) asked for b keeps a; asked for a, runs on a.
-        code = ("import os; from weave_client.runtime.grpo_job import pin_to; "
+        code = ("import os; from weave_client.runtime.job_process import pin_to; "
                 f"os.sched_setaffinity(0, [{a}]); print(pin_to([{b}]), pin_to([{a}]), sorted(os.sched_getaffinity(0)))")
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
         self.assertEqual(out.split(), [f"[{a}]", f"[{a}]", f"[{a}]"])
         # Free to use both: it is pinned where it asks.
-        code = f"from weave_client.runtime.grpo_job import pin_to; import os; pin_to([{b}]); print(sorted(os.sched_getaffinity(0)))"
+        code = f"from weave_client.runtime.job_process import pin_to; import os; pin_to([{b}]); print(sorted(os.sched_getaffinity(0)))"
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
         self.assertEqual(out.strip(), f"[{b}]")
 

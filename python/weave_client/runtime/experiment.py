@@ -249,13 +249,15 @@ def predict(a, prof: Dict[str, Dict[str, float]], file: str) -> "tuple[float, st
 
 
 def measure_trainer_switches(a, name: str, kind: str) -> Dict[str, float]:
-    from .grpo_job import _args, _configs, checkpoint_path
+    from .checkpointing import checkpoint_path
+    from .grpo_job import parse_args
+    from .job_process import configs
     from .policy import build_policy, make_optimizer
     from .resident import measure_switches
 
-    ja = _args(["--server", "x", "--job", name, "--port", "1", "--dir", os.path.join(a.work, name),
+    ja = parse_args(["--server", "x", "--job", name, "--port", "1", "--dir", os.path.join(a.work, name),
                 "--prompts", str(a.prompts), *JOBS[kind]])
-    pcfg, gcfg = _configs(ja)
+    pcfg, gcfg = configs(ja)
 
     def build():
         p = build_policy(pcfg)

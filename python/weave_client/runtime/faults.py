@@ -111,7 +111,7 @@ def training_node_noticed(a, serve: Serve, ops: WeaveClient) -> Dict[str, Any]:
     relaunches). Only what the trainer did on hearing the notice (a checkpoint of every
     acknowledged iteration) holds that count: the job must resume from exactly it and train
     every iteration once."""
-    from .grpo_job import staging_dir
+    from .checkpointing import staging_dir
 
     # Long enough that the notice (heard within a heartbeat, 1 s) lands mid-run.
     name, n = "noticed-A", max(a.iterations, 200)

@@ -25,7 +25,7 @@ import sys
 from typing import Any, List, Optional
 
 from .. import WeaveClient
-from . import grpo_job
+from . import grpo_job, supervisor
 
 # Fractions of the job's bundles (the group's jobs share a node's GPUs; the gate decides).
 GPUS, CPUS = 0.5, 0.5
@@ -54,7 +54,7 @@ class RolloutWorker(_Role):
 
 
 class RayProcess:
-    """A ``Popen``-like handle on an actor's ``run`` (what ``grpo_job.launch`` supervises)."""
+    """A ``Popen``-like handle on an actor's ``run`` (what ``supervisor.launch`` supervises)."""
 
     def __init__(self, actor: Any, argv: List[str]) -> None:
         import ray
@@ -132,14 +132,14 @@ def _run(env: Any, argv: List[str]) -> int:
         return RayProcess(actor, [*cmd[3:], "--role", role])
 
     job_args = ["--server", env.server, "--token", env.token, "--job", env.job, "--master", master,
-                "--port", str(grpo_job._free_port())]
+                "--port", str(supervisor.free_port())]
     if env.iterations is not None:
         job_args += ["--iterations", str(env.iterations)]
     if env.resume_from > 0:
         # Weave relaunched the job after it lost its admission: resume from exactly its count.
         job_args += ["--resume-from", str(env.resume_from)]
     argv = [*job_args, *argv]
-    return grpo_job.launch(grpo_job._args(argv), argv, start_role=start_role, relaunched_by_weave=True)
+    return supervisor.launch(grpo_job.parse_args(argv), argv, start_role=start_role, relaunched_by_weave=True)
 
 
 if __name__ == "__main__":
