@@ -109,6 +109,18 @@ pub fn label(v: f64) -> String {
     }
 }
 
+/// Labels for `ticks`: [`label`]'s, unless that would print two ticks alike (a narrow window
+/// far from zero: "11k" twice, or "0.00" twice), then as many decimals as the step needs.
+pub fn tick_labels(ticks: &[f64]) -> Vec<String> {
+    let short: Vec<String> = ticks.iter().map(|v| label(*v)).collect();
+    if short.windows(2).all(|w| w[0] != w[1]) {
+        return short;
+    }
+    let step = ticks.windows(2).map(|w| w[1] - w[0]).fold(f64::INFINITY, f64::min);
+    let decimals = if step.is_finite() && step > 0.0 { (-step.log10().floor()).max(0.0) as usize } else { 0 };
+    ticks.iter().map(|v| format!("{v:.decimals$}")).collect()
+}
+
 /// Plot area with linear x and y scales, axes, ticks and axis titles.
 pub struct Plot {
     pub svg: Svg,
@@ -156,10 +168,11 @@ impl Plot {
         let (l, t, w, h) = (self.left, self.top, self.w, self.h);
         self.svg.line(l, t + h, l + w, t + h, "#333", false);
         self.svg.line(l, t, l, t + h, "#333", false);
-        for v in ticks(self.x.0, self.x.1, 6) {
-            let x = self.px(v);
+        let xs = ticks(self.x.0, self.x.1, 6);
+        for (v, text) in xs.iter().zip(tick_labels(&xs)) {
+            let x = self.px(*v);
             self.svg.line(x, t + h, x, t + h + 4.0, "#333", false);
-            self.svg.text(x, t + h + 16.0, "middle", &label(v));
+            self.svg.text(x, t + h + 16.0, "middle", &text);
         }
         for v in ticks(self.y.0, self.y.1, 5).into_iter().filter(|_| !y_title.is_empty()) {
             let y = self.py(v);
@@ -191,4 +204,18 @@ pub fn legend(items: &[(String, &str)]) -> String {
     }
     s.push_str("</div>");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tick_labels_never_print_two_ticks_alike() {
+        assert_eq!(tick_labels(&[0.0, 5.0, 10.0]), ["0", "5", "10"]);
+        assert_eq!(tick_labels(&[20_000.0, 40_000.0]), ["20k", "40k"]);
+        // A narrow window far from zero, and one below a hundredth.
+        assert_eq!(tick_labels(&[10_000.0, 10_005.0, 10_010.0]), ["10000", "10005", "10010"]);
+        assert_eq!(tick_labels(&[0.001, 0.002, 0.003]), ["0.001", "0.002", "0.003"]);
+    }
 }

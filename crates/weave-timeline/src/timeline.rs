@@ -179,12 +179,36 @@ fn lanes(events: &[&EventRecord], window: (f64, f64)) -> Vec<Lane> {
     out
 }
 
+/// The unit a span of `hours` reads best in: its name, its short form and how many make an hour.
+fn time_unit(hours: f64) -> (&'static str, &'static str, f64) {
+    if hours < 2.0 / 60.0 {
+        ("seconds", "s", 3600.0)
+    } else if hours < 2.0 {
+        ("minutes", "min", 60.0)
+    } else {
+        ("hours", "h", 1.0)
+    }
+}
+
+/// `(from, to)` hours in the unit that suits their span, e.g. "12.5 s to 40.1 s".
+fn span_text(window: (f64, f64)) -> String {
+    let (_, short, k) = time_unit(window.1 - window.0);
+    format!("{} {short} to {} {short}", round_for(window.0 * k), round_for(window.1 * k))
+}
+
+fn round_for(v: f64) -> String {
+    format!("{v:.2}")
+}
+
 pub fn render(t: &Timeline) -> String {
     let mut out = format!(
-        "<p class=\"muted\">Window {:.2} h to {:.2} h. Colours are jobs; dark bars are switches; white gaps are idle time.{}</p>",
-        t.window.0,
-        t.window.1,
-        if t.omitted_groups > 0 { format!(" {} more active groups not drawn.", t.omitted_groups) } else { String::new() }
+        "<p class=\"muted\">Window {}. Colours are jobs; dark bars are switches; white gaps are idle time.{}</p>",
+        span_text(t.window),
+        if t.omitted_groups > 0 {
+            format!(" {} more active groups not drawn.", t.omitted_groups)
+        } else {
+            String::new()
+        }
     );
     let mut jobs: Vec<u32> =
         t.groups.iter().flat_map(|g| g.lanes.iter().flat_map(|l| l.bars.iter().map(|b| b.job))).collect();
@@ -196,13 +220,18 @@ pub fn render(t: &Timeline) -> String {
     for g in &t.groups {
         let lane_h = 20.0;
         let height = 16.0 + 44.0 + lane_h * g.lanes.len() as f64;
-        let mut p = Plot::with_left(1100.0, height, 110.0, g.window, (0.0, g.lanes.len() as f64), "time (hours)", "");
+        // Each group in the unit its own span reads in (a run of minutes drawn in hours printed
+        // every tick as 0.00).
+        let (unit, _, k) = time_unit(g.window.1 - g.window.0);
+        let x = (g.window.0 * k, g.window.1 * k);
+        let mut p =
+            Plot::with_left(1100.0, height, 110.0, x, (0.0, g.lanes.len() as f64), &format!("time ({unit})"), "");
         for (i, lane) in g.lanes.iter().enumerate() {
             let y = p.py((g.lanes.len() - i) as f64);
             p.svg.rect(p.left, y, p.w, lane_h - 2.0, "#f7f7f7", None);
             p.svg.text(p.left - 6.0, y + 13.0, "end", &lane.name);
             for b in &lane.bars {
-                let (x0, x1) = (p.px(b.start_h), p.px(b.end_h));
+                let (x0, x1) = (p.px(b.start_h * k), p.px(b.end_h * k));
                 let fill = match b.kind {
                     BarKind::Switch => "#333",
                     _ => color(b.job as usize),
@@ -213,10 +242,9 @@ pub fn render(t: &Timeline) -> String {
             }
         }
         out.push_str(&format!(
-            "<p class=\"muted\">group g{}, {:.2} h to {:.2} h</p>{}",
+            "<p class=\"muted\">group g{}, {}</p>{}",
             g.group,
-            g.window.0,
-            g.window.1,
+            span_text(g.window),
             p.svg.finish(&format!("timeline of group g{}", g.group))
         ));
     }
@@ -250,7 +278,9 @@ mod tests {
         assert_eq!(t.groups[1].window, (0.40, 0.4333));
         assert_eq!(t.groups[1].lanes[0].bars[0].label, "gamma rollout 0");
         let html = render(&t);
-        assert!(html.contains("group g1, 0.40 h to 0.43 h"), "{html}");
+        // Each in the unit its span reads in: the hour in minutes, the two minutes in seconds.
+        assert!(html.contains("group g0, 0.00 min to 60.00 min"), "{html}");
+        assert!(html.contains("group g1, 1440.00 s to 1559.88 s") && html.contains("time (seconds)"), "{html}");
         // The group's bar fills its own plot's width, not a thirtieth of it.
         assert!(
             html.contains(">alpha</span>") && html.contains(">job 1</span>") && html.contains(">gamma</span>"),
