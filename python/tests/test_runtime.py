@@ -127,17 +127,66 @@ def _free_port():
 def _sync_peer(rank, port, flat, corrupt, out):
     import torch.distributed as dist
 
-    from weave_client.runtime.sync import recv_weights, send_weights
+    from weave_client.runtime.sync import Plan, recv_weights, send_weights
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    plan = Plan.single(flat.numel() * 4)
     if rank == 0:
-        stats = send_weights(flat, 3, 1, corrupt_first=corrupt)
+        stats = send_weights(flat, 3, plan, 0, corrupt_first=corrupt)
         out.put(("sent", stats.attempts))
     else:
-        got = recv_weights(0)
+        got = recv_weights(plan, 1)
         out.put(("received", got.version, got.refused, torch.equal(got.flat, flat)))
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _plan_peer(rank, port, plan_json, flat, corrupt, out):
+    """One rank of a two-trainer, two-rollout-worker plan: trainers send, rollout workers receive."""
+    import torch.distributed as dist
+
+    from weave_client.runtime.sync import Plan, recv_weights, send_weights
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=4)
+    plan = Plan.from_weave(plan_json)
+    if rank < 2:
+        stats = send_weights(flat, 7, plan, rank, corrupt_first=corrupt and rank == 1)
+        out.put((rank, "sent", stats.attempts, stats.bytes))
+    else:
+        got = recv_weights(plan, rank)
+        out.put((rank, "received", got.version, got.refused, torch.equal(got.flat, flat)))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _run_peers(test, target, world, args):
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=target, args=(r, port, *args, q)) for r in range(world)]
+    for p in procs:
+        p.start()
+    msgs = sorted([q.get(timeout=120) for _ in range(world)], key=str)
+    for p in procs:
+        p.join(timeout=120)
+        test.assertEqual(p.exitcode, 0)
+    return msgs
+
+
+def _topology_aware(model_bytes):
+    """weave-sync's topology-aware plan for two training and two rollout GPUs: shard i crosses
+    to rollout GPU i, which forwards it to the other (the JSON ``weave sync plan --emit`` prints)."""
+    half = (model_bytes + 1) // 2
+    shards = [(0, half), (half, model_bytes - half)]
+    end = lambda side, gpu: {"side": side, "gpu": gpu}  # noqa: E731
+    transfers = []
+    for i, (o, n) in enumerate(shards):
+        transfers.append({"stage": 1, "from": end("train", i), "to": end("rollout", i), "offset": o, "len": n,
+                          "tier": "slow"})
+        transfers.append({"stage": 2, "from": end("rollout", i), "to": end("rollout", 1 - i), "offset": o,
+                          "len": n, "tier": "fast"})
+    return {"kind": "topology-aware", "model_bytes": model_bytes, "train_gpus": 2, "rollout_gpus": 2,
+            "transfers": transfers}
 
 
 @unittest.skipIf(torch is None, "needs the torch extra: pip install './python[torch]'")
@@ -145,18 +194,20 @@ class SyncTest(unittest.TestCase):
     def test_a_damaged_copy_is_refused_and_sent_again(self):
         flat = torch.randn(10_000, generator=torch.Generator().manual_seed(1))
         for corrupt, attempts in ((False, 1), (True, 2)):
-            ctx = mp.get_context("spawn")
-            q = ctx.Queue()
-            port = _free_port()
-            procs = [ctx.Process(target=_sync_peer, args=(r, port, flat, corrupt, q)) for r in (0, 1)]
-            for p in procs:
-                p.start()
-            msgs = sorted([q.get(timeout=120), q.get(timeout=120)])
-            for p in procs:
-                p.join(timeout=120)
-                self.assertEqual(p.exitcode, 0)
+            msgs = _run_peers(self, _sync_peer, 2, (flat, corrupt))
             self.assertEqual(msgs[0], ("received", 3, attempts - 1, True))
             self.assertEqual(msgs[1], ("sent", attempts))
+
+    def test_a_plan_of_shards_and_forwards_delivers_every_byte_checked(self):
+        flat = torch.randn(10_001, generator=torch.Generator().manual_seed(2))
+        plan = _topology_aware(flat.numel() * 4)
+        for corrupt, attempts in ((False, 1), (True, 2)):
+            msgs = _run_peers(self, _plan_peer, 4, (plan, flat, corrupt))
+            # Each trainer sends its own half once per attempt; each worker ends with all of it.
+            self.assertEqual(msgs[0], (0, "sent", attempts, 20_002))
+            self.assertEqual(msgs[1], (1, "sent", attempts, 20_002))
+            self.assertEqual(msgs[2], (2, "received", 7, attempts - 1, True))
+            self.assertEqual(msgs[3], (3, "received", 7, attempts - 1, True))
 
 
 @unittest.skipIf(torch is None, "needs the torch extra: pip install './python[torch]'")

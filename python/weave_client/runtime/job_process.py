@@ -53,6 +53,14 @@ def join_process_group(a: argparse.Namespace, rank: int, cpu_spec: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://{master}:{a.port}", rank=rank, world_size=2)
 
 
+def weights_plan(model_bytes: int):
+    """How the job's weights move: one transfer from the trainer to the rollout worker (the
+    plan ``weave-sync`` makes for one training and one rollout GPU)."""
+    from .sync import Plan
+
+    return Plan.single(model_bytes, TRAINER, ROLLOUT)
+
+
 def configs(a: argparse.Namespace):
     from .policy import GrpoConfig, PolicyConfig
 

@@ -9,7 +9,7 @@ import sys
 import time
 
 from .job_process import (EXIT_RESTART, ROLLOUT, TRAINER, VersionError, configs, join_process_group,
-                          leave_process_group, log_record)
+                          leave_process_group, log_record, weights_plan)
 
 
 def run_rollout(a: argparse.Namespace) -> None:
@@ -49,7 +49,9 @@ def _rollout_loop(a, state, log: str) -> None:
 
     _, gcfg = configs(a)
     cold = state.activate()
-    got = recv_weights(TRAINER)
+    flat = state.parameters_flat()
+    plan = weights_plan(flat.numel() * flat.element_size())
+    got = recv_weights(plan, ROLLOUT)
     state.load_parameters(got.flat, got.version)
     state.offload()
     log_record(log, {"job": a.job, "role": "rollout", "event": "start", "iteration": got.version, "switch": cold.kind,
@@ -75,6 +77,6 @@ def _rollout_loop(a, state, log: str) -> None:
         log_record(log, {"job": a.job, "role": "rollout", "phase": "rollout", "iteration": k, **meta})
         send_batch(batch, k, TRAINER)
         if k + 1 < a.iterations:
-            received = recv_weights(TRAINER, on_header=lambda v: _die_mid_sync(a, v))
+            received = recv_weights(plan, ROLLOUT, on_header=lambda v: _die_mid_sync(a, v))
             # Published between phases, after the digest check: never a half-updated model.
             state.load_parameters(received.flat, received.version)

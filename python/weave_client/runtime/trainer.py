@@ -12,7 +12,7 @@ from typing import Any, Dict
 from .checkpointing import (NoticeGuard, checkpoint_path, noticed_path, save_acked, staged_bytes, staged_path,
                             staging_dir, start_from, write_noticed)
 from .job_process import (EXIT_RESTART, ROLLOUT, TRAINER, VersionError, configs, join_process_group,
-                          leave_process_group, log_record)
+                          leave_process_group, log_record, weights_plan)
 
 
 def run_trainer(a: argparse.Namespace) -> None:
@@ -44,9 +44,11 @@ def run_trainer(a: argparse.Namespace) -> None:
     guard = NoticeGuard(a, client.job(a.job)["job"]["training_nodes"], run, log)
     try:
         with client.keepalive(a.job, interval_s=1.0, on_notice=guard.heard):
-            first = send_weights(state.parameters_flat(), start, ROLLOUT)
+            flat = state.parameters_flat()
+            plan = weights_plan(flat.numel() * flat.element_size())
+            first = send_weights(flat, start, plan, TRAINER)
             state.offload()
-            _train_loop(a, client, state, ckpt, log, start, run, guard)
+            _train_loop(a, client, state, ckpt, log, start, run, guard, plan)
     except (Requeued, RuntimeError, OSError) as e:
         # Gloo reports a lost peer as RuntimeError; a lost admission is Requeued.
         save_acked(state, ckpt, log, a.job, run)
@@ -57,7 +59,8 @@ def run_trainer(a: argparse.Namespace) -> None:
     leave_process_group()
 
 
-def _train_loop(a, client, state, ckpt: str, log: str, start: int, run: Dict[str, Any], guard: NoticeGuard) -> None:
+def _train_loop(a, client, state, ckpt: str, log: str, start: int, run: Dict[str, Any], guard: NoticeGuard,
+                plan) -> None:
     from .resident import save_checkpoint
     from .sync import recv_batch, send_weights
 
@@ -84,7 +87,7 @@ def _train_loop(a, client, state, ckpt: str, log: str, start: int, run: Dict[str
         # worker asks for its next rollout only once the new version has arrived intact.
         synced: Dict[str, Any] = {}
         if k + 1 < a.iterations:
-            sync = send_weights(flat, k + 1, ROLLOUT, corrupt_first=a.corrupt_sync_once and k == start)
+            sync = send_weights(flat, k + 1, plan, TRAINER, corrupt_first=a.corrupt_sync_once and k == start)
             synced = {"sync_s": sync.seconds, "sync_bytes": sync.bytes, "sync_attempts": sync.attempts}
         log_record(log, {"job": a.job, "role": "trainer", "phase": "train", "iteration": k, **meta, **synced})
         if a.die_after_finish == k and not os.path.exists(os.path.join(a.dir, "died-after-finish")):
