@@ -211,6 +211,29 @@ class SyncTest(unittest.TestCase):
 
 
 @unittest.skipIf(torch is None, "needs the torch extra: pip install './python[torch]'")
+class RanksTest(unittest.TestCase):
+    def test_a_plan_that_does_not_fit_the_jobs_ranks_or_bytes_is_refused_by_name(self):
+        from weave_client.runtime.grpo_job import parse_args
+        from weave_client.runtime.job_process import weights_plan
+
+        base = ["--server", "x", "--job", "j", "--port", "1", "--dir", "/tmp/j"]
+        self.assertEqual(weights_plan(parse_args(base), 40).transfers[0].length, 40)
+        with self.assertRaises(SystemExit) as e:
+            weights_plan(parse_args([*base, "--trainers", "2"]), 40)
+        self.assertIn("--sync-plan", str(e.exception))
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "plan.json")
+            with open(path, "w") as f:
+                json.dump({"plan": _topology_aware(40)}, f)
+            self.assertEqual(len(weights_plan(parse_args([*base, "--trainers", "2", "--sync-plan", path]), 40)
+                                 .transfers), 4)
+            for trainers, nbytes in ((2, 44), (3, 40)):
+                with self.assertRaises(SystemExit) as e:
+                    weights_plan(parse_args([*base, "--trainers", str(trainers), "--sync-plan", path]), nbytes)
+                self.assertIn(path, str(e.exception))
+
+
+@unittest.skipIf(torch is None, "needs the torch extra: pip install './python[torch]'")
 class ResumeTest(unittest.TestCase):
     def test_a_relaunch_resumes_from_exactly_weaves_count_or_refuses(self):
         from weave_client.runtime import checkpointing

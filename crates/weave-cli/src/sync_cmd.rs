@@ -17,12 +17,22 @@ pub enum SyncCommand {
     Plan {
         #[arg(long, default_value = "7B")]
         model: ModelSize,
+        /// The bytes to move, in place of `--model`'s (a real job's parameters).
+        #[arg(long)]
+        model_bytes: Option<u64>,
         #[arg(long, default_value_t = 8)]
         train_gpus: u32,
         #[arg(long, default_value_t = 8)]
         rollout_gpus: u32,
+        /// Rollout GPUs per node (a flat plan sends one copy across the slow link per node).
+        #[arg(long, default_value_t = GPUS_PER_NODE)]
+        gpus_per_node: u32,
         #[arg(long, value_name = "FILE")]
         cluster: Option<PathBuf>,
+        /// Print this plan itself as JSON (its transfers, what a job's sync runs), with its
+        /// predicted seconds and their transfer part.
+        #[arg(long, value_name = "KIND", value_parser = ["flat", "topology-aware"])]
+        emit: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -63,8 +73,12 @@ pub enum SyncCommand {
 
 pub fn run(cmd: SyncCommand) -> Result<()> {
     match cmd {
-        SyncCommand::Plan { model, train_gpus, rollout_gpus, cluster, json: as_json } => {
-            show_plan(model, train_gpus, rollout_gpus, cluster, as_json)
+        SyncCommand::Plan { model, model_bytes, train_gpus, rollout_gpus, gpus_per_node, cluster, emit, json } => {
+            let shape = PlanShape { model, model_bytes, train_gpus, rollout_gpus, gpus_per_node };
+            match emit {
+                Some(kind) => emit_plan(&shape, cluster, &kind),
+                None => show_plan(&shape, cluster, json),
+            }
         }
         SyncCommand::Send { model_file, model_version, listen, fail_after_bytes, corrupt_after_bytes } => {
             let fault = match (fail_after_bytes, corrupt_after_bytes) {
@@ -79,13 +93,48 @@ pub fn run(cmd: SyncCommand) -> Result<()> {
     }
 }
 
-fn show_plan(model: ModelSize, n: u32, m: u32, cluster: Option<PathBuf>, as_json: bool) -> Result<()> {
-    if n == 0 || m == 0 {
-        bail!("--train-gpus and --rollout-gpus must be at least 1");
+/// What `weave sync plan` plans for.
+struct PlanShape {
+    model: ModelSize,
+    model_bytes: Option<u64>,
+    train_gpus: u32,
+    rollout_gpus: u32,
+    gpus_per_node: u32,
+}
+
+impl PlanShape {
+    /// The topology on `cluster`'s network and the bytes to move.
+    fn topology(&self, cluster: Option<PathBuf>) -> Result<(Topology, u64)> {
+        let (n, m) = (self.train_gpus, self.rollout_gpus);
+        if n == 0 || m == 0 || self.gpus_per_node == 0 {
+            bail!("--train-gpus, --rollout-gpus and --gpus-per-node must be at least 1");
+        }
+        if self.model_bytes == Some(0) {
+            bail!("--model-bytes must be at least 1");
+        }
+        let cluster = load_cluster(cluster.as_deref())?;
+        let bytes = self.model_bytes.unwrap_or_else(|| sync_bytes(self.model).0);
+        Ok((Topology::new(&cluster.network, n, m, self.gpus_per_node), bytes))
     }
-    let cluster = load_cluster(cluster.as_deref())?;
-    let topo = Topology::new(&cluster.network, n, m, GPUS_PER_NODE);
-    let bytes = sync_bytes(model).0;
+}
+
+/// One plan as JSON: the plan (what `weave_client.runtime.sync` runs), its predicted seconds and
+/// the transfer part of them (without the start-up fitted to the paper's engine).
+fn emit_plan(shape: &PlanShape, cluster: Option<PathBuf>, kind: &str) -> Result<()> {
+    let (topo, bytes) = shape.topology(cluster)?;
+    let kind = if kind == "flat" { SyncPlanKind::Flat } else { SyncPlanKind::TopologyAware };
+    let p = plan(kind, bytes, &topo);
+    verify(&p).map_err(anyhow::Error::msg)?;
+    let out = serde_json::json!({
+        "plan": p, "predicted_s": predict(&p, &topo).as_secs_f64(),
+        "transfer_predicted_s": weave_model::syncplan::transfer_seconds(&p, &topo),
+    });
+    write_output(None, &json(&out)?)
+}
+
+fn show_plan(shape: &PlanShape, cluster: Option<PathBuf>, as_json: bool) -> Result<()> {
+    let (topo, bytes) = shape.topology(cluster)?;
+    let (model, n, m) = (shape.model, shape.train_gpus, shape.rollout_gpus);
     let mut rows = Vec::new();
     for kind in [SyncPlanKind::Flat, SyncPlanKind::TopologyAware] {
         let p = plan(kind, bytes, &topo);

@@ -188,3 +188,28 @@ fn topology_aware_sync_beats_flat_across_namespaces() {
     assert!(measured >= 2.5, "topology-aware only {measured:.2}x faster than flat (at least 2.5x expected): {v}");
     eprintln!("{out}");
 }
+
+/// `weave sync plan --emit` prints the plan a job's sync runs (the Python runtime reads it):
+/// for a real job's bytes and ranks, its shards, forwards and prediction; bad shapes are refused.
+#[test]
+fn a_plan_is_emitted_for_a_jobs_bytes_and_ranks() {
+    let weave = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_weave")).args(args).output().unwrap();
+    let shape = ["sync", "plan", "--model-bytes", "1001", "--train-gpus", "2", "--rollout-gpus", "2"];
+    let out = weave(&[&shape[..], &["--gpus-per-node", "2", "--emit", "topology-aware"]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let transfers = v["plan"]["transfers"].as_array().unwrap();
+    let slow: u64 = transfers.iter().filter(|t| t["tier"] == "slow").map(|t| t["len"].as_u64().unwrap()).sum();
+    assert_eq!((transfers.len(), slow, v["plan"]["model_bytes"].as_u64()), (4, 1001, Some(1001)), "{v}");
+    assert!(v["transfer_predicted_s"].as_f64().unwrap() < v["predicted_s"].as_f64().unwrap(), "{v}");
+    // A flat plan to two one-GPU nodes sends the model across twice.
+    let out = weave(&[&shape[..], &["--gpus-per-node", "1", "--emit", "flat"]].concat());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let slow: u64 = v["plan"]["transfers"].as_array().unwrap().iter().map(|t| t["len"].as_u64().unwrap()).sum();
+    assert_eq!(slow, 2002, "{v}");
+    for bad in [["--model-bytes", "0"], ["--gpus-per-node", "0"]] {
+        let out = weave(&[&["sync", "plan", "--emit", "flat"][..], &bad[..]].concat());
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains(bad[0]), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+}

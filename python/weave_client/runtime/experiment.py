@@ -33,7 +33,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from weave_client import WeaveClient
-from weave_client.runtime import minicluster
+from weave_client.runtime import minicluster, multi_rank
 from weave_client.runtime.faults import node_loss, rollout_killed_mid_sync, trainer_killed, training_node_noticed
 from weave_client.runtime.harness import JOBS, TOKEN, Serve, check_versions, job_cmd, phases, run_jobs, say, start_jobs, \
     wait_jobs, wait_until
@@ -80,6 +80,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--rollout-cpus", default="0")
     ap.add_argument("--train-cpus", default="1")
     ap.add_argument("--learn", type=int, default=0, help="also run the reference job this many iterations")
+    ap.add_argument("--trainers", type=int, default=1,
+                    help="above 1: also run the reference job with this many trainer ranks and rollout workers, "
+                         "its syncs along weave-sync's plan against a flat broadcast (and --learn with them)")
     ap.add_argument("--work", help="working directory (default: a new temporary one)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--kill-serve", action="store_true", help="SIGKILL and restart weave serve halfway through the first pair")
@@ -138,6 +141,8 @@ def run(a, server_ip: str) -> int:
             out["rollout_killed_mid_sync"] = rollout_killed_mid_sync(a, serve, ops)
         if a.notice_train_node:
             out["training_node_noticed"] = training_node_noticed(a, serve, ops)
+        if a.trainers > 1:
+            out["ranks"] = multi_rank.sync_comparison(a, url)
         if a.learn:
             out["learn"] = learn(a, url)
         if a.json:
@@ -273,6 +278,9 @@ def learn(a, url: str) -> Dict[str, Any]:
            "--job", name, "--iterations", str(a.learn), "--rollout-cpus", a.rollout_cpus, "--train-cpus",
            a.train_cpus, "--port", "29630", "--dir", os.path.join(a.work, name), "--submit", "--checkpoint-every", "50",
            *(["--minicluster"] if a.shaped_link is not None else [])]
+    if a.trainers > 1:
+        plan = multi_rank.plan_file(a, "topology-aware", a.trainers, "plan-learn.json")
+        cmd += ["--trainers", str(a.trainers), "--sync-plan", plan["path"]]
     t0 = time.time()
     run_jobs([cmd])
     minutes = (time.time() - t0) / 60
@@ -360,6 +368,8 @@ def report(o: Dict[str, Any]) -> None:
     if any(x["gain"] > 2.0 for x in o["rounds"]):
         rows.append(("WARNING", "a round's gain is above the 2.0 a perfect pair allows: the machine's speed "
                                 "changed between its runs; trust the median less"))
+    if "ranks" in o:
+        rows += multi_rank.rows(o["ranks"])
     if "learn" in o:
         le = o["learn"]
         rows.append(("reference job: reward first / last 10", f"{le['first_reward']:.3f} / {le['final_reward_10']:.3f}"))

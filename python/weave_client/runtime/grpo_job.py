@@ -40,6 +40,13 @@ the last acknowledged iteration and exits; the launcher waits until Weave runs t
 and starts both processes afresh, which resume cold from the checkpoint of exactly the
 iteration Weave counts as completed (it refuses to go on from any other).
 
+With ``--trainers N --sync-plan FILE`` the job runs N trainer ranks and N rollout workers
+(``job_process``): data-parallel training (each trainer on its own worker's batch, gradients
+averaged), each worker sampling ``1/N`` of the prompts, rank 0 and rank N alone talking to the
+gate; the weights move along the plan in FILE (``weave sync plan --emit topology-aware
+--model-bytes B --train-gpus N --rollout-gpus N --gpus-per-node N``), every rank checking what
+it receives. The fault scenarios run the one-trainer form.
+
 Each phase reports to Weave its measured duration and, as metadata, the switch it made
 (``warm``/``cold`` and seconds), the bytes held in host memory, the sync, the versions used
 and the mean reward. Every process also appends the same records to ``--log`` (JSON lines).
@@ -98,13 +105,21 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                     "(a relaunch after a lost admission; refused if no checkpoint holds it)")
     ap.add_argument("--max-restarts", type=int, default=5, help="process restarts after a lost admission or peer")
     ap.add_argument("--resume-timeout-s", type=float, default=900.0, help="how long to wait to be admitted again")
+    ap.add_argument("--trainers", type=int, default=1,
+                    help="trainer ranks, and as many rollout workers (data-parallel; needs --sync-plan above 1)")
+    ap.add_argument("--sync-plan", metavar="FILE",
+                    help="the weights' plan (`weave sync plan --emit KIND --model-bytes B --train-gpus N "
+                         "--rollout-gpus N --gpus-per-node N`); default: the one transfer of a 1 -> 1 job")
     ap.add_argument("--role", choices=["trainer", "rollout"], help=argparse.SUPPRESS)
+    ap.add_argument("--rank-index", type=int, default=0, help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     a = parse_args(argv)
+    if a.trainers < 1 or a.prompts % a.trainers:
+        raise SystemExit(f"--trainers {a.trainers}: at least 1, and dividing --prompts ({a.prompts})")
     if a.role == "trainer":
         run_trainer(a)
         return 0

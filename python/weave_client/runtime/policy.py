@@ -12,7 +12,7 @@ of PPO on those advantages (no critic, no KL term); with ``epochs = 1`` it is ex
 """
 
 import dataclasses
-from typing import Dict
+from typing import Callable, Dict, Optional
 
 import torch
 from torch import nn
@@ -104,7 +104,10 @@ def advantages(rewards: torch.Tensor, group: int) -> torch.Tensor:
     return a.reshape(-1)
 
 
-def train_step(policy: Policy, opt: torch.optim.Optimizer, batch: Dict[str, torch.Tensor], grpo: GrpoConfig) -> float:
+def train_step(policy: Policy, opt: torch.optim.Optimizer, batch: Dict[str, torch.Tensor], grpo: GrpoConfig,
+               grad_sync: Optional[Callable[[nn.Module], None]] = None) -> float:
+    """One GRPO update on ``batch``; ``grad_sync(policy)`` runs between the backward pass and the
+    optimizer step (data parallelism: the gradients averaged over the trainers' batches)."""
     adv = advantages(batch["reward"], grpo.group)
     loss_value = 0.0
     for _ in range(grpo.epochs):
@@ -114,6 +117,8 @@ def train_step(policy: Policy, opt: torch.optim.Optimizer, batch: Dict[str, torc
         loss = -surrogate.mean()
         opt.zero_grad(set_to_none=False)
         loss.backward()
+        if grad_sync is not None:
+            grad_sync(policy)
         opt.step()
         loss_value = loss.item()
     return loss_value

@@ -1,15 +1,19 @@
 """The reference job's rollout worker (rank 1): receives each weights version (digest-checked),
 samples the rollout of exactly that version inside its granted phase, and sends the
-trajectories to the trainer (see ``grpo_job``'s text)."""
+trajectories to the trainer (see ``grpo_job``'s text). With ``--trainers N`` there are N
+workers (ranks N .. 2N - 1): worker ``j`` samples its share of the prompts inside the phase the
+first worker was granted and sends them to trainer ``j``."""
 
 import argparse
+import dataclasses
 import os
 import signal
 import sys
 import time
+from typing import Any, Dict, Optional
 
-from .job_process import (EXIT_RESTART, ROLLOUT, TRAINER, VersionError, configs, join_process_group,
-                          leave_process_group, log_record, weights_plan)
+from .job_process import (EXIT_RESTART, VersionError, configs, follow, join_process_group, leave_process_group,
+                          log_record, rollout_rank, trainer_rank, weights_plan)
 
 
 def run_rollout(a: argparse.Namespace) -> None:
@@ -18,15 +22,16 @@ def run_rollout(a: argparse.Namespace) -> None:
     from .policy import build_policy
     from .resident import ResidentState
 
-    join_process_group(a, ROLLOUT, a.rollout_cpus)
+    j = a.rank_index
+    join_process_group(a, rollout_rank(a, j), a.rollout_cpus)
     pcfg, _ = configs(a)
-    state = ResidentState(f"{a.job}/rollout", lambda: ({"policy": build_policy(pcfg)}, {}))
+    state = ResidentState(f"{a.job}/rollout" + (f"-{j}" if j else ""), lambda: ({"policy": build_policy(pcfg)}, {}))
     log = a.log or os.path.join(a.dir, "phases.jsonl")
     try:
         _rollout_loop(a, state, log)
     except (Requeued, RuntimeError, OSError) as e:
         # Nothing to save: the trainer holds the job's state; a new worker gets it by sync.
-        log_record(log, {"job": a.job, "role": "rollout", "event": "interrupted", "reason": str(e)[:300]})
+        log_record(log, {"job": a.job, "role": "rollout", "worker": j, "event": "interrupted", "reason": str(e)[:300]})
         sys.exit(EXIT_RESTART)
     leave_process_group()
 
@@ -39,44 +44,67 @@ def _die_mid_sync(a: argparse.Namespace, version: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _rollout_loop(a, state, log: str) -> None:
+def _sample(a, state, k: int, gcfg) -> "tuple[Dict[str, Any], Dict[str, Any]]":
+    """This worker's rollout ``k`` (its share of the prompts, with weights version ``k``): the
+    batch, and what the phase reports of it."""
     import torch
+    import torch.distributed as dist
 
+    from .job_process import GROUPS
+    from .policy import rollout
+
+    t0 = time.perf_counter()
+    sw = state.activate()
+    if state.version != k:
+        raise VersionError(f"{a.job}: rollout {k} would sample from weights {state.version}")
+    # One named stream per iteration and worker: a resumed job draws the same prompts again.
+    rng = torch.Generator().manual_seed(a.seed * 1_000_003 + k + 1_000_000_007 * a.rank_index)
+    share = dataclasses.replace(gcfg, prompts=gcfg.prompts // a.trainers)
+    batch = rollout(state.modules["policy"], rng, share)
+    off = state.offload()
+    reward = batch["reward"].mean()
+    if a.trainers > 1:
+        reward = reward.clone()
+        dist.all_reduce(reward, group=GROUPS["rollouts"])
+        reward /= a.trainers
+    return batch, {
+        "weights_version": k, "mean_reward": round(float(reward), 6), "switch": sw.kind, "switch_s": sw.seconds,
+        "offload_s": off.seconds, "host_bytes": state.host_bytes(), "compute_s": time.perf_counter() - t0,
+    }
+
+
+def _rollout_loop(a, state, log: str) -> None:
     from weave_client import WeaveClient
 
-    from .policy import rollout
     from .sync import recv_weights, send_batch
 
     _, gcfg = configs(a)
+    j, me, leader = a.rank_index, rollout_rank(a, a.rank_index), rollout_rank(a, 0)
     cold = state.activate()
     flat = state.parameters_flat()
-    plan = weights_plan(flat.numel() * flat.element_size())
-    got = recv_weights(plan, ROLLOUT)
+    plan = weights_plan(a, flat.numel() * flat.element_size())
+    got = recv_weights(plan, me)
     state.load_parameters(got.flat, got.version)
     state.offload()
-    log_record(log, {"job": a.job, "role": "rollout", "event": "start", "iteration": got.version, "switch": cold.kind,
-               "switch_s": cold.seconds, "bytes": cold.bytes})
-    client = WeaveClient(a.server, a.token)
+    log_record(log, {"job": a.job, "role": "rollout", "worker": j, "event": "start", "iteration": got.version,
+                     "switch": cold.kind, "switch_s": cold.seconds, "bytes": cold.bytes})
+    client: Optional[WeaveClient] = WeaveClient(a.server, a.token) if j == 0 else None
     received = got
     for k in range(got.version, a.iterations):
-        with client.phase(a.job, "rollout", k) as meta:
-            t0 = time.perf_counter()
-            sw = state.activate()
-            if state.version != k:
-                raise VersionError(f"{a.job}: rollout {k} would sample from weights {state.version}")
-            # One named stream per iteration: a resumed job draws the same prompts again.
-            rng = torch.Generator().manual_seed(a.seed * 1_000_003 + k)
-            batch = rollout(state.modules["policy"], rng, gcfg)
-            off = state.offload()
-            meta.update({
-                "weights_version": k, "mean_reward": round(float(batch["reward"].mean()), 6),
-                "switch": sw.kind, "switch_s": sw.seconds, "offload_s": off.seconds,
-                "host_bytes": state.host_bytes(), "compute_s": time.perf_counter() - t0,
-                "received_sync_s": received.stats.seconds, "refused_syncs": received.refused,
-            })
-        log_record(log, {"job": a.job, "role": "rollout", "phase": "rollout", "iteration": k, **meta})
-        send_batch(batch, k, TRAINER)
+        if client is not None:
+            with client.phase(a.job, "rollout", k) as meta:
+                if a.trainers > 1:
+                    follow(k, "rollouts", leader)
+                batch, fields = _sample(a, state, k, gcfg)
+                meta.update({**fields, "received_sync_s": received.stats.seconds, "refused_syncs": received.refused})
+            log_record(log, {"job": a.job, "role": "rollout", "phase": "rollout", "iteration": k, **meta})
+        else:
+            granted = follow(-1, "rollouts", leader)
+            if granted != k:
+                raise VersionError(f"{a.job}: worker {j}: rollout {granted} granted, expected {k}")
+            batch, _ = _sample(a, state, k, gcfg)
+        send_batch(batch, k, trainer_rank(a, j))
         if k + 1 < a.iterations:
-            received = recv_weights(plan, ROLLOUT, on_header=lambda v: _die_mid_sync(a, v))
+            received = recv_weights(plan, me, on_header=lambda v: _die_mid_sync(a, v))
             # Published between phases, after the digest check: never a half-updated model.
             state.load_parameters(received.flat, received.version)

@@ -24,18 +24,31 @@ def free_port() -> int:
 
 
 def supervise(procs: Dict[str, subprocess.Popen]) -> Dict[str, int]:
-    """Waits for both processes. Once one has failed, the rollout worker is stopped first (a
-    lost peer is how the trainer learns to save and stop), then the trainer gets a minute."""
+    """Waits for the job's processes. Once one has failed, the rollout workers are stopped first
+    (a lost peer is how the trainers learn to save and stop), then the trainers get a minute."""
     while all(p.poll() is None for p in procs.values()):
         time.sleep(0.2)
     if any(p.returncode not in (None, 0) for p in procs.values()):
-        if procs["rollout"].poll() is None:
-            procs["rollout"].kill()
-        try:
-            procs["trainer"].wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            procs["trainer"].kill()
+        for name, p in procs.items():
+            if name.startswith("rollout") and p.poll() is None:
+                p.kill()
+        deadline = time.monotonic() + 60
+        for name, p in procs.items():
+            try:
+                p.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                p.kill()
     return {role: p.wait() for role, p in procs.items()}
+
+
+def roles(a: argparse.Namespace) -> List["tuple[str, str, List[str]]"]:
+    """The job's processes: (name, role, extra arguments). Rank 0 of each side is "trainer" and
+    "rollout"; with ``--trainers N`` the others are "trainer-1", "rollout-1", ..."""
+    out = []
+    for role in ("trainer", "rollout"):
+        out += [(role if i == 0 else f"{role}-{i}", role, [] if i == 0 else ["--rank-index", str(i)])
+                for i in range(a.trainers)]
+    return out
 
 
 def resume_point(a: argparse.Namespace, client) -> int:
@@ -96,7 +109,7 @@ def launch(a: argparse.Namespace, argv: List[str], start_role=None, relaunched_b
     while True:
         uid = client.job(a.job)["job"]["uid"]
         cmd = [sys.executable, "-m", "weave_client.runtime.grpo_job", *argv, "--port", str(port)]
-        procs = {role: start_role(a, cmd, role) for role in ("trainer", "rollout")}
+        procs = {name: start_role(a, [*cmd, *extra], role) for name, role, extra in roles(a)}
         with open(os.path.join(a.dir, "pids.json"), "w") as f:
             json.dump({role: p.pid for role, p in procs.items()}, f)
         codes = supervise(procs)

@@ -1,6 +1,9 @@
 """The reference job's trainer (rank 0): waits for each training phase, takes the GRPO step
 on trajectories of exactly its version, stages and checkpoints the state, and sends the new
-weights to the rollout worker (see ``grpo_job``'s text)."""
+weights to the rollout worker (see ``grpo_job``'s text). With ``--trainers N`` ranks 1 .. N - 1
+follow it: each trains on its own rollout worker's batch inside the phase rank 0 was granted
+(gradients averaged over the trainers), and sends its part of the weights along the plan; rank 0
+alone talks to Weave and writes the state (every trainer holds the same weights)."""
 
 import argparse
 import os
@@ -11,8 +14,9 @@ from typing import Any, Dict
 
 from .checkpointing import (NoticeGuard, checkpoint_path, noticed_path, save_acked, staged_bytes, staged_path,
                             staging_dir, start_from, write_noticed)
-from .job_process import (EXIT_RESTART, ROLLOUT, TRAINER, VersionError, configs, join_process_group,
-                          leave_process_group, log_record, weights_plan)
+from .job_process import (EXIT_RESTART, TRAINER, VersionError, average_gradients, configs, follow,
+                          join_process_group, leave_process_group, log_record, rollout_rank, sync_step_starts,
+                          trainer_rank, weights_plan)
 
 
 def run_trainer(a: argparse.Namespace) -> None:
@@ -22,6 +26,8 @@ def run_trainer(a: argparse.Namespace) -> None:
     from .resident import ResidentState
     from .sync import send_weights
 
+    if a.rank_index > 0:
+        return _follow_trainer(a)
     join_process_group(a, TRAINER, a.train_cpus)
     pcfg, gcfg = configs(a)
 
@@ -45,7 +51,7 @@ def run_trainer(a: argparse.Namespace) -> None:
     try:
         with client.keepalive(a.job, interval_s=1.0, on_notice=guard.heard):
             flat = state.parameters_flat()
-            plan = weights_plan(flat.numel() * flat.element_size())
+            plan = weights_plan(a, flat.numel() * flat.element_size())
             first = send_weights(flat, start, plan, TRAINER)
             state.offload()
             _train_loop(a, client, state, ckpt, log, start, run, guard, plan)
@@ -65,7 +71,7 @@ def _train_loop(a, client, state, ckpt: str, log: str, start: int, run: Dict[str
     from .sync import recv_batch, send_weights
 
     for k in range(start, a.iterations):
-        version, batch = recv_batch(ROLLOUT)
+        version, batch = recv_batch(rollout_rank(a, 0))
         if version != k:
             raise VersionError(f"{a.job}: trajectories of weights {version} for training {k}")
         held = False
@@ -87,6 +93,7 @@ def _train_loop(a, client, state, ckpt: str, log: str, start: int, run: Dict[str
         # worker asks for its next rollout only once the new version has arrived intact.
         synced: Dict[str, Any] = {}
         if k + 1 < a.iterations:
+            sync_step_starts(a)
             sync = send_weights(flat, k + 1, plan, TRAINER, corrupt_first=a.corrupt_sync_once and k == start)
             synced = {"sync_s": sync.seconds, "sync_bytes": sync.bytes, "sync_attempts": sync.attempts}
         log_record(log, {"job": a.job, "role": "trainer", "phase": "train", "iteration": k, **meta, **synced})
@@ -115,7 +122,11 @@ def _train_phase(a, state, batch, k: int, run: Dict[str, Any], guard: NoticeGuar
     _, gcfg = configs(a)
     t0 = time.perf_counter()
     sw = state.activate()
-    loss = train_step(state.modules["policy"], state.optimizers["adam"], batch, gcfg)
+    grad_sync = None
+    if a.trainers > 1:
+        follow(k, "trainers", trainer_rank(a, 0))
+        grad_sync = average_gradients
+    loss = train_step(state.modules["policy"], state.optimizers["adam"], batch, gcfg, grad_sync)
     state.version = k + 1
     run["flat"], run["copy"] = state.parameters_flat(), state.snapshot()
     t_stage = time.perf_counter()
@@ -134,3 +145,43 @@ def _train_phase(a, state, batch, k: int, run: Dict[str, Any], guard: NoticeGuar
         "host_bytes": state.host_bytes() + staged_bytes(a.dir), "compute_s": time.perf_counter() - t0,
         **noticed,
     })
+
+
+def _follow_trainer(a: argparse.Namespace) -> None:
+    """Trainer rank ``a.rank_index`` > 0: the same steps as rank 0 on its own batch, inside the
+    phases rank 0 is granted; its state stays active (it is a copy of rank 0's, which is the
+    one Weave's residency and checkpoints account for)."""
+    from weave_client import Requeued
+
+    from .policy import build_policy, make_optimizer, train_step
+    from .resident import ResidentState
+    from .sync import recv_batch, send_weights
+
+    i = a.rank_index
+    join_process_group(a, trainer_rank(a, i), a.train_cpus)
+    pcfg, gcfg = configs(a)
+
+    def build():
+        p = build_policy(pcfg)
+        return {"policy": p}, {"adam": make_optimizer(p, gcfg)}
+
+    state = ResidentState(f"{a.job}/trainer-{i}", build)
+    state.activate(start_from(a.dir, checkpoint_path(a.dir)))
+    start = state.version
+    flat = state.parameters_flat()
+    plan = weights_plan(a, flat.numel() * flat.element_size())
+    try:
+        send_weights(flat, start, plan, trainer_rank(a, i))
+        for k in range(start, a.iterations):
+            version, batch = recv_batch(rollout_rank(a, i))
+            granted = follow(-1, "trainers", trainer_rank(a, 0))
+            if version != k or granted != k:
+                raise VersionError(f"{a.job}: trainer {i}: trajectories of {version}, training {granted}, expected {k}")
+            train_step(state.modules["policy"], state.optimizers["adam"], batch, gcfg, average_gradients)
+            state.version = k + 1
+            if k + 1 < a.iterations:
+                sync_step_starts(a)
+                send_weights(state.parameters_flat(), k + 1, plan, trainer_rank(a, i))
+    except (Requeued, RuntimeError, OSError):
+        sys.exit(EXIT_RESTART)
+    leave_process_group()
