@@ -172,6 +172,31 @@ pub fn topology_aware(model_bytes: u64, t: &Topology) -> Plan {
     Plan { kind: SyncPlanKind::TopologyAware, model_bytes, train_gpus: n, rollout_gpus: m, transfers }
 }
 
+/// A plan's figures as `weave sync plan` shows them (fields in the order its JSON prints them).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Summary {
+    pub plan: SyncPlanKind,
+    pub predicted_s: f64,
+    pub slow_link_bytes: u64,
+    pub slow_link_copies: f64,
+    pub transfers: usize,
+}
+
+/// The `kind` plan for `model_bytes` on `t`, checked ([`verify`]), with its summary.
+pub fn checked_plan(kind: SyncPlanKind, model_bytes: u64, t: &Topology) -> Result<(Plan, Summary), String> {
+    let p = plan(kind, model_bytes, t);
+    verify(&p)?;
+    let slow = slow_bytes(&p);
+    let summary = Summary {
+        plan: kind,
+        predicted_s: predict(&p, t).as_secs_f64(),
+        slow_link_bytes: slow,
+        slow_link_copies: slow as f64 / model_bytes.max(1) as f64,
+        transfers: p.transfers.len(),
+    };
+    Ok((p, summary))
+}
+
 pub fn plan(kind: SyncPlanKind, model_bytes: u64, t: &Topology) -> Plan {
     match kind {
         SyncPlanKind::Flat => flat(model_bytes, t),

@@ -24,6 +24,7 @@ use thiserror::Error;
 use weave_model::syncplan::Plan;
 
 mod fetch;
+pub mod process;
 mod serve;
 
 pub use fetch::{receive, FetchStats};
@@ -60,6 +61,9 @@ pub enum SyncError {
     Checksum { offset: u64, len: u64, attempts: u32 },
     #[error("manifest: {0}")]
     Manifest(String),
+    /// A process of `weave sync` could not start (a missing file, a port in use).
+    #[error("{0}")]
+    Setup(String),
 }
 
 /// Everything the processes of one sync need to agree on.
