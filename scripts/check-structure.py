@@ -42,20 +42,23 @@ def modules(src):
     return out
 
 
-for src in sorted(glob.glob("crates/*/src")):
-    mods = modules(src)
-    uses = {m: {n for n in mods if n != m and re.search(rf"crate::{n}\b|use crate::\{{[^}}]*\b{n}::", t)}
-            for m, t in mods.items()}
-
+def circles(uses, where):
+    """Each import circle in `uses` (module -> the modules it imports), once, from its least name."""
     def walk(start, node, path):
         for n in sorted(uses[node]):
             if n == start:
-                breaches.append(f"{src}: import circle {' -> '.join(path + [n])}")
+                breaches.append(f"{where}: import circle {' -> '.join(path + [n])}")
             elif n not in path and n > start:
                 walk(start, n, path + [n])
 
-    for m in sorted(mods):
+    for m in sorted(uses):
         walk(m, m, [m])
+
+
+for src in sorted(glob.glob("crates/*/src")):
+    mods = modules(src)
+    circles({m: {n for n in mods if n != m and re.search(rf"crate::{n}\b|use crate::\{{[^}}]*\b{n}::", t)}
+             for m, t in mods.items()}, src)
 
 PY_MAX_FUNCTION_LINES = 90
 PY_MAX_LINES = 450
@@ -130,19 +133,7 @@ def python_imports(path, me, known):
 
 
 py_files = {python_module(p): p for p in glob.glob("python/weave_client/**/*.py", recursive=True)}
-py_uses = {m: python_imports(p, m, py_files) for m, p in py_files.items()}
-
-
-def py_walk(start, node, path):
-    for n in sorted(py_uses[node]):
-        if n == start:
-            breaches.append(f"python: import circle {' -> '.join(path + [n])}")
-        elif n not in path and n > start:
-            py_walk(start, n, path + [n])
-
-
-for m in sorted(py_uses):
-    py_walk(m, m, [m])
+circles({m: python_imports(p, m, py_files) for m, p in py_files.items()}, "python")
 
 tree = subprocess.run(["cargo", "tree", "-p", "weave-server", "--edges", "normal", "--prefix", "none", "--locked"],
                       capture_output=True, text=True)
