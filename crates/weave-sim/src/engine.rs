@@ -18,12 +18,12 @@ use weave_place::{PlacePolicy, Placer, PlacerConfig};
 mod admission;
 mod consolidation;
 mod failures;
-mod job_state;
+mod job_run;
 mod lending;
 mod long_tail;
 mod outcome;
 mod sharing;
-use job_state::JobState;
+use job_run::JobRun;
 mod spot;
 
 /// An event. Kept small: the heap moves these around a lot.
@@ -114,7 +114,7 @@ pub struct Engine<'a> {
     migration: bool,
     /// Per rollout block: until when migrated stragglers occupy part of it, and what share.
     stragglers: BTreeMap<(GroupId, u32), (Micros, f64)>,
-    states: Vec<Option<JobState>>,
+    states: Vec<Option<JobRun>>,
     placer: Placer,
     dispatchers: BTreeMap<GroupId, Dispatcher>,
     queue: EventQueue<Done>,

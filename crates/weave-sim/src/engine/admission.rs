@@ -2,7 +2,7 @@
 //! decision turned into a dispatcher member (its state created on the first admission), and
 //! the jobs waiting for capacity.
 
-use super::{median, Engine, JobState, Placed, What, CLASS_OTHER};
+use super::{median, Engine, JobRun, Placed, What, CLASS_OTHER};
 use crate::dynamics::exp_wait;
 use crate::workload::SoloPipeline;
 use std::collections::{BTreeMap, VecDeque};
@@ -104,7 +104,7 @@ impl Engine<'_> {
         };
         let now = self.now;
         let seed = self.cfg.seed;
-        let s = self.states[i].get_or_insert_with(|| JobState::admitted(job, seed, i, now));
+        let s = self.states[i].get_or_insert_with(|| JobRun::admitted(job, seed, i, now));
         // The tier is the job's from its first placement on rollout nodes: a move planned on
         // one tier is carried out on it (co-located, it holds none and stays open to both).
         if !colocated {
@@ -177,10 +177,10 @@ impl Engine<'_> {
     }
 }
 
-impl JobState {
+impl JobRun {
     /// The state of job `i` (`job`) at its first admission, `now`.
-    fn admitted(job: &crate::SimJob, seed: u64, i: usize, now: Micros) -> JobState {
-        JobState {
+    fn admitted(job: &crate::SimJob, seed: u64, i: usize, now: Micros) -> JobRun {
+        JobRun {
             rng: job.runtime_stream(seed),
             fail_rng: named_stream(seed, "job-failure", i as u64),
             draws: BTreeMap::new(),

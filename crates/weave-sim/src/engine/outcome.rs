@@ -1,7 +1,7 @@
 //! A job's iterations and its end: the SLO statistic and re-estimation of each finished
 //! iteration, completion, a fixed lifetime's end, and the outcome it leaves in the metrics.
 
-use super::{median, Engine, JobState, MEASURED_KEPT};
+use super::{median, Engine, JobRun, MEASURED_KEPT};
 use crate::metrics::JobOutcome;
 use crate::workload::SoloPipeline;
 use weave_core::{JobId, Micros};
@@ -78,7 +78,7 @@ impl Engine<'_> {
         true
     }
 
-    pub(super) fn record_outcome(&mut self, i: usize, s: &JobState, failed: bool) {
+    pub(super) fn record_outcome(&mut self, i: usize, s: &JobRun, failed: bool) {
         let spec = &self.jobs[i];
         let life = self.now.saturating_sub(s.first_admitted);
         self.metrics.jobs.push(JobOutcome {

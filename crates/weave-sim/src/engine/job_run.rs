@@ -1,5 +1,5 @@
-//! What the replay keeps per running job: its streams, progress, placement and SLO
-//! bookkeeping.
+//! What the replay keeps per running job (`JobRun`): its streams, progress, placement and SLO
+//! bookkeeping. (Not the server's `JobState`, which is a job's lifecycle state.)
 
 use crate::workload::{SimJob, SoloPipeline};
 use std::collections::{BTreeMap, VecDeque};
@@ -8,7 +8,7 @@ use weave_model::Stream;
 
 use super::Placed;
 
-pub(super) struct JobState {
+pub(super) struct JobRun {
     pub(super) rng: Stream,
     pub(super) fail_rng: Stream,
     /// Each started iteration's drawn durations (disaggregated at the job's own widths, and
@@ -59,7 +59,7 @@ pub(super) struct JobState {
     pub(super) spot: Option<bool>,
 }
 
-impl JobState {
+impl JobRun {
     /// Iteration `k`'s drawn durations, disaggregated and co-located (the estimates if it has
     /// not started).
     pub(super) fn drawn(&self, k: u64, job: &SimJob) -> (PhaseTimes, PhaseTimes) {
