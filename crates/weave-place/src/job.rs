@@ -29,7 +29,6 @@ pub struct PlaceJob {
     /// Bounded staleness k (0: on-policy). Its slowdown is against its own solo run with the
     /// same staleness (rollout and training overlapping), except co-located, which is
     /// on-policy.
-    #[serde(default)]
     pub staleness: u32,
     /// Its rollout runs on the preemptible (spot) tier: it shares groups only with jobs on
     /// that tier, and its SLO as admission sees it has room left for preemption delays.

@@ -351,7 +351,11 @@ mod format_version_1 {
             out
         });
         for group in values(get(map(get(top, "placer")), "groups")) {
-            drop_if(map(get(map(group), "prediction")), "order", empty_order.clone());
+            let group = map(group);
+            drop_if(map(get(group, "prediction")), "order", empty_order.clone());
+            for member in values(get(group, "members")) {
+                drop_if(map(get(map(member), "job")), "staleness", Value::Integer(0.into()));
+            }
         }
         for d in values(get(top, "dispatchers")) {
             let d = map(d);

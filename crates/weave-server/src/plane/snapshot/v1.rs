@@ -44,6 +44,11 @@ pub(super) fn upgrade(doc: &mut Value) -> Result<(), SnapshotError> {
             if let Some(prediction) = field(group, "prediction") {
                 fill(map(prediction, "prediction")?, "order", default_order);
             }
+            for member in array(group, "members")? {
+                if let Some(job) = field(map(member, "placer.groups[].members[]")?, "job") {
+                    staleness(map(job, "placer.groups[].members[].job")?);
+                }
+            }
         }
     }
     for dispatcher in values(top, "dispatchers")? {
@@ -79,7 +84,7 @@ fn job_entry(entry: &mut Map) -> Result<(), SnapshotError> {
     }
     fill(entry, "gate", || encode(&Gate::default()).expect("a gate encodes"));
     if let Some(spec) = field(entry, "pending_join").filter(|v| !v.is_null()) {
-        member_spec(map(spec, "pending_join")?);
+        staleness(map(spec, "pending_join")?);
     }
     Ok(())
 }
@@ -98,7 +103,7 @@ fn gate_from_barrier(granted: Option<(Phase, u64)>, next: (Phase, u64)) -> Gate 
 }
 
 /// Staleness came with bounded staleness; every job before it was on-policy.
-fn member_spec(spec: &mut Map) {
+fn staleness(spec: &mut Map) {
     fill(spec, "staleness", || Value::Integer(0.into()));
 }
 
@@ -157,7 +162,7 @@ fn member(m: &mut Map) -> Result<(), SnapshotError> {
     // Late joiners came with cyclic orders.
     fill(m, "late", || Value::Bool(false));
     if let Some(spec) = field(m, "spec") {
-        member_spec(map(spec, "members[].spec")?);
+        staleness(map(spec, "members[].spec")?);
     }
     Ok(())
 }
