@@ -67,6 +67,15 @@ pub struct SandboxSpec {
     pub pausable: bool,
 }
 
+/// What an agentic job measured of its environments (the medians of its drivers' reports).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvMeasured {
+    pub turns_per_trajectory: f64,
+    pub env_step_s: f64,
+    pub startup_s_per_trajectory: f64,
+}
+
 impl AgenticSpec {
     /// Refuses what no model can run, naming the field (`agentic.env.sigma_s`).
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
@@ -153,6 +162,36 @@ impl AgenticSpec {
             LatencySpec::Normal { mean_s, .. } => mean_s,
             LatencySpec::LogNormal { p50_s, .. } => p50_s,
         }
+    }
+
+    /// The declaration rescaled to what the job measured of itself: each mode of the turns,
+    /// the step latency and both start-up times scaled by measured over declared, so the
+    /// shapes declared (bimodal turns, the tail, the cached share, failures) stay. A figure
+    /// declared as zero, or measured as nonsense, is left as declared. Valid whenever `self` is.
+    pub fn with_measured(&self, m: &EnvMeasured) -> AgenticSpec {
+        let ratio = |measured: f64, declared: f64| {
+            if declared > 0.0 && measured.is_finite() && measured >= 0.0 {
+                measured / declared
+            } else {
+                1.0
+            }
+        };
+        let mut out = self.clone();
+        let t = &mut out.turns;
+        let (k, max) = (ratio(m.turns_per_trajectory, self.mean_turns()), t.max as f64);
+        (t.short_mean, t.long_mean) = ((t.short_mean * k).clamp(1.0, max), (t.long_mean * k).clamp(1.0, max));
+        let k = ratio(m.env_step_s, self.env_step_median_s());
+        let day = |v: f64| (v * k).min(86_400.0);
+        out.env = match self.env {
+            LatencySpec::Normal { mean_s, sigma_s } => {
+                LatencySpec::Normal { mean_s: day(mean_s), sigma_s: day(sigma_s) }
+            }
+            LatencySpec::LogNormal { p50_s, p99_s } => LatencySpec::LogNormal { p50_s: day(p50_s), p99_s: day(p99_s) },
+        };
+        let s = &self.startup;
+        let k = ratio(m.startup_s_per_trajectory, s.cached_share * s.cached_s + (1.0 - s.cached_share) * s.cold_s);
+        (out.startup.cold_s, out.startup.cached_s) = ((s.cold_s * k).min(86_400.0), (s.cached_s * k).min(86_400.0));
+        out
     }
 
     /// Refuses a job that `env` cannot host, naming the field: no environment pool at all, or
@@ -261,6 +300,30 @@ mod tests {
         bad.startup.failure_rate = 1.0;
         assert_eq!(bad.validate().unwrap_err().0, "agentic.startup.failure_rate");
         assert!(serde_json::from_str::<AgenticSpec>(&text.replace("\"max\":40", "\"max\":40,\"colour\":1")).is_err());
+    }
+
+    #[test]
+    fn measured_figures_rescale_the_declaration_and_keep_its_shape() {
+        let d = swe_like();
+        let declared_startup = 0.8 * 0.6 + 0.2 * 60.0;
+        let measured = |turns, env_step_s, startup| EnvMeasured {
+            turns_per_trajectory: turns,
+            env_step_s,
+            startup_s_per_trajectory: startup,
+        };
+        let m = d.with_measured(&measured(2.0 * d.mean_turns(), 3.0, 2.0 * declared_startup));
+        assert!((m.mean_turns() - 2.0 * d.mean_turns()).abs() < 1e-9, "{m:?}");
+        assert_eq!((m.turns.long_share, m.turns.max), (0.5, 100));
+        assert_eq!(m.env, LatencySpec::LogNormal { p50_s: 3.0, p99_s: 9.0 });
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        assert!(close(m.startup.cold_s, 120.0) && close(m.startup.cached_s, 1.2), "{:?}", m.startup);
+        assert_eq!(m.startup.cached_share, 0.8);
+        assert!(m.validate().is_ok());
+        // Turns stay within the declared cap; nonsense measured is left as declared.
+        let capped = d.with_measured(&measured(1e6, f64::NAN, -1.0));
+        assert_eq!((capped.turns.short_mean, capped.turns.long_mean), (100.0, 100.0));
+        assert_eq!((capped.env.clone(), capped.startup.cold_s), (d.env.clone(), 60.0));
+        assert!(capped.validate().is_ok());
     }
 
     #[test]

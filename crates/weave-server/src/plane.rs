@@ -303,7 +303,8 @@ impl Plane {
     fn place_job(&self, spec: &JobSpec, slo: f64, submit: &SubmitSpec) -> PlaceJob {
         let mut place = PlaceJob::from_spec(spec, slo, &self.profile, &self.cluster);
         if let Some(a) = &spec.agentic {
-            agentic::plan(&mut place, a, spec.batch);
+            let measured = submit.server.measured_environment.map(|m| a.with_measured(&m));
+            agentic::plan(&mut place, measured.as_ref().unwrap_or(a), spec.batch);
         }
         // check_limits refused negative and non-finite figures before they were recorded.
         let us = |s: Option<f64>| s.filter(|s| s.is_finite() && *s >= 0.0).map(Micros::from_secs_f64);

@@ -109,6 +109,50 @@ fn grants_name_the_sandboxes_and_reports_reach_the_views() {
     assert_eq!((env["held"]["sandboxes"].as_u64(), env["agentic_jobs"].as_u64()), (Some(0), Some(0)), "{env}");
 }
 
+/// What a job's drivers reported of their environments plans its re-admission: its declared
+/// trajectories rescaled to the measured medians (steps twice as long here), while the view
+/// still shows what it declared. A submission may carry such figures itself, for an agentic
+/// job only, and nonsense is refused by name.
+#[test]
+fn a_readmission_is_planned_from_the_environments_measured() {
+    let s = with_env_pool("agentic-measured");
+    let mut ten = agentic(30.0);
+    ten["turns"] = json!({ "short_mean": 10, "long_mean": 10, "long_share": 0, "max": 16 });
+    let spec = json!({ "id": "tools", "type": "7B_8k", "batch": 32, "iterations": 4, "agentic": ten });
+    assert_eq!(submit(&s, ALICE, spec.clone()).0, 201);
+    let estimate = || get(&s, ALICE, "/v1/jobs/tools")["job"]["estimate_rollout_s"].as_f64().unwrap();
+    let declared = estimate();
+    assert_eq!(start_phase(&s, ALICE, "tools", "rollout", 0, 5.0).0, 200);
+    let report = json!({ "agentic": { "trajectories": 32, "turns": 320, "env_s": 320.0 * 60.0, "startup_s": 16.0 } });
+    assert_eq!(finish_with(&s, "tools", "rollout", 0, report).0, 200);
+    let r = client().post(s.url("/v1/jobs/tools/restart")).bearer_auth(ALICE).json(&json!({ "reason": "test" })).send();
+    assert_eq!(r.unwrap().status(), 200);
+    let view = get(&s, ALICE, "/v1/jobs/tools")["job"].clone();
+    assert_eq!(view["state"], "running", "{view}");
+    let measured = estimate();
+    // Ten steps of 60 s instead of 30 s per trajectory: about 300 s more per rollout.
+    assert!(measured > declared + 200.0 && measured < 2.5 * declared, "{declared} -> {measured}");
+    assert_eq!(view["environment"]["declared_env_step_median_s"].as_f64(), Some(30.0), "{view}");
+
+    let mut given = spec.clone();
+    given["id"] = json!("given");
+    given["measured_environment"] =
+        json!({ "turns_per_trajectory": 10, "env_step_s": 60, "startup_s_per_trajectory": 0.5 });
+    assert_eq!(submit(&s, BOB, given.clone()).0, 201);
+    let bob = client().get(s.url("/v1/jobs/given")).bearer_auth(BOB).send().unwrap().json::<Value>().unwrap();
+    assert!((bob["job"]["estimate_rollout_s"].as_f64().unwrap() - measured).abs() < 0.2 * measured, "{bob}");
+    let mut plain = json!({ "id": "plain", "type": "7B_8k", "batch": 32 });
+    plain["measured_environment"] = given["measured_environment"].clone();
+    let mut bad_turns = given.clone();
+    bad_turns["id"] = json!("bad");
+    bad_turns["measured_environment"]["turns_per_trajectory"] = json!(0);
+    for (body, field) in [(plain, "measured_environment"), (bad_turns, "measured_environment.turns_per_trajectory")] {
+        let (st, b) = submit(&s, BOB, body);
+        assert_eq!(st, 400, "{b}");
+        assert!(b.to_string().contains(field), "{b}");
+    }
+}
+
 /// Without an environment pool the cluster view says so (null), as before.
 #[test]
 fn a_cluster_without_an_environment_pool_shows_none() {

@@ -213,6 +213,14 @@ impl JobEntry {
         let (warm, cold) = self.switches.medians();
         resubmit.server.switch_warm_s = warm.map(Micros::as_secs_f64).or(resubmit.server.switch_warm_s);
         resubmit.server.switch_cold_s = cold.map(Micros::as_secs_f64).or(resubmit.server.switch_cold_s);
+        // So do what its drivers reported of their environments (planned from them).
+        if let Some((turns, step_s, startup_s, _)) = self.environment.medians() {
+            resubmit.server.measured_environment = Some(weave_core::agentic::EnvMeasured {
+                turns_per_trajectory: turns.max(1.0),
+                env_step_s: step_s,
+                startup_s_per_trajectory: startup_s,
+            });
+        }
         let carried = self.measured_estimate().then(|| (self.estimate, self.measured.clone()));
         (resubmit, carried)
     }

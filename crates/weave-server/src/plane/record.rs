@@ -36,6 +36,10 @@ pub struct ServerFields {
     pub switch_cold_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync_s: Option<f64>,
+    /// What an agentic job measured of its environments: its rollouts are planned with its
+    /// declaration rescaled to these (a re-admission carries its drivers' medians here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_environment: Option<weave_core::agentic::EnvMeasured>,
     /// Re-admission from a checkpoint: iterations already done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_from: Option<u64>,
@@ -52,6 +56,16 @@ impl ServerFields {
             "switch_warm_s": { "type": "number", "minimum": 0, "description": "Measured warm switch, seconds (replaces the model's)." },
             "switch_cold_s": { "type": "number", "minimum": 0, "description": "Measured cold switch, seconds (replaces the model's)." },
             "sync_s": { "type": "number", "minimum": 0, "description": "Measured weight sync, seconds (replaces the model's)." },
+            "measured_environment": {
+                "description": "An agentic job's measured environments (the medians its drivers reported, as in the job view's environment.measured): its rollouts are planned with its declaration rescaled to them, the declared shapes kept. A re-admission carries them.",
+                "type": "object", "additionalProperties": false,
+                "required": ["turns_per_trajectory", "env_step_s", "startup_s_per_trajectory"],
+                "properties": {
+                    "turns_per_trajectory": { "type": "number", "minimum": 1 },
+                    "env_step_s": { "type": "number", "minimum": 0 },
+                    "startup_s_per_trajectory": { "type": "number", "minimum": 0 }
+                }
+            },
             "resume_from": { "type": "integer", "minimum": 0, "description": "Iterations already done (a checkpoint to resume from)." },
             "launch": {
                 "description": "What an execution backend (weave serve --backend ray) runs for the job. Such a job joins its group's rotation when it first asks to start a phase: its nodes serve the group's other members while its processes start (the job shows `starting`).",
@@ -188,6 +202,22 @@ impl SubmitSpec {
         ] {
             if v.is_some_and(|t| !(t.is_finite() && (0.0..=limits::MAX_PHASE_S).contains(&t))) {
                 return bad(field, format!("seconds in [0, {}]", limits::MAX_PHASE_S));
+            }
+        }
+        if let Some(m) = &self.server.measured_environment {
+            if self.job.agentic.is_none() {
+                return bad("measured_environment", "only for an agentic job (one with `agentic`)".into());
+            }
+            if !(m.turns_per_trajectory.is_finite() && (1.0..=1000.0).contains(&m.turns_per_trajectory)) {
+                return bad("measured_environment.turns_per_trajectory", "from 1 to 1000".into());
+            }
+            for (field, v) in [
+                ("measured_environment.env_step_s", m.env_step_s),
+                ("measured_environment.startup_s_per_trajectory", m.startup_s_per_trajectory),
+            ] {
+                if !(v.is_finite() && (0.0..=limits::MAX_PHASE_S).contains(&v)) {
+                    return bad(field, format!("seconds in [0, {}]", limits::MAX_PHASE_S));
+                }
             }
         }
         if self.job.slo.is_some_and(|v| !(v.is_finite() && (1.0..=limits::MAX_SLO).contains(&v))) {
