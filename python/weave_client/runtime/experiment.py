@@ -256,19 +256,12 @@ def predict(a, prof: Dict[str, Dict[str, float]], file: str) -> "tuple[float, st
 def measure_trainer_switches(a, name: str, kind: str) -> Dict[str, float]:
     from .checkpointing import checkpoint_path
     from .grpo_job import parse_args
-    from .job_process import configs
-    from .policy import build_policy, make_optimizer
+    from .job_process import trainer_build
     from .resident import measure_switches
 
     ja = parse_args(["--server", "x", "--job", name, "--port", "1", "--dir", os.path.join(a.work, name),
                 "--prompts", str(a.prompts), *JOBS[kind]])
-    pcfg, gcfg = configs(ja)
-
-    def build():
-        p = build_policy(pcfg)
-        return {"policy": p}, {"adam": make_optimizer(p, gcfg)}
-
-    return measure_switches(f"{name}/trainer", build, checkpoint_path(ja.dir))
+    return measure_switches(f"{name}/trainer", trainer_build(ja), checkpoint_path(ja.dir))
 
 
 def learn(a, url: str) -> Dict[str, Any]:

@@ -135,6 +135,19 @@ def configs(a: argparse.Namespace):
     )
 
 
+def trainer_build(a: argparse.Namespace):
+    """What builds a trainer's state (the policy and its optimizer), for ``ResidentState``."""
+    from .policy import build_policy, make_optimizer
+
+    pcfg, gcfg = configs(a)
+
+    def build():
+        p = build_policy(pcfg)
+        return {"policy": p}, {"adam": make_optimizer(p, gcfg)}
+
+    return build
+
+
 def leave_process_group() -> None:
     import torch.distributed as dist
 

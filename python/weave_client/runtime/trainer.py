@@ -16,26 +16,19 @@ from .checkpointing import (NoticeGuard, checkpoint_path, noticed_path, save_ack
                             staging_dir, start_from, write_noticed)
 from .job_process import (EXIT_RESTART, TRAINER, VersionError, average_gradients, configs, follow,
                           join_process_group, leave_process_group, log_record, rollout_rank, sync_step_starts,
-                          trainer_rank, weights_plan)
+                          trainer_build, trainer_rank, weights_plan)
 
 
 def run_trainer(a: argparse.Namespace) -> None:
     from weave_client import Requeued, WeaveClient
 
-    from .policy import build_policy, make_optimizer
     from .resident import ResidentState
     from .sync import send_weights
 
     if a.rank_index > 0:
         return _follow_trainer(a)
     join_process_group(a, TRAINER, a.train_cpus)
-    pcfg, gcfg = configs(a)
-
-    def build():
-        p = build_policy(pcfg)
-        return {"policy": p}, {"adam": make_optimizer(p, gcfg)}
-
-    state = ResidentState(f"{a.job}/trainer", build)
+    state = ResidentState(f"{a.job}/trainer", trainer_build(a))
     ckpt = checkpoint_path(a.dir)
     cold = state.activate(start_from(a.dir, ckpt))
     start = state.version
@@ -153,19 +146,14 @@ def _follow_trainer(a: argparse.Namespace) -> None:
     one Weave's residency and checkpoints account for)."""
     from weave_client import Requeued
 
-    from .policy import build_policy, make_optimizer, train_step
+    from .policy import train_step
     from .resident import ResidentState
     from .sync import recv_batch, send_weights
 
     i = a.rank_index
     join_process_group(a, trainer_rank(a, i), a.train_cpus)
-    pcfg, gcfg = configs(a)
-
-    def build():
-        p = build_policy(pcfg)
-        return {"policy": p}, {"adam": make_optimizer(p, gcfg)}
-
-    state = ResidentState(f"{a.job}/trainer-{i}", build)
+    _, gcfg = configs(a)
+    state = ResidentState(f"{a.job}/trainer-{i}", trainer_build(a))
     state.activate(start_from(a.dir, checkpoint_path(a.dir)))
     start = state.version
     flat = state.parameters_flat()
