@@ -33,10 +33,11 @@ import time
 from typing import Any, Dict, List, Optional
 
 from weave_client import WeaveClient
-from weave_client.runtime import minicluster, multi_rank
+from weave_client.runtime import agentic_run, minicluster, multi_rank
 from weave_client.runtime.faults import node_loss, rollout_killed_mid_sync, trainer_killed, training_node_noticed
-from weave_client.runtime.harness import JOBS, TOKEN, Serve, check_versions, job_cmd, phases, run_jobs, say, start_jobs, \
-    wait_jobs, wait_until
+from weave_client.runtime.harness import TOKEN, Serve, check_versions, job_args, job_cmd, phases, reference_cmd, \
+    run_jobs, say, start_jobs, wait_jobs, wait_until
+
 
 def span_s(events: List[Dict[str, Any]], work: str, names: List[str]) -> float:
     """From the start of the first phase of any of ``names`` to their last finish: the time
@@ -76,7 +77,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--weave", default=shutil.which("weave") or "target/release/weave")
     ap.add_argument("--iterations", type=int, default=60)
-    ap.add_argument("--prompts", type=int, default=64)
+    ap.add_argument("--prompts", type=int, help="prompts per rollout (default 64; 16 with --task tool)")
+    ap.add_argument("--task", choices=["sort", "tool"], default="sort",
+                    help="the pair's task: sorting, or the agentic task (tool calls into sandboxes on "
+                         "environment nodes; agentic_run)")
+    ap.add_argument("--env-nodes", type=int, default=2, help="--task tool: environment nodes")
+    ap.add_argument("--lose-env-node", action="store_true",
+                    help="--task tool: then run one agentic job and lose an environment node mid-rollout")
     ap.add_argument("--rollout-cpus", default="0")
     ap.add_argument("--train-cpus", default="1")
     ap.add_argument("--learn", type=int, default=0, help="also run the reference job this many iterations")
@@ -103,18 +110,26 @@ def main(argv: Optional[List[str]] = None) -> int:
                          "checkpoint it wrote on the notice")
     a = ap.parse_args(argv)
     a.work = a.work or tempfile.mkdtemp(prefix="weave-real-")
+    a.prompts = a.prompts or (16 if a.task == "tool" else 64)
+    a.env_nodes = a.env_nodes if a.task == "tool" else 0
     os.makedirs(a.work, exist_ok=True)
     if a.shaped_link is None:
         return run(a, "127.0.0.1")
     why = minicluster.available()
     if why:
         raise SystemExit(f"--shaped-link: {why}")
-    with minicluster.MiniCluster(a.shaped_link) as mc:
+    with minicluster.MiniCluster(a.shaped_link, a.env_nodes) as mc:
         return run(a, mc.server_ip)
 
 
 def run(a, server_ip: str) -> int:
-    serve = Serve(a.weave, a.work, server_ip)
+    with agentic_run.EnvHosts(a.env_nodes, a.shaped_link is not None, a.rollout_cpus) as hosts:
+        a.env_addrs = hosts.addrs
+        return run_on(a, server_ip, hosts)
+
+
+def run_on(a, server_ip: str, hosts: "agentic_run.EnvHosts") -> int:
+    serve = Serve(a.weave, a.work, server_ip, a.env_nodes)
     url = serve.start()
     ops = WeaveClient(url, TOKEN)
     out: Dict[str, Any] = {"iterations": a.iterations, "prompts": a.prompts, "rounds": [],
@@ -133,6 +148,8 @@ def run(a, server_ip: str) -> int:
                     "solo_iterations_per_node_hour", "pair_iterations_per_node_hour"):
             out[key] = statistics.median(x[key] for x in rounds)
         out["switch"] = measure_trainer_switches(a, "solo-A-1", "A")
+        if a.lose_env_node:
+            out["env_node_lost"] = agentic_run.env_node_lost(a, serve, ops, hosts)
         if a.lose_node:
             out["node_loss"] = node_loss(a, serve, ops, rounds[0]["profile"])
         if a.kill_trainer:
@@ -181,6 +198,8 @@ def one_round(a, serve: Serve, ops: WeaveClient, r: int) -> Dict[str, Any]:
         spec = {"id": pair[k], "type": "3B_4k", "iterations": a.iterations, "slo": 2.0,
                 "rollout_s": p["rollout_s"], "train_s": p["train_s"], "switch_warm_s": p["warm_s"],
                 "sync_s": p["gap_s"]}
+        if a.task == "tool":
+            spec.update(agentic_run.declaration(a, k))
         decision = ops.submit(spec)
         out[f"decision_{k}"] = decision["decision"]["kind"]
         assert decision["job"]["state"] == "running", f"{pair[k]} was not admitted: {decision['job']}"
@@ -205,6 +224,9 @@ def one_round(a, serve: Serve, ops: WeaveClient, r: int) -> Dict[str, Any]:
     pair_prof = {k: profile(events, phases(a.work, pair[k]), pair[k]) for k in "AB"}
     # What each runtime reported holding in host memory, against the server's ledger model.
     out["host_memory"] = {k: ops.job(pair[k])["job"].get("host_memory") for k in "AB"}
+    if a.task == "tool":
+        # What the gate heard from the drivers' environment reports, beside the declarations.
+        out["environment"] = {k: ops.job(pair[k])["job"].get("environment") for k in "AB"}
     meta_measured = statistics.median(periods(events, pair["A"], 3) + periods(events, pair["B"], 3))
 
     # 3. The model's prediction: from what the solo runs measured (what admission was told)
@@ -260,17 +282,16 @@ def measure_trainer_switches(a, name: str, kind: str) -> Dict[str, float]:
     from .resident import measure_switches
 
     ja = parse_args(["--server", "x", "--job", name, "--port", "1", "--dir", os.path.join(a.work, name),
-                "--prompts", str(a.prompts), *JOBS[kind]])
+                "--prompts", str(a.prompts), *job_args(a, kind)])
     return measure_switches(f"{name}/trainer", trainer_build(ja), checkpoint_path(ja.dir))
 
 
 def learn(a, url: str) -> Dict[str, Any]:
-    """The reference job (4 digits, 32 prompts x 8) for ``a.learn`` iterations under Weave."""
+    """The reference job (4 digits, 32 prompts x 8; with ``--task tool`` the agentic job A of
+    the pair, 16 prompts x 8) for ``a.learn`` iterations under Weave."""
     name = "learn"
-    cmd = [sys.executable, "-W", "ignore", "-m", "weave_client.runtime.grpo_job", "--server", url, "--token", TOKEN,
-           "--job", name, "--iterations", str(a.learn), "--rollout-cpus", a.rollout_cpus, "--train-cpus",
-           a.train_cpus, "--port", "29630", "--dir", os.path.join(a.work, name), "--submit", "--checkpoint-every", "50",
-           *(["--minicluster"] if a.shaped_link is not None else [])]
+    task = [*job_args(a, "A"), "--prompts", str(a.prompts)] if a.task == "tool" else []
+    cmd = [*reference_cmd(a, url, name, a.learn, 29630), "--submit", "--checkpoint-every", "50", *task]
     if a.trainers > 1:
         plan = multi_rank.plan_file(a, "topology-aware", a.trainers, "plan-learn.json")
         cmd += ["--trainers", str(a.trainers), "--sync-plan", plan["path"]]
@@ -339,6 +360,8 @@ def report(o: Dict[str, Any]) -> None:
         ("weave serve SIGKILLed during pair 1 after A's iteration",
          f"{first.get('serve_killed_at', 'not asked')}; every iteration trained once, on its own version"),
     ]
+    if "environment" in first:
+        rows += agentic_run.rows(o)
     if "node_loss" in o:
         nl = o["node_loss"]
         rows.append(("rollout node lost mid-run: resumed from (acknowledged lost)",

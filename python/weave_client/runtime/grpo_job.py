@@ -47,6 +47,13 @@ gate; the weights move along the plan in FILE (``weave sync plan --emit topology
 --model-bytes B --train-gpus N --rollout-gpus N --gpus-per-node N``), every rank checking what
 it receives. The fault scenarios run the one-trainer form.
 
+With ``--task tool --env IP:PORT[,...]`` the job is agentic (``tool_task``): its policy must
+look values up in sandboxes (one process per trajectory on the environment nodes,
+``sandbox_host``), each rollout's sandboxes are started once the previous rollout's
+trajectories are sent (during the training), a trajectory whose environment node is lost runs
+again on another, and each rollout's finish reports its environments (``meta.agentic``). It
+submits itself with an ``agentic`` declaration (``supervisor.agentic_declaration``).
+
 Each phase reports to Weave its measured duration and, as metadata, the switch it made
 (``warm``/``cold`` and seconds), the bytes held in host memory, the sync, the versions used
 and the mean reward. Every process also appends the same records to ``--log`` (JSON lines).
@@ -74,7 +81,12 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     ap.add_argument("--job", required=True)
     ap.add_argument("--iterations", type=int, default=400)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--digits", type=int, default=4)
+    ap.add_argument("--task", choices=["sort", "tool"], default="sort",
+                    help="sort digits, or the agentic task: look values up with a tool in sandboxes (tool_task)")
+    ap.add_argument("--digits", type=int, default=4, help="digits to sort, or keys to look up (--task tool)")
+    ap.add_argument("--env", help="--task tool: the environment nodes' sandbox hosts, IP:PORT[,IP:PORT...]")
+    ap.add_argument("--env-step-ms", type=float, default=50.0,
+                    help="--task tool: the environment step the submission declares (the hosts inject theirs)")
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--epochs", type=int, default=1, help="GRPO passes over each batch (PPO-style clipping)")
@@ -120,6 +132,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     a = parse_args(argv)
     if a.trainers < 1 or a.prompts % a.trainers:
         raise SystemExit(f"--trainers {a.trainers}: at least 1, and dividing --prompts ({a.prompts})")
+    if (a.task == "tool") != bool(a.env):
+        raise SystemExit("--env: the sandbox hosts, needed by --task tool and by nothing else")
     if a.role == "trainer":
         run_trainer(a)
         return 0

@@ -19,14 +19,18 @@ def say(msg: str) -> None:
 
 
 class Serve:
-    """``weave serve`` on fixed pools of one rollout and one training node."""
+    """``weave serve`` on fixed pools of one rollout and one training node, and ``env_nodes``
+    environment nodes (each the machine's two cores, shared with the other nodes)."""
 
-    def __init__(self, weave: str, work: str, ip: str) -> None:
+    def __init__(self, weave: str, work: str, ip: str, env_nodes: int = 0) -> None:
         self.weave, self.work, self.ip = weave, work, ip
         config = subprocess.run([weave, "config", "show"], check=True, capture_output=True, text=True).stdout
         self.cluster = os.path.join(work, "cluster.toml")
         with open(self.cluster, "w") as f:
             f.write(re.sub(r"(?m)^nodes = \d+$", "nodes = 1", config))
+            if env_nodes:
+                f.write(f"\n[env]\nnodes = {env_nodes}\ncores_per_node = 2\nmem_gib_per_node = 4.0\n"
+                        "price_per_vcpu_hour = 0.05\n")
         digest = subprocess.run([weave, "token", "hash", TOKEN], check=True, capture_output=True, text=True).stdout
         self.tenants = os.path.join(work, "tenants.toml")
         with open(self.tenants, "w") as f:
@@ -67,12 +71,32 @@ JOBS = {
 }
 
 
-def job_cmd(a, url: str, name: str, kind: str, port: int, extra: List[str]) -> List[str]:
+# The agentic pair (--task tool): A waits long on its environment (50 ms steps), one update
+# pass; B's steps are short and it takes sixteen update passes: training-heavy.
+TOOL_JOBS = {
+    "A": ["--task", "tool", "--digits", "3", "--epochs", "1", "--lr", "1e-3", "--env-step-ms", "50"],
+    "B": ["--task", "tool", "--digits", "2", "--epochs", "16", "--lr", "1e-3", "--env-step-ms", "10"],
+}
+
+
+def job_args(a, kind: str) -> List[str]:
+    """What makes job ``kind`` of the experiment's pair (``--task`` chooses which pair)."""
+    if getattr(a, "task", "sort") == "tool":
+        return [*TOOL_JOBS[kind], "--env", ",".join(a.env_addrs)]
+    return JOBS[kind]
+
+
+def reference_cmd(a, url: str, name: str, iterations: int, port: int) -> List[str]:
+    """The reference job's command line on the experiment's nodes (every run of it starts here)."""
     return [sys.executable, "-W", "ignore", "-m", "weave_client.runtime.grpo_job", "--server", url,
-            "--token", TOKEN, "--job", name, "--iterations", str(a.iterations), "--prompts", str(a.prompts),
-            "--rollout-cpus", a.rollout_cpus, "--train-cpus", a.train_cpus, "--port", str(port),
-            "--dir", os.path.join(a.work, name), *JOBS[kind], *extra,
+            "--token", TOKEN, "--job", name, "--iterations", str(iterations), "--rollout-cpus", a.rollout_cpus,
+            "--train-cpus", a.train_cpus, "--port", str(port), "--dir", os.path.join(a.work, name),
             *(["--minicluster"] if a.shaped_link is not None else [])]
+
+
+def job_cmd(a, url: str, name: str, kind: str, port: int, extra: List[str]) -> List[str]:
+    return [*reference_cmd(a, url, name, a.iterations, port), "--prompts", str(a.prompts), *job_args(a, kind),
+            *extra]
 
 
 def start_jobs(cmds: List[List[str]]) -> List["tuple[List[str], subprocess.Popen]"]:

@@ -130,7 +130,7 @@ def average_gradients(module) -> None:
 def configs(a: argparse.Namespace):
     from .policy import GrpoConfig, PolicyConfig
 
-    return PolicyConfig(digits=a.digits, seed=a.seed), GrpoConfig(
+    return PolicyConfig(digits=a.digits, seed=a.seed, task=a.task), GrpoConfig(
         prompts=a.prompts, group=a.group, lr=a.lr, epochs=a.epochs
     )
 

@@ -1,7 +1,9 @@
 """A miniature cluster on one machine: a rollout node and a training node as network
 namespaces, each a CPU set, joined by a rate-limited link (``tc tbf`` both ways: the slow
 inter-pool link weights cross), and both on a control bridge to this machine (where ``weave
-serve`` listens) that is not limited. Needs root and iproute2; :func:`available` says why not.
+serve`` listens) that is not limited. With ``env_nodes``, environment nodes (the agentic jobs'
+sandbox hosts) join the control bridge too: the rollout reaches its sandboxes over it. Needs
+root and iproute2; :func:`available` says why not.
 
     with MiniCluster(slow_mbit=100) as mc:
         mc.prefix("rollout")   # ["ip", "netns", "exec", "wv-node-r"]
@@ -38,10 +40,21 @@ def _sh(*args: str) -> None:
         raise RuntimeError(f"`{' '.join(args)}` failed: {r.stderr.strip()}")
 
 
+def env_ns(i: int) -> str:
+    return f"wv-node-e{i}"
+
+
+def env_ip(i: int) -> str:
+    """Environment node ``i``'s address on the control bridge."""
+    return f"10.215.0.{10 + i}"
+
+
 class MiniCluster:
-    def __init__(self, slow_mbit: float) -> None:
+    def __init__(self, slow_mbit: float, env_nodes: int = 0) -> None:
         self.slow_mbit = slow_mbit
         self.server_ip = SERVER_IP
+        self.nodes = {**NS, **{f"env{i}": env_ns(i) for i in range(env_nodes)}}
+        self.control_ip = {**CONTROL_IP, **{f"env{i}": env_ip(i) for i in range(env_nodes)}}
 
     def __enter__(self) -> "MiniCluster":
         self.down()
@@ -59,14 +72,14 @@ class MiniCluster:
         _sh("ip", "link", "add", BRIDGE, "type", "bridge")
         _sh("ip", "addr", "add", f"{SERVER_IP}/24", "dev", BRIDGE)
         _sh("ip", "link", "set", BRIDGE, "up")
-        for role, ns in NS.items():
+        for role, ns in self.nodes.items():
             _sh("ip", "netns", "add", ns)
             _sh("ip", "-n", ns, "link", "set", "lo", "up")
-            ctl = f"wvc-{role[0]}"
+            ctl = f"wvc-{role[0]}{role[3:]}"
             _sh("ip", "link", "add", ctl, "netns", ns, "type", "veth", "peer", "name", f"{ctl}p")
             _sh("ip", "link", "set", f"{ctl}p", "master", BRIDGE)
             _sh("ip", "link", "set", f"{ctl}p", "up")
-            _sh("ip", "-n", ns, "addr", "add", f"{CONTROL_IP[role]}/24", "dev", ctl)
+            _sh("ip", "-n", ns, "addr", "add", f"{self.control_ip[role]}/24", "dev", ctl)
             _sh("ip", "-n", ns, "link", "set", ctl, "up")
         _sh("ip", "link", "add", LINK_NIC["rollout"], "netns", NS["rollout"], "type", "veth",
             "peer", "name", LINK_NIC["train"], "netns", NS["train"])
@@ -82,14 +95,14 @@ class MiniCluster:
                 "burst", burst, "latency", "100ms")
 
     def down(self) -> None:
-        for ns in NS.values():
+        for ns in self.nodes.values():
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
 
     @staticmethod
     def prefix(role: str) -> List[str]:
-        """Runs a command on the node of ``role`` (``"rollout"`` or ``"train"``)."""
-        return ["ip", "netns", "exec", NS[role]]
+        """Runs a command on the node of ``role`` (``"rollout"``, ``"train"``, ``"env0"``, ...)."""
+        return ["ip", "netns", "exec", NS[role] if role in NS else env_ns(int(role[3:]))]
 
     @staticmethod
     def link_ip(role: str) -> str:

@@ -13,10 +13,9 @@ import os
 import re
 import statistics
 import subprocess
-import sys
 from typing import Any, Dict, List
 
-from .harness import TOKEN, check_versions, phases, run_jobs
+from .harness import TOKEN, check_versions, phases, reference_cmd, run_jobs
 
 
 def model_bytes(a) -> int:
@@ -55,10 +54,8 @@ def plan_file(a, kind: str, per_node: int, name: str) -> Dict[str, Any]:
 
 
 def job(a, url: str, name: str, iterations: int, plan: str, port: int) -> List[str]:
-    return [sys.executable, "-W", "ignore", "-m", "weave_client.runtime.grpo_job", "--server", url, "--token", TOKEN,
-            "--job", name, "--iterations", str(iterations), "--rollout-cpus", a.rollout_cpus, "--train-cpus",
-            a.train_cpus, "--port", str(port), "--dir", os.path.join(a.work, name), "--submit", "--trainers",
-            str(a.trainers), "--sync-plan", plan, *(["--minicluster"] if a.shaped_link is not None else [])]
+    return [*reference_cmd(a, url, name, iterations, port), "--submit", "--trainers", str(a.trainers),
+            "--sync-plan", plan]
 
 
 def syncs(a, name: str) -> List[float]:

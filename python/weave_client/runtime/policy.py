@@ -28,6 +28,11 @@ class PolicyConfig:
     layers: int = 2
     heads: int = 4
     seed: int = 0
+    # "sort" (this module's task) or "tool" (``tool_task``: look values up in a sandbox).
+    task: str = "sort"
+
+    def length(self) -> int:
+        return 4 * self.digits + 1 if self.task == "tool" else 2 * self.digits + 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +48,7 @@ class Policy(nn.Module):
     def __init__(self, cfg: PolicyConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        length = 2 * cfg.digits + 1
+        length = cfg.length()
         self.tok = nn.Embedding(VOCAB, cfg.width)
         self.pos = nn.Embedding(length, cfg.width)
         layer = nn.TransformerEncoderLayer(
@@ -92,6 +97,10 @@ def rollout(policy: Policy, rng: torch.Generator, grpo: GrpoConfig) -> Dict[str,
 
 
 def response_logprobs(policy: Policy, seq: torch.Tensor) -> torch.Tensor:
+    if policy.cfg.task == "tool":
+        from .tool_task import response_logprobs as tool_logprobs
+
+        return tool_logprobs(policy, seq)
     d = policy.cfg.digits
     logits = policy(seq[:, :-1])[:, d:, :10]
     lp = torch.log_softmax(logits.float(), dim=-1)

@@ -9,8 +9,9 @@ import dataclasses
 import os
 import signal
 import sys
+import threading
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from .job_process import (EXIT_RESTART, VersionError, configs, follow, join_process_group, leave_process_group,
                           log_record, rollout_rank, trainer_rank, weights_plan)
@@ -44,10 +45,61 @@ def _die_mid_sync(a: argparse.Namespace, version: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _sample(a, state, k: int, gcfg) -> "tuple[Dict[str, Any], Dict[str, Any]]":
-    """This worker's rollout ``k`` (its share of the prompts, with weights version ``k``): the
-    batch, and what the phase reports of it."""
+def _rng(a, k: int):
+    """One named stream per iteration and worker: a resumed job draws the same prompts again."""
     import torch
+
+    return torch.Generator().manual_seed(a.seed * 1_000_003 + k + 1_000_000_007 * a.rank_index)
+
+
+class _Sandboxed:
+    """The agentic task's environment (``--task tool``): each rollout's sandboxes start ahead,
+    in a thread, once the previous rollout's trajectories are sent (while they train and the
+    weights come back), so the rollout's phase waits only for what the training did not cover
+    (that wait is inside the phase, where Weave measures it)."""
+
+    def __init__(self, a, gcfg) -> None:
+        from .sandbox_host import Environment
+
+        self.a, self.share = a, dataclasses.replace(gcfg, prompts=gcfg.prompts // a.trainers)
+        self.env = Environment(a.env.split(","), a.env_step_ms)
+        self.ahead: Optional[Tuple[int, Any, threading.Thread, Dict[str, Any]]] = None
+
+    def start_ahead(self, k: int) -> None:
+        from .tool_task import Prepared
+
+        rng, out = _rng(self.a, k), {}
+
+        def start() -> None:
+            try:
+                out["prepared"] = Prepared(rng, self.share, self.a.digits, self.env)
+            except Exception as e:  # raised again where the rollout needs them
+                out["error"] = e
+
+        t = threading.Thread(target=start, name=f"sandboxes-{k}", daemon=True)
+        t.start()
+        self.ahead = (k, rng, t, out)
+
+    def rollout(self, policy, k: int):
+        from .tool_task import rollout
+
+        ahead, self.ahead = self.ahead, None
+        if ahead is None:
+            return rollout(policy, _rng(self.a, k), self.share, self.env)
+        started, rng, thread, out = ahead
+        thread.join()
+        if "error" in out:
+            raise out["error"]
+        if started != k:
+            out["prepared"].close()
+            return rollout(policy, _rng(self.a, k), self.share, self.env)
+        return rollout(policy, rng, self.share, self.env, out["prepared"])
+
+
+def _sample(a, state, k: int, gcfg, env: Optional[_Sandboxed]) -> "tuple[Dict[str, Any], Dict[str, Any]]":
+    """This worker's rollout ``k`` (its share of the prompts, with weights version ``k``; with
+    ``env``, the agentic task's trajectories in its sandboxes): the batch, and what the phase
+    reports of it."""
     import torch.distributed as dist
 
     from .job_process import GROUPS
@@ -57,10 +109,12 @@ def _sample(a, state, k: int, gcfg) -> "tuple[Dict[str, Any], Dict[str, Any]]":
     sw = state.activate()
     if state.version != k:
         raise VersionError(f"{a.job}: rollout {k} would sample from weights {state.version}")
-    # One named stream per iteration and worker: a resumed job draws the same prompts again.
-    rng = torch.Generator().manual_seed(a.seed * 1_000_003 + k + 1_000_000_007 * a.rank_index)
-    share = dataclasses.replace(gcfg, prompts=gcfg.prompts // a.trainers)
-    batch = rollout(state.modules["policy"], rng, share)
+    if env is None:
+        share = dataclasses.replace(gcfg, prompts=gcfg.prompts // a.trainers)
+        batch = rollout(state.modules["policy"], _rng(a, k), share)
+    else:
+        batch = env.rollout(state.modules["policy"], k)
+    environment = batch.pop("env_stats", None)
     off = state.offload()
     reward = batch["reward"].mean()
     if a.trainers > 1:
@@ -70,6 +124,7 @@ def _sample(a, state, k: int, gcfg) -> "tuple[Dict[str, Any], Dict[str, Any]]":
     return batch, {
         "weights_version": k, "mean_reward": round(float(reward), 6), "switch": sw.kind, "switch_s": sw.seconds,
         "offload_s": off.seconds, "host_bytes": state.host_bytes(), "compute_s": time.perf_counter() - t0,
+        **({"env_stats": environment} if environment is not None else {}),
     }
 
 
@@ -89,21 +144,29 @@ def _rollout_loop(a, state, log: str) -> None:
     log_record(log, {"job": a.job, "role": "rollout", "worker": j, "event": "start", "iteration": got.version,
                      "switch": cold.kind, "switch_s": cold.seconds, "bytes": cold.bytes})
     client: Optional[WeaveClient] = WeaveClient(a.server, a.token) if j == 0 else None
+    env = _Sandboxed(a, gcfg) if a.task == "tool" else None
     received = got
+    if env is not None:
+        env.start_ahead(got.version)
     for k in range(got.version, a.iterations):
         if client is not None:
             with client.phase(a.job, "rollout", k) as meta:
                 if a.trainers > 1:
                     follow(k, "rollouts", leader)
-                batch, fields = _sample(a, state, k, gcfg)
+                batch, fields = _sample(a, state, k, gcfg, env)
+                if "env_stats" in fields:
+                    e = fields["env_stats"]
+                    meta.report_environment(e["trajectories"], e["turns"], e["env_s"], e["startup_s"])
                 meta.update({**fields, "received_sync_s": received.stats.seconds, "refused_syncs": received.refused})
             log_record(log, {"job": a.job, "role": "rollout", "phase": "rollout", "iteration": k, **meta})
         else:
             granted = follow(-1, "rollouts", leader)
             if granted != k:
                 raise VersionError(f"{a.job}: worker {j}: rollout {granted} granted, expected {k}")
-            batch, _ = _sample(a, state, k, gcfg)
+            batch, _ = _sample(a, state, k, gcfg, env)
         send_batch(batch, k, trainer_rank(a, j))
+        if env is not None and k + 1 < a.iterations:
+            env.start_ahead(k + 1)
         if k + 1 < a.iterations:
             received = recv_weights(plan, me, on_header=lambda v: _die_mid_sync(a, v))
             # Published between phases, after the digest check: never a half-updated model.

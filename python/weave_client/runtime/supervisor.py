@@ -78,6 +78,17 @@ def start_process(a: argparse.Namespace, cmd: List[str], role: str) -> subproces
     return subprocess.Popen([*minicluster.MiniCluster.prefix(node), *cmd, "--role", role], env=env)
 
 
+def agentic_declaration(a: argparse.Namespace) -> Dict[str, Any]:
+    """What an agentic reference job declares: one sandbox per trajectory (``batch``), ``digits``
+    tool turns each, the step latency it was told, a cached start; a sandbox is a small
+    sleeping process (a hundredth of a core, 20 MB)."""
+    return {"batch": a.prompts * a.group, "agentic": {
+        "turns": {"short_mean": a.digits, "long_mean": a.digits, "long_share": 0, "max": a.digits},
+        "gen_s_per_turn": 0.01, "env": {"dist": "normal", "mean_s": a.env_step_ms / 1000, "sigma_s": a.env_step_ms / 5000},
+        "startup": {"cold_s": 0.05, "cached_s": 0.02, "cached_share": 1.0},
+        "sandbox": {"cores": 0.01, "mem_gib": 0.02}}}
+
+
 def launch(a: argparse.Namespace, argv: List[str], start_role=None, relaunched_by_weave: bool = False) -> int:
     """Starts the trainer and the rollout worker and keeps them running: after a lost admission
     or a dead process both start again from the checkpoint Weave's count names. Returns the
@@ -103,6 +114,8 @@ def launch(a: argparse.Namespace, argv: List[str], start_role=None, relaunched_b
             spec["rollout_s"] = a.rollout_s
         if a.train_s is not None:
             spec["train_s"] = a.train_s
+        if a.task == "tool":
+            spec.update(agentic_declaration(a))
         client.submit(spec)
     log = a.log or os.path.join(a.dir, "phases.jsonl")
     port, restarts = a.port, 0
