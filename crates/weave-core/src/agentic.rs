@@ -219,6 +219,32 @@ impl AgenticSpec {
     }
 }
 
+/// A node of the environment pool, named `e0`, `e1`, ... No job is bound to one: the pool is
+/// reserved by cores, and a job's sandboxes land on whichever nodes are in service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct EnvNodeId(pub u32);
+
+impl std::fmt::Display for EnvNodeId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "e{}", self.0)
+    }
+}
+
+impl std::str::FromStr for EnvNodeId {
+    type Err = String;
+
+    /// `e3` is environment node 3 (the form `Display` prints).
+    fn from_str(s: &str) -> Result<EnvNodeId, String> {
+        let bad = || format!("`{s}`: expected an environment node name such as e0");
+        let digits = s.strip_prefix('e').ok_or_else(bad)?;
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        digits.parse().map(EnvNodeId).map_err(|_| bad())
+    }
+}
+
 /// The environment tier: CPU nodes that host sandboxes, priced per vCPU-hour.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -260,6 +286,16 @@ impl EnvPoolConfig {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn environment_node_names_round_trip_and_nothing_else_parses() {
+        use super::EnvNodeId;
+        assert_eq!("e12".parse::<EnvNodeId>(), Ok(EnvNodeId(12)));
+        assert_eq!(EnvNodeId(12).to_string(), "e12");
+        for bad in ["e", "r0", "e-1", "e1x", "", "e99999999999"] {
+            assert!(bad.parse::<EnvNodeId>().is_err(), "{bad}");
+        }
+    }
+
     use super::*;
 
     fn swe_like() -> AgenticSpec {

@@ -14,6 +14,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use weave_core::agentic::EnvNodeId;
 use weave_core::{Bytes, GroupId, JobId, Micros, Money, NodeId, Pool};
 use weave_model::named_stream;
 
@@ -102,6 +103,9 @@ pub struct Placer {
     held: BTreeSet<NodeId>,
     /// Nodes out of service (fixed capacity: a backend reported them gone); never handed out.
     down: BTreeSet<NodeId>,
+    /// Environment nodes out of service: the pool placement reserves from is smaller by theirs.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    env_down: BTreeSet<EnvNodeId>,
 }
 
 impl Placer {
@@ -115,6 +119,7 @@ impl Placer {
             in_use: [0, 0],
             held: BTreeSet::new(),
             down: BTreeSet::new(),
+            env_down: BTreeSet::new(),
         }
     }
 
@@ -184,6 +189,21 @@ impl Placer {
         } else {
             self.down.remove(&node)
         }
+    }
+
+    /// Takes an environment node out of service (or back); whether that changed anything.
+    /// The agentic jobs placed stay: their sandboxes run on the nodes left (their drivers run
+    /// a lost node's trajectories again), and new ones wait until the pool has room.
+    pub fn set_env_node_down(&mut self, node: EnvNodeId, down: bool) -> bool {
+        if down {
+            self.env_down.insert(node)
+        } else {
+            self.env_down.remove(&node)
+        }
+    }
+
+    pub fn is_env_node_down(&self, node: EnvNodeId) -> bool {
+        self.env_down.contains(&node)
     }
 
     pub fn is_down(&self, node: NodeId) -> bool {
@@ -262,9 +282,16 @@ impl Placer {
         Ok(())
     }
 
-    /// The environment cores placement reserves from: the pool's with fixed pools, without
-    /// limit when pools are rented on demand (or the cluster has no environment pool).
-    fn env_pool_cores(&self) -> f64 {
+    /// The environment cores placement reserves from: the pool's nodes in service with fixed
+    /// pools, without limit when pools are rented on demand (or the cluster has no environment
+    /// pool).
+    pub fn env_pool_cores(&self) -> f64 {
+        let lost = self.env_down.len() as f64 * self.cfg.env_node_cores.unwrap_or(0.0);
+        (self.env_pool_cores_installed() - lost).max(0.0)
+    }
+
+    /// The whole environment pool, its nodes out of service too: a job larger than it never fits.
+    fn env_pool_cores_installed(&self) -> f64 {
         match (self.cfg.capacity, self.cfg.env_cores) {
             (Some(_), Some(cores)) => cores,
             _ => f64::INFINITY,
@@ -417,11 +444,11 @@ impl Placer {
             );
             return Err(PlaceError::NeverFits { job: job.id, reason });
         }
-        if job.env_cores > self.env_pool_cores() {
+        if job.env_cores > self.env_pool_cores_installed() {
             let reason = format!(
                 "its sandboxes (`batch` x `agentic.sandbox.cores`) hold {} environment cores; the environment pool has {}",
                 job.env_cores,
-                self.env_pool_cores()
+                self.env_pool_cores_installed()
             );
             return Err(PlaceError::NeverFits { job: job.id, reason });
         }

@@ -118,6 +118,29 @@ fn fixed_pools_reserve_the_environment_pool() {
     elastic.admit(agentic(1, 640.0)).expect("renting on demand, the environment is rented too");
 }
 
+/// An environment node out of service shrinks the pool by its cores: the jobs placed stay, a
+/// new one that no longer fits waits (it is not refused: the node may come back), and the
+/// node's return gives the cores back.
+#[test]
+fn an_environment_node_out_of_service_shrinks_the_pool() {
+    use weave_core::agentic::EnvNodeId;
+    let agentic = |id, cores| weave_place::PlaceJob { env_cores: cores, ..job(id, 100, 100, 2.0) };
+    let mut cfg = config(PlacePolicy::Weave);
+    cfg.capacity = Some((8, 8));
+    cfg.env_cores = Some(128.0);
+    cfg.env_node_cores = Some(64.0);
+    let mut p = Placer::new(cfg);
+    p.admit(agentic(0, 64.0)).unwrap();
+    assert!(p.set_env_node_down(EnvNodeId(1), true));
+    assert!(!p.set_env_node_down(EnvNodeId(1), true), "already down");
+    assert_eq!(p.env_pool_cores(), 64.0);
+    assert!(p.group_of(weave_core::JobId(0)).is_some(), "the placed job stays");
+    let e = p.admit(agentic(1, 32.0)).unwrap_err();
+    assert_eq!(e, PlaceError::NoEnvironment { job: weave_core::JobId(1), needs: 32.0, held: 64.0, pool: 64.0 });
+    assert!(p.set_env_node_down(EnvNodeId(1), false));
+    p.admit(agentic(1, 32.0)).expect("the node's cores are back");
+}
+
 #[test]
 fn a_job_too_big_for_any_node_is_refused_with_a_reason() {
     let mut cfg = config(PlacePolicy::Weave);

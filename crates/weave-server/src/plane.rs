@@ -339,6 +339,8 @@ impl Plane {
                 self.running(job).map(|_| ())
             }
             Record::NodeDown { .. } | Record::NodeUp { .. } | Record::NodeNotice { .. } => self.check_node(rec),
+            Record::EnvNodeDown { node, .. } => self.check_env_node(*node, true),
+            Record::EnvNodeUp { node, .. } => self.check_env_node(*node, false),
             // A loan already ended (or never made: a store reopened without `--lending`)
             // makes this a no-op; the handler refuses a return when the job holds none.
             Record::ReturnLoan { job, .. } => self.running(job).map(|_| ()),
@@ -466,6 +468,14 @@ impl Plane {
             }
             Record::NodeUp { time_us, node } => {
                 self.node_up(*time_us, *node);
+                Ok(())
+            }
+            Record::EnvNodeDown { time_us, node, reason } => {
+                self.env_node_change(*time_us, *node, Some(reason));
+                Ok(())
+            }
+            Record::EnvNodeUp { time_us, node } => {
+                self.env_node_change(*time_us, *node, None);
                 Ok(())
             }
             Record::NodeNotice { time_us, node, deadline_us, reason } => {

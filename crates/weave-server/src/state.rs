@@ -503,6 +503,8 @@ impl Shared {
             }
             Record::NodeUp { .. }
             | Record::NodeNotice { .. }
+            | Record::EnvNodeDown { .. }
+            | Record::EnvNodeUp { .. }
             | Record::Inventory { .. }
             | Record::Consolidate { .. }
             | Record::Ready { .. }

@@ -188,3 +188,66 @@ fn fixed_pools_queue_a_job_whose_sandboxes_do_not_fit() {
     let env = get(&s, ALICE, "/v1/cluster")["environment"].clone();
     assert_eq!(env["held"]["cores"].as_f64(), Some(64.0), "{env}");
 }
+
+fn post_as(s: &TestServer, token: &str, path: &str) -> (u16, Value) {
+    let r = client().post(s.url(path)).bearer_auth(token).send().unwrap();
+    let code = r.status().as_u16();
+    (code, r.json().unwrap_or(Value::Null))
+}
+
+/// An environment node out of service: the pool placement reserves from loses its cores, the
+/// agentic job running keeps its admission (its driver runs the node's trajectories again on
+/// the other node; nothing Weave counted is lost), a new one that no longer fits waits, and
+/// the node's return starts it. The change is a record: it survives a restart. Names outside
+/// the pool, a node down twice, a notice and a tenant's request are refused.
+#[test]
+fn an_environment_node_out_of_service_shrinks_the_pool_and_keeps_the_jobs() {
+    let dir = temp_dir("agentic-env-node");
+    let fixed = |cfg: &mut weave_server::ServerConfig| {
+        cfg.cluster.env = Some(weave_core::agentic::EnvPoolConfig::of_nodes(2));
+        cfg.capacity = weave_server::Capacity::Fixed;
+    };
+    let s = TestServer::start_with(dir.clone(), Duration::from_secs(600), fixed);
+    let job = |id: &str, batch: u32| json!({ "id": id, "type": "7B_8k", "batch": batch, "iterations": 4, "agentic": agentic(1.0) });
+    assert_eq!(submit(&s, ALICE, job("first", 64)).0, 201);
+    let uid = get(&s, ALICE, "/v1/jobs/first")["job"]["uid"].clone();
+
+    assert_eq!(post_as(&s, ALICE, "/v1/nodes/e0/down").0, 403);
+    for (path, says) in [
+        ("/v1/nodes/e2/down", "not in the inventory (2 environment nodes)"),
+        ("/v1/nodes/e00/down", "`e0`"),
+        ("/v1/nodes/e0/up", "e0 is not down"),
+    ] {
+        let (code, b) = post_as(&s, OPS, path);
+        assert!(code == 400 && b["error"].as_str().unwrap().contains(says), "{path}: {code} {b}");
+    }
+    let (code, b) = post_as(&s, OPS, "/v1/nodes/e1/down");
+    assert_eq!(code, 200, "{b}");
+    let (code, b) = post_as(&s, OPS, "/v1/nodes/e1/down");
+    assert!(code == 400 && b["error"].as_str().unwrap().contains("already down"), "{code} {b}");
+    let notice =
+        client().post(s.url("/v1/nodes/e0/notice")).bearer_auth(OPS).json(&json!({ "seconds": 60 })).send().unwrap();
+    assert_eq!(notice.status().as_u16(), 400, "an environment node takes no notice");
+
+    let first = get(&s, ALICE, "/v1/jobs/first")["job"].clone();
+    assert_eq!((first["state"].as_str(), &first["uid"]), (Some("running"), &uid), "the job keeps its admission");
+    let env = get(&s, OPS, "/v1/cluster")["environment"].clone();
+    assert_eq!(env["nodes_down"], json!(["e1"]), "{env}");
+    assert_eq!(env["cores_in_service"].as_f64(), Some(64.0), "{env}");
+    let nodes = get(&s, OPS, "/v1/nodes");
+    let e1 = nodes.as_array().unwrap().iter().find(|n| n["node"] == "e1").cloned().unwrap_or_default();
+    assert_eq!((e1["pool"].as_str(), e1["down"].as_bool()), (Some("environment"), Some(true)), "{nodes}");
+    let event = get(&s, OPS, "/v1/events");
+    let down = event.as_array().unwrap().iter().rev().find(|e| e["kind"] == "node-down").cloned().unwrap_or_default();
+    assert_eq!(down["meta"]["jobs"], json!(["first"]), "the agentic jobs are told: {down}");
+
+    let (st, b) = submit(&s, ALICE, job("second", 32));
+    assert_eq!(st, 202, "64 of the 64 cores in service are held: {b}");
+    s.stop();
+
+    let s = TestServer::start_with(dir, Duration::from_secs(600), fixed);
+    assert_eq!(get(&s, OPS, "/v1/cluster")["environment"]["nodes_down"], json!(["e1"]), "a record: restored");
+    assert_eq!(get(&s, ALICE, "/v1/jobs/second")["job"]["state"], "queued");
+    assert_eq!(post_as(&s, OPS, "/v1/nodes/e1/up").0, 200);
+    assert_eq!(get(&s, ALICE, "/v1/jobs/second")["job"]["state"], "running", "the node's cores are back");
+}

@@ -201,8 +201,8 @@ def one_round(a, serve: Serve, ops: WeaveClient, r: int) -> Dict[str, Any]:
         if a.task == "tool":
             spec.update(agentic_run.declaration(a, k))
         decision = ops.submit(spec)
-        out[f"decision_{k}"] = decision["decision"]["kind"]
         assert decision["job"]["state"] == "running", f"{pair[k]} was not admitted: {decision['job']}"
+        out[f"decision_{k}"] = decision["decision"]["kind"]
     groups = {ops.job(pair[k])["job"]["group"] for k in "AB"}
     assert len(groups) == 1, f"the pair was not packed into one group: {groups}"
     t0 = time.time()

@@ -61,6 +61,9 @@ pub struct PlacerConfig {
     /// environment is rented with the rest and never runs short.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_cores: Option<f64>,
+    /// Cores of one environment node: what the pool loses while that node is out of service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_node_cores: Option<f64>,
     /// Skip saturated groups before any detailed search (the paper's rule; fast). When
     /// `false`, saturated groups are tried too, with the event-level timing model: cheaper
     /// placements at several times the decision cost (see `weave bench optimality`).
@@ -100,6 +103,7 @@ impl PlacerConfig {
                 .map(|s| s.price().cost(cluster.rollout.gpus_per_node as u64, hour)),
             capacity: None,
             env_cores: cluster.env.as_ref().map(|e| e.cores()),
+            env_node_cores: cluster.env.as_ref().map(|e| e.cores_per_node as f64),
             skip_saturated: true,
             colocate: false,
             seed,

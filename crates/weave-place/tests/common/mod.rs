@@ -49,6 +49,7 @@ pub fn config(policy: PlacePolicy) -> PlacerConfig {
         spot_rollout_node_price: None,
         capacity: None,
         env_cores: None,
+        env_node_cores: None,
         skip_saturated: true,
         colocate: false,
         seed: 7,

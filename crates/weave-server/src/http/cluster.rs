@@ -11,6 +11,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use serde_json::json;
 use std::sync::Arc;
+use weave_core::agentic::EnvNodeId;
 use weave_core::NodeId;
 
 pub(super) async fn groups(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<Json<serde_json::Value>> {
@@ -67,6 +68,15 @@ pub(super) async fn nodes(State(s): State<Arc<Shared>>, headers: HeaderMap) -> A
             out.push(json!({ "node": n.to_string(), "pool": "training", "group": grp.id.0, "cached_state_gb": grp.train_used.as_gb_f64() }));
         }
     }
+    // The environment pool's nodes: no job is bound to one (the pool is reserved by cores).
+    if let Some(env) = &g.plane.cluster().env {
+        for n in (0..env.nodes).map(EnvNodeId) {
+            let down = g.plane.placer().is_env_node_down(n);
+            out.push(
+                json!({ "node": n.to_string(), "pool": "environment", "cores": env.cores_per_node, "down": down }),
+            );
+        }
+    }
     Ok(Json(json!(out)))
 }
 
@@ -77,17 +87,29 @@ struct NodeDownBody {
     reason: Option<String>,
 }
 
+/// A node named in a path: of a GPU pool (`r0`, `t1`) or of the environment pool (`e0`).
+enum NamedNode {
+    Gpu(NodeId),
+    Env(EnvNodeId),
+}
+
 /// An admin caller, and the node named in the path.
-fn node_change(s: &Shared, headers: &HeaderMap, node: &str) -> ApiResult<(Caller, NodeId)> {
+fn node_change(s: &Shared, headers: &HeaderMap, node: &str) -> ApiResult<(Caller, NamedNode)> {
     let c = caller(s, headers)?;
     if !c.admin {
         return Err(ApiError::new(StatusCode::FORBIDDEN, "taking nodes out of service is for admins"));
     }
-    let parsed: NodeId =
-        node.parse().map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("node `{node}`: {e}")))?;
+    let bad = |e: String| ApiError::new(StatusCode::BAD_REQUEST, format!("node `{node}`: {e}"));
+    let (parsed, written) = if node.starts_with('e') {
+        let n: EnvNodeId = node.parse().map_err(bad)?;
+        (NamedNode::Env(n), n.to_string())
+    } else {
+        let n: NodeId = node.parse().map_err(bad)?;
+        (NamedNode::Gpu(n), n.to_string())
+    };
     // One name per node: `r00` is not another spelling of `r0`.
-    if parsed.to_string() != node {
-        let why = format!("node `{node}`: expected its name as Weave writes it, `{parsed}`");
+    if written != node {
+        let why = format!("node `{node}`: expected its name as Weave writes it, `{written}`");
         return Err(ApiError::new(StatusCode::BAD_REQUEST, why));
     }
     Ok((c, parsed))
@@ -112,8 +134,7 @@ pub(super) async fn node_down(
     Path(node): Path<String>,
     body: axum::body::Bytes,
 ) -> ApiResult<Json<serde_json::Value>> {
-    let (c, node) = node_change(&s, &headers, &node)?;
-    health_owned_by_backend(&s)?;
+    let (c, named) = node_change(&s, &headers, &node)?;
     let given = if body.iter().all(u8::is_ascii_whitespace) {
         NodeDownBody::default()
     } else {
@@ -121,8 +142,15 @@ pub(super) async fn node_down(
             .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("request body: {e}")))?
     };
     let reason = checked_reason(&s, given.reason, "taken out of service by an admin")?;
-    commit(&s, &c, move |time_us| Record::NodeDown { time_us, node, reason }).await?;
-    Ok(Json(json!({ "node": node.to_string(), "state": "down" })))
+    match named {
+        // No execution backend reports the environment pool's health: an admin does.
+        NamedNode::Env(node) => commit(&s, &c, move |time_us| Record::EnvNodeDown { time_us, node, reason }).await?,
+        NamedNode::Gpu(node) => {
+            health_owned_by_backend(&s)?;
+            commit(&s, &c, move |time_us| Record::NodeDown { time_us, node, reason }).await?
+        }
+    };
+    Ok(Json(json!({ "node": node, "state": "down" })))
 }
 
 fn checked_reason(s: &Shared, given: Option<String>, default: &str) -> ApiResult<String> {
@@ -153,7 +181,11 @@ pub(super) async fn node_notice(
     Path(node): Path<String>,
     body: axum::body::Bytes,
 ) -> ApiResult<Json<serde_json::Value>> {
-    let (c, node) = node_change(&s, &headers, &node)?;
+    let (c, named) = node_change(&s, &headers, &node)?;
+    let NamedNode::Gpu(node) = named else {
+        let why = format!("node `{node}`: an environment node takes no preemption notice (take it down when it goes)");
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, why));
+    };
     let given: NoticeBody = serde_json::from_slice(&body)
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("request body: {e}")))?;
     if given.seconds > MAX_NOTICE_S {
@@ -172,7 +204,14 @@ pub(super) async fn node_up(
     headers: HeaderMap,
     Path(node): Path<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    let (c, node) = node_change(&s, &headers, &node)?;
+    let (c, named) = node_change(&s, &headers, &node)?;
+    let node = match named {
+        NamedNode::Gpu(node) => node,
+        NamedNode::Env(env) => {
+            commit(&s, &c, move |time_us| Record::EnvNodeUp { time_us, node: env }).await?;
+            return Ok(Json(json!({ "node": node, "state": "up" })));
+        }
+    };
     let noticed = s.lock().plane.notices().any(|(n, _)| *n == node);
     if !noticed {
         health_owned_by_backend(&s)?;

@@ -288,7 +288,7 @@ fn cluster() -> Vec<Route> {
             get.clone(),
             "/v1/nodes",
             Admin,
-            "Nodes with their groups and cached state",
+            "Nodes with their groups and cached state, and the environment pool's nodes (`e0`, ...: `cores`, `down`)",
             cluster::nodes,
             json!({ "responses": answers(&[("200", "nodes")], &[]) }),
         )
@@ -297,7 +297,7 @@ fn cluster() -> Vec<Route> {
             post.clone(),
             "/v1/nodes/{node}/down",
             Admin,
-            "Take a node out of service (fixed pools this server owns): its jobs fail and are re-admitted from their last completed iteration, or queued",
+            "Take a node out of service (fixed pools this server owns): its jobs fail and are re-admitted from their last completed iteration, or queued. An environment node (`e0`, ...) leaves the pool placement reserves from: the agentic jobs running keep their admissions (their drivers run its trajectories again on the nodes left) and new ones wait for room",
             cluster::node_down,
             json!({
                 "requestBody": body(json!({ "type": "object", "additionalProperties": false,
@@ -309,7 +309,7 @@ fn cluster() -> Vec<Route> {
             post.clone(),
             "/v1/nodes/{node}/up",
             Admin,
-            "Put a node back in service: queued jobs start where it makes room",
+            "Put a node back in service (a GPU node, or an environment node `e0`, ...): queued jobs start where it makes room",
             cluster::node_up,
             json!({ "responses": answers(&[("200", "the node is up")], &["400", "409"]) }),
         ),
@@ -317,7 +317,7 @@ fn cluster() -> Vec<Route> {
             post.clone(),
             "/v1/nodes/{node}/notice",
             Admin,
-            "A preemption notice (a spot node the provider takes back): the node closes to new placements now, its jobs are told (`preemption-notice` events with the deadline), and once the notice runs out it leaves service as a lost node does",
+            "A preemption notice (a spot node the provider takes back): the node closes to new placements now, its jobs are told (`preemption-notice` events with the deadline), and once the notice runs out it leaves service as a lost node does (GPU nodes only)",
             cluster::node_notice,
             json!({
                 "requestBody": body(json!({ "type": "object", "required": ["seconds"], "additionalProperties": false,

@@ -2,9 +2,11 @@
 //! single-turn rollout, with sandboxes started during the previous training (the replay's
 //! three-tier planning, from the same model).
 
+use super::PlaneError;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
-use weave_core::agentic::{AgenticSpec, EnvPoolConfig};
+use std::sync::Arc;
+use weave_core::agentic::{AgenticSpec, EnvNodeId, EnvPoolConfig};
 use weave_core::PhaseTimes;
 use weave_place::PlaceJob;
 
@@ -61,6 +63,9 @@ pub struct EnvironmentUse {
     pub agentic_jobs: u32,
     /// The pool's hourly price, all its cores (an owned pool is paid whether used or not).
     pub hourly_cost_dollars: f64,
+    /// Its nodes out of service (`e0`, ...), and the cores of those in service.
+    pub nodes_down: Vec<String>,
+    pub cores_in_service: f64,
 }
 
 /// Environment measurements a job's rollout driver reports with a rollout's finish, in its
@@ -125,6 +130,51 @@ impl super::Plane {
             }
         }
         let hourly_cost_dollars = pool.cores() * pool.price_per_vcpu_hour;
-        Some(EnvironmentUse { pool, held, agentic_jobs, hourly_cost_dollars })
+        let nodes_down: Vec<String> = (0..pool.nodes)
+            .map(EnvNodeId)
+            .filter(|n| self.placer.is_env_node_down(*n))
+            .map(|n| n.to_string())
+            .collect();
+        let cores_in_service = pool.cores() - nodes_down.len() as f64 * pool.cores_per_node as f64;
+        Some(EnvironmentUse { pool, held, agentic_jobs, hourly_cost_dollars, nodes_down, cores_in_service })
+    }
+
+    /// Checks an environment node's change: the pool has the node, fixed pools (its nodes are
+    /// machines), and the node is in the state the change needs.
+    pub(super) fn check_env_node(&self, node: EnvNodeId, down: bool) -> Result<(), PlaneError> {
+        let invalid = |reason: String| Err(PlaneError::Invalid { field: "node".into(), reason });
+        let Some(pool) = &self.cluster.env else {
+            return invalid(format!("{node}: the cluster has no environment pool (`[env]` in its cluster file)"));
+        };
+        if self.placer.config().capacity.is_none() {
+            return invalid("node failures need fixed-capacity pools (the elastic mode rents fresh nodes)".into());
+        }
+        if node.0 >= pool.nodes {
+            return invalid(format!("{node} is not in the inventory ({} environment nodes)", pool.nodes));
+        }
+        match (down, self.placer.is_env_node_down(node)) {
+            (true, true) => invalid(format!("{node} is already down")),
+            (false, false) => invalid(format!("{node} is not down")),
+            _ => Ok(()),
+        }
+    }
+
+    /// An environment node leaves service (`reason`) or comes back (`None`). The agentic jobs
+    /// running are told in the event (their drivers run the node's trajectories again on the
+    /// nodes left: nothing of Weave's count is lost, so none is re-admitted); placement
+    /// reserves from the nodes in service, so new agentic jobs wait for room.
+    pub(super) fn env_node_change(&mut self, time_us: u64, node: EnvNodeId, reason: Option<&String>) {
+        Arc::make_mut(&mut self.placer).set_env_node_down(node, reason.is_some());
+        let jobs: Vec<&str> = self
+            .jobs()
+            .filter(|j| j.state == super::JobState::Running && j.spec.agentic.is_some())
+            .map(|j| j.name.as_str())
+            .collect();
+        let mut meta = serde_json::json!({ "node": node.to_string(), "pool": "environment", "jobs": jobs });
+        if let Some(r) = reason {
+            meta["reason"] = r.as_str().into();
+        }
+        let kind = if reason.is_some() { "node-down" } else { "node-up" };
+        self.event(super::PlaneEvent { meta: Some(meta), ..super::ev(time_us, "", kind, None, None, None) });
     }
 }

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use thiserror::Error;
+use weave_core::agentic::EnvNodeId;
 use weave_core::{JobId, JobSpec, Micros, NodeId};
 use weave_dispatch::Phase;
 use weave_trace::{JobFields, JsonlJob, NoUnknownFields};
@@ -314,6 +315,19 @@ pub enum Record {
         deadline_us: u64,
         reason: String,
     },
+    /// An environment node left service: the pool placement reserves from is smaller by its
+    /// cores. The agentic jobs running stay (their drivers run its trajectories again on the
+    /// nodes left); new ones wait for room.
+    EnvNodeDown {
+        time_us: u64,
+        node: EnvNodeId,
+        reason: String,
+    },
+    /// An environment node is back in service.
+    EnvNodeUp {
+        time_us: u64,
+        node: EnvNodeId,
+    },
     /// An execution backend's inventory: the fixed pools hold at least this many nodes.
     Inventory {
         time_us: u64,
@@ -353,6 +367,8 @@ impl Record {
             | Record::NodeDown { time_us, .. }
             | Record::NodeUp { time_us, .. }
             | Record::NodeNotice { time_us, .. }
+            | Record::EnvNodeDown { time_us, .. }
+            | Record::EnvNodeUp { time_us, .. }
             | Record::Inventory { time_us, .. }
             | Record::Consolidate { time_us }
             | Record::Ready { time_us, .. }
