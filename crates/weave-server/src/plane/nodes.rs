@@ -96,6 +96,13 @@ impl Plane {
         self.event(PlaneEvent { meta: Some(meta), ..ev(time_us, "", "node-up", None, None, None) });
     }
 
+    /// An execution backend's inventory: the fixed pools hold at least this many nodes.
+    pub(super) fn inventory(&mut self, time_us: u64, rollout: u32, training: u32) {
+        Arc::make_mut(&mut self.placer).grow_capacity((rollout, training));
+        let meta = serde_json::json!({ "rollout": rollout, "training": training });
+        self.event(PlaneEvent { meta: Some(meta), ..ev(time_us, "", "inventory", None, None, None) });
+    }
+
     /// Node failures only mean something for fixed pools, whose node names are machines.
     pub(super) fn in_inventory(&self, node: NodeId) -> Result<(), PlaneError> {
         let cap = self.placer.config().capacity.ok_or_else(|| PlaneError::Invalid {
