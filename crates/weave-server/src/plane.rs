@@ -303,7 +303,8 @@ impl Plane {
     /// measured of itself in place of the model's switch costs and sync.
     fn place_job(&self, spec: &JobSpec, slo: f64, submit: &SubmitSpec) -> PlaceJob {
         let mut place = PlaceJob::from_spec(spec, slo, &self.profile, &self.cluster);
-        if let Some(a) = &spec.agentic {
+        // Durations the submission gives were measured: they win over the model's plan.
+        if let Some(a) = spec.agentic.as_ref().filter(|_| spec.phase_times.is_none()) {
             let measured = submit.server.measured_environment.map(|m| a.with_measured(&m));
             agentic::plan(&mut place, measured.as_ref().unwrap_or(a), spec.batch);
         }

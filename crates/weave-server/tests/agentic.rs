@@ -31,6 +31,18 @@ fn an_agentic_job_is_planned_from_its_trajectories() {
     assert!(r > 250.0 && r < 2_000.0, "{tools}");
     assert!(r > 2.0 * plain["estimate_rollout_s"].as_f64().unwrap(), "{plain} {tools}");
     assert_eq!(tools["estimate_train_s"], plain["estimate_train_s"]);
+
+    // Durations given with the submission were measured: they place the job, not the plan.
+    let measured =
+        json!({ "id": "measured", "type": "7B_8k", "batch": 32, "agentic": long, "rollout_s": 40, "train_s": 30 });
+    let (st, body) = submit(&s, ALICE, measured);
+    assert_eq!(st, 201, "{body}");
+    let job = view("measured")["job"].clone();
+    assert_eq!(
+        (job["estimate_rollout_s"].as_f64(), job["estimate_train_s"].as_f64()),
+        (Some(40.0), Some(30.0)),
+        "{job}"
+    );
 }
 
 fn with_env_pool(name: &str) -> TestServer {

@@ -96,6 +96,15 @@ class _Sandboxed:
         return rollout(policy, rng, self.share, self.env, out["prepared"])
 
 
+def _check_sandboxes_granted(a, granted: Optional[Dict[str, Any]]) -> None:
+    """An agentic rollout holds one sandbox per trajectory: never more than its grant names."""
+    need = a.prompts * a.group
+    if granted is None or granted.get("sandboxes", 0) < need:
+        have = None if granted is None else granted.get("sandboxes")
+        raise VersionError(f"{a.job}: the rollout needs {need} sandboxes; its grant names {have} "
+                           "(was the job submitted with its agentic declaration and batch?)")
+
+
 def _sample(a, state, k: int, gcfg, env: Optional[_Sandboxed]) -> "tuple[Dict[str, Any], Dict[str, Any]]":
     """This worker's rollout ``k`` (its share of the prompts, with weights version ``k``; with
     ``env``, the agentic task's trajectories in its sandboxes): the batch, and what the phase
@@ -151,6 +160,8 @@ def _rollout_loop(a, state, log: str) -> None:
     for k in range(got.version, a.iterations):
         if client is not None:
             with client.phase(a.job, "rollout", k) as meta:
+                if env is not None:
+                    _check_sandboxes_granted(a, meta.environment)
                 if a.trainers > 1:
                     follow(k, "rollouts", leader)
                 batch, fields = _sample(a, state, k, gcfg, env)
