@@ -78,6 +78,7 @@ fn quotas(args: &TenantsArgs) -> Result<Vec<TenantQuota>> {
             rollout_nodes: r * f,
             training_nodes: t * f,
             borrow_limit: None,
+            env_cores: None,
         })
         .collect())
 }

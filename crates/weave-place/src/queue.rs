@@ -76,7 +76,7 @@ pub fn start_one<D: QueueDriver>(d: &mut D) -> bool {
         };
         let preempt_and_start =
             |d: &mut D| preempt && claim.is_some_and(|c| d.preempt_for(w, &usage, c)) && d.try_start(k);
-        if !d.policy().may_start(w.tenant, w.demand, &usage) {
+        if !d.policy().may_start_waiting(&w, &usage) {
             // Over quota: it may displace its own tenant's lower-priority jobs.
             if preempt_and_start(d) {
                 return true;

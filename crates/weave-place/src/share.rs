@@ -29,6 +29,10 @@ pub struct TenantQuota {
     /// as many as are unused).
     #[serde(default)]
     pub borrow_limit: Option<f64>,
+    /// Environment cores its agentic jobs' sandboxes may hold at once: a cap, neither lent
+    /// nor borrowed (absent: only the pool limits them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_cores: Option<f64>,
 }
 
 impl TenantQuota {
@@ -148,6 +152,8 @@ pub struct Waiting {
     pub arrival: u64,
     /// Nodes it needs per pool.
     pub demand: Nodes,
+    /// Environment cores its sandboxes hold (0 for a job that is not agentic).
+    pub env_cores: f64,
     /// It ran and was preempted: it was admitted, and the clock of its SLO runs while it waits.
     pub resumes: bool,
 }
@@ -201,16 +207,18 @@ pub struct Usage {
     /// What they would be charged if every partner on a shared node left. The borrowing limit
     /// is held against this, so a partner's departure never takes a tenant past its limit.
     pub alone: Vec<Nodes>,
+    /// Environment cores its placed agentic jobs hold (empty: none anywhere).
+    pub env: Vec<f64>,
 }
 
 impl Usage {
     /// Usage where nothing is shared (both views equal).
     pub fn unshared(held: Vec<Nodes>) -> Self {
-        Usage { alone: held.clone(), held }
+        Usage { alone: held.clone(), held, env: Vec::new() }
     }
 
     fn of(charges: Vec<(JobId, Nodes, Nodes)>, tenants: usize, tenant_of: impl Fn(JobId) -> usize) -> Self {
-        let mut usage = Usage { held: vec![[0.0; 2]; tenants], alone: vec![[0.0; 2]; tenants] };
+        let mut usage = Usage { held: vec![[0.0; 2]; tenants], alone: vec![[0.0; 2]; tenants], env: Vec::new() };
         for (job, held, alone) in charges {
             let t = tenant_of(job);
             if t < tenants {
@@ -360,7 +368,25 @@ impl SharePolicy {
     /// Quota in use per tenant: every job's share of the nodes its placement holds, and what
     /// it would hold alone. `tenant_of` maps a placed job to its tenant's index.
     pub fn usage(&self, placer: &Placer, tenant_of: impl Fn(JobId) -> usize) -> Usage {
-        Usage::of(charges(placer), self.tenants.len(), tenant_of)
+        let mut usage = Usage::of(charges(placer), self.tenants.len(), &tenant_of);
+        if self.tenants.iter().any(|q| q.env_cores.is_some()) {
+            usage.env = vec![0.0; self.tenants.len()];
+            for m in placer.groups().flat_map(|g| &g.members) {
+                if let Some(held) = usage.env.get_mut(tenant_of(m.job.id)) {
+                    *held += m.job.env_cores;
+                }
+            }
+        }
+        usage
+    }
+
+    /// Whether waiting job `w` may start now: its tenant's quota of each pool allows it
+    /// ([`SharePolicy::may_start`]) and so does its cap on environment cores.
+    pub fn may_start_waiting(&self, w: &Waiting, usage: &Usage) -> bool {
+        let env_cap = self.tenants[w.tenant].env_cores;
+        let env_fits =
+            env_cap.is_none_or(|cap| usage.env.get(w.tenant).copied().unwrap_or(0.0) + w.env_cores <= cap + EPS);
+        env_fits && self.may_start(w.tenant, w.demand, usage)
     }
 
     /// Tenant `t`'s dominant share: the largest fraction of its nominal quota in use.
@@ -560,140 +586,4 @@ impl SharePolicy {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn policy(mode: ShareMode) -> SharePolicy {
-        let t = |name: &str, n: f64, borrow: Option<f64>| TenantQuota {
-            name: name.into(),
-            rollout_nodes: n,
-            training_nodes: n,
-            borrow_limit: borrow,
-        };
-        SharePolicy {
-            mode,
-            tenants: vec![t("a", 4.0, None), t("b", 4.0, Some(1.0))],
-            min_run: Micros::from_secs(600),
-            checkpoint_every: 10,
-            half_life: None,
-            preempts_own: Priority::High,
-            grace: Micros::ZERO,
-        }
-    }
-
-    #[test]
-    fn decayed_shares_remember_recent_use_and_forget_old_use() {
-        let p = policy(ShareMode::Quotas);
-        let h = Micros::from_secs(3600);
-        let mut u = UsageHistory::default();
-        // a uses its whole quota (4) for ten half-lives: its decayed share approaches 1.
-        u.set_usage(vec![[4.0, 4.0], [0.0, 0.0]]);
-        u.advance_to(Micros::from_secs(36_000), h);
-        let s = u.shares(&p, h);
-        assert!((s[0] - 1.0).abs() < 1e-3 && s[1] == 0.0, "{s:?}");
-        // Then nothing for one half-life: half of it is left; b's two hours at quota count more.
-        u.set_usage(vec![[0.0, 0.0], [4.0, 4.0]]);
-        u.advance_to(Micros::from_secs(36_000 + 3600), h);
-        let s = u.shares(&p, h);
-        assert!((s[0] - 0.5).abs() < 1e-3 && (s[1] - 0.5).abs() < 1e-9, "{s:?}");
-        // Both idle now and both entitled: right now they tie and arrival decides (a first);
-        // by recent use, the less served one goes first (b).
-        let w = |tenant, arrival| Waiting {
-            tenant,
-            priority: Priority::Normal,
-            arrival,
-            demand: [1.0, 1.0],
-            resumes: false,
-        };
-        let (waiting, idle) = ([w(0, 0), w(1, 1)], vec![[0.0, 0.0], [0.0, 0.0]]);
-        assert_eq!(p.order(&waiting, &idle), [0, 1]);
-        assert_eq!(p.order_by(&waiting, &idle, &[0.9, 0.1]), [1, 0]);
-    }
-
-    #[test]
-    fn within_nominal_always_beyond_only_what_others_leave_and_the_limit() {
-        let p = policy(ShareMode::Quotas);
-        let usage = Usage::unshared(vec![[3.0, 3.0], [0.0, 0.0]]);
-        assert!(p.may_start(0, [1.0, 1.0], &usage));
-        // b leaves 4 unused: a may borrow them (no limit), not 5.
-        assert!(p.may_start(0, [5.0, 5.0], &usage));
-        assert!(!p.may_start(0, [6.0, 6.0], &usage));
-        // b may borrow only one node beyond its 4.
-        let usage = Usage::unshared(vec![[0.0, 0.0], [4.0, 4.0]]);
-        assert!(p.may_start(1, [1.0, 1.0], &usage));
-        assert!(!p.may_start(1, [2.0, 2.0], &usage));
-        // FIFO ignores quotas.
-        assert!(policy(ShareMode::Fifo).may_start(1, [9.0, 9.0], &usage));
-        // b's jobs share nodes: charged 3.5 now, 4.5 if their partners left. One more node
-        // fits its nominal quota now but would take it past its limit (5.5 > 4 + 1) once the
-        // partners leave, so it may not start; a's jobs have no limit.
-        let shared = Usage { held: vec![[0.0, 0.0], [3.5, 3.5]], alone: vec![[0.0, 0.0], [4.5, 4.5]] };
-        assert!(!p.may_start(1, [1.0, 1.0], &shared));
-        assert!(p.may_start(1, [0.5, 0.5], &shared));
-    }
-
-    #[test]
-    fn the_queue_goes_entitled_first_then_resuming_then_least_served_tenant_then_priority_then_arrival() {
-        let p = policy(ShareMode::Quotas);
-        let usage = vec![[4.0, 4.0], [1.0, 1.0]];
-        let w = |tenant, priority, arrival| Waiting { tenant, priority, arrival, demand: [1.0, 1.0], resumes: false };
-        // a (tenant 0) is at its quota: its jobs would borrow; b's are entitled and go first,
-        // then a's, its high one before its normal one.
-        let waiting =
-            [w(0, Priority::Normal, 0), w(1, Priority::Normal, 1), w(0, Priority::High, 2), w(1, Priority::Normal, 3)];
-        assert_eq!(p.order(&waiting, &usage), [1, 3, 2, 0]);
-        assert_eq!(policy(ShareMode::Fifo).order(&waiting, &usage), [0, 1, 2, 3]);
-        // Both entitled: the least-served tenant first, priority within a tenant.
-        let usage = vec![[1.0, 1.0], [2.0, 2.0]];
-        assert_eq!(p.order(&waiting, &usage), [2, 0, 1, 3]);
-        // A preempted job resuming goes before the entitled jobs of every tenant, not before
-        // those within quota when it would borrow.
-        let mut resuming = waiting;
-        resuming[3].resumes = true;
-        assert_eq!(p.order(&resuming, &usage), [3, 2, 0, 1]);
-        let usage = vec![[4.0, 4.0], [4.0, 4.0]];
-        resuming[2] = w(0, Priority::High, 2);
-        resuming[0].demand = [0.0, 0.0];
-        assert_eq!(p.order(&resuming, &usage), [0, 3, 2, 1]);
-    }
-
-    #[test]
-    fn victims_are_borrowers_or_outranked_and_past_their_minimum_run() {
-        let p = policy(ShareMode::Preemption);
-        // a borrows 2 of b's nodes; b wants 2 back.
-        let usage = vec![[6.0, 6.0], [2.0, 2.0]];
-        let r = |job, tenant, priority, ran_s, unsaved| Running {
-            job: JobId(job),
-            tenant,
-            priority,
-            ran: Micros::from_secs(ran_s),
-            unsaved,
-            held: 1.0,
-        };
-        let running = [
-            r(1, 0, Priority::Normal, 3600, 5),
-            r(2, 0, Priority::Normal, 60, 0), // inside its minimum run
-            r(3, 0, Priority::High, 3600, 1),
-            r(4, 1, Priority::Low, 3600, 9),
-        ];
-        let want = Waiting { tenant: 1, priority: Priority::Normal, arrival: 9, demand: [2.0, 2.0], resumes: false };
-        // Only urgent work takes the place of its own tenant's jobs: a normal job reclaims
-        // a's borrowed nodes, and leaves b's low job alone.
-        assert_eq!(p.victims(want, [2.0, 2.0], &running, &usage), [JobId(3), JobId(1)]);
-        let high = Waiting { priority: Priority::High, ..want };
-        assert_eq!(p.victims(high, [2.0, 2.0], &running, &usage), [JobId(3), JobId(1), JobId(4)]);
-        // Past its entitlement, b reclaims nothing from a; only its own low job is outranked.
-        assert!(p.victims(want, [3.0, 3.0], &running, &usage).is_empty());
-        assert_eq!(p.victims(high, [3.0, 3.0], &running, &usage), [JobId(4)]);
-        // Any higher priority may, when the policy says so.
-        let lower = SharePolicy { preempts_own: Priority::Normal, ..p.clone() };
-        assert_eq!(lower.victims(want, [2.0, 2.0], &running, &usage), [JobId(3), JobId(1), JobId(4)]);
-        assert_eq!(lower.victims(want, [3.0, 3.0], &running, &usage), [JobId(4)]);
-        assert!(policy(ShareMode::Quotas).victims(high, [2.0, 2.0], &running, &usage).is_empty());
-        // Borrowed capacity comes before the tenant's own jobs even when they would lose
-        // less: reclaiming brings b towards its entitlement, displacing its own job does not.
-        let mut fresh = running;
-        fresh[3].unsaved = 0;
-        assert_eq!(p.victims(high, [2.0, 2.0], &fresh, &usage), [JobId(3), JobId(1), JobId(4)]);
-    }
-}
+mod tests;

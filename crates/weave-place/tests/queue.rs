@@ -32,6 +32,7 @@ impl Script {
                 priority,
                 arrival: k as u64,
                 demand: [1.0, 1.0],
+                env_cores: 0.0,
                 resumes: false,
             })
             .collect();

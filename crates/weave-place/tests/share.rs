@@ -82,7 +82,8 @@ fn behind_a_blocked_head_a_preemption_counts_only_what_its_victims_free() {
     let policy = one_tenant_policy(ShareMode::Preemption, 3.0);
     let running = [running(0, Priority::Low, 0, 2.0), running(1, Priority::Normal, 0, 2.0)];
     let usage = policy.usage(&placer, |_| 0);
-    let high = Waiting { tenant: 0, priority: Priority::High, arrival: 9, demand: [2.0, 2.0], resumes: false };
+    let high =
+        Waiting { tenant: 0, priority: Priority::High, arrival: 9, demand: [2.0, 2.0], env_cores: 0.0, resumes: false };
     // As the head: the low job's node and the free one make two.
     assert_eq!(policy.preemption(&placer, high, &running, &usage, Claim::Head), Some(vec![JobId(0)]));
     // Behind a head, the free node is the head's: it takes both victims' nodes or nothing.
@@ -105,7 +106,8 @@ fn a_preemption_lets_off_a_victim_the_others_do_without() {
     let policy = one_tenant_policy(ShareMode::Preemption, 3.0);
     let running = [running(0, Priority::Low, 0, 2.0), running(1, Priority::Low, 4, 4.0)];
     let usage = policy.usage(&placer, |_| 0);
-    let high = Waiting { tenant: 0, priority: Priority::High, arrival: 9, demand: [2.0, 2.0], resumes: false };
+    let high =
+        Waiting { tenant: 0, priority: Priority::High, arrival: 9, demand: [2.0, 2.0], env_cores: 0.0, resumes: false };
     // Job 0 loses nothing and comes first, but freeing it is not enough and job 1 alone is:
     // preempting both would throw job 0's nodes in for nothing.
     assert_eq!(policy.preemption(&placer, high, &running, &usage, Claim::Head), Some(vec![JobId(1)]));
@@ -132,7 +134,14 @@ fn partners_sharing_a_group_are_reclaimed_together() {
     policy.tenants = vec![quota("a", 0.0), quota("b", 1.0)];
     let running = [running(0, Priority::Normal, 0, 1.0), running(1, Priority::Normal, 0, 1.0)];
     let usage = policy.usage(&placer, |_| 0);
-    let want = Waiting { tenant: 1, priority: Priority::Normal, arrival: 9, demand: [1.0, 1.0], resumes: false };
+    let want = Waiting {
+        tenant: 1,
+        priority: Priority::Normal,
+        arrival: 9,
+        demand: [1.0, 1.0],
+        env_cores: 0.0,
+        resumes: false,
+    };
     assert_eq!(policy.preemption(&placer, want, &running, &usage, Claim::Head), Some(vec![JobId(0), JobId(1)]));
     // Only one of them may be preempted (the other is inside its minimum run): nothing frees
     // the node, so nobody is preempted.

@@ -13,6 +13,8 @@ pub struct Tenant {
     /// Nominal quota (rollout nodes, training nodes) and borrowing limit, with fixed pools.
     pub quota: Option<(f64, f64)>,
     pub borrow_limit: Option<f64>,
+    /// Environment cores its agentic jobs may hold at once (part of a quota).
+    pub env_cores: Option<f64>,
 }
 
 /// Who is calling.
@@ -204,6 +206,8 @@ struct Entry {
     training_nodes: Option<f64>,
     #[serde(default)]
     borrow_limit: Option<f64>,
+    #[serde(default)]
+    env_cores: Option<f64>,
 }
 
 pub fn sha256(token: &str) -> [u8; 32] {
@@ -260,6 +264,12 @@ fn parse(text: &str) -> Result<File, TenantsError> {
                 "`rollout_nodes`, `training_nodes` and `borrow_limit` must be non-negative numbers of nodes",
             ));
         }
+        if !nodes(e.env_cores) {
+            return Err(invalid("`env_cores` must be a non-negative number of environment cores"));
+        }
+        if e.env_cores.is_some() && e.rollout_nodes.is_none() {
+            return Err(invalid("`env_cores` is part of a quota: give `rollout_nodes` and `training_nodes` too"));
+        }
         if e.rollout_nodes.is_some() != e.training_nodes.is_some() {
             return Err(invalid("give both `rollout_nodes` and `training_nodes` (a quota), or neither"));
         }
@@ -285,6 +295,7 @@ pub fn quotas_from_toml(text: &str) -> Result<Vec<weave_place::share::TenantQuot
                 rollout_nodes,
                 training_nodes,
                 borrow_limit: e.borrow_limit,
+                env_cores: e.env_cores,
             })
         })
         .collect()
@@ -313,6 +324,7 @@ impl Tenants {
                 token_sha256: hash,
                 admin: e.admin,
                 borrow_limit: e.borrow_limit,
+                env_cores: e.env_cores,
             });
         }
         let sharing = file.sharing.unwrap_or_default();
@@ -374,6 +386,7 @@ impl Tenants {
                     rollout_nodes: t.quota.map_or(0.0, |q| q.0),
                     training_nodes: t.quota.map_or(0.0, |q| q.1),
                     borrow_limit: t.borrow_limit,
+                    env_cores: t.env_cores,
                 })
                 .collect(),
             min_run: weave_core::Micros::from_secs_f64(self.sharing.min_run_s),
@@ -434,6 +447,13 @@ mod tests {
         assert!(with_quota.check_pools(Some((2, 2))).unwrap_err().to_string().contains("exceeds the pools"));
         assert!(with_quota.check_pools(Some((2, 3))).is_ok());
         assert!(Tenants::from_toml(&entry("a", "x")).unwrap().check_pools(None).is_ok(), "no quota, no pools needed");
+        // An environment cap is part of a quota, and a number of cores.
+        let env_alone = err(entry("a", "x") + "env_cores = 64\n");
+        assert!(env_alone.contains("`env_cores` is part of a quota"), "{env_alone}");
+        let negative = err(entry("a", "x") + "rollout_nodes = 2\ntraining_nodes = 3\nenv_cores = -1\n");
+        assert!(negative.contains("`env_cores` must be a non-negative"), "{negative}");
+        let capped = Tenants::from_toml(&(entry("a", "x") + "rollout_nodes = 2\ntraining_nodes = 3\nenv_cores = 64\n"));
+        assert_eq!(capped.unwrap().share_policy().unwrap().tenants[0].env_cores, Some(64.0));
         // The experiment reads the same file for quotas; tokens are optional there.
         let quotas = quotas_from_toml("[[tenant]]\nname = \"a\"\nrollout_nodes = 2\ntraining_nodes = 1\n").unwrap();
         assert_eq!((quotas[0].rollout_nodes, quotas[0].training_nodes), (2.0, 1.0));

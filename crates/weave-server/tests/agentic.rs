@@ -263,3 +263,50 @@ fn an_environment_node_out_of_service_shrinks_the_pool_and_keeps_the_jobs() {
     assert_eq!(post_as(&s, OPS, "/v1/nodes/e1/up").0, 200);
     assert_eq!(get(&s, ALICE, "/v1/jobs/second")["job"]["state"], "running", "the node's cores are back");
 }
+
+/// A tenant's cap on environment cores (`env_cores` in its quota): its agentic job that would
+/// take it past the cap waits, saying why, while another tenant's starts in the room the pool
+/// still has; the first job's end lets it start.
+#[test]
+fn a_tenants_environment_cap_holds_its_agentic_jobs() {
+    use weave_core::Micros;
+    use weave_place::share::{ShareMode, SharePolicy, TenantQuota};
+    use weave_server::plane::{JobState, Plane, Record, SubmitSpec};
+    let cluster =
+        weave_core::ClusterConfig { env: Some(weave_core::agentic::EnvPoolConfig::of_nodes(4)), ..Default::default() };
+    let mut cfg = weave_place::PlacerConfig::for_cluster(&cluster, weave_place::PlacePolicy::Weave, true, true, 0);
+    cfg.capacity = Some((8, 8));
+    let quota = |name: &str, env_cores| TenantQuota {
+        name: name.into(),
+        rollout_nodes: 4.0,
+        training_nodes: 4.0,
+        borrow_limit: None,
+        env_cores,
+    };
+    let mut p = Plane::new(cluster, cfg).with_share(SharePolicy {
+        mode: ShareMode::Quotas,
+        tenants: vec![quota("alice", Some(96.0)), quota("bob", None)],
+        min_run: Micros::ZERO,
+        checkpoint_every: 1,
+        half_life: None,
+        preempts_own: weave_core::Priority::High,
+        grace: Micros::ZERO,
+    });
+    let submit = |t: u64, tenant: &str, id: &str, batch: u32| {
+        let job: SubmitSpec = serde_json::from_value(json!({ "id": id, "type": "7B_8k", "batch": batch,
+            "iterations": 1, "rollout_s": 50, "train_s": 60, "slo": 1.0, "agentic": agentic(1.0) }))
+        .unwrap();
+        Record::Submit { time_us: t, tenant: tenant.into(), job }
+    };
+    let state = |p: &Plane, id: &str| p.job(id).map(|j| j.state);
+    p.apply(&submit(1, "alice", "a1", 64)).unwrap();
+    p.apply(&submit(2, "alice", "a2", 48)).unwrap();
+    p.apply(&submit(3, "bob", "b1", 96)).unwrap();
+    assert_eq!(state(&p, "a1"), Some(JobState::Running));
+    assert_eq!(state(&p, "b1"), Some(JobState::Running), "bob has no cap; the pool of 256 has room");
+    let a2 = p.queue().iter().find(|q| q.submit.id == "a2").cloned();
+    assert!(a2.is_some(), "64 + 48 cores is over alice's 96");
+    assert!(a2.unwrap().reason.contains("quota"), "it says why");
+    p.apply(&Record::Cancel { time_us: 4, job: "a1".into() }).unwrap();
+    assert_eq!(state(&p, "a2"), Some(JobState::Running), "a1's cores are back under the cap");
+}

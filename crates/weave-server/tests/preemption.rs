@@ -21,8 +21,13 @@ fn plane_where(preempts_own: weave_core::Priority) -> Plane {
     let cluster = ClusterConfig::default();
     let mut cfg = PlacerConfig::for_cluster(&cluster, PlacePolicy::Weave, true, true, 0);
     cfg.capacity = Some((2, 2));
-    let quota =
-        |name: &str| TenantQuota { name: name.into(), rollout_nodes: 1.0, training_nodes: 1.0, borrow_limit: None };
+    let quota = |name: &str| TenantQuota {
+        name: name.into(),
+        rollout_nodes: 1.0,
+        training_nodes: 1.0,
+        borrow_limit: None,
+        env_cores: None,
+    };
     Plane::new(cluster, cfg).with_share(SharePolicy {
         mode: ShareMode::Preemption,
         tenants: vec![quota("alice"), quota("bob")],
@@ -215,6 +220,7 @@ mod properties {
             rollout_nodes: n,
             training_nodes: n,
             borrow_limit: borrow,
+            env_cores: None,
         };
         Plane::new(cluster, cfg).with_share(SharePolicy {
             mode: ShareMode::Preemption,
@@ -304,7 +310,13 @@ fn backfill_lets_short_jobs_past_a_blocked_head_never_long_ones() {
         let mut cfg = PlacerConfig::for_cluster(&cluster, PlacePolicy::Weave, true, true, 0);
         cfg.capacity = Some((2, 2));
         // Quota beyond the pools: only free nodes hold jobs back.
-        let quota = TenantQuota { name: "alice".into(), rollout_nodes: 4.0, training_nodes: 4.0, borrow_limit: None };
+        let quota = TenantQuota {
+            name: "alice".into(),
+            rollout_nodes: 4.0,
+            training_nodes: 4.0,
+            borrow_limit: None,
+            env_cores: None,
+        };
         Plane::new(cluster, cfg).with_share(SharePolicy {
             mode,
             tenants: vec![quota],

@@ -19,8 +19,13 @@ fn plane(flags: u8) -> Plane {
     let cluster = ClusterConfig::default();
     let mut cfg = PlacerConfig::for_cluster(&cluster, PlacePolicy::Weave, true, true, 0);
     cfg.capacity = Some((3, 3));
-    let quota =
-        |name: &str, n: f64| TenantQuota { name: name.into(), rollout_nodes: n, training_nodes: n, borrow_limit: None };
+    let quota = |name: &str, n: f64| TenantQuota {
+        name: name.into(),
+        rollout_nodes: n,
+        training_nodes: n,
+        borrow_limit: None,
+        env_cores: None,
+    };
     // Little history held, so that letting go of it is part of every test.
     let mut p = Plane::new(cluster, cfg).with_retention(Retention { events: 40, jobs: 4, ..Retention::default() });
     if consolidate {

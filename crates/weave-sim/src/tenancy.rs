@@ -228,7 +228,13 @@ mod tests {
 
     #[test]
     fn hourly_use_splits_usage_at_hour_boundaries() {
-        let quota = TenantQuota { name: "a".into(), rollout_nodes: 4.0, training_nodes: 4.0, borrow_limit: None };
+        let quota = TenantQuota {
+            name: "a".into(),
+            rollout_nodes: 4.0,
+            training_nodes: 4.0,
+            borrow_limit: None,
+            env_cores: None,
+        };
         let policy = SharePolicy {
             mode: ShareMode::Quotas,
             tenants: vec![quota],

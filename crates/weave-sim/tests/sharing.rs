@@ -11,7 +11,13 @@ use weave_sim::{prepare, replay, CapacityMode, Policy, PolicyReport, SimConfig};
 use weave_trace::{parse, Format, ReadOptions};
 
 fn tenant(name: &str, nodes: f64, borrow: Option<f64>) -> TenantQuota {
-    TenantQuota { name: name.into(), rollout_nodes: nodes, training_nodes: nodes, borrow_limit: borrow }
+    TenantQuota {
+        name: name.into(),
+        rollout_nodes: nodes,
+        training_nodes: nodes,
+        borrow_limit: borrow,
+        env_cores: None,
+    }
 }
 
 fn run(jsonl: &str, nodes: u32, mode: ShareMode, tenants: Vec<TenantQuota>, min_run_s: u64) -> PolicyReport {

@@ -70,6 +70,7 @@ pub fn quota(name: &str, nodes: f64) -> weave_place::share::TenantQuota {
         rollout_nodes: nodes,
         training_nodes: nodes,
         borrow_limit: None,
+        env_cores: None,
     }
 }
 

@@ -20,6 +20,14 @@ fn demand(q: &Queued) -> Option<Nodes> {
     Some([s.rollout_nodes as f64, s.train_nodes as f64])
 }
 
+/// Environment cores a waiting submission's sandboxes would hold (0 if it is not agentic).
+fn env_demand(q: &Queued) -> f64 {
+    q.submit.job.agentic.as_ref().map_or(0.0, |a| {
+        let s = q.submit.to_spec(weave_core::JobId(u32::MAX), Micros(q.submitted_us));
+        s.map_or(0.0, |s| a.cores_held(s.batch, s.staleness))
+    })
+}
+
 fn priority(s: &SubmitSpec) -> Priority {
     s.job.priority.as_deref().and_then(|p| p.parse().ok()).unwrap_or_default()
 }
@@ -296,6 +304,7 @@ impl Plane {
                 priority: priority(&q.submit),
                 arrival: q.arrival,
                 demand: demand(q).unwrap_or([1.0, 1.0]),
+                env_cores: env_demand(q),
                 resumes: q.resumes,
             })
             .collect()

@@ -92,6 +92,11 @@ impl Engine<'_> {
             priority: self.jobs[i].spec.priority,
             arrival: i as u64,
             demand: self.demand(i),
+            env_cores: self.jobs[i]
+                .spec
+                .agentic
+                .as_ref()
+                .map_or(0.0, |a| a.cores_held(self.jobs[i].spec.batch, self.jobs[i].spec.staleness)),
             resumes: self.states[i].is_some(),
         }
     }
@@ -469,7 +474,7 @@ impl Engine<'_> {
     fn start_claimant(&mut self, c: usize) {
         let Some(k) = self.waiting.iter().position(|&w| w == c) else { return };
         let w = self.as_waiting(c);
-        if self.policy().may_start(w.tenant, w.demand, &self.usage()) {
+        if self.policy().may_start_waiting(&w, &self.usage()) {
             self.try_start(k);
         }
     }
