@@ -73,6 +73,18 @@ pub struct NetworkConfig {
     pub inter_cluster_aggregate_gbps: f64,
     /// Per-message latency, microseconds.
     pub message_latency_us: u64,
+    /// Fraction of line rate one stream carries as payload (headers, pacing, the transport's
+    /// own stalls). 0.85 is fitted to the paper's Fig. 12; a link of one's own is measured
+    /// (the mini cluster probes its shaped link before it predicts a sync).
+    #[serde(default = "default_stream_efficiency")]
+    pub stream_efficiency: f64,
+}
+
+/// The fraction of line rate one inter-cluster stream achieves in the paper's Fig. 12.
+pub const DEFAULT_STREAM_EFFICIENCY: f64 = 0.85;
+
+fn default_stream_efficiency() -> f64 {
+    DEFAULT_STREAM_EFFICIENCY
 }
 
 impl NetworkConfig {
@@ -105,6 +117,12 @@ impl NetworkConfig {
             return Err(ConfigError::Invalid {
                 key: "network.inter_cluster_aggregate_gbps".into(),
                 reason: format!("must be >= 0 (0 = uncapped), got {}", self.inter_cluster_aggregate_gbps),
+            });
+        }
+        if !(self.stream_efficiency > 0.0 && self.stream_efficiency <= 1.0) {
+            return Err(ConfigError::Invalid {
+                key: "network.stream_efficiency".into(),
+                reason: format!("must be a fraction of line rate in (0, 1], got {}", self.stream_efficiency),
             });
         }
         Ok(())
@@ -272,6 +290,7 @@ impl Default for ClusterConfig {
                 inter_cluster_gbps_per_stream: 20.0,
                 inter_cluster_aggregate_gbps: 0.0,
                 message_latency_us: 50,
+                stream_efficiency: DEFAULT_STREAM_EFFICIENCY,
             },
             rollout_spot: None,
             env: None,
@@ -371,6 +390,22 @@ mod tests {
         for (text, line, why) in cases {
             let err = parse_preemption_trace(text, 41).unwrap_err().to_string();
             assert!(err.contains(line) && err.contains(why), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_stream_efficiency_outside_a_fraction_is_named_and_an_older_file_gets_fig_12s() {
+        let text = ClusterConfig::default().to_toml();
+        let older = text.replace("stream_efficiency = 0.85\n", "");
+        assert_ne!(older, text);
+        assert_eq!(ClusterConfig::from_toml(&older).unwrap().network.stream_efficiency, 0.85);
+        for bad in ["0.0", "1.2", "-0.5"] {
+            let err = ClusterConfig::from_toml(
+                &text.replace("stream_efficiency = 0.85", &format!("stream_efficiency = {bad}")),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains("network.stream_efficiency"), "{bad}: {err}");
         }
     }
 

@@ -18,8 +18,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use weave_core::{Micros, NetworkConfig};
 
-/// Fraction of line rate one inter-cluster stream achieves (fitted to Fig. 12).
-pub const STREAM_EFFICIENCY: f64 = 0.85;
+/// Fraction of line rate one inter-cluster stream achieves (fitted to Fig. 12); a cluster
+/// file may state its own link's (`network.stream_efficiency`).
+pub const STREAM_EFFICIENCY: f64 = weave_core::cluster::DEFAULT_STREAM_EFFICIENCY;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -85,10 +86,11 @@ pub struct Topology {
 }
 
 impl Topology {
-    /// From the cluster's network figures, at the efficiency fitted to Fig. 12.
+    /// From the cluster's network figures, at its links' stream efficiency.
     pub fn new(net: &NetworkConfig, train_gpus: u32, rollout_gpus: u32, gpus_per_node: u32) -> Topology {
+        let efficiency = net.stream_efficiency;
         let agg = if net.inter_cluster_aggregate_gbps > 0.0 {
-            net.inter_cluster_aggregate_gbps * 1e9 / 8.0 * STREAM_EFFICIENCY
+            net.inter_cluster_aggregate_gbps * 1e9 / 8.0 * efficiency
         } else {
             f64::INFINITY
         };
@@ -96,9 +98,9 @@ impl Topology {
             train_gpus: train_gpus.max(1),
             rollout_gpus: rollout_gpus.max(1),
             gpus_per_node: gpus_per_node.max(1),
-            slow_stream_bps: net.inter_cluster_per_stream().bytes_per_sec() * STREAM_EFFICIENCY,
+            slow_stream_bps: net.inter_cluster_per_stream().bytes_per_sec() * efficiency,
             slow_aggregate_bps: agg,
-            fast_bps: net.intra_cluster().bytes_per_sec() * STREAM_EFFICIENCY,
+            fast_bps: net.intra_cluster().bytes_per_sec() * efficiency,
             latency: net.message_latency(),
         }
     }

@@ -266,6 +266,7 @@ impl<'a> Engine<'a> {
                 let i = self.next_arrival;
                 self.next_arrival += 1;
                 self.now = self.jobs[i].spec.arrival;
+                self.note_spot_arrival(i);
                 self.admit_or_wait(i);
                 continue;
             }

@@ -98,3 +98,26 @@ fn a_job_without_slack_for_preemptions_stays_on_demand() {
     assert_eq!(baseline.spot.expect("spot run").counts.preemptions, 1);
     assert_eq!(baseline.slo_attainment_jobs, 0.0);
 }
+
+/// A job that may use spot opens a spot group only while most recent arrivals could join it:
+/// after three jobs whose SLOs leave no room for preemptions (gone before it arrives), the
+/// job that would go on spot alone (see the first test) stays on demand; arriving first, it
+/// goes on spot.
+#[test]
+fn a_job_opens_a_spot_group_only_where_the_tier_finds_partners() {
+    let no_room =
+        |id: &str, at: u64| format!(r#"{{"id":"{id}","arrival_s":{at},"type":"7B_8k","iterations":10,"slo":1.0}}"#);
+    let roomy = |at: u64| format!(r#"{{"id":"a","arrival_s":{at},"type":"7B_8k","iterations":10,"slo":1.5}}"#);
+    let cluster = spot_cluster(0.1, Vec::new());
+    let cfg = SimConfig { runtime: RuntimeModel::deterministic(), slo: SloSetting::default(), ..SimConfig::default() };
+    let spot_jobs = |lines: Vec<String>| {
+        let trace = parse(&lines.join("\n"), Format::Jsonl, "spot", &ReadOptions::default()).unwrap();
+        let jobs = prepare(&trace, &cluster, &ProfileModel::builtin(), cfg.slo, cfg.seed);
+        let r = replay(&jobs, &cluster, Policy::WeaveDisaggOnly, &cfg, &mut |_, _| {}).report;
+        r.spot.expect("spot run").counts.spot_jobs
+    };
+    let later = vec![no_room("b", 0), no_room("c", 1), no_room("d", 2), roomy(100_000)];
+    assert_eq!(spot_jobs(later), 0);
+    let first = vec![roomy(0), no_room("b", 100_000), no_room("c", 100_001), no_room("d", 100_002)];
+    assert_eq!(spot_jobs(first), 1);
+}

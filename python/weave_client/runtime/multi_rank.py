@@ -25,13 +25,24 @@ def model_bytes(a) -> int:
     return sum(x.numel() for x in p.parameters()) * 4
 
 
+def stream_efficiency(a) -> float:
+    """The shaped link's payload share of line rate, probed once per run (see ``linkprobe``);
+    on loopback the default (Fig. 12's)."""
+    if getattr(a, "stream_efficiency", None) is None:
+        from . import linkprobe
+
+        a.stream_efficiency = linkprobe.stream_efficiency(a.shaped_link) if a.shaped_link else 0.85
+    return a.stream_efficiency
+
+
 def link_cluster(a) -> str:
     """A cluster file whose network is the mini cluster's: the shaped link per stream and in
-    aggregate, the rollout node's own traffic on loopback (taken as 10 Gbit/s)."""
+    aggregate at its probed efficiency, the rollout node's own traffic on loopback (taken as
+    10 Gbit/s)."""
     config = subprocess.run([a.weave, "config", "show"], check=True, capture_output=True, text=True).stdout
     gbps = (a.shaped_link or 10_000.0) / 1000.0
     for key, value in (("intra_cluster_gbps", 10.0), ("inter_cluster_gbps_per_stream", gbps),
-                       ("inter_cluster_aggregate_gbps", gbps)):
+                       ("inter_cluster_aggregate_gbps", gbps), ("stream_efficiency", stream_efficiency(a))):
         config = re.sub(rf"(?m)^{key} = .*$", f"{key} = {value}", config)
     path = os.path.join(a.work, "link-cluster.toml")
     with open(path, "w") as f:
@@ -69,7 +80,8 @@ def sync_comparison(a, url: str, iterations: int = 20) -> Dict[str, Any]:
     iteration trained once, on its own version, by every rank."""
     from weave_client import WeaveClient
 
-    out: Dict[str, Any] = {"trainers": a.trainers, "model_bytes": model_bytes(a), "link_mbit": a.shaped_link}
+    out: Dict[str, Any] = {"trainers": a.trainers, "model_bytes": model_bytes(a), "link_mbit": a.shaped_link,
+                           "stream_efficiency": stream_efficiency(a)}
     for port, (kind, per_node) in zip((29700, 29720), (("topology-aware", a.trainers), ("flat", 1))):
         plan = plan_file(a, kind, per_node, f"plan-{kind}.json")
         name = f"ranks-{kind}"
@@ -94,6 +106,7 @@ def rows(o: Dict[str, Any]) -> List["tuple[str, str]"]:
                     f"{r['measured_s']:.4f} s median; plan's transfer part {r['transfer_predicted_s']:.4f} s "
                     f"({r['measured_s'] / r['transfer_predicted_s'] - 1:+.0%}), with its start-up "
                     f"{r['predicted_s']:.4f} s{line}"))
+    out.append(("  the link's payload share of line rate, probed (one stream)", f"{o['stream_efficiency']:.1%}"))
     ratio = o["flat"]["measured_s"] / o["topology-aware"]["measured_s"]
     out.append(("  flat broadcast / topology-aware plan", f"{ratio:.2f}x"))
     return out
