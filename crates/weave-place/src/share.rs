@@ -439,15 +439,28 @@ impl SharePolicy {
         (0..2).all(|p| usage[w.tenant][p] + w.demand[p] <= nominal[p] + EPS)
     }
 
+    /// Tenant `t`'s dominant share counting the environment: the larger of its pools' share
+    /// and the share of its cap on environment cores its sandboxes hold (a tenant without a
+    /// cap has no entitlement there to measure against, and its environment is not counted).
+    pub fn dominant_share_with_env(&self, t: usize, usage: &Usage) -> f64 {
+        let pools = self.dominant_share(t, &usage.held);
+        let held = usage.env.get(t).copied().unwrap_or(0.0);
+        match self.tenants[t].env_cores {
+            Some(cap) if cap > EPS => pools.max(held / cap),
+            Some(_) if held > EPS => f64::INFINITY,
+            _ => pools,
+        }
+    }
+
     /// The order to consider waiting jobs in (indices into `waiting`): arrival order under
     /// FIFO; else jobs within their tenant's quota before jobs that would borrow, then jobs
     /// resuming after a preemption (admitted work, whose SLO clock runs), then the
-    /// least-served tenant (dominant share), then priority within a tenant, then arrival. A
-    /// high priority orders a tenant's own jobs; it never lets one tenant borrow ahead of
-    /// another tenant's entitled job.
-    pub fn order(&self, waiting: &[Waiting], usage: &[Nodes]) -> Vec<usize> {
-        let share: Vec<f64> = (0..self.tenants.len()).map(|t| self.dominant_share(t, usage)).collect();
-        self.order_by(waiting, usage, &share)
+    /// least-served tenant (dominant share, environment cores included), then priority within
+    /// a tenant, then arrival. A high priority orders a tenant's own jobs; it never lets one
+    /// tenant borrow ahead of another tenant's entitled job.
+    pub fn order(&self, waiting: &[Waiting], usage: &Usage) -> Vec<usize> {
+        let share: Vec<f64> = (0..self.tenants.len()).map(|t| self.dominant_share_with_env(t, usage)).collect();
+        self.order_by(waiting, &usage.held, &share)
     }
 
     /// [`SharePolicy::order`] with each tenant's share given (fair share with decay: see

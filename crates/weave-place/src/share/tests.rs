@@ -46,7 +46,7 @@ fn decayed_shares_remember_recent_use_and_forget_old_use() {
         resumes: false,
     };
     let (waiting, idle) = ([w(0, 0), w(1, 1)], vec![[0.0, 0.0], [0.0, 0.0]]);
-    assert_eq!(p.order(&waiting, &idle), [0, 1]);
+    assert_eq!(p.order(&waiting, &Usage::unshared(idle.clone())), [0, 1]);
     assert_eq!(p.order_by(&waiting, &idle, &[0.9, 0.1]), [1, 0]);
 }
 
@@ -71,6 +71,31 @@ fn the_environment_cap_holds_what_the_node_quota_would_allow() {
     assert!(!p.may_start_waiting(&w(0, 17.0), &usage), "one core over");
     assert!(p.may_start_waiting(&w(1, 1000.0), &usage), "no cap for b");
     assert!(p.may_start_waiting(&w(0, 0.0), &usage), "a job without sandboxes");
+}
+
+/// Environment cores count in the dominant share where a tenant has a cap: with equal pool
+/// use, the tenant whose sandboxes hold more of its cap waits behind the other; without caps
+/// the order is the pools' alone.
+#[test]
+fn the_least_served_tenant_counts_its_environment_cores_against_its_cap() {
+    let mut p = policy(ShareMode::Quotas);
+    let mut usage = Usage::unshared(vec![[1.0, 1.0], [1.0, 1.0]]);
+    usage.env = vec![60.0, 8.0];
+    let w = |tenant, arrival| Waiting {
+        tenant,
+        priority: Priority::Normal,
+        arrival,
+        demand: [1.0, 1.0],
+        env_cores: 0.0,
+        resumes: false,
+    };
+    let waiting = [w(0, 0), w(1, 1)];
+    assert_eq!(p.order(&waiting, &usage), [0, 1], "no caps: pools tie, arrival decides");
+    p.tenants[0].env_cores = Some(64.0);
+    p.tenants[1].env_cores = Some(64.0);
+    assert_eq!(p.dominant_share_with_env(0, &usage), 60.0 / 64.0);
+    assert_eq!(p.dominant_share_with_env(1, &usage), 0.25, "its pools' share is the larger");
+    assert_eq!(p.order(&waiting, &usage), [1, 0]);
 }
 
 #[test]
@@ -111,20 +136,20 @@ fn the_queue_goes_entitled_first_then_resuming_then_least_served_tenant_then_pri
     // then a's, its high one before its normal one.
     let waiting =
         [w(0, Priority::Normal, 0), w(1, Priority::Normal, 1), w(0, Priority::High, 2), w(1, Priority::Normal, 3)];
-    assert_eq!(p.order(&waiting, &usage), [1, 3, 2, 0]);
-    assert_eq!(policy(ShareMode::Fifo).order(&waiting, &usage), [0, 1, 2, 3]);
+    assert_eq!(p.order(&waiting, &Usage::unshared(usage.clone())), [1, 3, 2, 0]);
+    assert_eq!(policy(ShareMode::Fifo).order(&waiting, &Usage::unshared(usage)), [0, 1, 2, 3]);
     // Both entitled: the least-served tenant first, priority within a tenant.
     let usage = vec![[1.0, 1.0], [2.0, 2.0]];
-    assert_eq!(p.order(&waiting, &usage), [2, 0, 1, 3]);
+    assert_eq!(p.order(&waiting, &Usage::unshared(usage.clone())), [2, 0, 1, 3]);
     // A preempted job resuming goes before the entitled jobs of every tenant, not before
     // those within quota when it would borrow.
     let mut resuming = waiting;
     resuming[3].resumes = true;
-    assert_eq!(p.order(&resuming, &usage), [3, 2, 0, 1]);
+    assert_eq!(p.order(&resuming, &Usage::unshared(usage)), [3, 2, 0, 1]);
     let usage = vec![[4.0, 4.0], [4.0, 4.0]];
     resuming[2] = w(0, Priority::High, 2);
     resuming[0].demand = [0.0, 0.0];
-    assert_eq!(p.order(&resuming, &usage), [0, 3, 2, 1]);
+    assert_eq!(p.order(&resuming, &Usage::unshared(usage)), [0, 3, 2, 1]);
 }
 
 #[test]

@@ -13,19 +13,13 @@ fn at_slo(times: PhaseTimes, slo: f64, remaining: Option<u64>) -> Option<Micros>
     remaining.map(|n| Micros(((times.rollout + times.train).0 as f64 * slo * n as f64) as u64))
 }
 
-/// Nodes per pool a waiting submission needs (`None` only for a submission that no longer
-/// parses, which checked records never are).
-fn demand(q: &Queued) -> Option<Nodes> {
+/// What a waiting submission needs: nodes per pool, and the environment cores its sandboxes
+/// would hold (0 if it is not agentic). `None` only for a submission that no longer parses,
+/// which checked records never are.
+fn demand(q: &Queued) -> Option<(Nodes, f64)> {
     let s = q.submit.to_spec(weave_core::JobId(u32::MAX), Micros(q.submitted_us)).ok()?;
-    Some([s.rollout_nodes as f64, s.train_nodes as f64])
-}
-
-/// Environment cores a waiting submission's sandboxes would hold (0 if it is not agentic).
-fn env_demand(q: &Queued) -> f64 {
-    q.submit.job.agentic.as_ref().map_or(0.0, |a| {
-        let s = q.submit.to_spec(weave_core::JobId(u32::MAX), Micros(q.submitted_us));
-        s.map_or(0.0, |s| a.cores_held(s.batch, s.staleness))
-    })
+    let env = q.submit.job.agentic.as_ref().map_or(0.0, |a| a.cores_held(s.batch, s.staleness));
+    Some(([s.rollout_nodes as f64, s.train_nodes as f64], env))
 }
 
 fn priority(s: &SubmitSpec) -> Priority {
@@ -69,7 +63,7 @@ impl Plane {
     /// quotas: an estimate, not a promise.
     pub fn queue_outlook(&self, now_us: u64) -> Vec<(usize, Option<u64>)> {
         let order: Vec<usize> = match self.share.as_ref() {
-            Some(policy) => self.share_order(policy, &self.waiting(policy), &self.share_usage(policy).held),
+            Some(policy) => self.share_order(policy, &self.waiting(policy), &self.share_usage(policy)),
             None => (0..self.queue.len()).collect(),
         };
         let running_end = |id| self.running_end(now_us, id);
@@ -77,7 +71,7 @@ impl Plane {
             .iter()
             .map(|&k| {
                 let q = &self.queue[k];
-                let demand = demand(q).unwrap_or([f64::INFINITY; 2]);
+                let demand = demand(q).map_or([f64::INFINITY; 2], |(nodes, _)| nodes);
                 (demand, self.waiting_duration(k))
             })
             .collect();
@@ -266,9 +260,9 @@ impl Plane {
     }
 
     /// The queue's order: by tenants' use right now, or by their recent use with decay.
-    fn share_order(&self, policy: &SharePolicy, waiting: &[Waiting], usage: &[Nodes]) -> Vec<usize> {
+    fn share_order(&self, policy: &SharePolicy, waiting: &[Waiting], usage: &Usage) -> Vec<usize> {
         match policy.half_life {
-            Some(h) => policy.order_by(waiting, usage, &self.usage_history.shares(policy, h)),
+            Some(h) => policy.order_by(waiting, &usage.held, &self.usage_history.shares(policy, h)),
             None => policy.order(waiting, usage),
         }
     }
@@ -299,13 +293,16 @@ impl Plane {
     fn waiting(&self, policy: &SharePolicy) -> Vec<Waiting> {
         self.queue
             .iter()
-            .map(|q| Waiting {
-                tenant: Self::tenant_index(policy, &q.tenant),
-                priority: priority(&q.submit),
-                arrival: q.arrival,
-                demand: demand(q).unwrap_or([1.0, 1.0]),
-                env_cores: env_demand(q),
-                resumes: q.resumes,
+            .map(|q| {
+                let (demand, env_cores) = demand(q).unwrap_or(([1.0, 1.0], 0.0));
+                Waiting {
+                    tenant: Self::tenant_index(policy, &q.tenant),
+                    priority: priority(&q.submit),
+                    arrival: q.arrival,
+                    demand,
+                    env_cores,
+                    resumes: q.resumes,
+                }
             })
             .collect()
     }
@@ -410,7 +407,7 @@ impl QueueDriver for AtTime<'_> {
     }
 
     fn order(&self, waiting: &[Waiting], usage: &Usage) -> Vec<usize> {
-        self.plane.share_order(&self.policy, waiting, &usage.held)
+        self.plane.share_order(&self.policy, waiting, usage)
     }
 
     fn try_start(&mut self, k: usize) -> bool {

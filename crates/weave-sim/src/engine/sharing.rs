@@ -264,7 +264,7 @@ impl QueueDriver for Engine<'_> {
                 history.advance_to(self.now, h);
                 share.policy.order_by(waiting, &usage.held, &history.shares(&share.policy, h))
             }
-            None => share.policy.order(waiting, &usage.held),
+            None => share.policy.order(waiting, usage),
         }
     }
 
