@@ -1,8 +1,9 @@
 use crate::input::{json, read_trace, write_output};
 use crate::table;
-use anyhow::{bail, Result};
+use anyhow::{bail, ensure, Result};
 use clap::{Subcommand, ValueEnum};
 use std::path::PathBuf;
+use weave_core::MAX_STALENESS;
 use weave_model::ProfileModel;
 use weave_trace::{
     generate, write_jsonl, AgenticClass, Arrivals, Format, GenConfig, GenMode, ProfileClass, ReadOptions, SizeClass,
@@ -85,6 +86,9 @@ pub struct GenerateArgs {
     /// a bursty tenant's jobs arrive N at a time.
     #[arg(long = "tenant", value_name = "SPEC")]
     tenants: Vec<String>,
+    /// Bounded staleness k of every job (0: on-policy).
+    #[arg(long, default_value_t = 0)]
+    staleness: u32,
     /// Output file (stdout when omitted).
     #[arg(short, long)]
     output: Option<PathBuf>,
@@ -164,17 +168,11 @@ pub fn run(cmd: TraceCommand) -> Result<()> {
     let profile = ProfileModel::builtin();
     match cmd {
         TraceCommand::Generate(args) => {
-            let tenants = args
-                .tenants
-                .iter()
-                .map(|t| weave_trace::TenantMix::parse(t).map_err(|e| anyhow::anyhow!("--tenant {e}")))
-                .collect::<Result<Vec<_>>>()?;
-            let mut names: Vec<&str> = tenants.iter().map(|t| t.name.as_str()).collect();
-            names.sort_unstable();
-            if names.windows(2).any(|w| w[0] == w[1]) {
-                bail!("--tenant: each tenant once");
-            }
-            let trace = generate::generate_tenants(&args.config()?, &tenants, &profile);
+            let tenants =
+                weave_trace::TenantMix::parse_all(&args.tenants).map_err(|e| anyhow::anyhow!("--tenant {e}"))?;
+            ensure!(args.staleness <= MAX_STALENESS, "--staleness: at most {MAX_STALENESS}, got {}", args.staleness);
+            let mut trace = generate::generate_tenants(&args.config()?, &tenants, &profile);
+            trace.jobs.iter_mut().for_each(|j| j.staleness = args.staleness);
             write_output(args.output.as_deref(), &write_jsonl(&trace))
         }
         TraceCommand::Show { file, format, philly_type, jobs, json: as_json } => {

@@ -27,6 +27,22 @@ fn an_agentic_workload_is_generated_and_replayed_against_the_agentic_baselines()
     assert!(stderr(&o).contains("use it with --mode agentic"), "{}", stderr(&o));
 }
 
+/// `--staleness K` gives every generated job bounded staleness K (the comparison with
+/// RollArt at its own staleness) and changes nothing else; above the bound it is refused.
+#[test]
+fn a_workload_is_generated_at_a_staleness_and_nothing_else_changes() {
+    let args = ["trace", "generate", "--mode", "agentic", "--class", "mixed", "--jobs", "4", "--seed", "3"];
+    let on_policy = stdout(&weave(&args));
+    let o = weave(&[&args[..], &["--staleness", "1"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stale = stdout(&o);
+    assert_eq!(stale.matches("\"staleness\":1,").count(), 4, "{stale}");
+    assert_eq!(stale.replace("\"staleness\":1,", ""), on_policy);
+    let o = weave(&[&args[..], &["--staleness", "9"]].concat());
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--staleness: at most 8, got 9"), "{}", stderr(&o));
+}
+
 #[test]
 fn an_agentic_job_the_cluster_cannot_host_is_refused_naming_the_field() {
     let t = temp_file("swe.jsonl", SWE_JOB);

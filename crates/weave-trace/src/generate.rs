@@ -252,6 +252,17 @@ pub struct TenantMix {
 }
 
 impl TenantMix {
+    /// Parses each of `specs` ([`TenantMix::parse`]); each tenant may be named once.
+    pub fn parse_all(specs: &[String]) -> Result<Vec<TenantMix>, String> {
+        let tenants = specs.iter().map(|t| TenantMix::parse(t)).collect::<Result<Vec<_>, _>>()?;
+        let mut names: Vec<&str> = tenants.iter().map(|t| t.name.as_str()).collect();
+        names.sort_unstable();
+        match names.windows(2).find(|w| w[0] == w[1]) {
+            Some(w) => Err(format!("{}: each tenant once", w[0])),
+            None => Ok(tenants),
+        }
+    }
+
     /// Parses `NAME:WEIGHT[:high=P][:low=P][:burst=N]` (e.g. `team-a:50:high=0.1:burst=5`).
     pub fn parse(text: &str) -> Result<TenantMix, String> {
         let mut parts = text.split(':');
