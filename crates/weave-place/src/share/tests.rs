@@ -20,6 +20,11 @@ fn policy(mode: ShareMode) -> SharePolicy {
     }
 }
 
+/// A job of normal priority that needs one node of each pool and no sandboxes.
+fn normal_one_node_each(tenant: usize, arrival: u64) -> Waiting {
+    Waiting { tenant, priority: Priority::Normal, arrival, demand: [1.0, 1.0], env_cores: 0.0, resumes: false }
+}
+
 #[test]
 fn decayed_shares_remember_recent_use_and_forget_old_use() {
     let p = policy(ShareMode::Quotas);
@@ -37,14 +42,7 @@ fn decayed_shares_remember_recent_use_and_forget_old_use() {
     assert!((s[0] - 0.5).abs() < 1e-3 && (s[1] - 0.5).abs() < 1e-9, "{s:?}");
     // Both idle now and both entitled: right now they tie and arrival decides (a first);
     // by recent use, the less served one goes first (b).
-    let w = |tenant, arrival| Waiting {
-        tenant,
-        priority: Priority::Normal,
-        arrival,
-        demand: [1.0, 1.0],
-        env_cores: 0.0,
-        resumes: false,
-    };
+    let w = normal_one_node_each;
     let (waiting, idle) = ([w(0, 0), w(1, 1)], vec![[0.0, 0.0], [0.0, 0.0]]);
     assert_eq!(p.order(&waiting, &Usage::unshared(idle.clone())), [0, 1]);
     assert_eq!(p.order_by(&waiting, &idle, &[0.9, 0.1]), [1, 0]);
@@ -81,14 +79,7 @@ fn the_least_served_tenant_counts_its_environment_cores_against_its_cap() {
     let mut p = policy(ShareMode::Quotas);
     let mut usage = Usage::unshared(vec![[1.0, 1.0], [1.0, 1.0]]);
     usage.env = vec![60.0, 8.0];
-    let w = |tenant, arrival| Waiting {
-        tenant,
-        priority: Priority::Normal,
-        arrival,
-        demand: [1.0, 1.0],
-        env_cores: 0.0,
-        resumes: false,
-    };
+    let w = normal_one_node_each;
     let waiting = [w(0, 0), w(1, 1)];
     assert_eq!(p.order(&waiting, &usage), [0, 1], "no caps: pools tie, arrival decides");
     p.tenants[0].env_cores = Some(64.0);
