@@ -94,13 +94,20 @@ pub struct SharePolicy {
     pub grace: Micros,
 }
 
-/// Tenants' recent use for fair share with decay: node-seconds per pool, each second's weight
-/// halving every half-life. Advanced to a time, then told the use from then on.
+/// Tenants' recent use for fair share with decay: node-seconds per pool (and environment
+/// core-seconds), each second's weight halving every half-life. Advanced to a time, then told
+/// the use from then on.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct UsageHistory {
     decayed: Vec<Nodes>,
     usage: Vec<Nodes>,
     last: Micros,
+    /// Environment cores, decayed the same way. Empty where no tenant has an `env_cores` cap,
+    /// and then not written: a snapshot without them reads as none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    env_decayed: Vec<f64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    env_usage: Vec<f64>,
 }
 
 impl UsageHistory {
@@ -122,24 +129,36 @@ impl UsageHistory {
                 d[p] = d[p] * keep + u[p] * added;
             }
         }
+        if !self.env_usage.is_empty() || !self.env_decayed.is_empty() {
+            self.env_decayed.resize(self.env_usage.len().max(self.env_decayed.len()), 0.0);
+            for (t, d) in self.env_decayed.iter_mut().enumerate() {
+                *d = *d * keep + self.env_usage.get(t).copied().unwrap_or(0.0) * added;
+            }
+        }
     }
 
-    /// The use from now on.
-    pub fn set_usage(&mut self, usage: Vec<Nodes>) {
-        self.usage = usage;
+    /// The use from now on: nodes held, and environment cores where tenants have caps.
+    pub fn set_usage(&mut self, usage: &Usage) {
+        self.usage = usage.held.clone();
+        self.env_usage = usage.env.clone();
     }
 
-    /// Each tenant's decayed dominant share: recent node-time over what its entitlement would
-    /// have accrued at the same decay (a tenant that always used exactly its quota scores 1).
+    /// Each tenant's decayed dominant share: recent node-time (and environment core-time,
+    /// against a cap) over what its entitlement would have accrued at the same decay (a tenant
+    /// that always used exactly its quota scores 1).
     pub fn shares(&self, policy: &SharePolicy, half_life: Micros) -> Vec<f64> {
         let mean_life = half_life.as_secs_f64().max(1.0) / std::f64::consts::LN_2;
-        let recent: Vec<Nodes> = (0..policy.tenants.len())
+        let tenants = 0..policy.tenants.len();
+        let held = tenants
+            .clone()
             .map(|t| {
                 let d = self.decayed.get(t).copied().unwrap_or([0.0; 2]);
                 [d[0] / mean_life, d[1] / mean_life]
             })
             .collect();
-        (0..policy.tenants.len()).map(|t| policy.dominant_share(t, &recent)).collect()
+        let env = self.env_decayed.iter().map(|d| d / mean_life).collect();
+        let recent = Usage { held, alone: Vec::new(), env };
+        tenants.map(|t| policy.dominant_share_with_env(t, &recent)).collect()
     }
 }
 

@@ -31,12 +31,12 @@ fn decayed_shares_remember_recent_use_and_forget_old_use() {
     let h = Micros::from_secs(3600);
     let mut u = UsageHistory::default();
     // a uses its whole quota (4) for ten half-lives: its decayed share approaches 1.
-    u.set_usage(vec![[4.0, 4.0], [0.0, 0.0]]);
+    u.set_usage(&Usage::unshared(vec![[4.0, 4.0], [0.0, 0.0]]));
     u.advance_to(Micros::from_secs(36_000), h);
     let s = u.shares(&p, h);
     assert!((s[0] - 1.0).abs() < 1e-3 && s[1] == 0.0, "{s:?}");
     // Then nothing for one half-life: half of it is left; b's two hours at quota count more.
-    u.set_usage(vec![[0.0, 0.0], [4.0, 4.0]]);
+    u.set_usage(&Usage::unshared(vec![[0.0, 0.0], [4.0, 4.0]]));
     u.advance_to(Micros::from_secs(36_000 + 3600), h);
     let s = u.shares(&p, h);
     assert!((s[0] - 0.5).abs() < 1e-3 && (s[1] - 0.5).abs() < 1e-9, "{s:?}");
@@ -87,6 +87,25 @@ fn the_least_served_tenant_counts_its_environment_cores_against_its_cap() {
     assert_eq!(p.dominant_share_with_env(0, &usage), 60.0 / 64.0);
     assert_eq!(p.dominant_share_with_env(1, &usage), 0.25, "its pools' share is the larger");
     assert_eq!(p.order(&waiting, &usage), [1, 0]);
+}
+
+/// The decayed share remembers environment cores against a cap as it does nodes: equal node
+/// use, but a's sandboxes held 48 of its 64 cores for ten half-lives, so b is the less served.
+#[test]
+fn decayed_shares_count_environment_cores_against_the_cap() {
+    let mut p = policy(ShareMode::Quotas);
+    p.tenants[0].env_cores = Some(64.0);
+    p.tenants[1].env_cores = Some(64.0);
+    let h = Micros::from_secs(3600);
+    let mut u = UsageHistory::default();
+    let mut usage = Usage::unshared(vec![[1.0, 1.0], [1.0, 1.0]]);
+    usage.env = vec![48.0, 0.0];
+    u.set_usage(&usage);
+    u.advance_to(Micros::from_secs(36_000), h);
+    let s = u.shares(&p, h);
+    assert!((s[0] - 0.75).abs() < 1e-3 && (s[1] - 0.25).abs() < 1e-3, "{s:?}");
+    let waiting = [normal_one_node_each(0, 0), normal_one_node_each(1, 1)];
+    assert_eq!(p.order_by(&waiting, &usage.held, &s), [1, 0]);
 }
 
 #[test]

@@ -254,8 +254,8 @@ impl Plane {
     /// Tells the history the use from now on.
     pub(super) fn record_usage(&mut self) {
         if let Some(policy) = self.share.as_ref().filter(|p| p.half_life.is_some()) {
-            let usage = self.share_usage(policy).held;
-            self.usage_history.set_usage(usage);
+            let usage = self.share_usage(policy);
+            self.usage_history.set_usage(&usage);
         }
     }
 

@@ -111,7 +111,8 @@ impl Engine<'_> {
         if !self.sharing() {
             return;
         }
-        let usage = self.usage().held;
+        let full = self.usage();
+        let usage = full.held.clone();
         let share = self.share.as_ref().expect("sharing");
         let mut entitled = vec![false; share.policy.tenants.len()];
         for w in self.waiting() {
@@ -120,7 +121,7 @@ impl Engine<'_> {
         let share = self.share.as_mut().expect("sharing");
         if let Some(h) = share.policy.half_life {
             share.history.advance_to(self.now, h);
-            share.history.set_usage(usage.clone());
+            share.history.set_usage(&full);
         }
         share.ledgers.advance(self.now, usage, entitled, &share.policy);
     }
