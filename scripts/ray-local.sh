@@ -58,22 +58,9 @@ in_ns() { ip netns exec "$NS" "$@"; }
 # The namespace a node's processes run in: the one namespace, or the node's own.
 node_ns() { if [ -n "$LINK_MBIT" ]; then echo "$NS-$1"; else echo "$NS"; fi; }
 
-node_ip() {
-  case $1 in
-    t0) echo "$HEAD" ;;
-    r*) echo "$NET.$((3 + ${1#r}))" ;;
-    *) die "unknown node $1" ;;
-  esac
-}
-
-# The CPUs a node's processes may use on the miniature cluster: the training node the last CPU,
-# rollout nodes the others (all of them on a one-CPU machine).
-node_cpus() {
-  local last=$(($(nproc) - 1))
-  if [ "$last" = 0 ]; then echo 0
-  elif [ "$1" = t0 ]; then echo "$last"
-  else echo "0-$((last - 1))"; fi
-}
+# node_ip and node_cpus: the miniature cluster's addresses and CPU sets.
+# shellcheck source=lib/nodes.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/nodes.sh"
 
 check() {
   command -v ray >/dev/null 2>&1 || { echo "ray-local: SKIP: Ray is not installed (pip install \"ray[default]\")" >&2; exit 77; }

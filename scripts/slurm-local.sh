@@ -43,22 +43,9 @@ node_ns() { echo "$NS-$1"; }
 
 nodes() { echo t0; seq -f 'r%g' 0 $((ROLLOUT - 1)); }
 
-node_ip() {
-  case $1 in
-    t0) echo "$NET.2" ;;
-    r*) echo "$NET.$((3 + ${1#r}))" ;;
-    *) die "unknown node $1" ;;
-  esac
-}
-
-# The training node the last CPU, rollout nodes the others (all of them on a one-CPU machine).
-node_cpus() {
-  local last=$(($(nproc) - 1))
-  if [ "$last" = 0 ]; then echo 0
-  elif [ "$1" = t0 ]; then echo "$last"
-  elif [ "$last" = 1 ]; then echo 0
-  else echo "0-$((last - 1))"; fi
-}
+# node_ip and node_cpus: the miniature cluster's addresses and CPU sets.
+# shellcheck source=lib/nodes.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/nodes.sh"
 
 check() {
   local tool
