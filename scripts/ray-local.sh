@@ -69,12 +69,7 @@ check() {
     command -v tc >/dev/null 2>&1 || { echo "ray-local: SKIP: tc (iproute2) is not installed" >&2; exit 77; }
     command -v taskset >/dev/null 2>&1 || { echo "ray-local: SKIP: taskset (util-linux) is not installed" >&2; exit 77; }
   fi
-  local probe="weave-probe-$$"
-  if ! ip netns add "$probe" 2>/dev/null; then
-    echo "ray-local: SKIP: cannot create a private network namespace (needs root / CAP_SYS_ADMIN); refusing to run Ray unprotected" >&2
-    exit 77
-  fi
-  ip netns del "$probe"
+  can_make_namespace ray-local "; refusing to run Ray unprotected"
 }
 
 ns_up() {

@@ -56,12 +56,7 @@ check() {
   for tool in ip tc taskset; do
     command -v "$tool" >/dev/null 2>&1 || { echo "slurm-local: SKIP: $tool is not installed" >&2; exit 77; }
   done
-  local probe="weave-probe-$$"
-  if ! ip netns add "$probe" 2>/dev/null; then
-    echo "slurm-local: SKIP: cannot create a network namespace (needs root / CAP_SYS_ADMIN)" >&2
-    exit 77
-  fi
-  ip netns del "$probe"
+  can_make_namespace slurm-local
 }
 
 network_up() {
