@@ -89,23 +89,11 @@ switch_up() {
   in_ns ip link add br0 type bridge
   in_ns ip addr add "$NET.1/24" dev br0
   in_ns ip link set br0 up
-  local node rate burst
-  rate="${LINK_MBIT}mbit"
-  # A small bucket (2 ms at the rate, at least 10 full frames), as the runtime's mini cluster.
-  burst="$(( LINK_MBIT * 1000 / 8 / 500 > 15 ? LINK_MBIT * 1000 / 8 / 500 : 15 ))kb"
+  local node
   for node in t0 $(seq -f 'r%g' 0 $((ROLLOUT - 1))); do
-    local ns
-    ns=$(node_ns "$node")
-    ip netns add "$ns"
-    ip -n "$ns" link set lo up
-    ip link add "$NIC" netns "$ns" type veth peer name "p-$node" netns "$NS"
-    in_ns ip link set "p-$node" master br0
-    in_ns ip link set "p-$node" up
-    ip -n "$ns" addr add "$(node_ip "$node")/24" dev "$NIC"
-    ip -n "$ns" link set "$NIC" up
+    node_on_switch "$node"
   done
-  ip netns exec "$(node_ns t0)" tc qdisc add dev "$NIC" root tbf rate "$rate" burst "$burst" latency 100ms
-  in_ns tc qdisc add dev p-t0 root tbf rate "$rate" burst "$burst" latency 100ms
+  shape_training_link "$LINK_MBIT"
 }
 
 # start_node WEAVE_NODE POOL [--head]
