@@ -13,6 +13,9 @@
 #                                           (sbatch, squeue, scontrol, and weave serve all run there)
 #   scripts/slurm-local.sh kill-node NODE   SIGKILL every process of one node (its slurmd and its
 #                                           jobs' processes): a node failure
+#   scripts/slurm-local.sh restart-controller  stop slurmctld (SIGTERM: it saves its state) and start
+#                                           it again from its state files, jobs kept
+#   scripts/slurm-local.sh serve-ip         the switch's address (where weave serve listens for the nodes)
 #   scripts/slurm-local.sh down             stop everything, remove the namespaces and the state dir
 #   scripts/slurm-local.sh selftest         up, check what the Slurm backend relies on, down
 #
@@ -125,11 +128,28 @@ write_conf() {
   } >"$DIR/slurm.conf"
 }
 
+controller_up() {
+  in_ns slurmctld -i -f "$DIR/slurm.conf" >>"$DIR/logs/slurmctld.out" 2>&1 \
+    || { cat "$DIR/logs/slurmctld.out" "$DIR/logs/slurmctld.log" >&2 2>/dev/null; die "slurmctld failed to start"; }
+}
+
+# The controller stopped as an operator stops it (it writes its state) and started again from
+# that state: the jobs it had are still its jobs.
+restart_controller() {
+  local pid
+  pid=$(cat "$DIR/ctld/slurmctld.pid" 2>/dev/null) || die "no slurmctld pid file in $DIR/ctld"
+  kill -TERM "$pid"
+  for _ in $(seq 1 80); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+  ! kill -0 "$pid" 2>/dev/null || die "slurmctld ($pid) did not stop within 20 s"
+  controller_up
+  for _ in $(seq 1 80); do sctl squeue -h >/dev/null 2>&1 && { echo "slurm-local: slurmctld restarted"; return 0; }; sleep 0.25; done
+  die "slurmctld did not answer within 20 s of its restart"
+}
+
 daemons_up() {
   export SLURM_CONF="$DIR/slurm.conf"
   mkdir -p "$DIR/ctld" "$DIR/d"
-  in_ns slurmctld -i -f "$SLURM_CONF" >"$DIR/logs/slurmctld.out" 2>&1 \
-    || { cat "$DIR/logs/slurmctld.out" "$DIR/logs/slurmctld.log" >&2 2>/dev/null; die "slurmctld failed to start"; }
+  controller_up
   local node
   for node in $(nodes); do
     mkdir -p "$DIR/d/$node"
@@ -237,6 +257,8 @@ case ${1:-} in
   up) up ;;
   exec) shift; in_ns env SLURM_CONF="$DIR/slurm.conf" "$@" ;;
   kill-node) kill_node "${2:?node}" ;;
+  restart-controller) restart_controller ;;
+  serve-ip) echo "$CTL" ;;
   selftest) selftest ;;
   down) down ;;
   *) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 2 ;;

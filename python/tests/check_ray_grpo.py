@@ -45,11 +45,13 @@ def say(msg):
     print(f"check_ray_grpo: {msg}", flush=True)
 
 
-def submit(c, args, name, digits, epochs, rollout_s, train_s):
-    entry = (f"{args.python} -m weave_client.runtime.ray_grpo --dir {args.checkpoints}/{name} --digits {digits} "
+def submit(c, args, name, digits, epochs, rollout_s, train_s, driver="ray_grpo", env=None):
+    """Submits one reference job that Weave launches through ``weave_client.runtime.<driver>``."""
+    entry = (f"{args.python} -m weave_client.runtime.{driver} --dir {args.checkpoints}/{name} --digits {digits} "
              f"--epochs {epochs} --prompts {args.prompts} --rollout-cpus 0 --train-cpus 1 --checkpoint-every 4")
+    env = {"PYTHONPATH": os.path.join(ROOT, "python"), **(env or {})}
     spec = {"id": name, "type": "3B_4k", "iterations": args.iterations, "slo": 2.0, "rollout_s": rollout_s,
-            "train_s": train_s, "launch": {"entrypoint": entry, "env": {"PYTHONPATH": os.path.join(ROOT, "python")}}}
+            "train_s": train_s, "launch": {"entrypoint": entry, "env": env}}
     return c.submit(spec)["job"]
 
 
@@ -97,10 +99,12 @@ def pair_period_s(events, jobs):
     return statistics.mean(period_s(events, j, lo, hi) for j in jobs)
 
 
-def lose_rollout_node(args, c, views):
+def lose_rollout_node(args, c, views, check=None):
     """Kills the rollout node the jobs use once each completed `--kill-after` iterations: every
     job on it must be failed, re-admitted elsewhere and relaunched by Weave, its new driver
-    resuming from exactly the iteration Weave counts. Returns {job: resume_from}."""
+    resuming from exactly the iteration Weave counts; ``check(view)`` checks where the new
+    launch runs (default: its Ray actors). Returns {job: resume_from}."""
+    check = check or (lambda view: check_placement(args.ray, view))
     wait_for(f"{args.kill_after} iterations each", lambda: all(
         c.job(v["id"])["job"]["completed_iterations"] >= args.kill_after for v in views), args.timeout_s)
     node = views[0]["rollout_nodes"][0]
@@ -126,7 +130,7 @@ def lose_rollout_node(args, c, views):
             say(f"{v['id']}: {j['job']['state']} on {j['job']['rollout_nodes']}, "
                 f"history {[e['kind'] for e in j['history'] if e['kind'] not in ('grant', 'finish')]}")
             raise
-        check_placement(args.ray, now)
+        check(now)
         resumed[v["id"]] = again
         say(f"{v['id']} re-admitted from iterations {again} (the last onto {now['rollout_nodes']} + "
             f"{now['training_nodes']})")

@@ -73,7 +73,7 @@ class WeaveJobEnv:
         def need(key):
             v = e.get(key)
             if not v:
-                raise WeaveEnvError(f"{key} is not set: this job was not launched by `weave serve --backend ray`")
+                raise WeaveEnvError(f"{key} is not set: this job was not launched by `weave serve --backend ray` or `slurm`")
             return v
 
         def integer(key, default):

@@ -41,8 +41,9 @@ pub struct ServeArgs {
     /// Largest request body accepted, bytes.
     #[arg(long, default_value_t = 64 * 1024)]
     max_body_bytes: usize,
-    /// Execution backend: `none` (jobs run themselves and ask Weave where and when) or `ray`
-    /// (Weave launches admitted jobs on a Ray cluster whose labelled nodes are its inventory).
+    /// Execution backend: `none` (jobs run themselves and ask Weave where and when), `ray`
+    /// (Weave launches admitted jobs on a Ray cluster whose labelled nodes are its inventory) or
+    /// `slurm` (as Slurm batch jobs on the Slurm nodes named as Weave's: r0.., t0..).
     #[arg(long, value_enum, default_value = "none")]
     backend: Backend,
     /// The Ray dashboard's HTTP address (State and Job Submission APIs).
@@ -51,13 +52,23 @@ pub struct ServeArgs {
     /// The server's URL as launched jobs reach it (default: http://<bound address>).
     #[arg(long, value_name = "URL")]
     advertise_url: Option<String>,
-    /// How long a Ray job must stay ended before it fails its Weave job, seconds (a node's
-    /// death is told apart from the job's own failure in this time).
-    #[arg(long, default_value_t = 10.0)]
-    ray_grace_s: f64,
-    /// A launch Ray keeps pending this long (its driver cannot start) fails the job, seconds.
-    #[arg(long, default_value_t = 300.0)]
-    ray_pending_limit_s: f64,
+    /// How long a launched job must stay ended before it fails its Weave job, seconds (a
+    /// node's death is told apart from the job's own failure in this time).
+    #[arg(long, alias = "ray-grace-s", default_value_t = 10.0)]
+    backend_grace_s: f64,
+    /// A launch the backend keeps pending this long (it cannot start) fails the job, seconds.
+    #[arg(long, alias = "ray-pending-limit-s", default_value_t = 300.0)]
+    backend_pending_limit_s: f64,
+    /// A prefix for Slurm's commands (`sinfo`, `squeue`, `sbatch`, `scancel`), split at
+    /// spaces: e.g. `ssh login1`, or `scripts/slurm-local.sh exec`. Empty: run them here.
+    #[arg(long, default_value = "")]
+    slurm_command: String,
+    /// The Slurm partition launches go to (Slurm's default partition when omitted).
+    #[arg(long)]
+    slurm_partition: Option<String>,
+    /// Where each Slurm launch writes its output (`<dir>/<launch id>.out`).
+    #[arg(long, value_name = "DIR")]
+    slurm_output: Option<PathBuf>,
     /// How launched jobs pin their Ray placement-group bundles: `auto` (label selectors on
     /// `weave.io/node` where the job's Ray has them, else custom resources), `labels` or
     /// `resources` (the fallback, forced).
@@ -166,27 +177,42 @@ pub struct ServeArgs {
 enum Backend {
     None,
     Ray,
+    Slurm,
 }
 
-/// The Ray cluster's labelled nodes become the fixed pools (waits for Ray to answer).
-fn ray_inventory(
-    args: &ServeArgs,
-    cluster: &mut weave_core::ClusterConfig,
-) -> Result<(weave_ray::RayClient, (u32, u32))> {
-    let client = weave_ray::RayClient::new(&args.ray_address)?;
-    let inventory = client.inventory_when_up(Duration::from_secs(60)).with_context(|| {
-        format!("the node list of the Ray cluster at {} (waited up to 60 s for Ray to answer)", args.ray_address)
-    })?;
-    let ((rollout, training), warnings) = inventory.size_pools(cluster).context("the Ray cluster's nodes")?;
-    for w in warnings {
-        eprintln!("weave serve: warning: {w}");
+type Driver = Box<dyn weave_backend::ClusterDriver>;
+
+/// The backend's driver and the fixed pools its nodes make (waits up to a minute for the
+/// manager to answer).
+fn backend_driver(args: &ServeArgs, cluster: &mut weave_core::ClusterConfig) -> Result<Option<(Driver, (u32, u32))>> {
+    let patience = Duration::from_secs(60);
+    let (driver, sizes, notes): (Driver, _, _) = match args.backend {
+        Backend::None => return Ok(None),
+        Backend::Ray => {
+            let pin = args.ray_pin.clone().filter(|p| p != "auto");
+            let c = weave_ray::RayDriver::connect(&args.ray_address, pin, cluster, patience)
+                .with_context(|| format!("the Ray cluster at {} (waited up to 60 s)", args.ray_address))?;
+            (Box::new(c.driver), c.pools, c.notes)
+        }
+        Backend::Slurm => {
+            let (partition, output) = (args.slurm_partition.as_deref(), args.slurm_output.clone());
+            let (d, sizes) = weave_slurm::SlurmDriver::connect(&args.slurm_command, partition, output, patience)
+                .context("Slurm's nodes (sinfo; waited up to 60 s)")?;
+            if sizes.0 == 0 || sizes.1 == 0 {
+                bail!(
+                    "Slurm has {} rollout nodes (r0..) and {} training nodes (t0..): it needs both",
+                    sizes.0,
+                    sizes.1
+                );
+            }
+            (cluster.rollout.nodes, cluster.training.nodes) = sizes;
+            (Box::new(d), sizes, vec![format!("Slurm: {} rollout and {} training nodes", sizes.0, sizes.1)])
+        }
+    };
+    for note in notes {
+        eprintln!("weave serve: {note}");
     }
-    eprintln!(
-        "weave serve: Ray at {}: {rollout} rollout and {training} training nodes ({} alive)",
-        client.address(),
-        inventory.nodes.values().filter(|m| m.alive).count()
-    );
-    Ok((client, (rollout, training)))
+    Ok(Some((driver, sizes)))
 }
 
 fn connection_limits(args: &ServeArgs) -> Result<weave_server::ConnectionLimits> {
@@ -238,7 +264,7 @@ fn open_shared(
     if let Some((rollout, training)) = inventory {
         shared
             .commit(|time_us| Record::Inventory { time_us, rollout, training })
-            .context("cannot record the Ray inventory")?;
+            .context("cannot record the backend's inventory")?;
     }
     Ok(Arc::new(shared))
 }
@@ -266,11 +292,11 @@ fn check_args(args: &ServeArgs) -> Result<()> {
     if !(args.consolidate_every_s.is_finite() && args.consolidate_every_s > 0.0 && args.consolidate_every_s <= 1e9) {
         bail!("--consolidate-every-s must be in (0, 1e9] seconds, got {}", args.consolidate_every_s);
     }
-    if !(args.ray_grace_s.is_finite() && args.ray_grace_s >= 0.0) {
-        bail!("--ray-grace-s must be non-negative");
+    if !(args.backend_grace_s.is_finite() && args.backend_grace_s >= 0.0) {
+        bail!("--backend-grace-s must be non-negative");
     }
-    if !(args.ray_pending_limit_s.is_finite() && args.ray_pending_limit_s > 0.0) {
-        bail!("--ray-pending-limit-s must be positive");
+    if !(args.backend_pending_limit_s.is_finite() && args.backend_pending_limit_s > 0.0) {
+        bail!("--backend-pending-limit-s must be positive");
     }
     Ok(())
 }
@@ -319,15 +345,12 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     let tenants = load_tenants(&args)?;
     check_args(&args)?;
     let mut cluster = load_cluster(args.cluster.as_deref())?;
-    let ray = match args.backend {
-        Backend::Ray => Some(ray_inventory(&args, &mut cluster)?),
-        Backend::None => None,
-    };
-    let pools = (ray.is_some() || args.fixed_capacity).then_some((cluster.rollout.nodes, cluster.training.nodes));
+    let driver = backend_driver(&args, &mut cluster)?;
+    let pools = (driver.is_some() || args.fixed_capacity).then_some((cluster.rollout.nodes, cluster.training.nodes));
     if let Some(p) = &args.tenants {
         tenants.check_pools(pools).with_context(|| format!("invalid tenants file {}", p.display()))?;
     }
-    let cfg = server_config(&args, tenants, cluster, ray.is_some())?;
+    let cfg = server_config(&args, tenants, cluster, driver.is_some())?;
     weave_server::tune_allocator();
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
@@ -338,7 +361,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         let addr = listener.local_addr()?;
         // The store is replayed off the async workers; meanwhile the port answers 503
         // "recovering" instead of refusing connections.
-        let inventory = ray.as_ref().map(|(_, sizes)| *sizes);
+        let inventory = driver.as_ref().map(|(_, sizes)| *sizes);
         let otlp = args.otlp_endpoint.clone();
         let data = args.data.clone();
         let opening = tokio::task::spawn_blocking(move || open_shared(cfg, &data, otlp.as_deref(), inventory));
@@ -348,8 +371,8 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         // printed once the server takes requests.
         println!("listening {addr}");
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let backend = match ray {
-            Some((client, _)) => Some(start_ray_backend(&args, addr, client, shared.clone(), stop.clone()).await?),
+        let backend = match driver {
+            Some((driver, _)) => Some(start_backend(&args, addr, driver, shared.clone(), stop.clone()).await?),
             None => None,
         };
         let served = weave_server::serve(listener, shared, shutdown_signal()).await.context("server failed");
@@ -371,27 +394,26 @@ async fn shutdown_signal() {
     }
 }
 
-/// The Ray backend's first round (nodes Ray lacks are out of service before the first
+/// The backend's first round (nodes the manager lacks are out of service before the first
 /// submission can be placed), then its loop on a thread of its own until `stop`.
-async fn start_ray_backend(
+async fn start_backend(
     args: &ServeArgs,
     addr: std::net::SocketAddr,
-    client: weave_ray::RayClient,
+    driver: Driver,
     shared: Arc<Shared>,
     stop: Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<std::thread::JoinHandle<()>> {
-    let cfg = weave_ray::BackendConfig {
+    let cfg = weave_backend::BackendConfig {
         server_url: args.advertise_url.clone().unwrap_or_else(|| format!("http://{addr}")),
         poll: Duration::from_millis(500),
-        grace: Duration::from_secs_f64(args.ray_grace_s),
-        pending_limit: Duration::from_secs_f64(args.ray_pending_limit_s),
-        pin: args.ray_pin.clone().filter(|p| p != "auto"),
+        grace: Duration::from_secs_f64(args.backend_grace_s),
+        pending_limit: Duration::from_secs_f64(args.backend_pending_limit_s),
     };
-    let mut backend = weave_ray::RayBackend::new(client, shared, cfg);
-    // Off the async workers: the client blocks.
+    let mut backend = weave_backend::Backend::new(driver, shared, cfg);
+    // Off the async workers: the driver blocks.
     let (first, backend) =
-        tokio::task::spawn_blocking(move || (backend.tick(), backend)).await.context("first round with Ray")?;
-    first.context("first round with Ray")?;
+        tokio::task::spawn_blocking(move || (backend.tick(), backend)).await.context("the backend's first round")?;
+    first.context("the backend's first round")?;
     Ok(std::thread::spawn(move || backend.run(stop)))
 }
 

@@ -159,7 +159,7 @@ impl Inventory {
         match self.nodes.get(&node) {
             Some(m) if m.alive => None,
             Some(m) => Some(format!("Ray reports node {node} ({}) dead", m.ip)),
-            None => Some(format!("no Ray node carries {NODE_LABEL}={node}")),
+            None => Some(format!("no Ray node carries {NODE_LABEL}={node}")), // as RayDriver::missing_reason
         }
     }
 }

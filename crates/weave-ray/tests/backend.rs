@@ -8,8 +8,9 @@ use axum::{http::StatusCode, Json, Router};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use weave_backend::{Backend, BackendConfig};
 use weave_core::ClusterConfig;
-use weave_ray::{BackendConfig, RayBackend, RayClient};
+use weave_ray::{RayClient, RayDriver};
 use weave_server::plane::{JobState, Record, SubmitSpec};
 use weave_server::{Capacity, ServerConfig, Shared, Tenants};
 
@@ -109,15 +110,14 @@ fn shared(dir: &std::path::Path) -> Arc<Shared> {
     Arc::new(Shared::open(cfg).unwrap())
 }
 
-fn backend(url: &str, s: &Arc<Shared>) -> RayBackend {
+fn backend(url: &str, s: &Arc<Shared>) -> Backend {
     let cfg = BackendConfig {
         server_url: "http://weave:7070".into(),
         poll: Duration::from_millis(10),
         grace: Duration::ZERO,
         pending_limit: Duration::from_secs(600),
-        pin: None,
     };
-    RayBackend::new(RayClient::new(url).unwrap(), s.clone(), cfg)
+    Backend::new(Box::new(RayDriver::new(RayClient::new(url).unwrap(), None)), s.clone(), cfg)
 }
 
 fn submit_job(s: &Shared, id: &str, entrypoint: &str) {

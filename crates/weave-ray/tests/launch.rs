@@ -2,10 +2,17 @@
 //! Weave's variables (identity, server, token, pinned nodes, checkpoint), and the metadata the
 //! backend recognises its submissions by.
 
+use weave_backend::launch_request;
 use weave_core::ClusterConfig;
 use weave_place::{PlacePolicy, PlacerConfig};
 use weave_ray::launch::submission_body;
+use weave_server::plane::JobEntry;
 use weave_server::plane::{Plane, Record, SubmitSpec};
+
+/// The body for `j`'s admission, or `None` if Weave does not launch it.
+fn launch_body(j: &JobEntry, server: &str, token: &str, cluster: &ClusterConfig) -> Option<serde_json::Value> {
+    launch_request("abcd1234", j, server, token, cluster).map(|r| submission_body(&r, None))
+}
 
 fn plane_with(jobs: &[serde_json::Value]) -> Plane {
     let cluster = ClusterConfig::default();
@@ -30,7 +37,7 @@ fn the_submission_carries_identity_token_and_pinned_nodes() {
     let p = plane_with(&[launched, external]);
     let cluster = ClusterConfig::default();
     let j = p.job("run-1").unwrap();
-    let body = submission_body("abcd1234", j, "http://10.0.0.1:7070", "wj1.run-1.ff", &cluster).unwrap();
+    let body = launch_body(j, "http://10.0.0.1:7070", "wj1.run-1.ff", &cluster).unwrap();
     assert_eq!(body["entrypoint"], "python3 train.py");
     assert_eq!(body["submission_id"], "weave-abcd1234-run-1-0");
     let env = &body["runtime_env"]["env_vars"];
@@ -56,7 +63,7 @@ fn the_submission_carries_identity_token_and_pinned_nodes() {
     // section, so Weave does not launch it.
     let j2 = p.job("run-2").unwrap();
     assert_eq!(j2.decision.as_ref().unwrap().rollout_nodes[0].to_string(), "r1");
-    assert!(submission_body("abcd1234", j2, "http://x", "t", &cluster).is_none());
+    assert!(launch_body(j2, "http://x", "t", &cluster).is_none());
 }
 
 #[test]
@@ -76,7 +83,7 @@ fn a_colocated_job_is_told_its_mode_and_runs_both_phases_on_its_training_nodes()
     p.apply(&Record::Submit { time_us: 0, tenant: "team".into(), job }).unwrap();
     let j = p.job("solo").unwrap();
     assert_eq!(j.decision.as_ref().unwrap().kind, weave_place::DecisionKind::Colocated);
-    let body = submission_body("abcd1234", j, "http://10.0.0.1:7070", "wj1.solo.ff", &cluster).unwrap();
+    let body = launch_body(j, "http://10.0.0.1:7070", "wj1.solo.ff", &cluster).unwrap();
     let env = &body["runtime_env"]["env_vars"];
     assert_eq!(env["WEAVE_MODE"], "colocated");
     assert_eq!(env["WEAVE_ROLLOUT_NODES"], "t0");

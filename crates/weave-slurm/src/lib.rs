@@ -1,10 +1,11 @@
-//! Weave's Slurm backend, first part (issue #55): what Slurm reports, parsed ([`status`]), and
-//! the commands that launch, list and cancel jobs ([`client`]). The reconcile loop that turns
-//! these into Weave's node and job records is the Ray backend's (`weave-ray::reconcile`), to be
-//! shared behind a driver trait; it is not wired to Slurm yet.
+//! Weave's Slurm execution backend: what Slurm reports, parsed ([`status`]), the commands that
+//! launch, list and cancel jobs ([`client`]), and Slurm as a driver of `weave-backend`'s
+//! reconcile loop ([`driver`]), which `weave serve --backend slurm` runs.
 
 pub mod client;
+pub mod driver;
 pub mod status;
 
 pub use client::{Launch, SlurmClient, SlurmError};
+pub use driver::SlurmDriver;
 pub use status::{JobState, NodeState, SlurmJob, SlurmNode, StatusError};

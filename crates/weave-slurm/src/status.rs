@@ -16,9 +16,12 @@ pub struct StatusError {
 }
 
 /// A node's state, as far as Weave cares: in service, out of service by an operator (or by
-/// Weave), or gone (it stopped answering). The flags Slurm appends (`*`: not responding, `~`:
-/// powered off, `#`: powering up, `!`/`%`: powering down, `$`: maintenance, `@`: reboot) are
-/// read: a node that does not respond is gone whatever its base state.
+/// Weave), or gone. The flags Slurm appends (`*`: not responding, `~`: powered off, `#`:
+/// powering up, `!`/`%`: powering down, `$`: maintenance, `@`: reboot) are read: a node down
+/// and not responding is gone; one not responding that Slurm has not set down is only
+/// [`NodeState::Unresponsive`], as is one in state `unknown` (after a controller restart every
+/// node is, until its slurmd registers again; Slurm sets a node that stays silent down after
+/// `SlurmdTimeout`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NodeState {
     /// Idle, allocated, mixed, completing: it runs (or can run) jobs.
@@ -28,8 +31,10 @@ pub enum NodeState {
     Draining,
     /// Drained (no job left) or set down by an operator.
     Down,
-    /// Not responding, or failed: its processes are gone.
+    /// Down and not responding, or failed: its processes are gone.
     Lost,
+    /// Not responding, but not (yet) set down by Slurm: it keeps its jobs.
+    Unresponsive,
     /// A state this backend does not know, kept as printed.
     Other(String),
 }
@@ -66,15 +71,20 @@ pub struct SlurmJob {
 impl NodeState {
     pub fn parse(printed: &str) -> NodeState {
         let lower = printed.trim().to_ascii_lowercase();
-        if lower.ends_with('*') {
-            return NodeState::Lost;
+        let base = lower.trim_end_matches(['*', '~', '#', '!', '%', '$', '@', '^', '-']);
+        if lower.contains('*') {
+            return match base {
+                "down" | "drained" | "drain" | "fail" | "failing" => NodeState::Lost,
+                _ => NodeState::Unresponsive,
+            };
         }
-        let base = lower.trim_end_matches(['~', '#', '!', '%', '$', '@', '^', '-']);
         match base {
             "idle" | "allocated" | "alloc" | "mixed" | "mix" | "completing" | "comp" | "planned" => NodeState::Up,
             "draining" | "drng" => NodeState::Draining,
             "drained" | "drain" | "down" => NodeState::Down,
-            "fail" | "failing" | "unknown" | "unk" | "no_respond" => NodeState::Lost,
+            "fail" | "failing" => NodeState::Lost,
+            // Not registered since the controller (re)started: Slurm will say what it is.
+            "unknown" | "unk" | "no_respond" => NodeState::Unresponsive,
             _ => NodeState::Other(printed.trim().to_string()),
         }
     }
@@ -155,13 +165,15 @@ mod tests {
                 ("r0", &NodeState::Up),
                 ("r1", &NodeState::Down),
                 ("t0", &NodeState::Up),
-                ("r2", &NodeState::Lost),
+                ("r2", &NodeState::Unresponsive),
                 ("r3", &NodeState::Draining)
             ]
         );
         assert_eq!(nodes[1].reason, "weave-selftest");
         assert_eq!(nodes[0].reason, "");
         assert_eq!(NodeState::parse("down*"), NodeState::Lost);
+        assert_eq!(NodeState::parse("mixed*"), NodeState::Unresponsive);
+        assert_eq!(NodeState::parse("unknown"), NodeState::Unresponsive, "as every node just after a restart");
         assert_eq!(NodeState::parse("future"), NodeState::Other("future".into()));
     }
 

@@ -28,6 +28,13 @@ def cpus(spec: str) -> List[int]:
     return out
 
 
+def launched_on() -> Dict[str, str]:
+    """The Slurm node this process runs on, for its start record (a Slurm job step knows it by
+    ``SLURMD_NODENAME``; elsewhere nothing)."""
+    node = os.environ.get("SLURMD_NODENAME")
+    return {"node": node} if node else {}
+
+
 def log_record(path: str, record: Dict[str, Any]) -> None:
     with open(path, "a") as f:
         f.write(json.dumps(record) + "\n")

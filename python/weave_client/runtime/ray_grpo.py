@@ -131,14 +131,7 @@ def _run(env: Any, argv: List[str]) -> int:
         # cmd is the local launcher's [python, -m, module, *args]: the actor runs the args.
         return RayProcess(actor, [*cmd[3:], "--role", role])
 
-    job_args = ["--server", env.server, "--token", env.token, "--job", env.job, "--master", master,
-                "--port", str(supervisor.free_port())]
-    if env.iterations is not None:
-        job_args += ["--iterations", str(env.iterations)]
-    if env.resume_from > 0:
-        # Weave relaunched the job after it lost its admission: resume from exactly its count.
-        job_args += ["--resume-from", str(env.resume_from)]
-    argv = [*job_args, *argv]
+    argv = [*supervisor.launched_job_args(env, master), *argv]
     return supervisor.launch(grpo_job.parse_args(argv), argv, start_role=start_role, relaunched_by_weave=True)
 
 

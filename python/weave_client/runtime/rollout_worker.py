@@ -14,7 +14,7 @@ import time
 from typing import Any, Dict, Optional, Tuple
 
 from .job_process import (EXIT_RESTART, VersionError, configs, follow, join_process_group, leave_process_group,
-                          log_record, rollout_rank, trainer_rank, weights_plan)
+                          launched_on, log_record, rollout_rank, trainer_rank, weights_plan)
 
 
 def run_rollout(a: argparse.Namespace) -> None:
@@ -151,7 +151,7 @@ def _rollout_loop(a, state, log: str) -> None:
     state.load_parameters(got.flat, got.version)
     state.offload()
     log_record(log, {"job": a.job, "role": "rollout", "worker": j, "event": "start", "iteration": got.version,
-                     "switch": cold.kind, "switch_s": cold.seconds, "bytes": cold.bytes})
+                     "switch": cold.kind, "switch_s": cold.seconds, "bytes": cold.bytes, **launched_on()})
     client: Optional[WeaveClient] = WeaveClient(a.server, a.token) if j == 0 else None
     env = _Sandboxed(a, gcfg) if a.task == "tool" else None
     received = got

@@ -41,6 +41,20 @@ def supervise(procs: Dict[str, subprocess.Popen]) -> Dict[str, int]:
     return {role: p.wait() for role, p in procs.items()}
 
 
+def launched_job_args(env: Any, master: str) -> List[str]:
+    """The reference job's arguments for a driver Weave launched (Ray's or Slurm's): who it is
+    and where the server is, from Weave's environment (``ray_support.WeaveJobEnv``), its process
+    group on ``master``, and where it resumes."""
+    args = ["--server", env.server, "--token", env.token, "--job", env.job, "--master", master,
+            "--port", str(free_port())]
+    if env.iterations is not None:
+        args += ["--iterations", str(env.iterations)]
+    if env.resume_from > 0:
+        # Weave relaunched the job after it lost its admission: resume from exactly its count.
+        args += ["--resume-from", str(env.resume_from)]
+    return args
+
+
 def roles(a: argparse.Namespace) -> List["tuple[str, str, List[str]]"]:
     """The job's processes: (name, role, extra arguments). Rank 0 of each side is "trainer" and
     "rollout"; with ``--trainers N`` the others are "trainer-1", "rollout-1", ..."""

@@ -15,7 +15,8 @@ from typing import Any, Dict
 from .checkpointing import (NoticeGuard, checkpoint_path, noticed_path, save_acked, staged_bytes, staged_path,
                             staging_dir, start_from, write_noticed)
 from .job_process import (EXIT_RESTART, TRAINER, VersionError, average_gradients, configs, follow,
-                          join_process_group, leave_process_group, log_record, rollout_rank, sync_step_starts,
+                          join_process_group, launched_on, leave_process_group, log_record, rollout_rank,
+                          sync_step_starts,
                           trainer_build, trainer_rank, weights_plan)
 
 
@@ -34,7 +35,7 @@ def run_trainer(a: argparse.Namespace) -> None:
     start = state.version
     log = a.log or os.path.join(a.dir, "phases.jsonl")
     log_record(log, {"job": a.job, "role": "trainer", "event": "start", "iteration": start, "switch": cold.kind,
-               "switch_s": cold.seconds, "bytes": cold.bytes})
+               "switch_s": cold.seconds, "bytes": cold.bytes, **launched_on()})
     client = WeaveClient(a.server, a.token)
     # pending: (iteration, state) copied in the phase; durable: the newest iteration a file on
     # disk (the checkpoint, a copy written under a notice) holds, as far as this process knows.
