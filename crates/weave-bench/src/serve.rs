@@ -5,7 +5,6 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use weave_core::ClusterConfig;
 use weave_io::{json, write_output};
 use weave_report::table;
 use weave_server::state::SnapshotWindow;
@@ -152,21 +151,9 @@ fn pct(sorted: &[f64], q: f64) -> f64 {
 /// no heartbeat expiry within a run.
 pub fn bench_config(data: std::path::PathBuf) -> ServerConfig {
     ServerConfig {
-        data_dir: data,
-        tenants: Tenants::open_access(),
-        cluster: ClusterConfig::default(),
-        capacity: weave_server::Capacity::Elastic,
         heartbeat_timeout: Duration::from_secs(3600),
-        max_body_bytes: 64 * 1024,
         max_wait: Duration::from_secs(5),
-        max_staleness: weave_core::MAX_STALENESS,
-        placement: Default::default(),
-        limits: Default::default(),
-        snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,
-        retention: Default::default(),
-        min_free_bytes: weave_server::DEFAULT_MIN_FREE_BYTES,
-        snapshot_every_bytes: weave_server::DEFAULT_SNAPSHOT_EVERY_BYTES,
-        max_jobs_per_tenant: weave_server::DEFAULT_MAX_JOBS_PER_TENANT,
+        ..ServerConfig::new(data)
     }
 }
 

@@ -9,10 +9,9 @@ use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use weave_backend::{Backend, BackendConfig};
-use weave_core::ClusterConfig;
 use weave_ray::{RayClient, RayDriver};
 use weave_server::plane::{JobState, Record, SubmitSpec};
-use weave_server::{Capacity, ServerConfig, Shared, Tenants};
+use weave_server::{Capacity, ServerConfig, Shared};
 
 #[derive(Default)]
 struct FakeRay {
@@ -90,22 +89,11 @@ fn fake_ray(fake: Fake) -> String {
 
 fn shared(dir: &std::path::Path) -> Arc<Shared> {
     let cfg = ServerConfig {
-        data_dir: dir.to_path_buf(),
-        tenants: Tenants::open_access(),
-        cluster: ClusterConfig::default(),
         capacity: Capacity::Recorded,
         heartbeat_timeout: Duration::from_secs(600),
-        max_body_bytes: 16 * 1024,
-        max_wait: Duration::from_secs(1),
-        max_staleness: weave_core::MAX_STALENESS,
         // The paper's placement: the test checks two jobs launched into one group on t0.
         placement: weave_server::state::PlacementConfig { consolidate: false, ..Default::default() },
-        limits: Default::default(),
-        snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,
-        retention: Default::default(),
-        min_free_bytes: weave_server::DEFAULT_MIN_FREE_BYTES,
-        snapshot_every_bytes: weave_server::DEFAULT_SNAPSHOT_EVERY_BYTES,
-        max_jobs_per_tenant: weave_server::DEFAULT_MAX_JOBS_PER_TENANT,
+        ..ServerConfig::new(dir.to_path_buf())
     };
     Arc::new(Shared::open(cfg).unwrap())
 }

@@ -52,6 +52,32 @@ pub struct ServerConfig {
     pub min_free_bytes: u64,
 }
 
+impl ServerConfig {
+    /// A server on the store in `data_dir` with every other setting at its default: open
+    /// access (one implicit admin), the paper's testbed, elastic pools, a minute's heartbeat
+    /// timeout, full Weave placement. Tests and benchmarks start here and change what they
+    /// need (`ServerConfig { capacity, ..ServerConfig::new(dir) }`).
+    pub fn new(data_dir: PathBuf) -> ServerConfig {
+        ServerConfig {
+            data_dir,
+            tenants: Tenants::open_access(),
+            cluster: ClusterConfig::default(),
+            capacity: Capacity::Elastic,
+            heartbeat_timeout: Duration::from_secs(60),
+            max_body_bytes: 64 * 1024,
+            max_wait: Duration::from_secs(30),
+            max_staleness: weave_core::MAX_STALENESS,
+            placement: PlacementConfig::default(),
+            limits: ConnectionLimits::default(),
+            snapshot_every: DEFAULT_SNAPSHOT_EVERY,
+            retention: crate::plane::Retention::default(),
+            snapshot_every_bytes: DEFAULT_SNAPSHOT_EVERY_BYTES,
+            max_jobs_per_tenant: DEFAULT_MAX_JOBS_PER_TENANT,
+            min_free_bytes: DEFAULT_MIN_FREE_BYTES,
+        }
+    }
+}
+
 /// The free space `/readyz` asks for unless configured otherwise.
 pub const DEFAULT_MIN_FREE_BYTES: u64 = 64 << 20;
 

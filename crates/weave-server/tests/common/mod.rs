@@ -6,7 +6,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use weave_core::ClusterConfig;
 use weave_server::auth::{hex, sha256};
 use weave_server::state::PlacementConfig;
 use weave_server::{ServerConfig, Shared, Tenants};
@@ -45,21 +44,12 @@ pub struct TestServer {
 /// server's default, has tests of its own (`consolidation.rs`, `full_weave.rs`).
 pub fn config(dir: PathBuf, heartbeat: Duration) -> ServerConfig {
     ServerConfig {
-        data_dir: dir,
         tenants: tenants(),
-        cluster: ClusterConfig::default(),
-        capacity: weave_server::Capacity::Elastic,
         heartbeat_timeout: heartbeat,
         max_body_bytes: 16 * 1024,
         max_wait: Duration::from_secs(5),
-        max_staleness: weave_core::MAX_STALENESS,
         placement: PlacementConfig { consolidate: false, ..Default::default() },
-        limits: Default::default(),
-        snapshot_every: weave_server::DEFAULT_SNAPSHOT_EVERY,
-        retention: Default::default(),
-        min_free_bytes: weave_server::DEFAULT_MIN_FREE_BYTES,
-        snapshot_every_bytes: weave_server::DEFAULT_SNAPSHOT_EVERY_BYTES,
-        max_jobs_per_tenant: weave_server::DEFAULT_MAX_JOBS_PER_TENANT,
+        ..ServerConfig::new(dir)
     }
 }
 
