@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use weave_testkit::LocalCluster;
 
 const TOKEN: &str = "ray-e2e-token";
 /// An admin's token: forwards a Ray drain as a preemption notice (`weave_client.ray_drains`).
@@ -16,19 +17,17 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
-/// The cluster's namespace and state directory; torn down when the test ends, even by a panic.
-struct Cluster {
-    script: PathBuf,
-    env: Vec<(String, String)>,
+/// The cluster's namespace and state directory (taken down when dropped, even by a panic).
+struct Cluster(LocalCluster);
+
+impl std::ops::Deref for Cluster {
+    type Target = LocalCluster;
+    fn deref(&self) -> &LocalCluster {
+        &self.0
+    }
 }
 
 impl Cluster {
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(&self.script);
-        c.args(args).envs(self.env.iter().map(|(k, v)| (k, v)));
-        c
-    }
-
     /// What `ray-local.sh` prints for `what` (`head`, `serve-ip`).
     fn ask(&self, what: &str) -> String {
         let out = self.cmd(&[what]).output().unwrap();
@@ -51,12 +50,6 @@ impl Cluster {
             state.join("tenants.toml").display(),
             state.join("data").display()
         )
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = self.cmd(&["down"]).status();
     }
 }
 
@@ -105,7 +98,7 @@ fn cluster_up(tag: &str, path: Option<&Path>, link_mbit: Option<u32>) -> (Cluste
     std::fs::create_dir_all(state.join("checkpoints")).unwrap();
     env.push(("WEAVE_RAY_NETNS".into(), format!("weave-e2e-{id}")));
     env.push(("WEAVE_RAY_DIR".into(), state.join("ray").display().to_string()));
-    let cluster = Cluster { script, env };
+    let cluster = Cluster(LocalCluster { script, env });
     let up = cluster.cmd(&["up"]).status().unwrap();
     assert!(up.success(), "the Ray cluster did not come up");
 

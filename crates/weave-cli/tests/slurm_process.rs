@@ -11,6 +11,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use weave_testkit::LocalCluster;
 
 const TOKEN: &str = "slurm-e2e-token";
 const LINK_MBIT: u32 = 100;
@@ -19,30 +20,10 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
-/// The cluster; taken down when the test ends, even by a panic.
-struct Cluster {
-    script: PathBuf,
-    env: Vec<(String, String)>,
-}
-
-impl Cluster {
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(&self.script);
-        c.args(args).envs(self.env.iter().map(|(k, v)| (k, v)));
-        c
-    }
-
-    /// The command line of `slurm-local.sh` with its settings, for the checker to run.
-    fn script_cmd(&self, args: &str) -> String {
-        let env: Vec<String> = self.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        format!("env {} {} {args}", env.join(" "), self.script.display())
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = self.cmd(&["down"]).status();
-    }
+/// The command line of `slurm-local.sh` with the cluster's settings, for the checker to run.
+fn script_cmd(cluster: &LocalCluster, args: &str) -> String {
+    let env: Vec<String> = cluster.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("env {} {} {args}", env.join(" "), cluster.script.display())
 }
 
 #[test]
@@ -63,7 +44,7 @@ fn real_grpo_jobs_run_on_slurm_and_survive_restarts_and_a_downed_node() {
         ("WEAVE_SLURM_DIR".to_string(), state.join("slurm").display().to_string()),
         ("WEAVE_SLURM_LINK_MBIT".to_string(), LINK_MBIT.to_string()),
     ];
-    let cluster = Cluster { script, env };
+    let cluster = LocalCluster { script, env };
     let check = cluster.cmd(&["check"]).output().unwrap();
     weave_testkit::require(test, check.status.code() != Some(77), String::from_utf8_lossy(&check.stderr).trim());
     assert!(check.status.success(), "slurm-local.sh check: {}", String::from_utf8_lossy(&check.stderr));
@@ -99,7 +80,7 @@ fn real_grpo_jobs_run_on_slurm_and_survive_restarts_and_a_downed_node() {
         .arg(&python)
         .args(["--iterations", "60", "--kill-after", "3"])
         .args(["--kill", "scontrol update nodename={node} state=down reason=weave-e2e"])
-        .args(["--restart-controller", &cluster.script_cmd("restart-controller")]);
+        .args(["--restart-controller", &script_cmd(&cluster, "restart-controller")]);
     let out = checker.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     println!("{stdout}");

@@ -78,6 +78,29 @@ pub fn is_root() -> bool {
     Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
+/// A local cluster one of `scripts/`'s scripts brings up (`ray-local.sh`, `slurm-local.sh`),
+/// with the settings it reads from the environment; taken down (`<script> down`) when dropped,
+/// even by a panic.
+pub struct LocalCluster {
+    pub script: PathBuf,
+    pub env: Vec<(String, String)>,
+}
+
+impl LocalCluster {
+    /// `<script> <args>` with the cluster's settings.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(&self.script);
+        c.args(args).envs(self.env.iter().map(|(k, v)| (k, v)));
+        c
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        let _ = self.cmd(&["down"]).status();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
