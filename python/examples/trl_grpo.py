@@ -111,7 +111,8 @@ def main():
         rewards = [[h["step"] - 1, h["reward"]] for h in trainer.state.log_history if "reward" in h]
         out = {"resumed_from": [], "costs": {}, "iterations": a.iterations, "rewards": rewards}
     else:
-        client = WeaveClient(a.server, a.token)
+        # Kept alive: the gate's four requests a step follow each other within milliseconds.
+        client = WeaveClient(a.server, a.token, keep_alive=True)
         if a.submit:
             client.submit({"id": a.job, "type": "3B_4k", "iterations": a.iterations, "slo": 3.0, "rollout_s": 30,
                            "train_s": 30, "priority": a.priority})

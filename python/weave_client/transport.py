@@ -1,0 +1,81 @@
+"""How the client talks HTTP: the server's error answers as ``WeaveError``, and a kept-alive
+connection per thread (``WeaveClient(keep_alive=True)``) for drivers whose phase requests
+follow each other within milliseconds."""
+
+import http.client
+import json
+import threading
+import time
+import urllib.parse
+from typing import Any, Dict, Optional, Tuple
+
+# A kept-alive connection idle longer than this is not reused: the server may have closed it,
+# and a request sent on a closed connection cannot tell whether it was received.
+KEEP_ALIVE_IDLE_S = 1.0
+
+
+class WeaveError(Exception):
+    """The server refused a request; ``status`` is the HTTP status, ``retry_after`` the
+    seconds its ``Retry-After`` asked to wait (429 and 503), if any."""
+
+    def __init__(self, status: int, message: str, retry_after: Optional[float] = None) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+        self.retry_after = retry_after
+
+
+def answer_error(status: int, raw: bytes, retry_after_header: Optional[str]) -> WeaveError:
+    """The error an HTTP error answer stands for: the server's message, its Retry-After."""
+    try:
+        message = json.loads(raw).get("error", raw.decode(errors="replace"))
+    except (ValueError, AttributeError):
+        message = raw.decode(errors="replace")
+    try:
+        retry_after: Optional[float] = float(retry_after_header or "")
+    except ValueError:
+        retry_after = None
+    return WeaveError(status, message, retry_after)
+
+
+class KeptAlive:
+    """One connection per thread to ``server``, reused for requests at most
+    ``KEEP_ALIVE_IDLE_S`` apart. A failed connection is reported as ``ConnectionError`` (as
+    urllib reports one), so the client's retries treat both transports alike."""
+
+    def __init__(self, server: str, timeout: float) -> None:
+        self.url = urllib.parse.urlsplit(server)
+        self.timeout = timeout
+        self.local = threading.local()
+
+    def _connection(self) -> http.client.HTTPConnection:
+        held = getattr(self.local, "held", None)
+        if held is not None and time.monotonic() - held[1] > KEEP_ALIVE_IDLE_S:
+            held[0].close()
+            held = None
+        if held is None:
+            https = self.url.scheme == "https"
+            cls = http.client.HTTPSConnection if https else http.client.HTTPConnection
+            return cls(self.url.netloc, timeout=self.timeout)
+        return held[0]
+
+    def request(self, method: str, path: str, data: Optional[bytes], token: Optional[str],
+                headers_out: Optional[Dict[str, str]]) -> Tuple[int, Any]:
+        conn = self._connection()
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        try:
+            conn.request(method, self.url.path + path, body=data, headers=headers)
+            resp = conn.getresponse()
+            raw = resp.read()
+        except (http.client.HTTPException, OSError) as e:
+            conn.close()
+            self.local.held = None
+            raise ConnectionError(f"{self.url.geturl()}: {e!r}") from None
+        self.local.held = (conn, time.monotonic())
+        if headers_out is not None:
+            headers_out.update(resp.getheaders())
+        if resp.status >= 400:
+            raise answer_error(resp.status, raw, resp.getheader("Retry-After"))
+        return resp.status, (json.loads(raw) if raw else None)
