@@ -110,6 +110,22 @@ def restart_both(args, c, server, views):
     return WeaveClient(url, args.token)
 
 
+def drain_training_node(args, c, views):
+    """The jobs' training node drained in Slurm while they run on it: Slurm keeps it
+    `draining` (its jobs go on), and Weave reads that as a preemption notice on it, giving
+    Slurm's reason; the jobs go on to complete (they finish well before the notice runs out)."""
+    node = views[0]["training_nodes"][0]
+    subprocess.run(["scontrol", "update", f"nodename={node}", "state=drain", "reason=weave-e2e-drain"], check=True)
+
+    def noticed():
+        notices = c._request("GET", "/v1/cluster")[1]["notices"]
+        return [n for n in notices if n["node"] == node]
+    notice = wait_for(f"Weave's notice on {node}", noticed, 30)[0]
+    assert "weave-e2e-drain" in notice["reason"], notice
+    say(f"{node} drained in Slurm while the jobs run on it: Weave's notice says {notice['reason']!r}")
+    return notice["reason"]
+
+
 def check_refused_launch(args):
     """A server that launches into a partition Slurm does not have: the job fails with
     Slurm's message and is kept (listed, failed, its reason readable)."""
@@ -137,6 +153,7 @@ def run(args, server, c):
         c = restart_both(args, c, server, views)
     before = {v["id"]: len(starts(args, v["id"])) for v in views}
     resumed = lose_rollout_node(args, c, views, check=lambda now: check_placement(args, now, before[now["id"]]))
+    drained = drain_training_node(args, c, views) if args.drain else None
     for v in views:
         wait_for(f"{v['id']} to complete", lambda v=v: c.job(v["id"])["job"]["state"] == "completed", args.timeout_s)
         assert c.job(v["id"])["job"]["completed_iterations"] == args.iterations
@@ -162,7 +179,7 @@ def run(args, server, c):
         assert trained == list(range(args.iterations)), f"{v['id']}: trained iterations {trained}"
     say(f"both completed {args.iterations} iterations; barrier held; one Slurm job per admission "
         f"({len(launches)} in all); rewards {rewards}")
-    print(json.dumps({"placement": {v["id"]: v["placement"] for v in views}, "placed": placed,
+    print(json.dumps({"placement": {v["id"]: v["placement"] for v in views}, "placed": placed, "drain": drained,
                       "resumed_from": resumed, "slurm_jobs": launches, "rewards": rewards,
                       "refused": refused, "starts": {v["id"]: len(starts(args, v["id"])) for v in views}}), flush=True)
 
@@ -189,6 +206,8 @@ def main():
     ap.add_argument("--kill-after", type=int, default=3, help="... once every job completed this many iterations")
     ap.add_argument("--restart-controller", help="command that restarts slurmctld: with it, weave serve and then "
                     "slurmctld are restarted mid-run")
+    ap.add_argument("--drain", action="store_true", help="after the lost node, drain the jobs' training node "
+                    "in Slurm: Weave must read it as a notice")
     ap.add_argument("--refused-serve-cmd", help="first check a launch Slurm refuses, on a server this starts "
                     "(sending launches to a partition Slurm lacks)")
     args = ap.parse_args()

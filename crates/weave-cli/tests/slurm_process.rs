@@ -5,7 +5,8 @@
 //! their nodes, their trainer and rollout worker started as job steps on the nodes of their
 //! phases (`weave_client.runtime.slurm_grpo`); `weave serve` and slurmctld restarted mid-run;
 //! the jobs' rollout node set DOWN in Slurm mid-run, each job resuming from exactly Weave's
-//! count; and a launch Slurm refuses failing its job with Slurm's message. The checks live in
+//! count; the jobs' training node drained in Slurm while they run, read by Weave as a
+//! preemption notice; and a launch Slurm refuses failing its job with Slurm's message. The checks live in
 //! `python/tests/check_slurm_grpo.py`. Ignored by default; under `--ignored` a missing Slurm,
 //! root, namespace or torch fails the test naming what is missing.
 
@@ -80,6 +81,7 @@ fn real_grpo_jobs_run_on_slurm_and_survive_restarts_and_a_downed_node() {
         .arg(&python)
         .args(["--iterations", "60", "--kill-after", "3"])
         .args(["--kill", "scontrol update nodename={node} state=down reason=weave-e2e"])
+        .arg("--drain")
         .args(["--restart-controller", &script_cmd(&cluster, "restart-controller")]);
     let out = checker.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -89,6 +91,7 @@ fn real_grpo_jobs_run_on_slurm_and_survive_restarts_and_a_downed_node() {
     let m: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or_default()).expect("JSON last");
     assert!(m["resumed_from"].as_object().is_some_and(|r| !r.is_empty()), "no job was re-admitted: {m}");
     assert!(m["refused"].as_str().is_some_and(|r| r.contains("Invalid partition")), "{m}");
+    assert!(m["drain"].as_str().is_some_and(|r| r.contains("weave-e2e-drain")), "no notice from the drain: {m}");
     drop(cluster);
     let _ = std::fs::remove_dir_all(&state);
 }
