@@ -17,6 +17,8 @@ pub struct JobSnapshot {
     pub completed: bool,
     /// Whether Weave launches it (it has a launch spec).
     pub launched_by_weave: bool,
+    /// Whether this admission was launched (a durable `Record::Launched`).
+    pub launched: bool,
     pub nodes: Vec<NodeId>,
 }
 
@@ -173,6 +175,7 @@ mod tests {
             running: true,
             completed: false,
             launched_by_weave: true,
+            launched: false,
             nodes: nodes.iter().map(|s| n(s)).collect(),
         }
     }

@@ -5,7 +5,7 @@
 
 use crate::driver::{ClusterDriver, DriverError, LaunchStatus, Listed, NodeHealth};
 use crate::env::{job_nodes, launch_request};
-use crate::reconcile::{reconcile, JobSnapshot, Seen, Step, World};
+use crate::reconcile::{launch_id, reconcile, JobSnapshot, Seen, Step, World};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -49,9 +49,6 @@ pub struct Backend {
     pending_since: BTreeMap<String, Instant>,
     /// When a stop was last sent, so a slow stop is not re-sent every poll.
     stop_sent: BTreeMap<String, Instant>,
-    /// Launches this process made whose admission still runs: one the manager stops listing
-    /// (Slurm forgets an ended job after `MinJobAge`) has ended, and is not launched again.
-    launched: BTreeMap<String, (String, u32)>,
 }
 
 impl Backend {
@@ -65,7 +62,6 @@ impl Backend {
             ended_since: BTreeMap::new(),
             pending_since: BTreeMap::new(),
             stop_sent: BTreeMap::new(),
-            launched: BTreeMap::new(),
         }
     }
 
@@ -125,15 +121,17 @@ impl Backend {
         first_error.map_or(Ok(steps), Err)
     }
 
-    /// The listed launches with how long each has been ended or pending, plus this process's
-    /// launches the manager no longer lists (ended).
+    /// The listed launches with how long each has been ended or pending, plus the running
+    /// admissions launched (durably recorded) that the manager no longer lists: Slurm forgets
+    /// an ended job after `MinJobAge`, and such a launch ended; it is never made again, across
+    /// restarts of the server too.
     fn seen(&mut self, mut listed: Vec<Listed>, jobs: &[JobSnapshot]) -> Vec<Seen> {
-        self.launched.retain(|_, (job, uid)| jobs.iter().any(|j| j.running && j.name == *job && j.uid == *uid));
-        for (id, (job, uid)) in &self.launched {
-            if !listed.iter().any(|l| l.launch_id == *id) {
+        for j in jobs.iter().filter(|j| j.running && j.launched) {
+            let id = launch_id(&self.instance, &j.name, j.uid);
+            if !listed.iter().any(|l| l.launch_id == id) {
                 let message = format!("{} no longer lists it", self.driver.cluster());
                 let status = LaunchStatus::Ended("UNLISTED".into());
-                listed.push(Listed { launch_id: id.clone(), job: job.clone(), uid: *uid, status, message });
+                listed.push(Listed { launch_id: id, job: j.name.clone(), uid: j.uid, status, message });
             }
         }
         let now = Instant::now();
@@ -167,6 +165,7 @@ impl Backend {
                 running: j.state == JobState::Running,
                 completed: j.state == JobState::Completed,
                 launched_by_weave: j.submit.server.launch.is_some(),
+                launched: j.launched == Some(j.id.0),
                 nodes: job_nodes(j),
             })
             .collect();
@@ -244,7 +243,8 @@ impl Backend {
         match self.driver.launch(&request) {
             Ok(()) => {
                 self.say(format_args!("launched {job} as {}", request.id));
-                self.launched.insert(request.id, (job.to_string(), uid));
+                let job = job.to_string();
+                self.commit("launch record", |time_us| Record::Launched { time_us, job, admission: uid });
                 Ok(())
             }
             // Retrying cannot help: the job fails with the manager's reason.

@@ -1,6 +1,6 @@
 //! The backend loop against a fake cluster manager (a [`ClusterDriver`] over shared state):
 //! launches once across rounds and restarts, fails what the manager refuses or ends (or
-//! forgets), reads a drain as a notice, takes a lost node out of service and relaunches its
+//! forgets, across restarts too), reads a drain as a notice, takes a lost node out of service and relaunches its
 //! jobs from Weave's count, and leaves everything alone while the manager does not answer.
 
 use std::collections::BTreeMap;
@@ -154,12 +154,15 @@ fn launches_happen_once_across_rounds_and_restarts_and_refusals_fail_the_job_it_
 }
 
 #[test]
-fn a_launch_the_manager_forgets_fails_its_job_and_is_not_launched_again() {
+fn a_launch_the_manager_forgets_fails_its_job_and_is_not_launched_again_even_after_a_restart() {
     let (s, fake, dir) = setup("forgot");
     submit(&s, "a", "python3 a.py");
+    backend(&s, &fake).tick().unwrap();
+    assert_eq!(s.lock().plane.job("a").unwrap().launched, Some(0), "the launch is recorded");
+    // Slurm forgets an ended job after MinJobAge, here while the server was down: the
+    // restarted backend (nothing in its memory) still does not launch it again.
+    fake.with(|m| m.listed.clear());
     let mut b = backend(&s, &fake);
-    b.tick().unwrap();
-    fake.with(|m| m.listed.clear()); // Slurm forgets an ended job after MinJobAge
     b.tick().unwrap(); // first seen ended
     b.tick().unwrap();
     assert_eq!(fake.with(|m| m.launched.len()), 1);

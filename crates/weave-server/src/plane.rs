@@ -360,6 +360,16 @@ impl Plane {
                 reason: "consolidation is off (the server runs with --disagg-only)".into(),
             }),
             Record::Consolidate { .. } => Ok(()),
+            Record::Launched { job, admission, .. } => {
+                let j = self.running(job)?;
+                if j.id.0 != *admission || j.submit.server.launch.is_none() {
+                    return Err(PlaneError::Conflict {
+                        job: job.clone(),
+                        reason: format!("admission {admission} is not one an execution backend launches"),
+                    });
+                }
+                Ok(())
+            }
             Record::Ready { job, admission, .. } => {
                 let j = self.running(job)?;
                 if j.pending_join.is_none() || j.id.0 != *admission {
@@ -464,6 +474,12 @@ impl Plane {
             }
             Record::Ready { time_us, job, .. } => {
                 self.join_when_ready(*time_us, job);
+                Ok(())
+            }
+            Record::Launched { job, admission, .. } => {
+                if let Some(j) = self.job_mut(job) {
+                    j.launched = Some(*admission);
+                }
                 Ok(())
             }
             Record::NodeUp { time_us, node } => {

@@ -534,6 +534,7 @@ impl Shared {
             | Record::Inventory { .. }
             | Record::Consolidate { .. }
             | Record::Ready { .. }
+            | Record::Launched { .. }
             | Record::ReturnLoan { .. } => {}
         }
         let version = g.plane.version;

@@ -68,6 +68,7 @@ impl Plane {
                 decision: Some(decision),
                 gate: Gate::new(staleness, start),
                 completed_iterations: start,
+                launched: None,
                 failure: None,
                 submitted_us: time_us,
                 estimate,

@@ -68,6 +68,11 @@ pub struct JobEntry {
     /// When its current iteration started (admission or its last training finish).
     #[serde(skip)]
     pub(super) iteration_started_us: u64,
+    /// The admission an execution backend launched (`Record::Launched`): a launch the cluster
+    /// manager no longer lists is then one that ended, across restarts of the server too,
+    /// never one to make again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launched: Option<u32>,
     /// A launched job admitted but not yet started (no phase asked for): its member joins the
     /// group's dispatcher when it first asks (`Record::Ready`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

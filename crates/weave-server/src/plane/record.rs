@@ -346,6 +346,13 @@ pub enum Record {
         job: String,
         admission: u32,
     },
+    /// An execution backend launched this admission of the job (`admission`: `JobView::uid`)
+    /// on its cluster manager.
+    Launched {
+        time_us: u64,
+        job: String,
+        admission: u32,
+    },
     /// A borrower's driver moved its requests off the rollout nodes lent to it (lending on):
     /// the loan ends.
     ReturnLoan {
@@ -372,6 +379,7 @@ impl Record {
             | Record::Inventory { time_us, .. }
             | Record::Consolidate { time_us }
             | Record::Ready { time_us, .. }
+            | Record::Launched { time_us, .. }
             | Record::ReturnLoan { time_us, .. } => *time_us,
         }
     }
