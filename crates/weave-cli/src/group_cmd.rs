@@ -199,6 +199,7 @@ fn job_of(i: usize, e: &MemberEntry, profile: &ProfileModel) -> Result<(JobSpec,
         priority: Default::default(),
         staleness: e.staleness,
         agentic: None,
+        lora: None,
     };
     if e.staleness > weave_core::MAX_STALENESS {
         bail!(

@@ -175,6 +175,14 @@ pub fn run(args: Args) -> Result<()> {
             }
         }
     }
+    if trace.jobs.iter().any(|j| j.lora.is_some()) {
+        // LoRA jobs are compared with today's Weave, which runs each as a full model.
+        for p in Policy::LORA {
+            if !policies.contains(&p) {
+                policies.push(p);
+            }
+        }
+    }
     let cfg = SimConfig {
         seed: args.seed,
         capacity: if args.capacity == "fixed" { CapacityMode::Fixed } else { CapacityMode::Elastic },

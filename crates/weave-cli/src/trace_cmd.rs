@@ -50,6 +50,9 @@ pub enum ModeArg {
     /// Synthetic agentic jobs (multi-turn rollouts with tool calls in CPU sandboxes): --class
     /// swe, search, math-tool or mixed.
     Agentic,
+    /// Synthetic small LoRA RL jobs on three bases, in bursts of up to six (sweeps); lifetimes
+    /// minutes to hours (default --rate 20, --lifetime-median-h 1).
+    Lora,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -73,12 +76,12 @@ pub struct GenerateArgs {
     jobs: usize,
     #[arg(long, value_enum, default_value = "poisson")]
     arrivals: ArrivalArg,
-    /// Mean arrivals per hour (poisson and even).
-    #[arg(long, default_value_t = 1.5)]
-    rate: f64,
-    /// Median solo lifetime in hours (log-normal).
-    #[arg(long, default_value_t = 16.0)]
-    lifetime_median_h: f64,
+    /// Mean arrivals per hour (poisson and even; default 1.5, with --mode lora 20).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Median solo lifetime in hours (log-normal; default 16, with --mode lora 1).
+    #[arg(long)]
+    lifetime_median_h: Option<f64>,
     #[arg(long, default_value_t = 2026)]
     seed: u64,
     /// A tenant of a multi-tenant workload, `NAME:WEIGHT[:high=P][:low=P][:burst=N]` (repeat
@@ -121,11 +124,14 @@ impl GenerateArgs {
         if self.jobs == 0 || self.jobs > 10_000_000 {
             bail!("--jobs must be between 1 and 10,000,000, got {}", self.jobs);
         }
-        if !(self.rate.is_finite() && self.rate > 0.0) {
-            bail!("--rate must be a positive number of arrivals per hour, got {}", self.rate);
+        let lora = matches!(self.mode, ModeArg::Lora);
+        let rate = self.rate.unwrap_or(if lora { 20.0 } else { 1.5 });
+        let lifetime_median_h = self.lifetime_median_h.unwrap_or(if lora { 1.0 } else { 16.0 });
+        if !(rate.is_finite() && rate > 0.0) {
+            bail!("--rate must be a positive number of arrivals per hour, got {rate}");
         }
-        if !(self.lifetime_median_h.is_finite() && self.lifetime_median_h > 0.0) {
-            bail!("--lifetime-median-h must be positive, got {}", self.lifetime_median_h);
+        if !(lifetime_median_h.is_finite() && lifetime_median_h > 0.0) {
+            bail!("--lifetime-median-h must be positive, got {lifetime_median_h}");
         }
         let agentic = matches!(self.mode, ModeArg::Agentic);
         let profile = match self.class {
@@ -154,13 +160,14 @@ impl GenerateArgs {
             ModeArg::Production => GenMode::Production,
             ModeArg::Classes => GenMode::Classes { profile, size },
             ModeArg::Agentic => GenMode::Agentic { class },
+            ModeArg::Lora => GenMode::Lora,
         };
         let arrivals = match self.arrivals {
-            ArrivalArg::Poisson => Arrivals::Poisson { per_hour: self.rate },
-            ArrivalArg::Even => Arrivals::Even { per_hour: self.rate },
+            ArrivalArg::Poisson => Arrivals::Poisson { per_hour: rate },
+            ArrivalArg::Even => Arrivals::Even { per_hour: rate },
             ArrivalArg::Batch => Arrivals::Batch,
         };
-        Ok(GenConfig { mode, jobs: self.jobs, arrivals, seed: self.seed, lifetime_median_h: self.lifetime_median_h })
+        Ok(GenConfig { mode, jobs: self.jobs, arrivals, seed: self.seed, lifetime_median_h })
     }
 }
 

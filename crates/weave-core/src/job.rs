@@ -279,6 +279,9 @@ pub struct JobSpec {
     /// environment steps in CPU sandboxes (`None`: an ordinary single-turn rollout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agentic: Option<crate::agentic::AgenticSpec>,
+    /// A LoRA adapter of a named base (`None`: the job trains the whole model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora: Option<crate::lora::LoraSpec>,
 }
 
 /// The largest bounded staleness a job may declare.
@@ -328,6 +331,13 @@ impl JobSpec {
         }
         if let Some(a) = &self.agentic {
             a.validate().map_err(|(field, reason)| JobSpecError::Invalid { field, reason })?;
+        }
+        if let Some(l) = &self.lora {
+            if self.agentic.is_some() {
+                return invalid("lora", "an agentic job cannot declare a LoRA adapter yet (no model covers both)");
+            }
+            l.validate(self.job_type.model.params_b())
+                .map_err(|(field, reason)| JobSpecError::Invalid { field, reason })?;
         }
         Ok(())
     }

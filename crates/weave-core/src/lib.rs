@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod events;
 pub mod hardware;
 pub mod job;
+pub mod lora;
 pub mod placement;
 pub mod units;
 

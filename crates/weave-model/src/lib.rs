@@ -7,9 +7,11 @@
 
 pub mod agentic;
 mod interp;
+pub mod lora;
 pub mod profile;
 pub mod rng;
 pub mod runtime;
+pub mod shared_engine;
 pub mod spot;
 pub mod state;
 pub mod switch;

@@ -208,7 +208,21 @@ impl ProfileModel {
             };
             return Estimate { times, source: EstimateSource::Explicit };
         }
-        self.predict(dep, job.job_type, job.batch, width)
+        let estimate = self.predict(dep, job.job_type, job.batch, width);
+        match job.lora.as_ref().and_then(|l| l.base_model()) {
+            // An adapter's own model: the roofline to its batch, two thirds of the training.
+            Some(base) => {
+                let gpu = match dep {
+                    Deployment::Disagg => weave_core::GpuKind::H20,
+                    Deployment::Colo => weave_core::GpuKind::H800,
+                };
+                let reference =
+                    (REFERENCE_BATCH, self.predict(dep, job.job_type, REFERENCE_BATCH, width).times.rollout);
+                let times = crate::lora::adapter_times(base, job, gpu, width.0, reference, estimate.times.train);
+                Estimate { times, ..estimate }
+            }
+            None => estimate,
+        }
     }
 
     /// Predicts the durations of `ty` at `batch` with (rollout, training) widths in nodes.

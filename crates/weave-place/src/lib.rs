@@ -9,6 +9,7 @@ pub mod consolidate;
 pub mod group;
 pub mod job;
 pub mod lending;
+pub mod lora;
 pub mod optimal;
 pub mod placer;
 pub mod queue;

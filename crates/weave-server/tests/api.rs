@@ -138,6 +138,14 @@ fn malformed_and_oversized_bodies_are_refused_clearly() {
         // latency (the trace reader's rule).
         (json!({ "id": "x", "type": "7B_8k", "agentic": agentic(1.0) }), "`agentic`"),
         (json!({ "id": "x", "type": "7B_8k", "agentic": agentic(-1.0) }), "`agentic.env.mean_s`"),
+        // A LoRA adapter of an unknown base, of a base of another size, or of a rank above the
+        // targeted modules' smaller side; a valid one is refused until the server grants
+        // shared engines (the replay models them).
+        (json!({ "id": "x", "type": "7B_8k", "lora": { "base": "gpt-9", "rank": 8 } }), "`lora.base`"),
+        (json!({ "id": "x", "type": "8B_8k", "lora": { "base": "qwen2.5-7b", "rank": 8 } }), "`lora.base`"),
+        (json!({ "id": "x", "type": "7B_8k", "lora": { "base": "qwen2.5-7b", "rank": 600 } }), "`lora.rank`"),
+        (json!({ "id": "x", "type": "7B_8k", "lora": { "base": "qwen2.5-7b", "rank": 8, "alpha": 16 } }), "alpha"),
+        (json!({ "id": "x", "type": "7B_8k", "lora": { "base": "qwen2.5-7b", "rank": 8 } }), "`lora`"),
     ] {
         let (st, msg) = post(bad.to_string());
         assert!(st == 400 && msg.contains(field), "{bad}: {st} {msg}");

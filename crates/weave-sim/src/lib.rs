@@ -9,6 +9,7 @@ pub mod agentic;
 mod colocated;
 pub mod dynamics;
 mod engine;
+pub mod lora;
 pub mod metrics;
 pub mod policy;
 pub mod prototype;
@@ -133,6 +134,14 @@ pub fn replay(
             })
             .collect();
         &agentic[..]
+    } else {
+        jobs
+    };
+    let packed: Vec<SimJob>;
+    let jobs = if policy.shares_bases() && lora::packs_apply(jobs, cfg) {
+        // Every replay's jobs are prepared with the built-in profile (no other is loaded).
+        packed = lora::pack_jobs(jobs, &weave_model::ProfileModel::builtin(), cluster);
+        &packed[..]
     } else {
         jobs
     };

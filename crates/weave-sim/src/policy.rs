@@ -42,6 +42,10 @@ pub enum Policy {
     /// and training nodes, sandboxes started ahead, trajectory-level asynchrony with
     /// staleness 1 (its rollout n overlaps training n - 1).
     RollArt,
+    /// Weave as it was before LoRA jobs shared a base: each LoRA job a full model that takes
+    /// its turn in its group (its own engine and trainer while it runs). The same as `weave`
+    /// for other jobs.
+    WeaveFullModel,
 }
 
 impl Policy {
@@ -60,6 +64,9 @@ impl Policy {
 
     /// The agentic baselines: run (by default and with `all`) when a trace has agentic jobs.
     pub const AGENTIC: [Policy; 2] = [Policy::WeaveTwoTier, Policy::RollArt];
+
+    /// The LoRA baseline: run (by default and with `all`) when a trace has LoRA jobs.
+    pub const LORA: [Policy; 1] = [Policy::WeaveFullModel];
 
     /// What `weave simulate` runs by default.
     pub const MAIN: [Policy; 6] = [
@@ -85,6 +92,7 @@ impl Policy {
             Policy::MostIdle => "most-idle",
             Policy::WeaveTwoTier => "weave-two-tier",
             Policy::RollArt => "rollart",
+            Policy::WeaveFullModel => "weave-full-model",
         }
     }
 
@@ -109,7 +117,14 @@ impl Policy {
                 | Policy::WeaveNoScaling
                 | Policy::WeaveCold
                 | Policy::WeaveTwoTier
+                | Policy::WeaveFullModel
         )
+    }
+
+    /// Whether LoRA jobs of one base share its engine and trainer (packs): Weave and its
+    /// ablations, not `weave-full-model` or the baselines.
+    pub fn shares_bases(self) -> bool {
+        matches!(self, Policy::Weave | Policy::WeaveNoMigration | Policy::WeaveNoScaling | Policy::WeaveCold)
     }
 
     /// Whether agentic jobs' sandboxes start during their previous training, off the rollout
@@ -183,8 +198,13 @@ impl Policy {
 impl FromStr for Policy {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Policy::ALL.into_iter().chain(Policy::AGENTIC).find(|p| p.name() == s).ok_or_else(|| {
-            let names: Vec<&str> = Policy::ALL.iter().chain(&Policy::AGENTIC).map(|p| p.name()).collect();
+        if s == "dedicated" {
+            // One engine and one trainer per job: what solo-disagg is for LoRA jobs.
+            return Ok(Policy::SoloDisagg);
+        }
+        let known = || Policy::ALL.into_iter().chain(Policy::AGENTIC).chain(Policy::LORA);
+        known().find(|p| p.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = known().map(|p| p.name()).collect();
             format!("unknown policy `{s}` (expected one of {})", names.join(", "))
         })
     }

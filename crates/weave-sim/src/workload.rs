@@ -50,6 +50,38 @@ pub struct SimJob {
     pub migration: MigrationShape,
     /// An agentic job's sampled rollouts (`None`: an ordinary job).
     pub agentic: Option<crate::agentic::AgenticRuns>,
+    /// LoRA jobs sharing a base, run as this one job (`None`: a job of its own).
+    pub pack: Option<Box<Pack>>,
+}
+
+/// LoRA jobs sharing a base's engine and trainer, run as one job of the replay (formed by
+/// the replay's `lora` module): its members and its iteration as they leave.
+#[derive(Clone, Debug)]
+pub struct Pack {
+    /// The members as they would run alone (their own SLOs, iterations and solo runs).
+    pub members: Vec<SimJob>,
+    /// `(until, times)`: the pack's iteration for its iterations below `until`, ascending.
+    pub schedule: Vec<(u64, PhaseTimes)>,
+}
+
+impl Pack {
+    /// The pack's estimated iteration `k`.
+    pub fn times_at(&self, k: u64) -> PhaseTimes {
+        let last = self.schedule.last().map(|s| s.1).unwrap_or(PhaseTimes { rollout: Micros(1), train: Micros(1) });
+        self.schedule.iter().find(|(until, _)| k < *until).map_or(last, |s| s.1)
+    }
+
+    /// A member's iteration `k` alone, with the variation the pack drew for its iteration `k`.
+    pub fn member_draw(&self, member: &SimJob, pack_drawn: PhaseTimes, k: u64) -> PhaseTimes {
+        let est = self.times_at(k);
+        let scale = |own: Micros, drawn: Micros, est: Micros| {
+            Micros((own.0 as u128 * drawn.0 as u128 / est.0.max(1) as u128) as u64)
+        };
+        PhaseTimes {
+            rollout: scale(member.disagg.rollout, pack_drawn.rollout, est.rollout),
+            train: scale(member.disagg.train, pack_drawn.train, est.train),
+        }
+    }
 }
 
 /// Long-tail migration of one rollout, as fractions of its duration without migration: the
@@ -272,6 +304,16 @@ pub fn draw_iteration(
         // The same draws of the runtime stream either way: policies stay paired.
         disagg.rollout = a.rollout(iteration).duration;
     }
+    if let Some(pack) = &job.pack {
+        // A pack's iteration shrinks as its members leave; the variation drawn scales it.
+        let est = pack.times_at(iteration);
+        let at =
+            |d: Micros, full: Micros, est: Micros| Micros((d.0 as u128 * est.0 as u128 / full.0.max(1) as u128) as u64);
+        disagg = PhaseTimes {
+            rollout: at(disagg.rollout, job.disagg.rollout, est.rollout),
+            train: at(disagg.train, job.disagg.train, est.train),
+        };
+    }
     let ratio = |a: Micros, b: Micros, c: Micros| Micros((c.0 as u128 * a.0 as u128 / b.0.max(1) as u128) as u64);
     let colo = PhaseTimes {
         rollout: ratio(disagg.rollout, job.disagg.rollout, job.colo.rollout),
@@ -347,6 +389,7 @@ fn prepare_jobs(
                 drift: weave_model::Drift::None,
                 migration: MigrationShape::NONE,
                 agentic,
+                pack: None,
             }
         })
         .collect()

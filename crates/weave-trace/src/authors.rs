@@ -112,6 +112,7 @@ impl<'a> Events<'a> {
             priority: Default::default(),
             staleness: 0,
             agentic: None,
+            lora: None,
         };
         self.left.insert(id.to_string(), line);
         self.done.push((open.line, spec));

@@ -56,6 +56,9 @@ pub struct JobFields {
     /// `weave_core::agentic::AgenticSpec`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agentic: Option<weave_core::agentic::AgenticSpec>,
+    /// A LoRA adapter of a named base (see `weave_core::lora::LoraSpec`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora: Option<weave_core::lora::LoraSpec>,
 }
 
 impl JobFields {
@@ -81,6 +84,13 @@ impl JobFields {
             "agentic": { "type": "object",
                          "required": ["turns", "gen_s_per_turn", "env", "startup", "sandbox"],
                          "description": "An agentic rollout: trajectories of turns, each generated on the rollout GPUs and followed by an environment step in a CPU sandbox (turns: short_mean, long_mean, long_share, max; gen_s_per_turn; env: {dist: normal, mean_s, sigma_s} or {dist: log_normal, p50_s, p99_s}; startup: cold_s, cached_s, cached_share, failure_rate, timeout_s; reward_s; sandbox: cores, mem_gib, pausable)." },
+            "lora": { "type": "object", "required": ["base", "rank"],
+                      "properties": {
+                          "base": { "type": "string", "enum": weave_core::lora::BASES.iter().map(|b| b.name).collect::<Vec<_>>() },
+                          "rank": { "type": "integer", "minimum": 1, "maximum": weave_core::lora::MAX_RANK },
+                          "targets": { "type": "array", "items": { "type": "string" }, "example": ["all-linear"] } },
+                      "additionalProperties": false,
+                      "description": "A LoRA adapter of a named base (its size must be the type's): the job trains only the adapter, and jobs on one base may share its rollout engine and trainer." },
         });
         match props {
             Value::Object(m) => m,

@@ -47,6 +47,8 @@ pub enum GenMode {
     Agentic {
         class: AgenticClass,
     },
+    /// Small LoRA RL jobs on three bases, in bursts (synthetic; see [`crate::lora_mix`]).
+    Lora,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -126,6 +128,19 @@ fn rollout_share(class: ProfileClass, rng: &mut Stream) -> f64 {
 
 /// Generates a trace; deterministic for a given config.
 pub fn generate(cfg: &GenConfig, profile: &ProfileModel) -> Trace {
+    if cfg.mode == GenMode::Lora {
+        let per_hour = match cfg.arrivals {
+            Arrivals::Poisson { per_hour } | Arrivals::Even { per_hour } => per_hour,
+            Arrivals::Batch => f64::INFINITY,
+        };
+        let mix = crate::lora_mix::MixConfig {
+            jobs: cfg.jobs,
+            seed: cfg.seed,
+            per_hour,
+            lifetime_median_h: cfg.lifetime_median_h,
+        };
+        return Trace::from_jobs(describe(cfg), crate::lora_mix::jobs(&mix, profile), None);
+    }
     let arrivals = arrival_times(cfg);
     let mut rollouts = BTreeMap::new();
     let jobs = arrivals
@@ -141,6 +156,7 @@ fn describe(cfg: &GenConfig) -> String {
         GenMode::Production => "production".to_string(),
         GenMode::Classes { profile, size } => format!("{profile:?}/{size:?}").to_lowercase(),
         GenMode::Agentic { class } => format!("synthetic agentic {class:?}").to_lowercase(),
+        GenMode::Lora => "synthetic lora".to_string(),
     };
     format!("generated({mode}, {} jobs, seed {})", cfg.jobs, cfg.seed)
 }
@@ -201,6 +217,7 @@ fn make_job(
             agentic = Some((class, class.spec(scale)));
             (ty, None)
         }
+        GenMode::Lora => unreachable!("generate() builds LoRA mixes in lora_mix"),
     };
     let width = JobSpec::default_width(job_type.model);
     let mut job = JobSpec {
@@ -219,6 +236,7 @@ fn make_job(
         priority: Default::default(),
         staleness: 0,
         agentic: agentic.as_ref().map(|(_, spec)| spec.clone()),
+        lora: None,
     };
     let life_h = LogNormal::new(cfg.lifetime_median_h.max(0.01).ln(), LIFETIME_SIGMA)
         .map(|d| d.sample(&mut rng))

@@ -91,6 +91,7 @@ impl JsonlJob {
             priority,
             staleness,
             agentic: self.job.agentic.clone(),
+            lora: self.job.lora.clone(),
         };
         spec.validate().map_err(|e| match e {
             weave_core::JobSpecError::Invalid { field, reason } => (field, reason),
@@ -140,6 +141,7 @@ impl JsonlJob {
                 priority: (job.priority != Priority::default()).then(|| job.priority.to_string()),
                 staleness: (job.staleness > 0).then(|| job.staleness.into()),
                 agentic: job.agentic.clone(),
+                lora: job.lora.clone(),
                 ..Default::default()
             },
             departure_s,

@@ -10,6 +10,7 @@ mod datetime;
 pub mod fields;
 pub mod generate;
 mod jsonl;
+mod lora_mix;
 mod summary;
 
 pub use agentic_classes::AgenticClass;

@@ -210,6 +210,7 @@ impl JobRun {
             rolling: false,
             rollout_extra: Micros::ZERO,
             spot: None,
+            members: job.pack.as_ref().map_or_else(Vec::new, |p| vec![Default::default(); p.members.len()]),
         }
     }
 }

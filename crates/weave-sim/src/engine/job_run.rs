@@ -57,6 +57,18 @@ pub(super) struct JobRun {
     pub(super) rollout_extra: Micros,
     /// Its rollout tier (spot runs), chosen at its first admission.
     pub(super) spot: Option<bool>,
+    /// A pack's members, each judged on its own (empty for a job of its own).
+    pub(super) members: Vec<MemberRun>,
+}
+
+/// A pack member's progress and SLO bookkeeping.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct MemberRun {
+    pub(super) done: u64,
+    pub(super) solo_sum: Micros,
+    pub(super) within_slo: u64,
+    /// Its outcome is in the metrics (it finished its iterations).
+    pub(super) recorded: bool,
 }
 
 impl JobRun {

@@ -1,6 +1,7 @@
 //! A job's iterations and its end: the SLO statistic and re-estimation of each finished
 //! iteration, completion, a fixed lifetime's end, and the outcome it leaves in the metrics.
 
+use super::job_run::MemberRun;
 use super::{median, Engine, JobRun, MEASURED_KEPT};
 use crate::metrics::JobOutcome;
 use crate::workload::SoloPipeline;
@@ -46,6 +47,25 @@ impl Engine<'_> {
         if every.is_some_and(|e| s.done.is_multiple_of(e.max(1))) {
             s.save_checkpoint();
         }
+        if let Some(pack) = &job.pack {
+            let now = self.now;
+            let outcomes = &mut self.metrics.jobs;
+            for (m, run) in pack.members.iter().zip(s.members.iter_mut()) {
+                if run.done >= m.iterations {
+                    continue;
+                }
+                let solo = m.solo_iteration(pack.member_draw(m, drawn, iteration), iteration);
+                run.solo_sum += solo;
+                if took.0 as f64 <= m.slo * solo.0 as f64 {
+                    run.within_slo += 1;
+                }
+                run.done += 1;
+                if run.done == m.iterations {
+                    run.recorded = true;
+                    outcomes.push(member_outcome(m, run, s.first_admitted, now, s.predicted));
+                }
+            }
+        }
         s.measured.push_back(drawn);
         if s.measured.len() > MEASURED_KEPT {
             s.measured.pop_front();
@@ -80,6 +100,17 @@ impl Engine<'_> {
 
     pub(super) fn record_outcome(&mut self, i: usize, s: &JobRun, failed: bool) {
         let spec = &self.jobs[i];
+        if let Some(pack) = &spec.pack {
+            // A pack's members are the jobs: those still running end here with what they did.
+            for (m, run) in pack.members.iter().zip(&s.members).filter(|(_, r)| !r.recorded) {
+                self.metrics.jobs.push(member_outcome(m, run, s.first_admitted, self.now, s.predicted));
+                if failed {
+                    self.metrics.events.failed_permanently += 1;
+                }
+            }
+            self.metrics.end = self.now;
+            return;
+        }
         let life = self.now.saturating_sub(s.first_admitted);
         self.metrics.jobs.push(JobOutcome {
             name: spec.spec.name.clone(),
@@ -100,5 +131,24 @@ impl Engine<'_> {
             self.metrics.events.failed_permanently += 1;
         }
         self.metrics.end = self.now;
+    }
+}
+
+/// A pack member's outcome: judged against its own SLO and solo run.
+fn member_outcome(m: &crate::SimJob, run: &MemberRun, admitted: Micros, now: Micros, predicted: f64) -> JobOutcome {
+    JobOutcome {
+        name: m.spec.name.clone(),
+        slo: m.slo,
+        iterations: run.done,
+        slowdown: now.saturating_sub(admitted).0 as f64 / run.solo_sum.0.max(1) as f64,
+        iterations_within_slo: run.within_slo,
+        queued: admitted.saturating_sub(m.spec.arrival),
+        predicted_slowdown: predicted,
+        placements: 1,
+        reclaimed: 0,
+        outranked: 0,
+        passed_over: false,
+        staleness: 0,
+        versions_behind: None,
     }
 }

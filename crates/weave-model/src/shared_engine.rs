@@ -1,0 +1,131 @@
+//! A base's engine and trainer shared by several LoRA jobs (a pack): one mixed-adapter batch of
+//! every member's prompts on the engine, each member's adapter trained in turn. The arithmetic
+//! of one step and one adapter is in [`crate::lora`]; this module adds the profile's anchor.
+
+use crate::lora::{engine_sequences, step, MIX_OVERHEAD};
+use crate::profile::{Deployment, ProfileModel, REFERENCE_BATCH};
+use weave_core::lora::{BaseModel, LoraSpec};
+use weave_core::{GpuKind, JobSpec, JobType, Micros, ModelSize, PhaseTimes};
+
+/// One member of a shared-base engine and trainer, as the model needs it.
+#[derive(Clone, Copy, Debug)]
+pub struct Member<'a> {
+    pub job: &'a JobSpec,
+    pub lora: &'a LoraSpec,
+}
+
+impl<'a> Member<'a> {
+    /// The job's member view, if it declares an adapter of a known base.
+    pub fn of(job: &'a JobSpec) -> Option<Member<'a>> {
+        let lora = job.lora.as_ref()?;
+        lora.base_model().map(|_| Member { job, lora })
+    }
+}
+
+/// An iteration of a shared-base pack: one mixed batch of every member's prompts on the
+/// engine (as long as the longest generation any member asks for, at the sum of their
+/// batches), then each member's adapter trained in turn. Every member advances one
+/// iteration per pack iteration. `None` for no members or members of different bases.
+pub fn pack_times(profile: &ProfileModel, members: &[Member]) -> Option<PhaseTimes> {
+    let first = members.first()?;
+    let base = first.lora.base_model()?;
+    if members.iter().any(|m| m.lora.base != first.lora.base) {
+        return None;
+    }
+    let max_tokens = members.iter().map(|m| m.job.job_type.max_tokens).max()?;
+    let width = members.iter().map(|m| m.job.rollout_nodes).max()?;
+    let batch: u64 = members.iter().map(|m| u64::from(m.job.batch)).sum();
+    let rollout = mixed_rollout(profile, base, max_tokens, width, batch);
+    let train = members.iter().map(|m| alone(profile, m.job).train).fold(Micros::ZERO, |a, b| a + b);
+    Some(PhaseTimes { rollout, train })
+}
+
+/// One job's LoRA times on an engine and a trainer of its own (its declared ones if given).
+pub fn alone(profile: &ProfileModel, job: &JobSpec) -> PhaseTimes {
+    job.phase_times.unwrap_or_else(|| profile.estimate(Deployment::Disagg, job).times)
+}
+
+/// A mixed batch of `batch` sequences on an engine of `width` nodes.
+fn mixed_rollout(profile: &ProfileModel, base: &BaseModel, max_tokens: u32, width: u32, batch: u64) -> Micros {
+    let ty = JobType { model: ModelSize::billions(base.size_b), max_tokens };
+    // Never fewer than the profile's measured batch: it was measured, so it ran.
+    let capacity = engine_sequences(base, max_tokens, width).max(REFERENCE_BATCH);
+    let within = batch.min(u64::from(capacity)).max(1) as f64;
+    let at_reference = profile.predict(Deployment::Disagg, ty, REFERENCE_BATCH, (width, width)).times.rollout;
+    let scale = step(base, max_tokens, width, GpuKind::H20, within)
+        / step(base, max_tokens, width, GpuKind::H20, f64::from(REFERENCE_BATCH));
+    let waits = (batch as f64 / within).max(1.0);
+    at_reference.scale(scale * (1.0 + MIX_OVERHEAD) * waits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weave_core::{JobId, Lifetime};
+
+    fn job(batch: u32, tokens_k: u32, base: &str) -> JobSpec {
+        JobSpec {
+            id: JobId(0),
+            name: "j".into(),
+            arrival: Micros::ZERO,
+            job_type: JobType::new(7, tokens_k),
+            batch,
+            algorithm: Default::default(),
+            rollout_nodes: 1,
+            train_nodes: 1,
+            slo: None,
+            lifetime: Lifetime::Iterations(10),
+            phase_times: None,
+            tenant: None,
+            priority: Default::default(),
+            staleness: 0,
+            agentic: None,
+            lora: Some(LoraSpec { base: base.into(), rank: 32, targets: vec!["all-linear".into()] }),
+        }
+    }
+
+    #[test]
+    fn one_adapter_alone_pays_the_mixing_overhead_and_two_thirds_of_the_training() {
+        let p = ProfileModel::builtin();
+        let j = job(REFERENCE_BATCH, 8, "qwen2.5-7b");
+        let t = alone(&p, &j);
+        // The measured 7B_8k row: 133.8 s and 112.8 s.
+        assert_eq!(t.rollout, Micros(133_800_000).scale(1.08));
+        assert_eq!(t.train, Micros(112_800_000).scale(2.0 / 3.0));
+    }
+
+    #[test]
+    fn a_mixed_batch_of_four_takes_the_rooflines_step_ratio_below_the_engines_capacity() {
+        let p = ProfileModel::builtin();
+        let jobs: Vec<JobSpec> = (0..4).map(|_| job(128, 8, "qwen2.5-7b")).collect();
+        let members: Vec<Member> = jobs.iter().filter_map(Member::of).collect();
+        let one = alone(&p, &jobs[0]);
+        let pack = pack_times(&p, &members).unwrap();
+        // 4 x 128 = 512 sequences. Per H20, a step of 16 sequences reads 14 GB of weights and
+        // 16 x 57,344 B x 4,096 tokens of KV: 17.76 GB at 4 TB/s, 4.44 ms; of 64 sequences
+        // 29.03 GB, 7.26 ms (above the 6.05 ms of FLOPs): 1.63x the time for 4x the work.
+        let ratio = pack.rollout.as_secs_f64() / one.rollout.as_secs_f64();
+        assert!((ratio - 7.258 / 4.4396).abs() < 1e-3, "{ratio}");
+        assert_eq!(pack.train, one.train + one.train + one.train + one.train);
+    }
+
+    #[test]
+    fn past_the_kv_cache_a_batch_waits_for_slots() {
+        let base = weave_core::lora::base("qwen2.5-7b").unwrap();
+        let cap = engine_sequences(base, 8192, 1);
+        let p = ProfileModel::builtin();
+        let at_cap = mixed_rollout(&p, base, 8192, 1, u64::from(cap));
+        let double = mixed_rollout(&p, base, 8192, 1, 2 * u64::from(cap));
+        assert!(double.0.abs_diff(at_cap.scale(2.0).0) <= 1, "twice the batch, twice the time: {double:?} {at_cap:?}");
+    }
+
+    #[test]
+    fn members_of_different_bases_form_no_pack() {
+        let p = ProfileModel::builtin();
+        let mut other = job(128, 8, "qwen2.5-7b");
+        other.lora.as_mut().unwrap().base = "qwen3-4b".into();
+        let a = job(128, 8, "qwen2.5-7b");
+        let members = [Member::of(&a).unwrap(), Member { job: &other, lora: other.lora.as_ref().unwrap() }];
+        assert!(pack_times(&p, &members).is_none());
+    }
+}

@@ -1,0 +1,131 @@
+//! Which LoRA jobs share one base's rollout engine and trainer (a *pack*): its members run
+//! **at the same time** (one mixed-adapter batch on the engine, each adapter trained in turn
+//! on the trainer), and the pack takes its place in a co-execution group as one job.
+//!
+//! A job joins a pack of its base only while every member's SLO keeps `headroom` of its slack
+//! with the pack's iteration: `pack solo x (1 + headroom x (slo - 1)) <= slo x solo` for each
+//! member, where `solo` is the member's own iteration on an engine and a trainer of its own.
+//! What the pack leaves of the members' slack, the group it joins may use (the pack's SLO as
+//! the placer sees it is the tightest member's allowance over the pack's iteration).
+//! Pure: the caller gives each pack's iteration (`weave_model::lora::pack_times`).
+
+use weave_core::PhaseTimes;
+
+/// A LoRA job that may join a pack.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidate {
+    /// The caller's index of the job.
+    pub index: usize,
+    /// What must match to share an engine and a trainer: the base and the widths.
+    pub key: (String, u32, u32),
+    pub slo: f64,
+    /// Its iteration alone (engine and trainer of its own).
+    pub alone: PhaseTimes,
+}
+
+/// Packs for `candidates` (each a list of their indices, in the candidates' order; a job no
+/// pack takes is a pack of one): first fit, the jobs with the most room (SLO x solo) placed
+/// first. `pack_times` gives a set of candidates' pack iteration.
+pub fn form_packs(
+    candidates: &[Candidate],
+    headroom: f64,
+    pack_times: &dyn Fn(&[&Candidate]) -> Option<PhaseTimes>,
+) -> Vec<Vec<usize>> {
+    let room = |c: &Candidate| c.slo * c.alone.solo().as_secs_f64();
+    let mut order: Vec<&Candidate> = candidates.iter().collect();
+    order.sort_by(|a, b| room(b).total_cmp(&room(a)).then(a.index.cmp(&b.index)));
+    let mut packs: Vec<Vec<&Candidate>> = Vec::new();
+    for c in order {
+        let fits = |pack: &Vec<&Candidate>| {
+            if pack[0].key != c.key {
+                return false;
+            }
+            let mut with: Vec<&Candidate> = pack.clone();
+            with.push(c);
+            allowed(&with, headroom, pack_times)
+        };
+        match packs.iter().position(fits) {
+            Some(p) => packs[p].push(c),
+            None => packs.push(vec![c]),
+        }
+    }
+    let mut out: Vec<Vec<usize>> = packs
+        .into_iter()
+        .map(|p| {
+            let mut v: Vec<usize> = p.iter().map(|c| c.index).collect();
+            v.sort_unstable();
+            v
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// Whether `members` may form a pack: every member keeps `headroom` of its slack.
+pub fn allowed(
+    members: &[&Candidate],
+    headroom: f64,
+    pack_times: &dyn Fn(&[&Candidate]) -> Option<PhaseTimes>,
+) -> bool {
+    let Some(t) = pack_times(members) else { return false };
+    let pack = t.solo().as_secs_f64();
+    members.iter().all(|m| pack * (1.0 + headroom * (m.slo - 1.0)) <= m.slo * m.alone.solo().as_secs_f64())
+}
+
+/// The pack's SLO as the placer sees it: the tightest member's allowance over the pack's
+/// iteration (at least 1).
+pub fn pack_slo(members: &[&Candidate], pack: PhaseTimes) -> f64 {
+    let allowance = members.iter().map(|m| m.slo * m.alone.solo().as_secs_f64()).fold(f64::INFINITY, f64::min);
+    (allowance / pack.solo().as_secs_f64().max(1e-9)).max(1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weave_core::Micros;
+
+    fn cand(index: usize, base: &str, slo: f64, rollout: u64, train: u64) -> Candidate {
+        Candidate {
+            index,
+            key: (base.into(), 1, 1),
+            slo,
+            alone: PhaseTimes { rollout: Micros::from_secs(rollout), train: Micros::from_secs(train) },
+        }
+    }
+
+    /// A toy engine: rollout ~ sqrt(members), trainings summed.
+    fn toy(members: &[&Candidate]) -> Option<PhaseTimes> {
+        let n = members.len() as f64;
+        let rollout = members.iter().map(|m| m.alone.rollout).max()?.scale(n.sqrt());
+        let train = members.iter().map(|m| m.alone.train).fold(Micros::ZERO, |a, b| a + b);
+        Some(PhaseTimes { rollout, train })
+    }
+
+    #[test]
+    fn jobs_pack_while_every_members_slo_holds_and_never_across_bases() {
+        // Alone: 100 s + 10 s. Two: 141 + 20 = 161 (1.46x); three: 173 + 30 = 203 (1.85x).
+        let c = [
+            cand(0, "a", 2.0, 100, 10),
+            cand(1, "a", 2.0, 100, 10),
+            cand(2, "a", 2.0, 100, 10),
+            cand(3, "b", 2.0, 100, 10),
+        ];
+        assert_eq!(form_packs(&c, 0.0, &toy), vec![vec![0, 1, 2], vec![3]]);
+        // A tight member (SLO 1.5) keeps its pack at two.
+        let c = [cand(0, "a", 1.5, 100, 10), cand(1, "a", 2.0, 100, 10), cand(2, "a", 2.0, 100, 10)];
+        let packs = form_packs(&c, 0.0, &toy);
+        assert_eq!(packs.len(), 2, "{packs:?}");
+        // Keeping half of each slack for the group: 161 x 1.5 = 241 > 220, nobody packs.
+        let c = [cand(0, "a", 2.0, 100, 10), cand(1, "a", 2.0, 100, 10)];
+        assert_eq!(form_packs(&c, 0.5, &toy), vec![vec![0], vec![1]]);
+    }
+
+    #[test]
+    fn the_packs_slo_is_the_tightest_members_allowance() {
+        let c = [cand(0, "a", 2.0, 100, 10), cand(1, "a", 1.6, 100, 10)];
+        let refs: Vec<&Candidate> = c.iter().collect();
+        let t = toy(&refs).unwrap();
+        let slo = pack_slo(&refs, t);
+        assert!((slo - 1.6 * 110.0 / t.solo().as_secs_f64()).abs() < 1e-9, "{slo}");
+    }
+}

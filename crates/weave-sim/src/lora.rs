@@ -1,0 +1,179 @@
+//! LoRA jobs sharing a base in the replay: the jobs of one arrival instant (a sweep's burst)
+//! on the same base are formed into packs (`weave_place::lora`), and each pack runs as one job
+//! of the replay whose iteration is the members' mixed batch and their trainings
+//! (`weave_model::lora::pack_times`). Members leave as their iterations run out, so the pack's
+//! iteration shrinks at those points (the schedule); each member is judged against its own
+//! SLO and its own solo run (an engine and a trainer of its own), on the same variation the
+//! pack drew.
+//!
+//! Packs form only at arrival, from jobs that arrive together; a job arriving later never
+//! joins a running pack (not modelled yet: it would need a pack's membership to change in its
+//! group's dispatcher).
+
+use crate::workload::{Pack, SimJob};
+use std::collections::BTreeMap;
+use weave_core::{ClusterConfig, JobId, JobSpec, Lifetime, Micros};
+use weave_model::lora::adapter_train_bytes;
+use weave_model::shared_engine::{pack_times, Member};
+use weave_model::ProfileModel;
+use weave_place::lora::{form_packs, pack_slo, Candidate};
+use weave_place::PlaceJob;
+
+/// Share of each member's slack a pack leaves for the group it joins: 0.6, the best of 0.4,
+/// 0.6, 0.8 and 1 on the LoRA mix's seeds 1-3 (1 forms no pack; see docs/experiments/lora.md).
+pub const PACK_HEADROOM: f64 = 0.6;
+
+/// `jobs` with the LoRA jobs of each arrival instant formed into packs (a pack of one stays the
+/// job it was). Jobs keep their streams (`spec.id`); the placer's ids are renumbered to the
+/// new positions, in arrival order.
+pub fn pack_jobs(jobs: &[SimJob], profile: &ProfileModel, cluster: &ClusterConfig) -> Vec<SimJob> {
+    let mut instants: BTreeMap<Micros, Vec<usize>> = BTreeMap::new();
+    for (i, j) in jobs.iter().enumerate() {
+        if packable(&j.spec) {
+            instants.entry(j.spec.arrival).or_default().push(i);
+        }
+    }
+    // The first member's position carries the pack; the other members' positions are skipped.
+    let mut carried: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for indices in instants.values() {
+        let candidates: Vec<Candidate> = indices.iter().map(|&i| candidate(i, &jobs[i])).collect();
+        let times = |c: &[&Candidate]| {
+            let members: Vec<Member> = c.iter().filter_map(|c| Member::of(&jobs[c.index].spec)).collect();
+            (members.len() == c.len()).then(|| pack_times(profile, &members)).flatten()
+        };
+        for pack in form_packs(&candidates, PACK_HEADROOM, &times) {
+            carried.insert(pack[0], pack);
+        }
+    }
+    let skipped: std::collections::BTreeSet<usize> = carried.values().flat_map(|p| p[1..].iter().copied()).collect();
+    let mut out = Vec::with_capacity(jobs.len());
+    for (i, job) in jobs.iter().enumerate() {
+        if skipped.contains(&i) {
+            continue;
+        }
+        let mut j = match carried.get(&i) {
+            Some(p) if p.len() > 1 => pack_job(p.iter().map(|&m| &jobs[m]).collect(), profile, cluster),
+            _ => job.clone(),
+        };
+        j.place.id = JobId(out.len() as u32);
+        out.push(j);
+    }
+    out
+}
+
+/// Whether a replay forms packs: it has LoRA jobs, and no failures or tenants' preemptions (a
+/// member's bookkeeping does not yet roll back to a checkpoint).
+pub fn packs_apply(jobs: &[SimJob], cfg: &crate::SimConfig) -> bool {
+    cfg.failures.is_none() && cfg.share.is_none() && jobs.iter().any(|j| packable(&j.spec))
+}
+
+fn packable(spec: &JobSpec) -> bool {
+    spec.lora.is_some() && spec.staleness == 0 && spec.agentic.is_none() && spec.phase_times.is_none()
+}
+
+fn candidate(index: usize, job: &SimJob) -> Candidate {
+    let base = job.spec.lora.as_ref().map(|l| l.base.clone()).unwrap_or_default();
+    Candidate { index, key: (base, job.spec.rollout_nodes, job.spec.train_nodes), slo: job.slo, alone: job.disagg }
+}
+
+/// One replay job for `members` (at least two, one base).
+fn pack_job(members: Vec<&SimJob>, profile: &ProfileModel, cluster: &ClusterConfig) -> SimJob {
+    let mut by_life: Vec<&SimJob> = members.clone();
+    by_life.sort_by_key(|m| m.iterations);
+    let mut schedule = Vec::new();
+    for (k, m) in by_life.iter().enumerate() {
+        let active: Vec<Member> = by_life[k..].iter().filter_map(|m| Member::of(&m.spec)).collect();
+        if let Some(t) = pack_times(profile, &active) {
+            schedule.push((m.iterations, t));
+        }
+    }
+    schedule.dedup_by_key(|s| s.0);
+    let first = members[0];
+    let full = schedule.first().map_or(first.disagg, |s| s.1);
+    let iterations = by_life.last().map_or(1, |m| m.iterations);
+    let candidates: Vec<Candidate> = members.iter().map(|m| candidate(0, m)).collect();
+    let slo = pack_slo(&candidates.iter().collect::<Vec<_>>(), full);
+    let mut spec = first.spec.clone();
+    spec.name = format!("pack({})", members.iter().map(|m| m.spec.name.as_str()).collect::<Vec<_>>().join("+"));
+    spec.batch = members.iter().map(|m| m.spec.batch).sum();
+    spec.job_type.max_tokens =
+        members.iter().map(|m| m.spec.job_type.max_tokens).max().unwrap_or(spec.job_type.max_tokens);
+    spec.lifetime = Lifetime::Iterations(iterations);
+    spec.phase_times = Some(full);
+    let mut place = PlaceJob::from_spec(&spec, slo, profile, cluster);
+    // The base is held once; each member adds its adapter and optimizer state.
+    let adapters: u64 = members.iter().filter_map(|m| m.spec.lora.as_ref()).map(|l| adapter_train_bytes(l).0).sum();
+    place.train_state_total = weave_core::Bytes(place.train_state_total.0 + adapters);
+    let colo = place.colo.unwrap_or(full);
+    SimJob {
+        spec,
+        slo,
+        iterations,
+        disagg: full,
+        colo,
+        place,
+        pack: Some(Box::new(Pack { members: members.into_iter().cloned().collect(), schedule })),
+        ..first.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::prepare;
+    use weave_trace::generate::{generate, Arrivals, GenConfig, GenMode};
+
+    fn lora_jobs(seed: u64) -> Vec<SimJob> {
+        let profile = ProfileModel::builtin();
+        let cfg = GenConfig {
+            mode: GenMode::Lora,
+            jobs: 300,
+            arrivals: Arrivals::Poisson { per_hour: 20.0 },
+            seed,
+            lifetime_median_h: 1.0,
+        };
+        let trace = generate(&cfg, &profile);
+        prepare(&trace, &ClusterConfig::default(), &profile, crate::SloSetting::default(), seed)
+    }
+
+    #[test]
+    fn packs_keep_every_member_and_each_members_slo_on_the_estimate() {
+        let jobs = lora_jobs(1);
+        let packed = pack_jobs(&jobs, &ProfileModel::builtin(), &ClusterConfig::default());
+        assert!(packed.len() < jobs.len(), "some burst packs");
+        let mut names: Vec<String> = Vec::new();
+        for (i, j) in packed.iter().enumerate() {
+            assert_eq!(j.place.id, JobId(i as u32));
+            match &j.pack {
+                Some(p) => {
+                    assert!(p.members.len() > 1);
+                    assert_eq!(j.iterations, p.members.iter().map(|m| m.iterations).max().unwrap());
+                    for m in &p.members {
+                        // On the estimates, each member's iteration in the pack is within its
+                        // SLO, with the headroom left for the group.
+                        let pack = p.times_at(0).solo().as_secs_f64() * (1.0 + PACK_HEADROOM * (m.slo - 1.0));
+                        assert!(pack <= m.slo * m.disagg.solo().as_secs_f64() + 1e-6, "{}", m.spec.name);
+                        names.push(m.spec.name.clone());
+                    }
+                    // The schedule only shrinks as members leave.
+                    assert!(p.schedule.windows(2).all(|w| w[0].0 < w[1].0 && w[1].1.solo() <= w[0].1.solo()));
+                }
+                None => names.push(j.spec.name.clone()),
+            }
+        }
+        names.sort();
+        let mut all: Vec<String> = jobs.iter().map(|j| j.spec.name.clone()).collect();
+        all.sort();
+        assert_eq!(names, all, "every job once");
+    }
+
+    #[test]
+    fn a_full_model_workload_is_left_as_it_was() {
+        let profile = ProfileModel::builtin();
+        let trace = generate(&GenConfig::default_workload(), &profile);
+        let jobs = prepare(&trace, &ClusterConfig::default(), &profile, crate::SloSetting::default(), 1);
+        let packed = pack_jobs(&jobs, &profile, &ClusterConfig::default());
+        assert_eq!(packed.len(), jobs.len());
+        assert!(packed.iter().zip(&jobs).all(|(a, b)| a.spec == b.spec && a.pack.is_none()));
+    }
+}
