@@ -139,6 +139,9 @@ struct Output<'a> {
     capacity: &'a str,
     note: &'a str,
     policies: Vec<&'a PolicyReport>,
+    /// With LoRA jobs: the cheapest any scheduler could run them within their SLOs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lora_floor: Option<weave_sim::lora::CostFloor>,
 }
 
 const NOTE: &str = "long-tail migration on shared rollout nodes uses the request-level model's release point and straggler slowdown per job type (see `weave bench migration`)";
@@ -228,9 +231,17 @@ pub fn run(args: Args) -> Result<()> {
         owned.iter_mut().for_each(|r| r.per_job.clear());
     }
     let reports: Vec<&PolicyReport> = owned.iter().collect();
+    let lora_floor =
+        jobs.iter().any(|j| j.spec.lora.is_some()).then(|| weave_sim::lora::cost_floor(&jobs, &cluster, &profile));
     if args.json {
-        let out =
-            Output { workload: &summary, seed: args.seed, capacity: &args.capacity, note: NOTE, policies: reports };
+        let out = Output {
+            workload: &summary,
+            seed: args.seed,
+            capacity: &args.capacity,
+            note: NOTE,
+            policies: reports,
+            lora_floor,
+        };
         return write_output(None, &json(&out)?);
     }
     let mut text = render_summary(&summary);
@@ -241,6 +252,12 @@ pub fn run(args: Args) -> Result<()> {
         args.capacity
     ));
     text.push_str(&weave_report::text::render(&reports));
+    if let Some(f) = lora_floor {
+        text.push_str(&format!(
+            "LoRA floor: ${:.0} ({:.1} iterations per $1k) if every GPU-second were busy and each LoRA job shared its base's engine with as many partners like it as its SLO allows (${:.0} without sharing); see docs/experiments/lora.md.\n",
+            f.dollars, f.iterations_per_k_dollars, f.unshared_dollars
+        ));
+    }
     text.push_str(&format!("note: {NOTE}.\n"));
     write_output(None, &text)
 }

@@ -3,8 +3,10 @@
 //! on the trainer), and the pack takes its place in a co-execution group as one job.
 //!
 //! A job joins a pack of its base only while every member's SLO keeps `headroom` of its slack
-//! with the pack's iteration: `pack solo x (1 + headroom x (slo - 1)) <= slo x solo` for each
-//! member, where `solo` is the member's own iteration on an engine and a trainer of its own.
+//! with the pack's period: `period x (1 + headroom x (slo - 1)) <= slo x solo` for each
+//! member, where `solo` is the member's own iteration on an engine and a trainer of its own and
+//! the period is the pack's iteration pipelined one deep, `max(rollout, train)` (each member
+//! on-policy, staggered on the trainer: `weave_model::shared_engine::pack_times`).
 //! What the pack leaves of the members' slack, the group it joins may use (the pack's SLO as
 //! the placer sees it is the tightest member's allowance over the pack's iteration).
 //! Pure: the caller gives each pack's iteration (`weave_model::lora::pack_times`).
@@ -68,15 +70,20 @@ pub fn allowed(
     pack_times: &dyn Fn(&[&Candidate]) -> Option<PhaseTimes>,
 ) -> bool {
     let Some(t) = pack_times(members) else { return false };
-    let pack = t.solo().as_secs_f64();
+    let pack = period(t);
     members.iter().all(|m| pack * (1.0 + headroom * (m.slo - 1.0)) <= m.slo * m.alone.solo().as_secs_f64())
 }
 
 /// The pack's SLO as the placer sees it: the tightest member's allowance over the pack's
-/// iteration (at least 1).
+/// period (at least 1).
 pub fn pack_slo(members: &[&Candidate], pack: PhaseTimes) -> f64 {
     let allowance = members.iter().map(|m| m.slo * m.alone.solo().as_secs_f64()).fold(f64::INFINITY, f64::min);
-    (allowance / pack.solo().as_secs_f64().max(1e-9)).max(1.0)
+    (allowance / period(pack).max(1e-9)).max(1.0)
+}
+
+/// A pack's period, seconds: its phases pipelined one deep (staleness 1).
+fn period(t: PhaseTimes) -> f64 {
+    weave_dispatch::timing::solo_period_f64(t.rollout.as_secs_f64(), t.train.as_secs_f64(), 1)
 }
 
 #[cfg(test)]
@@ -93,17 +100,19 @@ mod tests {
         }
     }
 
-    /// A toy engine: rollout ~ sqrt(members), trainings summed.
+    /// A toy engine: the mixed rollout ~ sqrt(members) plus the stagger, trainings summed.
     fn toy(members: &[&Candidate]) -> Option<PhaseTimes> {
         let n = members.len() as f64;
-        let rollout = members.iter().map(|m| m.alone.rollout).max()?.scale(n.sqrt());
+        let stagger = members.iter().map(|m| m.alone.train).max()?;
+        let rollout = members.iter().map(|m| m.alone.rollout).max()?.scale(n.sqrt()) + stagger;
         let train = members.iter().map(|m| m.alone.train).fold(Micros::ZERO, |a, b| a + b);
         Some(PhaseTimes { rollout, train })
     }
 
     #[test]
     fn jobs_pack_while_every_members_slo_holds_and_never_across_bases() {
-        // Alone: 100 s + 10 s. Two: 141 + 20 = 161 (1.46x); three: 173 + 30 = 203 (1.85x).
+        // Alone: 100 s + 10 s. The period of two: 141 + 10 = 151 (1.37x); three: 173 + 10 =
+        // 183 (1.66x); four: 200 + 10 = 210 (1.91x); five: 224 + 10 = 234 (2.13x).
         let c = [
             cand(0, "a", 2.0, 100, 10),
             cand(1, "a", 2.0, 100, 10),
@@ -115,7 +124,7 @@ mod tests {
         let c = [cand(0, "a", 1.5, 100, 10), cand(1, "a", 2.0, 100, 10), cand(2, "a", 2.0, 100, 10)];
         let packs = form_packs(&c, 0.0, &toy);
         assert_eq!(packs.len(), 2, "{packs:?}");
-        // Keeping half of each slack for the group: 161 x 1.5 = 241 > 220, nobody packs.
+        // Keeping half of each slack for the group: 151 x 1.5 = 226 > 220, nobody packs.
         let c = [cand(0, "a", 2.0, 100, 10), cand(1, "a", 2.0, 100, 10)];
         assert_eq!(form_packs(&c, 0.5, &toy), vec![vec![0], vec![1]]);
     }
@@ -126,6 +135,6 @@ mod tests {
         let refs: Vec<&Candidate> = c.iter().collect();
         let t = toy(&refs).unwrap();
         let slo = pack_slo(&refs, t);
-        assert!((slo - 1.6 * 110.0 / t.solo().as_secs_f64()).abs() < 1e-9, "{slo}");
+        assert!((slo - 1.6 * 110.0 / t.rollout.as_secs_f64()).abs() < 1e-9, "{slo}");
     }
 }
