@@ -169,23 +169,8 @@ pub fn run(args: Args) -> Result<()> {
         };
         return crate::prototype_cmd::run(&opts, &trace, &profile);
     }
-    let mut policies = Policy::parse_list(&args.policy).map_err(anyhow::Error::msg)?;
-    if trace.jobs.iter().any(|j| j.agentic.is_some()) {
-        // Agentic jobs are compared with the agentic baselines too.
-        for p in Policy::AGENTIC {
-            if !policies.contains(&p) {
-                policies.push(p);
-            }
-        }
-    }
-    if trace.jobs.iter().any(|j| j.lora.is_some()) {
-        // LoRA jobs are compared with today's Weave, which runs each as a full model.
-        for p in Policy::LORA {
-            if !policies.contains(&p) {
-                policies.push(p);
-            }
-        }
-    }
+    let named = Policy::parse_list(&args.policy).map_err(anyhow::Error::msg)?;
+    let policies = Policy::with_baselines_for(named, &trace.jobs);
     let cfg = SimConfig {
         seed: args.seed,
         capacity: if args.capacity == "fixed" { CapacityMode::Fixed } else { CapacityMode::Elastic },

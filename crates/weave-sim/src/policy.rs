@@ -175,6 +175,20 @@ impl fmt::Display for Policy {
 }
 
 impl Policy {
+    /// `named` and the baselines `jobs` call for, each once: the agentic ones where there are
+    /// agentic jobs, `weave-full-model` (today's Weave, a LoRA job as a full model) where there
+    /// are LoRA jobs.
+    pub fn with_baselines_for(mut named: Vec<Policy>, jobs: &[weave_core::JobSpec]) -> Vec<Policy> {
+        let agentic = jobs.iter().any(|j| j.agentic.is_some()).then_some(&Policy::AGENTIC[..]);
+        let lora = jobs.iter().any(|j| j.lora.is_some()).then_some(&Policy::LORA[..]);
+        for p in agentic.into_iter().chain(lora).flatten() {
+            if !named.contains(p) {
+                named.push(*p);
+            }
+        }
+        named
+    }
+
     /// The policies a `--policy` list names (`all`: every one), each once, in the order given.
     pub fn parse_list(names: &[String]) -> Result<Vec<Policy>, String> {
         if names.iter().any(|n| n == "all") {
