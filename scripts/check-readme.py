@@ -158,6 +158,25 @@ def agentic_equal_staleness():
             f"solo-disagg, {'/'.join(sorted(slo))} within SLO"]
 
 
+def lora():
+    import tempfile
+
+    runs = []
+    for seed in (1, 2):
+        with tempfile.TemporaryDirectory() as d:
+            t = os.path.join(d, "t.jsonl")
+            gen = [weave, "trace", "generate", "--mode", "lora", "--jobs", "300", "--seed", str(seed), "-o", t]
+            out = subprocess.run(gen, capture_output=True, text=True)
+            if out.returncode != 0:
+                sys.exit(f"{' '.join(gen)} failed: {out.stderr.strip()}")
+            runs.append(policies(run("simulate", "--trace", t, "--policy", "weave,dedicated,colocated")))
+    ratio = lambda name: slashed([ipd(ps, "weave") / ipd(ps, name) for ps in runs], x)
+    slo = slashed([ps["weave"]["slo_attainment_jobs"] for ps in runs], lambda v: f"{100 * v:.1f}%")
+    return [f"weave {ratio('solo-disagg')} dedicated, {ratio('colocated')} colocated, "
+            f"{slashed([ipd(ps, 'weave') / ipd(ps, 'weave-full-model') for ps in runs], lambda v: f'{v:.3f}x')} "
+            f"weave-full-model, {slo} within SLO"]
+
+
 ROWS = [
     ("built-in workload, 60 jobs", builtin),
     ("the authors' wild trace, seeds 1 / 2 / 3", wild_rows),
@@ -168,6 +187,7 @@ ROWS = [
     ("lending idle rollout blocks across groups", lending),
     ("agentic jobs (synthetic)", agentic),
     ("agentic jobs at RollArt's staleness", agentic_equal_staleness),
+    ("LoRA jobs on shared bases (synthetic)", lora),
 ]
 
 
