@@ -98,20 +98,13 @@ fn run_job(job: &SimJob, cfg: &SimConfig, m: &mut Metrics, gpus_per_node: u32, s
     }
     m.admitted(weave_place::DecisionKind::Isolated);
     m.queue_delays.push(start.saturating_sub(job.spec.arrival));
-    m.jobs.push(JobOutcome {
-        name: job.spec.name.clone(),
-        slo: job.slo,
-        iterations: done,
-        slowdown: life.0 as f64 / solo_sum.0.max(1) as f64,
-        iterations_within_slo: within,
-        queued: start.saturating_sub(job.spec.arrival),
-        predicted_slowdown: job.colo.solo().0 as f64 / (job.disagg.solo() + job.sync).0.max(1) as f64,
-        placements: 1,
-        reclaimed: 0,
-        outranked: 0,
-        passed_over: false,
-        staleness: 0,
-        versions_behind: None,
-    });
+    m.jobs.push(JobOutcome::placed_once(
+        job.spec.name.clone(),
+        job.slo,
+        (done, within),
+        life.0 as f64 / solo_sum.0.max(1) as f64,
+        start.saturating_sub(job.spec.arrival),
+        job.colo.solo().0 as f64 / (job.disagg.solo() + job.sync).0.max(1) as f64,
+    ));
     life
 }

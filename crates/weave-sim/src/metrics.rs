@@ -166,6 +166,35 @@ pub struct JobOutcome {
     pub versions_behind: Option<f64>,
 }
 
+impl JobOutcome {
+    /// The outcome of an on-policy job placed once and never preempted (the co-located
+    /// baseline's jobs, a pack's members).
+    pub fn placed_once(
+        name: String,
+        slo: f64,
+        (iterations, within_slo): (u64, u64),
+        slowdown: f64,
+        queued: Micros,
+        predicted_slowdown: f64,
+    ) -> JobOutcome {
+        JobOutcome {
+            name,
+            slo,
+            iterations,
+            slowdown,
+            iterations_within_slo: within_slo,
+            queued,
+            predicted_slowdown,
+            placements: 1,
+            reclaimed: 0,
+            outranked: 0,
+            passed_over: false,
+            staleness: 0,
+            versions_behind: None,
+        }
+    }
+}
+
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }

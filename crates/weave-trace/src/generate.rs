@@ -10,6 +10,7 @@
 //! change the jobs already there.
 
 use crate::agentic_classes::AgenticClass;
+use crate::draws::weighted;
 use crate::Trace;
 use rand::Rng;
 use rand_distr::{Distribution, Exp, LogNormal};
@@ -94,18 +95,6 @@ const MAX_LIFETIME_H: f64 = 7.0 * 24.0;
 /// in the authors' tenant.
 const PRODUCTION_MODELS: &[(u32, u32)] = &[(3, 6), (4, 4), (7, 45), (8, 22), (14, 13), (32, 10)];
 const PRODUCTION_LENGTHS: &[(u32, u32)] = &[(4, 20), (8, 50), (16, 12), (32, 18)];
-
-fn weighted<R: Rng>(table: &[(u32, u32)], rng: &mut R) -> u32 {
-    let total: u32 = table.iter().map(|(_, w)| w).sum();
-    let mut x = rng.random_range(0..total);
-    for &(v, w) in table {
-        if x < w {
-            return v;
-        }
-        x -= w;
-    }
-    table[table.len() - 1].0
-}
 
 fn sizes(class: SizeClass) -> &'static [u32] {
     match class {

@@ -7,6 +7,7 @@
 pub mod agentic_classes;
 mod authors;
 mod datetime;
+mod draws;
 pub mod fields;
 pub mod generate;
 mod jsonl;

@@ -15,6 +15,7 @@
 //! - **Lifetimes**: minutes to hours, log-normal around `lifetime_median_h` (sigma 1.05, cut to
 //!   [5 min, 24 h]); SLO uniform in [1, 2] as in every generated workload.
 
+use crate::draws::weighted;
 use rand::Rng;
 use rand_distr::{Distribution, Exp, LogNormal};
 use weave_core::lora::LoraSpec;
@@ -30,18 +31,6 @@ const LIFETIME_SIGMA: f64 = 1.05;
 const MIN_LIFETIME_H: f64 = 5.0 / 60.0;
 const MAX_LIFETIME_H: f64 = 24.0;
 const BURST_MAX: u32 = 6;
-
-fn weighted<R: Rng, T: Copy>(table: &[(T, u32)], rng: &mut R) -> T {
-    let total: u32 = table.iter().map(|(_, w)| w).sum();
-    let mut x = rng.random_range(0..total);
-    for &(v, w) in table {
-        if x < w {
-            return v;
-        }
-        x -= w;
-    }
-    table[table.len() - 1].0
-}
 
 /// What a LoRA mix is drawn from.
 #[derive(Clone, Copy, Debug)]

@@ -136,19 +136,12 @@ impl Engine<'_> {
 
 /// A pack member's outcome: judged against its own SLO and solo run.
 fn member_outcome(m: &crate::SimJob, run: &MemberRun, admitted: Micros, now: Micros, predicted: f64) -> JobOutcome {
-    JobOutcome {
-        name: m.spec.name.clone(),
-        slo: m.slo,
-        iterations: run.done,
-        slowdown: now.saturating_sub(admitted).0 as f64 / run.solo_sum.0.max(1) as f64,
-        iterations_within_slo: run.within_slo,
-        queued: admitted.saturating_sub(m.spec.arrival),
-        predicted_slowdown: predicted,
-        placements: 1,
-        reclaimed: 0,
-        outranked: 0,
-        passed_over: false,
-        staleness: 0,
-        versions_behind: None,
-    }
+    JobOutcome::placed_once(
+        m.spec.name.clone(),
+        m.slo,
+        (run.done, run.within_slo),
+        now.saturating_sub(admitted).0 as f64 / run.solo_sum.0.max(1) as f64,
+        admitted.saturating_sub(m.spec.arrival),
+        predicted,
+    )
 }
