@@ -1,0 +1,54 @@
+//! Packs of LoRA jobs on random candidates: every job lands in exactly one pack, a pack never
+//! mixes bases or widths, and every member of a pack keeps the slack the headroom asks for.
+
+use proptest::prelude::*;
+use weave_core::{Micros, PhaseTimes};
+use weave_place::lora::{form_packs, pack_slo, Candidate};
+
+/// An engine whose mixed rollout grows as the batch's square root, plus the stagger.
+fn engine(members: &[&Candidate]) -> Option<PhaseTimes> {
+    let n = members.len() as f64;
+    let stagger = members.iter().map(|m| m.alone.train).max()?;
+    let rollout = members.iter().map(|m| m.alone.rollout).max()?.scale(n.sqrt()) + stagger;
+    let train = members.iter().map(|m| m.alone.train).fold(Micros::ZERO, |a, b| a + b);
+    Some(PhaseTimes { rollout, train })
+}
+
+fn arb_candidates() -> impl Strategy<Value = Vec<Candidate>> {
+    prop::collection::vec((0u8..3, 1u32..3, 20u64..300, 5u64..100, 100u32..=200), 1..12).prop_map(|v| {
+        v.into_iter()
+            .enumerate()
+            .map(|(index, (base, width, roll, train, slo))| Candidate {
+                index,
+                key: (format!("base{base}"), width, 1),
+                slo: f64::from(slo) / 100.0,
+                alone: PhaseTimes { rollout: Micros::from_secs(roll), train: Micros::from_secs(train) },
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn packs_partition_the_jobs_and_keep_each_members_slack(c in arb_candidates(), headroom in 0.0f64..1.0) {
+        let packs = form_packs(&c, headroom, &engine);
+        let mut seen: Vec<usize> = packs.iter().flatten().copied().collect();
+        seen.sort_unstable();
+        prop_assert_eq!(seen, (0..c.len()).collect::<Vec<_>>());
+        for pack in packs.iter().filter(|p| p.len() > 1) {
+            let members: Vec<&Candidate> = pack.iter().map(|&i| &c[i]).collect();
+            prop_assert!(members.iter().all(|m| m.key == members[0].key), "one base and width per pack");
+            let t = engine(&members).unwrap();
+            let period = t.rollout.max(t.train).as_secs_f64();
+            for m in &members {
+                let allowance = m.slo * m.alone.solo().as_secs_f64();
+                prop_assert!(period * (1.0 + headroom * (m.slo - 1.0)) <= allowance + 1e-6);
+            }
+            // The placer's view: the pack's SLO leaves each member within its own.
+            let slo = pack_slo(&members, t);
+            prop_assert!(members.iter().all(|m| slo * period <= m.slo * m.alone.solo().as_secs_f64() + 1e-6));
+        }
+    }
+}
