@@ -2,7 +2,26 @@
 //! health, list the launches Weave made there, launch one pinned to its nodes, stop one.
 
 use std::collections::BTreeMap;
-use weave_core::NodeId;
+use weave_core::{NodeId, Pool};
+
+/// The pool sizes a manager's Weave nodes make: one past the highest index of each pool (a gap
+/// is a node that is missing, hence out of service); `Err` names a pool with no node at all.
+/// (Ray's labelled nodes and Slurm's named ones alike.)
+pub fn pool_sizes(nodes: impl IntoIterator<Item = NodeId>) -> Result<(u32, u32), Pool> {
+    let (mut rollout, mut training) = (0, 0);
+    for n in nodes {
+        let size = match n.pool {
+            Pool::Rollout => &mut rollout,
+            Pool::Training => &mut training,
+        };
+        *size = (*size).max(n.index + 1);
+    }
+    match (rollout, training) {
+        (0, _) => Err(Pool::Rollout),
+        (_, 0) => Err(Pool::Training),
+        sizes => Ok(sizes),
+    }
+}
 
 /// A node's health as the cluster manager reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,4 +109,18 @@ pub trait ClusterDriver: Send {
     fn launches(&mut self, instance: &str) -> Result<Vec<Listed>, DriverError>;
     fn launch(&mut self, request: &LaunchRequest) -> Result<(), DriverError>;
     fn stop(&mut self, launch_id: &str) -> Result<(), DriverError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pools_are_sized_by_their_highest_index_and_an_empty_one_is_named() {
+        let ids = |names: &[&str]| names.iter().map(|n| n.parse::<NodeId>().unwrap()).collect::<Vec<_>>();
+        // A gap (r1 missing) is a node out of service, not a smaller pool.
+        assert_eq!(pool_sizes(ids(&["r0", "r2", "t0"])), Ok((3, 1)));
+        assert_eq!(pool_sizes(ids(&["t0", "t1"])), Err(Pool::Rollout));
+        assert_eq!(pool_sizes(ids(&["r0"])), Err(Pool::Training));
+    }
 }

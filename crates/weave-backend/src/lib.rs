@@ -12,7 +12,7 @@ pub mod env;
 pub mod reconcile;
 pub mod run;
 
-pub use driver::{ClusterDriver, DriverError, LaunchRequest, LaunchStatus, Listed, NodeHealth};
+pub use driver::{pool_sizes, ClusterDriver, DriverError, LaunchRequest, LaunchStatus, Listed, NodeHealth};
 pub use env::{job_env, job_nodes, launch_request};
 pub use reconcile::{launch_id, parse_launch_id, reconcile, JobSnapshot, Seen, Step, World};
 pub use run::{Backend, BackendConfig, DRAIN_NOTICE};

@@ -143,11 +143,7 @@ impl Inventory {
     /// Pool sizes for the placer's fixed capacity: one past the highest index per pool (a gap
     /// is a node that is missing, hence out of service).
     pub fn pool_sizes(&self) -> Result<(u32, u32), InventoryError> {
-        let size = |pool: Pool| self.nodes.keys().filter(|n| n.pool == pool).map(|n| n.index + 1).max();
-        Ok((
-            size(Pool::Rollout).ok_or(InventoryError::EmptyPool(Pool::Rollout))?,
-            size(Pool::Training).ok_or(InventoryError::EmptyPool(Pool::Training))?,
-        ))
+        weave_backend::pool_sizes(self.nodes.keys().copied()).map_err(InventoryError::EmptyPool)
     }
 
     pub fn alive(&self, node: NodeId) -> bool {

@@ -16,6 +16,8 @@ pub enum SlurmError {
     Status(#[from] StatusError),
     #[error("`{program}` printed {output:?}, not what was expected")]
     BadOutput { program: String, output: String },
+    #[error("Slurm has no {0} node named as Weave names them (r0.. for rollout, t0.. for training)")]
+    EmptyPool(weave_core::Pool),
 }
 
 /// A job to launch: its name (how Weave recognises it later), the nodes it is pinned to, the

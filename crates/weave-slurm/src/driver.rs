@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use weave_backend::{parse_launch_id, ClusterDriver, DriverError, LaunchRequest, LaunchStatus, Listed, NodeHealth};
-use weave_core::{NodeId, Pool};
+use weave_core::NodeId;
 
 pub struct SlurmDriver {
     client: SlurmClient,
@@ -80,7 +80,8 @@ impl SlurmDriver {
 
     /// The pool sizes Slurm's nodes make (one past the highest index of each pool; a gap is a
     /// node that is missing, hence out of service), once Slurm answers: retried every half
-    /// second for `patience`. Slurm nodes whose names are not Weave node names are not Weave's.
+    /// second for `patience`. Slurm nodes whose names are not Weave node names are not Weave's;
+    /// a pool with no node at all is refused, naming it.
     pub fn pools_when_up(&self, patience: Duration) -> Result<(u32, u32), SlurmError> {
         let deadline = Instant::now() + patience;
         let nodes = loop {
@@ -90,9 +91,8 @@ impl SlurmDriver {
                 Err(_) => std::thread::sleep(Duration::from_millis(500)),
             }
         };
-        let ids: Vec<NodeId> = nodes.iter().filter_map(|n| n.name.parse().ok()).collect();
-        let size = |pool: Pool| ids.iter().filter(|n| n.pool == pool).map(|n| n.index + 1).max().unwrap_or(0);
-        Ok((size(Pool::Rollout), size(Pool::Training)))
+        let ids = nodes.iter().filter_map(|n| n.name.parse::<NodeId>().ok());
+        weave_backend::pool_sizes(ids).map_err(SlurmError::EmptyPool)
     }
 }
 
