@@ -15,8 +15,9 @@ use weave_server::plane::{JobState, Record};
 use weave_server::Shared;
 
 /// How long a node the manager drains serves its jobs under Weave's notice before Weave takes
-/// it out of service (sooner if the manager reports it gone): time for the jobs on it to
-/// checkpoint and be placed elsewhere.
+/// it out of service (sooner if the manager reports it gone), unless configured otherwise
+/// ([`BackendConfig::drain_notice`]): time for the jobs on it to checkpoint and be placed
+/// elsewhere.
 pub const DRAIN_NOTICE: Duration = Duration::from_secs(120);
 
 #[derive(Clone, Debug)]
@@ -28,6 +29,8 @@ pub struct BackendConfig {
     pub grace: Duration,
     /// See [`World::pending_limit_ms`].
     pub pending_limit: Duration,
+    /// A draining node's notice ([`DRAIN_NOTICE`] by default).
+    pub drain_notice: Duration,
 }
 
 /// The plane's side of a round.
@@ -197,7 +200,7 @@ impl Backend {
             }
             Step::NodeNotice { node, reason } => {
                 self.say(format_args!("node {node} draining: {reason}"));
-                let (node, wait_us) = (*node, DRAIN_NOTICE.as_micros() as u64);
+                let (node, wait_us) = (*node, self.cfg.drain_notice.as_micros() as u64);
                 let reason = format!("{} drains it: {reason}", self.driver.cluster());
                 self.commit("drain notice", |time_us| Record::NodeNotice {
                     time_us,

@@ -106,12 +106,16 @@ fn setup(tag: &str) -> (Arc<Shared>, Fake, std::path::PathBuf) {
     (shared, fake, dir)
 }
 
+const NOTICE: Duration = Duration::from_secs(45);
+
 fn backend(s: &Arc<Shared>, fake: &Fake) -> Backend {
     let cfg = BackendConfig {
         server_url: "http://weave:7070".into(),
         poll: Duration::from_millis(10),
         grace: Duration::ZERO,
         pending_limit: Duration::from_secs(600),
+        // Not the default, so the notice's deadline shows it is the configured one.
+        drain_notice: NOTICE,
     };
     Backend::new(Box::new(fake.clone()), s.clone(), cfg)
 }
@@ -189,8 +193,15 @@ fn a_drain_is_a_notice_a_lost_node_relaunches_its_jobs_and_silence_changes_nothi
     fake.with(|m| m.down = false);
 
     fake.with(|m| m.nodes.insert(node, NodeHealth::Draining("maintenance".into())));
+    let before = s.now_us();
     b.tick().unwrap();
-    assert!(s.lock().plane.notices().any(|(n, _)| *n == node), "the drain is a notice");
+    let after = s.now_us();
+    let deadline = s.lock().plane.notices().find(|(n, _)| **n == node).map(|(_, notice)| notice.deadline_us);
+    let notice = NOTICE.as_micros() as u64;
+    assert!(
+        deadline.is_some_and(|d| (before + notice..=after + notice).contains(&d)),
+        "a notice of {NOTICE:?}: {deadline:?}"
+    );
     assert_eq!(state(&s, "a").2, uid, "the job keeps running through the notice");
 
     fake.with(|m| m.nodes.insert(node, NodeHealth::Gone("drained".into())));

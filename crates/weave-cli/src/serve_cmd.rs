@@ -59,6 +59,11 @@ pub struct ServeArgs {
     /// A launch the backend keeps pending this long (it cannot start) fails the job, seconds.
     #[arg(long, alias = "ray-pending-limit-s", default_value_t = 300.0)]
     backend_pending_limit_s: f64,
+    /// How long a node the cluster manager drains keeps serving its jobs under Weave's
+    /// preemption notice before Weave takes it out of service, seconds (sooner if the manager
+    /// reports it gone).
+    #[arg(long, default_value_t = weave_backend::DRAIN_NOTICE.as_secs_f64())]
+    backend_drain_notice_s: f64,
     /// A prefix for Slurm's commands (`sinfo`, `squeue`, `sbatch`, `scancel`), split at
     /// spaces: e.g. `ssh login1`, or `scripts/slurm-local.sh exec`. Empty: run them here.
     #[arg(long, default_value = "")]
@@ -298,6 +303,12 @@ fn check_args(args: &ServeArgs) -> Result<()> {
     if !(args.backend_pending_limit_s.is_finite() && args.backend_pending_limit_s > 0.0) {
         bail!("--backend-pending-limit-s must be positive");
     }
+    if !(args.backend_drain_notice_s.is_finite()
+        && args.backend_drain_notice_s > 0.0
+        && args.backend_drain_notice_s <= 1e7)
+    {
+        bail!("--backend-drain-notice-s must be in (0, 1e7] seconds, got {}", args.backend_drain_notice_s);
+    }
     Ok(())
 }
 
@@ -408,6 +419,7 @@ async fn start_backend(
         poll: Duration::from_millis(500),
         grace: Duration::from_secs_f64(args.backend_grace_s),
         pending_limit: Duration::from_secs_f64(args.backend_pending_limit_s),
+        drain_notice: Duration::from_secs_f64(args.backend_drain_notice_s),
     };
     let mut backend = weave_backend::Backend::new(driver, shared, cfg);
     // Off the async workers: the driver blocks.

@@ -104,6 +104,7 @@ fn backend(url: &str, s: &Arc<Shared>) -> Backend {
         poll: Duration::from_millis(10),
         grace: Duration::ZERO,
         pending_limit: Duration::from_secs(600),
+        drain_notice: weave_backend::DRAIN_NOTICE,
     };
     Backend::new(Box::new(RayDriver::new(RayClient::new(url).unwrap(), None)), s.clone(), cfg)
 }
