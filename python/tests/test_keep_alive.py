@@ -2,42 +2,30 @@
 is replaced, error answers are ``WeaveError`` as with urllib, and a server that is gone is a
 ``ConnectionError`` (what the client's retries expect)."""
 
-import http.server
-import json
-import threading
 import unittest
 from unittest import mock
 
 from weave_client import WeaveClient, WeaveError
 from weave_client import transport
+from stub_http import JsonHandler, serve
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
+class Handler(JsonHandler):
     protocol_version = "HTTP/1.1"  # keep-alive
     connections = set()
 
     def do_GET(self):
         Handler.connections.add(self.client_address)
         if self.path.endswith("/missing"):
-            body, status = json.dumps({"error": "job `missing` not found"}).encode(), 404
+            self.send_json(404, {"error": "job `missing` not found"})
         else:
-            body, status = json.dumps({"job": {"id": self.path, "auth": self.headers.get("Authorization")}}).encode(), 200
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+            self.send_json(200, {"job": {"id": self.path, "auth": self.headers.get("Authorization")}})
 
 
 class KeepAliveTest(unittest.TestCase):
     def setUp(self):
         Handler.connections = set()
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.server, self.url = serve(Handler)
 
     def tearDown(self):
         self.server.shutdown()

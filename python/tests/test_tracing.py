@@ -1,47 +1,35 @@
 """The phase gate makes Weave's phase span the current trace context. A fake server answers
 the gate; no Weave server needed. Run like test_ray_support.py."""
 
-import http.server
-import json
-import threading
 import unittest
 
 from weave_client import WeaveClient, current_traceparent
+from stub_http import JsonHandler, serve
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 SPAN = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{TRACE}-{SPAN}-01"
 
 
-class Gate(http.server.BaseHTTPRequestHandler):
+class Gate(JsonHandler):
     traced = True
 
     def do_POST(self):
-        length = int(self.headers.get("Content-Length") or 0)
-        self.rfile.read(length)
+        self.read_body()
         if self.path.split("?")[0].endswith("/start"):
             body = {"status": "granted"}
             if Gate.traced:
                 body["traceparent"] = TRACEPARENT
         else:
             body = {"id": "j", "state": "running"}
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+        self.send_json(200, body)
 
 
 class TracingTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Gate)
-        threading.Thread(target=cls.server.serve_forever, daemon=True).start()
-        cls.client = WeaveClient(f"http://127.0.0.1:{cls.server.server_port}", "t")
+        cls.server, url = serve(Gate)
+        cls.client = WeaveClient(url, "t")
 
     @classmethod
     def tearDownClass(cls):

@@ -1,5 +1,6 @@
-//! Packs of LoRA jobs on random candidates: every job lands in exactly one pack, a pack never
-//! mixes bases or widths, and every member of a pack keeps the slack the headroom asks for.
+//! Packs of LoRA jobs: on hand-made cases, and on random candidates every job lands in exactly
+//! one pack, a pack never mixes bases or widths, and every member of a pack keeps the slack the
+//! headroom asks for.
 
 use proptest::prelude::*;
 use weave_core::{Micros, PhaseTimes};
@@ -12,6 +13,40 @@ fn engine(members: &[&Candidate]) -> Option<PhaseTimes> {
     let rollout = members.iter().map(|m| m.alone.rollout).max()?.scale(n.sqrt()) + stagger;
     let train = members.iter().map(|m| m.alone.train).fold(Micros::ZERO, |a, b| a + b);
     Some(PhaseTimes { rollout, train })
+}
+
+fn cand(index: usize, base: &str, slo: f64, rollout: u64, train: u64) -> Candidate {
+    Candidate {
+        index,
+        key: (base.into(), 1, 1),
+        slo,
+        alone: PhaseTimes { rollout: Micros::from_secs(rollout), train: Micros::from_secs(train) },
+    }
+}
+
+#[test]
+fn jobs_pack_while_every_members_slo_holds_and_never_across_bases() {
+    // Alone: 100 s + 10 s. The period of two: 141 + 10 = 151 (1.37x); three: 173 + 10 =
+    // 183 (1.66x); four: 200 + 10 = 210 (1.91x); five: 224 + 10 = 234 (2.13x).
+    let a = |i| cand(i, "a", 2.0, 100, 10);
+    let c = [a(0), a(1), a(2), a(3), a(4), cand(5, "b", 2.0, 100, 10)];
+    assert_eq!(form_packs(&c, 0.0, &engine), vec![vec![0, 1, 2, 3], vec![4], vec![5]]);
+    // A tight member (SLO 1.5) keeps its pack at two.
+    let c = [cand(0, "a", 1.5, 100, 10), cand(1, "a", 2.0, 100, 10), cand(2, "a", 2.0, 100, 10)];
+    let packs = form_packs(&c, 0.0, &engine);
+    assert_eq!(packs.len(), 2, "{packs:?}");
+    // Keeping half of each slack for the group: 151 x 1.5 = 226 > 220, nobody packs.
+    let c = [cand(0, "a", 2.0, 100, 10), cand(1, "a", 2.0, 100, 10)];
+    assert_eq!(form_packs(&c, 0.5, &engine), vec![vec![0], vec![1]]);
+}
+
+#[test]
+fn the_packs_slo_is_the_tightest_members_allowance() {
+    let c = [cand(0, "a", 2.0, 100, 10), cand(1, "a", 1.6, 100, 10)];
+    let refs: Vec<&Candidate> = c.iter().collect();
+    let t = engine(&refs).unwrap();
+    let slo = pack_slo(&refs, t);
+    assert!((slo - 1.6 * 110.0 / t.rollout.as_secs_f64()).abs() < 1e-9, "{slo}");
 }
 
 fn arb_candidates() -> impl Strategy<Value = Vec<Candidate>> {
