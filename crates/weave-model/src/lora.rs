@@ -57,10 +57,19 @@ pub fn adapter_times(
     (reference_batch, reference_rollout): (u32, Micros),
     train: Micros,
 ) -> PhaseTimes {
-    let tokens = job.job_type.max_tokens;
-    let scale = step(base, tokens, rollout_width, gpu, f64::from(job.batch))
-        / step(base, tokens, rollout_width, gpu, f64::from(reference_batch));
+    let scale = step_ratio(base, (job.job_type.max_tokens, rollout_width, gpu), f64::from(job.batch), reference_batch);
     PhaseTimes { rollout: reference_rollout.scale(scale * (1.0 + MIX_OVERHEAD)), train: train.scale(TRAIN_COMPUTE) }
+}
+
+/// How much longer a rollout of `batch` sequences takes than one of `reference_batch` on an
+/// engine of `(max tokens, nodes, gpu)`: the ratio of their decode steps on the roofline.
+pub fn step_ratio(
+    base: &BaseModel,
+    (tokens, nodes, gpu): (u32, u32, GpuKind),
+    batch: f64,
+    reference_batch: u32,
+) -> f64 {
+    step(base, tokens, nodes, gpu, batch) / step(base, tokens, nodes, gpu, f64::from(reference_batch))
 }
 
 /// One decode step of `batch` sequences on an engine of `nodes` nodes of `gpu`, seconds: the

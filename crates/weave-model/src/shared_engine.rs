@@ -2,7 +2,7 @@
 //! every member's prompts on the engine, each member's adapter trained in turn. The arithmetic
 //! of one step and one adapter is in [`crate::lora`]; this module adds the profile's anchor.
 
-use crate::lora::{engine_sequences, step, MIX_OVERHEAD};
+use crate::lora::{engine_sequences, step_ratio, MIX_OVERHEAD};
 use crate::profile::{Deployment, ProfileModel, REFERENCE_BATCH};
 use weave_core::lora::{BaseModel, LoraSpec};
 use weave_core::{GpuKind, JobSpec, JobType, Micros, ModelSize, PhaseTimes};
@@ -68,8 +68,8 @@ fn mixed_rollout(profile: &ProfileModel, base: &BaseModel, max_tokens: u32, widt
     let capacity = engine_sequences(base, max_tokens, width).max(REFERENCE_BATCH);
     let within = batch.min(u64::from(capacity)).max(1) as f64;
     let at_reference = profile.predict(Deployment::Disagg, ty, REFERENCE_BATCH, (width, width)).times.rollout;
-    let scale = step(base, max_tokens, width, GpuKind::H20, within)
-        / step(base, max_tokens, width, GpuKind::H20, f64::from(REFERENCE_BATCH));
+    let scale = step_ratio(base, (max_tokens, width, GpuKind::H20), within, REFERENCE_BATCH);
+    // Past the KV cache, sequences wait for slots: time grows with the batch.
     let waits = (batch as f64 / within).max(1.0);
     at_reference.scale(scale * (1.0 + MIX_OVERHEAD) * waits)
 }
