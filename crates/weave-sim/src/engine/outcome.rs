@@ -62,7 +62,7 @@ impl Engine<'_> {
                 run.done += 1;
                 if run.done == m.iterations {
                     run.recorded = true;
-                    outcomes.push(member_outcome(m, run, s.first_admitted, now, s.predicted));
+                    outcomes.push(member_outcome(m, run, s.first_admitted, now, member_predicted(job, m, s.predicted)));
                 }
             }
         }
@@ -103,7 +103,8 @@ impl Engine<'_> {
         if let Some(pack) = &spec.pack {
             // A pack's members are the jobs: those still running end here with what they did.
             for (m, run) in pack.members.iter().zip(&s.members).filter(|(_, r)| !r.recorded) {
-                self.metrics.jobs.push(member_outcome(m, run, s.first_admitted, self.now, s.predicted));
+                let predicted = member_predicted(spec, m, s.predicted);
+                self.metrics.jobs.push(member_outcome(m, run, s.first_admitted, self.now, predicted));
                 if failed {
                     self.metrics.events.failed_permanently += 1;
                 }
@@ -132,6 +133,13 @@ impl Engine<'_> {
         }
         self.metrics.end = self.now;
     }
+}
+
+/// A member's own predicted slowdown: the pack's, which admission predicted against the
+/// pack's solo period, taken against the member's solo iteration instead.
+fn member_predicted(pack: &crate::SimJob, m: &crate::SimJob, pack_predicted: f64) -> f64 {
+    let pack_solo = pack.solo_iteration(pack.disagg, 1).0 as f64;
+    pack_predicted * pack_solo / m.solo_iteration(m.disagg, 1).0.max(1) as f64
 }
 
 /// A pack member's outcome: judged against its own SLO and solo run.
