@@ -1,14 +1,14 @@
 //! `weave group analyze`: the steady state of a candidate co-execution group.
 
 use crate::input::{json, load_cluster, write_output};
-use crate::table;
 use anyhow::{bail, Context, Result};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use std::path::PathBuf;
-use weave_core::{Algorithm, ClusterConfig, JobId, JobSpec, JobType, Lifetime, Micros, PhaseTimes};
+use weave_core::{ClusterConfig, JobId, JobSpec, JobType, Micros, PhaseTimes};
 use weave_dispatch::from_model::{member_spec, timing_member};
-use weave_dispatch::{timing, Dispatcher, GroupLimits, GroupTiming, Input, MemoryUse, TimingMember};
+use weave_dispatch::{timing, Dispatcher, GroupLimits, Input, TimingMember};
 use weave_model::{Deployment, ProfileModel, REFERENCE_BATCH};
+use weave_report::group::{render_group, GroupReport, MemberRow};
 
 #[derive(clap::Subcommand)]
 pub enum GroupCommand {
@@ -79,23 +79,6 @@ struct GroupFile {
     member: Vec<MemberEntry>,
 }
 
-#[derive(Serialize)]
-struct Report {
-    timing: GroupTiming,
-    members: Vec<MemberRow>,
-    memory: Vec<MemoryUse>,
-    resident: bool,
-}
-
-#[derive(Serialize)]
-struct MemberRow {
-    job: JobId,
-    job_type: String,
-    nodes: Vec<u32>,
-    rollout_s: f64,
-    train_s: f64,
-}
-
 pub fn run(cmd: GroupCommand) -> Result<()> {
     let args = match cmd {
         GroupCommand::Analyze(args) => args,
@@ -127,7 +110,7 @@ pub fn run(cmd: GroupCommand) -> Result<()> {
     if args.json {
         return write_output(None, &json(&report)?);
     }
-    write_output(None, &render(&report))
+    write_output(None, &render_group(&report))
 }
 
 fn read_group_file(path: &PathBuf) -> Result<Vec<MemberEntry>> {
@@ -184,22 +167,9 @@ fn job_of(i: usize, e: &MemberEntry, profile: &ProfileModel) -> Result<(JobSpec,
     }
     let width = nodes.len() as u32;
     let mut job = JobSpec {
-        id: JobId(i as u32),
-        name: format!("m{i}"),
-        arrival: Micros::ZERO,
-        job_type: ty,
-        batch: REFERENCE_BATCH,
-        algorithm: Algorithm::Grpo,
         rollout_nodes: width,
-        train_nodes: JobSpec::default_width(ty.model),
-        slo: None,
-        lifetime: Lifetime::Iterations(1),
-        phase_times: None,
-        tenant: None,
-        priority: Default::default(),
         staleness: e.staleness,
-        agentic: None,
-        lora: None,
+        ..JobSpec::new(JobId(i as u32), format!("m{i}"), ty, REFERENCE_BATCH)
     };
     if e.staleness > weave_core::MAX_STALENESS {
         bail!(
@@ -237,7 +207,11 @@ fn with_measured_costs(i: usize, e: &MemberEntry, mut m: TimingMember) -> Result
     Ok(m)
 }
 
-fn analyze(entries: &[MemberEntry], cluster: &ClusterConfig, resident: bool) -> Result<(Report, Vec<TimingMember>)> {
+fn analyze(
+    entries: &[MemberEntry],
+    cluster: &ClusterConfig,
+    resident: bool,
+) -> Result<(GroupReport, Vec<TimingMember>)> {
     let profile = ProfileModel::builtin();
     let limits = GroupLimits { rollout_dram: cluster.rollout.host_dram(), train_dram: cluster.training.host_dram() };
     let mut dispatcher = Dispatcher::new(limits);
@@ -258,59 +232,11 @@ fn analyze(entries: &[MemberEntry], cluster: &ClusterConfig, resident: bool) -> 
             train_s: times.train.as_secs_f64(),
         });
     }
-    let report =
-        Report { timing: timing::evaluate(&members), members: rows, memory: dispatcher.memory().usage(), resident };
+    let report = GroupReport {
+        timing: timing::evaluate(&members),
+        members: rows,
+        memory: dispatcher.memory().usage(),
+        resident,
+    };
     Ok((report, members))
-}
-
-fn render(r: &Report) -> String {
-    let t = &r.timing;
-    let mut out = format!(
-        "meta-iteration {:.1} s ({})   T_cycle {:.1} s   T_load {:.1} s   saturated: {}   state: {}\n",
-        t.meta_iteration.as_secs_f64(),
-        t.method,
-        t.t_cycle.as_secs_f64(),
-        t.t_load.as_secs_f64(),
-        if t.saturated { "yes" } else { "no" },
-        if r.resident { "warm (host DRAM)" } else { "cold (no residency)" },
-    );
-    let mut m = table::new(&["member", "type", "nodes", "rollout s", "train s", "solo s", "co-exec s", "slowdown"]);
-    for (row, mt) in r.members.iter().zip(&t.members) {
-        let nodes: Vec<String> = row.nodes.iter().map(|n| format!("r{n}")).collect();
-        m.add_row(vec![
-            format!("m{}", row.job.0),
-            row.job_type.clone(),
-            nodes.join(","),
-            format!("{:.1}", row.rollout_s),
-            format!("{:.1}", row.train_s),
-            format!("{:.1}", mt.solo.as_secs_f64()),
-            format!("{:.1}", mt.coexec.as_secs_f64()),
-            format!("{:.3}", mt.slowdown),
-        ]);
-    }
-    table::align_numbers(&mut m);
-    out.push_str(&format!("{m}\n"));
-    let mut p = table::new(&["resource", "busy", "switching", "idle"]);
-    for u in &t.pools {
-        p.add_row(vec![u.resource.clone(), pct(u.busy), pct(u.switching), pct(u.idle)]);
-    }
-    table::align_numbers(&mut p);
-    out.push_str(&format!("{p}\n"));
-    let mut mem = table::new(&["node", "cached state", "host DRAM", "use"]);
-    for u in &r.memory {
-        let node = if u.node == "t" { "each training node".to_string() } else { u.node.clone() };
-        mem.add_row(vec![
-            node,
-            u.used.to_string(),
-            u.capacity.to_string(),
-            pct(u.used.0 as f64 / u.capacity.0.max(1) as f64),
-        ]);
-    }
-    table::align_numbers(&mut mem);
-    out.push_str(&format!("{mem}\n"));
-    out
-}
-
-fn pct(x: f64) -> String {
-    format!("{:.1}%", x * 100.0)
 }

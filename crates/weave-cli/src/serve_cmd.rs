@@ -203,13 +203,6 @@ fn backend_driver(args: &ServeArgs, cluster: &mut weave_core::ClusterConfig) -> 
             let (partition, output) = (args.slurm_partition.as_deref(), args.slurm_output.clone());
             let (d, sizes) = weave_slurm::SlurmDriver::connect(&args.slurm_command, partition, output, patience)
                 .context("Slurm's nodes (sinfo; waited up to 60 s)")?;
-            if sizes.0 == 0 || sizes.1 == 0 {
-                bail!(
-                    "Slurm has {} rollout nodes (r0..) and {} training nodes (t0..): it needs both",
-                    sizes.0,
-                    sizes.1
-                );
-            }
             (cluster.rollout.nodes, cluster.training.nodes) = sizes;
             (Box::new(d), sizes, vec![format!("Slurm: {} rollout and {} training nodes", sizes.0, sizes.1)])
         }
@@ -386,23 +379,14 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             Some((driver, _)) => Some(start_backend(&args, addr, driver, shared.clone(), stop.clone()).await?),
             None => None,
         };
-        let served = weave_server::serve(listener, shared, shutdown_signal()).await.context("server failed");
+        let served =
+            weave_server::serve(listener, shared, weave_server::shutdown_signal()).await.context("server failed");
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         if let Some(b) = backend {
             let _ = tokio::task::spawn_blocking(move || b.join()).await;
         }
         served
     })
-}
-
-/// Ctrl-C or SIGTERM: stop accepting, finish what is in flight. (Every acknowledged request is
-/// already durable, so a SIGKILL loses nothing either.)
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
-    }
 }
 
 /// The backend's first round (nodes the manager lacks are out of service before the first

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use weave_core::{ClusterConfig, SpotConfig};
 use weave_model::ProfileModel;
 use weave_report::text::{render_spot_sweep, SpotSweep as Sweep, SpotSweepRow as Row};
-use weave_sim::{prepare, replay, Policy, SimConfig};
+use weave_sim::spot_plan::{recommend, PlannedRun, RunFigures, SpotPlan};
+use weave_sim::{prepare, replay, Policy, PolicyReport, SimConfig};
 
 #[derive(clap::Args)]
 pub struct SpotSweepArgs {
@@ -60,12 +61,29 @@ pub fn run(args: SpotSweepArgs) -> Result<()> {
                 preemptions_per_node_hour: rate,
                 weave: run(&cluster, Policy::Weave),
                 spot_only: run(&cluster, Policy::SoloDisagg),
+                recommended: None,
             });
         }
+    }
+    let plans: Vec<_> = rows.iter().map(|row| recommend_for(row, &rows, &on_demand, &base)).collect();
+    for (row, plan) in rows.iter_mut().zip(plans) {
+        row.recommended = Some(plan);
     }
     let sweep = Sweep { on_demand, rows };
     if args.json {
         return write_output(None, &json(&sweep)?);
     }
     write_output(None, &render_spot_sweep(&sweep, jobs.len()))
+}
+
+/// The plan the sweep recommends for `row`'s cell, from the Weave runs at the same rate.
+fn recommend_for(row: &Row, rows: &[Row], on_demand: &PolicyReport, base: &ClusterConfig) -> SpotPlan {
+    let rate = row.preemptions_per_node_hour;
+    let runs: Vec<_> = rows
+        .iter()
+        .filter(|r| r.preemptions_per_node_hour == rate)
+        .map(|r| PlannedRun { discount_pct: r.discount_pct, figures: RunFigures::of(&r.weave) })
+        .collect();
+    let price = SpotConfig::at_discount(&base.rollout, row.discount_pct / 100.0, rate).price_per_gpu_hour;
+    recommend(RunFigures::of(on_demand), &runs, row.discount_pct, price)
 }

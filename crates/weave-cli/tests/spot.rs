@@ -70,3 +70,29 @@ fn a_declared_spot_tier_shows_in_simulate_and_the_sweep_checks_its_flags() {
     let ipd = |r: &serde_json::Value| r["iterations_per_k_dollars"].as_f64().unwrap();
     assert!(ipd(spot) > ipd(&row["spot_only"]), "{} vs spot-only {}", ipd(spot), ipd(&row["spot_only"]));
 }
+
+/// The sweep's recommendation over discounts and preemption rates: at every rate, its
+/// iterations per dollar never fall as the discount grows and never fall below on-demand
+/// Weave, and it never plans deeper than the cell's discount.
+#[test]
+fn the_sweeps_recommendation_never_falls_with_a_deeper_discount() {
+    let o = weave(&["sweep", "spot", "--discounts", "0,30,50,60,70", "--rates", "0.125,0.5", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let on_demand = v["on_demand"]["iterations_per_k_dollars"].as_f64().unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    for rate in [0.125, 0.5] {
+        let mut last = on_demand;
+        for row in rows.iter().filter(|r| r["preemptions_per_node_hour"].as_f64() == Some(rate)) {
+            let (plan, discount) = (&row["recommended"], row["discount_pct"].as_f64().unwrap());
+            let ipd = plan["iterations_per_k_dollars"].as_f64().unwrap();
+            assert!(
+                ipd >= last && ipd >= on_demand,
+                "{discount}% at {rate}: {ipd} after {last} ({on_demand} on demand)"
+            );
+            assert!(plan["planned_at_pct"].as_f64().is_none_or(|at| at <= discount), "{plan}");
+            assert_eq!(plan["slo_attainment_jobs"].as_f64(), Some(1.0));
+            last = ipd;
+        }
+    }
+}

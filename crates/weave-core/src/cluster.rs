@@ -137,6 +137,12 @@ impl NetworkConfig {
 pub struct SpotConfig {
     /// Dollars per GPU-hour of a preemptible rollout node (required).
     pub price_per_gpu_hour: f64,
+    /// The spot price Weave's choices assume, when it differs from the billed price (by
+    /// default the billed one). Planning as at a shallower discount is how `weave sweep spot`
+    /// keeps a deeper discount from ever costing more: the choices made at the shallower
+    /// price stay open at the deeper one, and only the bill changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_price_per_gpu_hour: Option<f64>,
     /// Mean preemptions per node-hour held (0 with a trace).
     #[serde(default)]
     pub preemptions_per_node_hour: f64,
@@ -183,11 +189,17 @@ impl SpotConfig {
         Price::per_gpu_hour(self.price_per_gpu_hour)
     }
 
+    /// The price Weave's placement and tier choices assume (the billed price by default).
+    pub fn plan_price(&self) -> Price {
+        Price::per_gpu_hour(self.plan_price_per_gpu_hour.unwrap_or(self.price_per_gpu_hour))
+    }
+
     /// Spot at `discount` (0 to 1) off the on-demand rollout price, preempted at `rate` per
     /// node-hour, with the default notice, replacement and resume times.
     pub fn at_discount(rollout: &PoolConfig, discount: f64, rate: f64) -> SpotConfig {
         SpotConfig {
             price_per_gpu_hour: rollout.price_per_gpu_hour * (1.0 - discount),
+            plan_price_per_gpu_hour: None,
             preemptions_per_node_hour: rate,
             notice_s: default_notice_s(),
             replacement_s: default_replacement_s(),
@@ -204,6 +216,9 @@ impl SpotConfig {
                 "price_per_gpu_hour",
                 format!("must be a non-negative dollar amount, got {}", self.price_per_gpu_hour),
             ));
+        }
+        if let Some(p) = self.plan_price_per_gpu_hour.filter(|p| !(p.is_finite() && *p >= 0.0)) {
+            return Err(bad("plan_price_per_gpu_hour", format!("must be a non-negative dollar amount, got {p}")));
         }
         let rate = self.preemptions_per_node_hour;
         if !(rate.is_finite() && rate >= 0.0) {
@@ -370,6 +385,14 @@ mod tests {
         .unwrap_err();
         assert!(
             matches!(&err, ConfigError::Invalid { key, .. } if key == "rollout_spot.preemptions_per_node_hour"),
+            "{err}"
+        );
+        let err = ClusterConfig::from_toml(&format!(
+            "{base}\n[rollout_spot]\nprice_per_gpu_hour = 0.7\nplan_price_per_gpu_hour = -0.1\n"
+        ))
+        .unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::Invalid { key, .. } if key == "rollout_spot.plan_price_per_gpu_hour"),
             "{err}"
         );
     }

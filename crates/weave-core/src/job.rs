@@ -292,6 +292,31 @@ fn is_zero(v: &u32) -> bool {
 }
 
 impl JobSpec {
+    /// A GRPO job of `batch` prompts at the default width, arriving at 0, one iteration long,
+    /// with no SLO and none of the optional declarations: what builders start from (with
+    /// struct update syntax), so a new optional field is one edit here.
+    pub fn new(id: JobId, name: String, job_type: JobType, batch: u32) -> JobSpec {
+        let width = JobSpec::default_width(job_type.model);
+        JobSpec {
+            id,
+            name,
+            arrival: Micros::ZERO,
+            job_type,
+            batch,
+            algorithm: Algorithm::Grpo,
+            rollout_nodes: width,
+            train_nodes: width,
+            slo: None,
+            lifetime: Lifetime::Iterations(1),
+            phase_times: None,
+            tenant: None,
+            priority: Default::default(),
+            staleness: 0,
+            agentic: None,
+            lora: None,
+        }
+    }
+
     /// Default width: 32B and larger models use two nodes per phase, as in the authors' trace.
     pub fn default_width(model: ModelSize) -> u32 {
         if model >= ModelSize::billions(32) {

@@ -4,6 +4,7 @@
 //! headline table. Pure: takes data, returns a string.
 
 mod charts;
+pub mod group;
 pub mod table;
 pub mod text;
 

@@ -229,6 +229,9 @@ pub struct SpotSweepRow {
     pub preemptions_per_node_hour: f64,
     pub weave: PolicyReport,
     pub spot_only: PolicyReport,
+    /// What the sweep recommends at this cell (`weave_sim::spot_plan`): never below on-demand
+    /// Weave, never worse at a deeper discount.
+    pub recommended: Option<weave_sim::spot_plan::SpotPlan>,
 }
 
 #[derive(Serialize)]
@@ -253,6 +256,7 @@ pub fn render_spot_sweep(s: &SpotSweep, jobs: usize) -> String {
         "spot-only iters/$1k",
         "spot-only SLO met",
         "weave vs spot-only",
+        "recommended iters/$1k",
     ]);
     let per_iteration = |r: &PolicyReport| r.total_cost.as_dollars() / r.iterations.max(1) as f64;
     let base = per_iteration(&s.on_demand);
@@ -273,6 +277,7 @@ pub fn render_spot_sweep(s: &SpotSweep, jobs: usize) -> String {
             format!("{:.1}", b.iterations_per_k_dollars),
             pct(b.slo_attainment_jobs),
             format!("{:.2}x", w.iterations_per_k_dollars / b.iterations_per_k_dollars.max(f64::MIN_POSITIVE)),
+            r.recommended.map_or_else(|| "-".into(), recommended_cell),
         ]);
     }
     table::align_numbers(&mut t);
@@ -282,6 +287,14 @@ pub fn render_spot_sweep(s: &SpotSweep, jobs: usize) -> String {
         base,
         pct(s.on_demand.slo_attainment_jobs)
     )
+}
+
+/// A recommended plan: its iterations per $1k, and on demand or the discount it plans as.
+fn recommended_cell(p: weave_sim::spot_plan::SpotPlan) -> String {
+    match p.planned_at_pct {
+        None => format!("{:.1} on demand", p.iterations_per_k_dollars),
+        Some(d) => format!("{:.1} planned at {d:.0}%", p.iterations_per_k_dollars),
+    }
 }
 
 /// The spot columns of a report: jobs admitted on spot, preemptions, and how they were met.

@@ -162,6 +162,16 @@ impl FreedMemory {
     }
 }
 
+/// Ctrl-C or SIGTERM: stop accepting, finish what is in flight. (Every acknowledged request is
+/// already durable, so a SIGKILL loses nothing either.)
+pub async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+    }
+}
+
 /// Until `ready` resolves, every connection on `listener` is answered 503 "recovering" (the
 /// store is being replayed): clients get a clear answer to retry instead of a refused
 /// connection.

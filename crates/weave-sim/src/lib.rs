@@ -13,6 +13,7 @@ pub mod lora;
 pub mod metrics;
 pub mod policy;
 pub mod prototype;
+pub mod spot_plan;
 pub mod tenancy;
 pub mod tenants_experiment;
 pub mod waterfall;

@@ -121,3 +121,28 @@ fn a_job_opens_a_spot_group_only_where_the_tier_finds_partners() {
     let first = vec![roomy(0), no_room("b", 100_000), no_room("c", 100_001), no_room("d", 100_002)];
     assert_eq!(spot_jobs(first), 1);
 }
+
+/// Planning at one spot price and billing at another changes only the bill: Weave planned as
+/// at 30% off and billed at 60% off does exactly the work of the run at 30% off, on the same
+/// spot GPU-hours, and costs that run's bill with its spot hours re-priced. This is what lets
+/// `weave sweep spot` recommend a shallower plan at a deeper discount (`spot_plan`).
+#[test]
+fn a_plan_made_at_one_spot_price_runs_the_same_at_another_and_only_its_bill_changes() {
+    let base = ClusterConfig::default();
+    let at = |plan: f64, billed: f64| {
+        let mut spot = SpotConfig::at_discount(&base.rollout, billed, 0.125);
+        spot.plan_price_per_gpu_hour = Some(base.rollout.price_per_gpu_hour * (1.0 - plan));
+        ClusterConfig { rollout_spot: Some(spot), ..base.clone() }
+    };
+    let planned = &thirty_jobs(&at(0.3, 0.3))[0];
+    let moved = &thirty_jobs(&at(0.3, 0.6))[0];
+    let (p, m) = (planned.spot.expect("spot"), moved.spot.expect("spot"));
+    assert!(p.counts.spot_jobs > 0, "{:?}", p.counts);
+    assert_eq!((m.counts, m.spot_gpu_hours, moved.iterations), (p.counts, p.spot_gpu_hours, planned.iterations));
+    assert_eq!(moved.makespan_h, planned.makespan_h);
+    let rebilled = weave_sim::spot_plan::RunFigures::of(planned).dollars_at(base.rollout.price_per_gpu_hour * 0.4);
+    assert!((moved.total_cost.as_dollars() - rebilled).abs() < 0.01, "{} vs {rebilled}", moved.total_cost.as_dollars());
+    // Planned at its own price, the run at 60% off chooses differently.
+    let own = &thirty_jobs(&at(0.6, 0.6))[0];
+    assert_ne!(own.spot.expect("spot").spot_gpu_hours, p.spot_gpu_hours);
+}

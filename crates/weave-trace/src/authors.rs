@@ -95,24 +95,12 @@ impl<'a> Events<'a> {
             ));
         }
         let epoch = self.epoch.unwrap_or(0);
-        let width = JobSpec::default_width(open.job_type.model);
         let spec = JobSpec {
-            id: JobId(0),
-            name: id.to_string(),
             arrival: Micros::from_secs((open.arrival_s - epoch) as u64),
-            job_type: open.job_type,
-            batch: REFERENCE_BATCH,
-            algorithm: Default::default(),
-            rollout_nodes: width,
-            train_nodes: width,
             slo: open.slo,
             lifetime: Lifetime::SoloUntil(Micros::from_secs((t - epoch) as u64)),
             phase_times: open.phase_times,
-            tenant: None,
-            priority: Default::default(),
-            staleness: 0,
-            agentic: None,
-            lora: None,
+            ..JobSpec::new(JobId(0), id.to_string(), open.job_type, REFERENCE_BATCH)
         };
         self.left.insert(id.to_string(), line);
         self.done.push((open.line, spec));

@@ -16,7 +16,7 @@ use rand::Rng;
 use rand_distr::{Distribution, Exp, LogNormal};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use weave_core::{Algorithm, JobId, JobSpec, JobType, Lifetime, Micros, PhaseTimes, Priority, Slo};
+use weave_core::{JobId, JobSpec, JobType, Lifetime, Micros, PhaseTimes, Priority, Slo};
 use weave_model::{named_stream, Deployment, ProfileModel, Stream, REFERENCE_BATCH};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -208,24 +208,13 @@ fn make_job(
         }
         GenMode::Lora => unreachable!("generate() builds LoRA mixes in lora_mix"),
     };
-    let width = JobSpec::default_width(job_type.model);
+    let batch = if agentic.is_some() { AGENTIC_BATCH } else { REFERENCE_BATCH };
     let mut job = JobSpec {
-        id: JobId(index as u32),
-        name: format!("job{index}"),
         arrival,
-        job_type,
-        batch: if agentic.is_some() { AGENTIC_BATCH } else { REFERENCE_BATCH },
-        algorithm: Algorithm::Grpo,
-        rollout_nodes: width,
-        train_nodes: width,
         slo: Slo::new(rng.random_range(1.0..=2.0)).ok(),
-        lifetime: Lifetime::Iterations(1),
         phase_times,
-        tenant: None,
-        priority: Default::default(),
-        staleness: 0,
         agentic: agentic.as_ref().map(|(_, spec)| spec.clone()),
-        lora: None,
+        ..JobSpec::new(JobId(index as u32), format!("job{index}"), job_type, batch)
     };
     let life_h = LogNormal::new(cfg.lifetime_median_h.max(0.01).ln(), LIFETIME_SIGMA)
         .map(|d| d.sample(&mut rng))

@@ -100,7 +100,7 @@ impl PlacerConfig {
             spot_rollout_node_price: cluster
                 .rollout_spot
                 .as_ref()
-                .map(|s| s.price().cost(cluster.rollout.gpus_per_node as u64, hour)),
+                .map(|s| s.plan_price().cost(cluster.rollout.gpus_per_node as u64, hour)),
             capacity: None,
             env_cores: cluster.env.as_ref().map(|e| e.cores()),
             env_node_cores: cluster.env.as_ref().map(|e| e.cores_per_node as f64),

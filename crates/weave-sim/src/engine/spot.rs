@@ -63,7 +63,7 @@ impl Spot {
             rng: named_stream(seed, "spot-preemption", 0),
             trace: c.trace.clone(),
             prices: (
-                c.price_per_gpu_hour * cluster.rollout.gpus_per_node as f64,
+                c.plan_price_per_gpu_hour.unwrap_or(c.price_per_gpu_hour) * cluster.rollout.gpus_per_node as f64,
                 cluster.rollout.price_per_gpu_hour * cluster.rollout.gpus_per_node as f64,
                 cluster.training.price_per_gpu_hour * cluster.training.gpus_per_node as f64,
             ),
