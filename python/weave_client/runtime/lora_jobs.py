@@ -1,0 +1,256 @@
+"""Several LoRA GRPO jobs on one base model (the ``lora`` extra: transformers + peft), run two
+ways on the same cores:
+
+- ``shared``: one rollout process holds the base once with every job's adapter and samples for
+  several jobs in one mixed-adapter batch (peft's ``adapter_names``: each row through its own
+  adapter); one trainer process holds the base once and trains each job's adapter in turn, with
+  the job's own optimizer state, and sends the adapter (kilobytes, not the model) back;
+- ``separate``: one rollout and one trainer process per job, the way frameworks run LoRA jobs
+  today.
+
+Rollout processes are pinned to the rollout node's core and trainers to the training node's
+(cores 0 and 1 here; both on core 0 on a one-core machine), one torch thread each. Every job is
+on-policy: its rollout ``k`` uses its adapter after its own training ``k - 1``. The shared engine
+starts a batch once at least ``min_batch`` jobs are ready (by default half of them): members
+whose trainings end together roll out together, so the pack settles into two halves that
+alternate, one rolling out while the trainer trains the other (the co-execution of two packs).
+
+The base, the task (job ``j`` shifts each digit by ``j + 1``) and the adapters are in
+``lora_task``.
+
+    python -m weave_client.runtime.lora_jobs --jobs 4 --iterations 600 --mode both
+
+prints one JSON object: per mode the wall time, iterations per node-hour (two nodes), each job's
+reward curve (mean per 10 iterations) and the first iteration its 10-iteration mean reached 0.9,
+the phase times measured alone (one job's batch, a mixed batch, one training) and the
+prediction from them. Reported, never asserted on: the machine is shared.
+"""
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import tempfile
+import time
+
+from .lora_task import (Setup, adapter_params, adapter_vector, build_base, job_name, load_adapter, pretrain_base, sample,
+                        train_step, with_adapters)
+
+
+def _process_start(core: int, base_path: str, s: Setup, jobs):
+    # Pinned before torch starts any thread: a thread started earlier keeps the old set.
+    if hasattr(os, "sched_setaffinity"):
+        cores = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {core} if core in cores else cores)
+    import torch
+
+    torch.set_num_threads(1)
+    base = build_base(s)
+    base.load_state_dict(torch.load(base_path))
+    return with_adapters(base.eval(), s, jobs)
+
+
+def engine_main(core, base_path, s: Setup, jobs, to_trainer, from_trainer, control):
+    """The rollout process: a batch of every ready job once ``floor`` of them are ready."""
+    model = _process_start(core, base_path, s, jobs).eval()
+    control.send("ready")
+    control.recv()
+    floor = min(s.batch_floor(), len(jobs))
+    ready, done, busy, busy_cpu, batches = {}, set(), 0.0, 0.0, 0
+    while len(done) < len(jobs):
+        # Wait for enough jobs ready (each one's adapter after its last training has arrived),
+        # then take whatever else has arrived too.
+        while len(ready) < min(floor, len(jobs) - len(done)) or not from_trainer.empty():
+            j, k, state = from_trainer.get()
+            if k >= s.iterations:
+                done.add(j)
+                continue
+            if state is not None:
+                load_adapter(model, j, state)
+            ready[j] = k
+        if not ready:
+            continue
+        start, cpu = time.perf_counter(), time.process_time()
+        for j, seq in sample(model, s, sorted(ready.items())):
+            to_trainer.put((j, ready[j], seq))
+        busy += time.perf_counter() - start
+        busy_cpu += time.process_time() - cpu
+        batches += 1
+        ready = {}
+    control.send({"rollout_busy_s": busy, "rollout_cpu_s": busy_cpu, "batches": batches})
+
+
+def trainer_main(core, base_path, s: Setup, jobs, from_engine, to_engine, control):
+    """The training process: each job's adapter trained in turn, sent back once trained."""
+    import torch
+
+    model = _process_start(core, base_path, s, jobs)
+    opts = {}
+    for j in jobs:
+        model.set_adapter(job_name(j))
+        opts[j] = torch.optim.Adam(adapter_params(model, j), lr=s.lr)
+    control.send("ready")
+    control.recv()
+    for j in jobs:
+        to_engine.put((j, 0, None))  # the engine's copy starts equal (same seeds)
+    rewards = {j: [] for j in jobs}
+    busy, busy_cpu, left = 0.0, 0.0, len(jobs)
+    while left:
+        j, k, seq = from_engine.get()
+        start, cpu = time.perf_counter(), time.process_time()
+        rewards[j].append(train_step(model, opts[j], s, j, seq))
+        state = adapter_vector(model, j) if k + 1 < s.iterations else None
+        busy += time.perf_counter() - start
+        busy_cpu += time.process_time() - cpu
+        to_engine.put((j, k + 1, state))
+        left -= k + 1 >= s.iterations
+    control.send({"train_busy_s": busy, "train_cpu_s": busy_cpu, "rewards": rewards})
+
+
+def run_mode(s: Setup, base_path: str, mode: str):
+    """Runs every job to ``s.iterations`` in ``mode``; returns its measurements."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    jobs = list(range(s.jobs))
+    groups = [jobs] if mode == "shared" else [[j] for j in jobs]
+    cores = (0, 1) if len(os.sched_getaffinity(0)) > 1 else (0, 0)
+    procs, controls, queues = [], [], []
+    for members in groups:
+        # Queues, not pipes: a put never waits for the reader (an adapter is larger than a
+        # pipe's buffer, and the engine reads only between batches).
+        to_trainer, to_engine = ctx.Queue(), ctx.Queue()
+        queues.append((to_trainer, to_engine))  # alive until the children have them
+        for fn, core, args in ((engine_main, cores[0], (to_trainer, to_engine)),
+                               (trainer_main, cores[1], (to_trainer, to_engine))):
+            mine, theirs = ctx.Pipe()
+            p = ctx.Process(target=fn, args=(core, base_path, s, members, *args, theirs), daemon=True)
+            p.start()
+            procs.append(p)
+            controls.append(mine)
+    for c in controls:
+        if c.recv() != "ready":
+            raise RuntimeError("a LoRA job process failed to start")
+    start = time.perf_counter()
+    for c in controls:
+        c.send("go")
+    results = [c.recv() for c in controls]
+    wall = time.perf_counter() - start
+    for p in procs:
+        p.join(timeout=30)
+    rewards = {}
+    for r in results:
+        rewards.update({int(j): v for j, v in r.get("rewards", {}).items()})
+    return {
+        "wall_s": wall,
+        "iterations": s.jobs * s.iterations,
+        "iterations_per_node_hour": s.jobs * s.iterations / (2 * wall / 3600.0),
+        "rollout_busy_s": sum(r.get("rollout_busy_s", 0.0) for r in results),
+        "train_busy_s": sum(r.get("train_busy_s", 0.0) for r in results),
+        "rollout_cpu_s": sum(r.get("rollout_cpu_s", 0.0) for r in results),
+        "train_cpu_s": sum(r.get("train_cpu_s", 0.0) for r in results),
+        "rollout_batches": sum(r.get("batches", 0) for r in results),
+        "jobs": [learning(rewards[j]) for j in sorted(rewards)],
+    }
+
+
+def learning(curve):
+    """A job's reward curve, means of 10 iterations, and when that mean first reached 0.9."""
+    tens = [sum(curve[i:i + 10]) / len(curve[i:i + 10]) for i in range(0, len(curve), 10)]
+    reached = next((i + 10 for i in range(len(curve) - 9) if sum(curve[i:i + 10]) / 10 >= 0.9), None)
+    return {"rewards": curve, "reward_per_10": [round(x, 3) for x in tens], "reached_0_9_at": reached}
+
+
+def _median_time(fn, repeats=5):
+    fn()
+    runs = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        runs.append(time.perf_counter() - start)
+    return sorted(runs)[len(runs) // 2]
+
+
+def phase_times(s: Setup, base_path: str):
+    """One job's rollout batch, a mixed batch of the engine's usual size and of every job, and
+    one job's training, each timed alone in this process (one thread): the model's inputs."""
+    import torch
+
+    cores = os.sched_getaffinity(0)
+    try:
+        return _phase_times(s, base_path, torch)
+    finally:
+        os.sched_setaffinity(0, cores)  # the processes started next inherit it
+
+
+def _phase_times(s: Setup, base_path: str, torch):
+    model = _process_start(0, base_path, s, list(range(s.jobs)))
+    batch = [(j, 0) for j in range(s.jobs)]
+    floor = min(s.batch_floor(), s.jobs)
+    model.eval()
+    one = _median_time(lambda: sample(model, s, batch[:1]))
+    part = _median_time(lambda: sample(model, s, batch[:floor]))
+    full = _median_time(lambda: sample(model, s, batch))
+    seq = sample(model, s, batch[:1])[0][1]
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=0.0)
+    model.train()
+    train = _median_time(lambda: train_step(model, opt, s, 0, seq))
+    return {"rollout_one_s": one, f"rollout_mixed_{floor}_s": part, f"rollout_mixed_{s.jobs}_s": full,
+            "train_one_s": train, "batch_floor": floor}
+
+
+def predict(s: Setup, alone):
+    """Each way's round (every job one iteration) and iterations per node-hour, from the phase
+    times measured alone.
+
+    Shared: the engine runs h = ceil(n / f) mixed batches of f jobs per round and the trainer n
+    trainings; a batch's jobs roll out again once the last of them is trained:
+    max(h r_f, n t, r_f + f t). Separate: n pairs, every rollout on one core and every training
+    on the other, each pair on-policy. The cores share time fairly, so pairs started together
+    finish their rollouts together and then their trainings together (a convoy: each node idles
+    while the other works): n (r1 + t). Were the pairs perfectly interleaved instead, a round
+    would take max(n r1, n t, r1 + t): the best separate pairs could do, reported beside it."""
+    n, f = s.jobs, alone["batch_floor"]
+    h = math.ceil(n / f)
+    r1, rf, t = alone["rollout_one_s"], alone[f"rollout_mixed_{f}_s"], alone["train_one_s"]
+    rounds = {"shared": max(h * rf, n * t, rf + f * t), "separate": n * (r1 + t),
+              "separate_interleaved": max(n * r1, n * t, r1 + t)}
+    out = {f"{k}_round_s": v for k, v in rounds.items()}
+    out.update({f"{k}_iterations_per_node_hour": n / (2 * v / 3600.0) for k, v in rounds.items()})
+    out["shared_over_separate"] = rounds["separate"] / rounds["shared"]
+    out["shared_over_separate_interleaved"] = rounds["separate_interleaved"] / rounds["shared"]
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--jobs", type=int, default=4)
+    p.add_argument("--iterations", type=int, default=600)
+    p.add_argument("--mode", choices=["shared", "separate", "both"], default="both")
+    p.add_argument("--min-batch", type=int, default=0, help="jobs a shared batch waits for (0: half)")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    if a.jobs < 1 or a.iterations < 1 or a.min_batch < 0:
+        p.error("--jobs and --iterations must be at least 1, --min-batch at least 0")
+    import torch
+
+    s = Setup(jobs=a.jobs, iterations=a.iterations, min_batch=a.min_batch, seed=a.seed)
+    torch.set_num_threads(1)
+    out = {"setup": dataclasses.asdict(s)}
+    with tempfile.TemporaryDirectory() as d:
+        base_path = os.path.join(d, "base.pt")
+        torch.save(pretrain_base(s).state_dict(), base_path)
+        out["alone"] = phase_times(s, base_path)
+        for mode in (["shared", "separate"] if a.mode == "both" else [a.mode]):
+            out[mode] = run_mode(s, base_path, mode)
+            for job in out[mode]["jobs"]:
+                del job["rewards"]  # the curve per 10 iterations is printed
+    out["predicted"] = predict(s, out["alone"])
+    if "shared" in out and "separate" in out:
+        out["shared_over_separate"] = out["shared"]["iterations_per_node_hour"] / out["separate"]["iterations_per_node_hour"]
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
