@@ -19,7 +19,7 @@ use crate::draws::weighted;
 use rand::Rng;
 use rand_distr::{Distribution, Exp, LogNormal};
 use weave_core::lora::LoraSpec;
-use weave_core::{Algorithm, JobId, JobSpec, JobType, Lifetime, Micros, Slo};
+use weave_core::{JobId, JobSpec, JobType, Lifetime, Micros, Slo};
 use weave_model::{named_stream, Deployment, ProfileModel};
 
 /// (base, model size B, weight).
@@ -75,22 +75,10 @@ fn job(cfg: &MixConfig, profile: &ProfileModel, index: usize, arrival: Micros, t
     let rank = weighted(RANKS, &mut rng);
     let prompts = PROMPTS[rng.random_range(0..PROMPTS.len())];
     let mut job = JobSpec {
-        id: JobId(index as u32),
-        name: format!("job{index}"),
         arrival,
-        job_type: ty,
-        batch: prompts * GENERATIONS,
-        algorithm: Algorithm::Grpo,
-        rollout_nodes: 1,
-        train_nodes: 1,
         slo: Slo::new(rng.random_range(1.0..=2.0)).ok(),
-        lifetime: Lifetime::Iterations(1),
-        phase_times: None,
-        tenant: None,
-        priority: Default::default(),
-        staleness: 0,
-        agentic: None,
         lora: Some(LoraSpec { base: base.into(), rank, targets: vec!["all-linear".into()] }),
+        ..JobSpec::new(JobId(index as u32), format!("job{index}"), ty, prompts * GENERATIONS)
     };
     let life_h = LogNormal::new(cfg.lifetime_median_h.max(0.01).ln(), LIFETIME_SIGMA)
         .map(|d| d.sample(&mut rng))

@@ -34,6 +34,7 @@ import os
 import tempfile
 import time
 
+from .lora_bench import timed
 from .lora_task import (Setup, adapter_params, adapter_vector, build_base, job_name, load_adapter, pretrain_base, sample,
                         train_step, with_adapters)
 
@@ -162,16 +163,6 @@ def learning(curve):
     return {"rewards": curve, "reward_per_10": [round(x, 3) for x in tens], "reached_0_9_at": reached}
 
 
-def _median_time(fn, repeats=5):
-    fn()
-    runs = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        runs.append(time.perf_counter() - start)
-    return sorted(runs)[len(runs) // 2]
-
-
 def phase_times(s: Setup, base_path: str):
     """One job's rollout batch, a mixed batch of the engine's usual size and of every job, and
     one job's training, each timed alone in this process (one thread): the model's inputs."""
@@ -189,13 +180,13 @@ def _phase_times(s: Setup, base_path: str, torch):
     batch = [(j, 0) for j in range(s.jobs)]
     floor = min(s.batch_floor(), s.jobs)
     model.eval()
-    one = _median_time(lambda: sample(model, s, batch[:1]))
-    part = _median_time(lambda: sample(model, s, batch[:floor]))
-    full = _median_time(lambda: sample(model, s, batch))
+    one = timed(lambda: sample(model, s, batch[:1]), 5)
+    part = timed(lambda: sample(model, s, batch[:floor]), 5)
+    full = timed(lambda: sample(model, s, batch), 5)
     seq = sample(model, s, batch[:1])[0][1]
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=0.0)
     model.train()
-    train = _median_time(lambda: train_step(model, opt, s, 0, seq))
+    train = timed(lambda: train_step(model, opt, s, 0, seq), 5)
     return {"rollout_one_s": one, f"rollout_mixed_{floor}_s": part, f"rollout_mixed_{s.jobs}_s": full,
             "train_one_s": train, "batch_floor": floor}
 
