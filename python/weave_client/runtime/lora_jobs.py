@@ -109,6 +109,17 @@ def trainer_main(core, base_path, s: Setup, jobs, from_engine, to_engine, contro
     control.send({"train_busy_s": busy, "train_cpu_s": busy_cpu, "rewards": rewards})
 
 
+def _receive(control, procs):
+    """A child's next message; if any child died, every child is stopped and this raises."""
+    try:
+        return control.recv()
+    except EOFError:
+        for p in procs:
+            p.terminate()
+        dead = [(p.name, p.exitcode) for p in procs if p.exitcode not in (None, 0, -15)]
+        raise RuntimeError(f"a LoRA job process died: {dead}") from None
+
+
 def run_mode(s: Setup, base_path: str, mode: str):
     """Runs every job to ``s.iterations`` in ``mode``; returns its measurements."""
     import multiprocessing as mp
@@ -128,15 +139,16 @@ def run_mode(s: Setup, base_path: str, mode: str):
             mine, theirs = ctx.Pipe()
             p = ctx.Process(target=fn, args=(core, base_path, s, members, *args, theirs), daemon=True)
             p.start()
+            theirs.close()  # so a child that dies is an EOF here, not a wait forever
             procs.append(p)
             controls.append(mine)
     for c in controls:
-        if c.recv() != "ready":
+        if _receive(c, procs) != "ready":
             raise RuntimeError("a LoRA job process failed to start")
     start = time.perf_counter()
     for c in controls:
         c.send("go")
-    results = [c.recv() for c in controls]
+    results = [_receive(c, procs) for c in controls]
     wall = time.perf_counter() - start
     for p in procs:
         p.join(timeout=30)
