@@ -19,6 +19,7 @@ use weave_core::{Bytes, GroupId, JobId, Micros, Money, NodeId, Pool};
 use weave_model::named_stream;
 
 mod decision;
+mod update;
 pub use decision::{Decision, DecisionKind, Departure, PlaceError, PlacePolicy, PlacerConfig, Target};
 
 struct Candidate {
@@ -399,37 +400,6 @@ impl Placer {
         let work = prediction.work([job]);
         let cost = Money(self.cfg.train_node_price.0 * job.train_width as i64);
         Some(Candidate { kind: DecisionKind::Colocated, group: None, block: None, cost, prediction, work })
-    }
-
-    /// Replaces a placed job's estimate (online re-estimation from measured phases) and
-    /// re-predicts its group. Returns false if the job is not placed.
-    pub fn update_times(&mut self, job: JobId, times: weave_core::PhaseTimes) -> bool {
-        self.update_member(job, |j| j.times = times)
-    }
-
-    /// Re-estimation from phases a running job measured itself (the control plane): the
-    /// measurements already include the job's own switches and weight sync, so the modelled
-    /// ones are not added on top. Returns false if the job is not placed.
-    pub fn update_measured(&mut self, job: JobId, times: weave_core::PhaseTimes) -> bool {
-        self.update_member(job, |j| j.set_measured(times))
-    }
-
-    /// Replaces what admission knows of a placed job's variation (the server learns it from
-    /// measured phases). Returns false if the job is not placed.
-    pub fn update_variation(&mut self, job: JobId, variation: crate::Variation) -> bool {
-        self.update_member(job, |j| j.variation = variation)
-    }
-
-    /// Changes a placed job's placement view and re-predicts its group.
-    fn update_member(&mut self, job: JobId, change: impl FnOnce(&mut PlaceJob)) -> bool {
-        let Some(gid) = self.job_group.get(&job) else { return false };
-        let resident = self.cfg.residency.resident;
-        let g = self.group_mut(*gid).expect("placed jobs have groups");
-        if let Some(m) = g.members.iter_mut().find(|m| m.job.id == job) {
-            change(&mut m.job);
-        }
-        g.refresh(resident);
-        true
     }
 
     /// The isolated option: always SLO-feasible (alone, a job runs solo); fails only if the

@@ -276,3 +276,31 @@ fn spot_and_on_demand_jobs_never_share_a_group_and_spot_is_priced_as_spot() {
         assert!(g.members.iter().all(|m| m.job.spot == g.spot()), "a group mixes tiers");
     }
 }
+
+/// A placed job's new shape (a LoRA pack gaining a member) is taken only while its group keeps
+/// every member's SLO and host DRAM; refused, nothing changes. A shrink is always taken.
+#[test]
+fn a_reshape_that_would_break_a_partners_slo_or_dram_is_refused_and_changes_nothing() {
+    let mut p = Placer::new(config(PlacePolicy::Weave));
+    let a = p.admit(job(0, 300, 100, 1.5)).unwrap();
+    let b = p.admit(job(1, 100, 250, 1.5)).unwrap();
+    assert_eq!(a.group, b.group);
+    let before = p.group(a.group).unwrap().clone();
+    // a's rollout doubles: b, waiting for the rollout node, would exceed 1.5x.
+    assert!(!p.reshape(weave_core::JobId(0), job(0, 600, 100, 1.5), true));
+    assert_eq!(format!("{:?}", p.group(a.group).unwrap()), format!("{before:?}"), "refused: nothing changed");
+    // More state than the node's host DRAM holds.
+    let mut heavy = job(0, 300, 100, 1.5);
+    heavy.train_state_total = Bytes::from_gb_f64(4_000.0);
+    assert!(!p.reshape(weave_core::JobId(0), heavy, true));
+    // A little longer, with an adapter more of state: taken, the group re-predicted.
+    let mut grown = job(0, 320, 100, 1.5);
+    grown.train_state_total = Bytes::from_gb_f64(241.0);
+    assert!(p.reshape(weave_core::JobId(0), grown, true));
+    let g = p.group(a.group).unwrap();
+    assert_eq!(g.train_used.0 - before.train_used.0, Bytes::from_gb_f64(1.0).0);
+    assert!(g.prediction.meta_iteration >= before.prediction.meta_iteration);
+    // Without the check (a pack that shrank) it is taken whatever it does.
+    assert!(p.reshape(weave_core::JobId(0), job(0, 600, 100, 1.5), false));
+    assert!(!p.reshape(weave_core::JobId(9), job(9, 1, 1, 1.5), false), "not placed");
+}

@@ -149,7 +149,6 @@ async fn submit(
     spec.check_limits()
         .and_then(|()| spec.check_staleness(s.cfg.max_staleness))
         .and_then(|()| spec.check_environment(s.cfg.cluster.env.as_ref()))
-        .and_then(|()| spec.check_lora())
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.to_string()))?;
     if let Some(launch) = &spec.server.launch {
         s.cfg.limits.inputs.check_env(&launch.env).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;

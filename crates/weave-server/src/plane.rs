@@ -22,6 +22,7 @@ mod dispatch;
 mod gate;
 mod job;
 mod lending;
+mod lora;
 mod names;
 mod nodes;
 mod queue;
@@ -33,6 +34,7 @@ pub use gate::{Gate, RolloutGrant};
 use job::Measured;
 pub use job::{JobEntry, JobState};
 pub use lending::Loan;
+pub use lora::{AdapterSlot, Pack, PACK_TENANT};
 pub use queue::Queued;
 pub use record::{limits, LaunchSpec, PlaneError, Record, ServerFields, SubmitSpec, DEFAULT_SLO};
 pub use retention::{event_bytes, Retention};
@@ -121,6 +123,8 @@ pub struct Plane {
     /// Consolidation moves decided while their job held work, by the admission's id: each
     /// takes effect when that job's training finishes (see `consolidate::iteration_ended`).
     deferred: BTreeMap<JobId, weave_place::consolidate::Deferred>,
+    /// LoRA jobs' shared engines, by the pack's key (see `lora`).
+    packs: BTreeMap<String, lora::Pack>,
     pub stats: PlaneStats,
 }
 
@@ -172,6 +176,7 @@ impl Plane {
             lending: None,
             loans: BTreeMap::new(),
             deferred: BTreeMap::new(),
+            packs: BTreeMap::new(),
             arrivals: Default::default(),
             next_arrival: 0,
             share: None,
@@ -312,22 +317,31 @@ impl Plane {
         let us = |s: Option<f64>| s.filter(|s| s.is_finite() && *s >= 0.0).map(Micros::from_secs_f64);
         place.costs = place.costs.with_measured(us(submit.server.switch_warm_s), us(submit.server.switch_cold_s));
         place.sync = us(submit.server.sync_s).unwrap_or(place.sync);
+        self.pack_place_job(submit, &mut place);
         place
     }
 
     /// Checks a record without changing anything: only records that pass are made durable.
     pub fn check(&self, rec: &Record) -> Result<(), PlaneError> {
         match rec {
-            Record::Submit { time_us, job, .. } => {
+            Record::Submit { time_us, job, tenant } => {
                 if self.jobs.get(&job.id).is_some_and(|j| j.state == JobState::Running)
                     || self.queued(&job.id).is_some()
                 {
                     return Err(PlaneError::Duplicate(job.id.clone()));
                 }
+                self.check_lora_submission(tenant, job)?;
                 let id = self.names.next_id();
                 let spec = job.to_spec(id, Micros(*time_us))?;
                 let slo = job.allowed_slowdown();
-                match self.placer.preview(&self.place_job(&spec, slo, job)) {
+                let place = match job.job.lora.is_some() {
+                    true => match self.lora_plan(*time_us, job)? {
+                        lora::LoraPlan::Join { .. } => return Ok(()),
+                        lora::LoraPlan::Open { place, .. } => place,
+                    },
+                    false => self.place_job(&spec, slo, job),
+                };
+                match self.placer.preview(&place) {
                     Ok(_) => Ok(()),
                     // Fixed pools full now: it waits, unless it can never fit.
                     Err(
@@ -337,6 +351,9 @@ impl Plane {
                 }
             }
             Record::Cancel { job, .. } if self.queued(job).is_some() => Ok(()),
+            Record::Restart { job, .. } if self.member_refusal(job).is_some() => {
+                Err(self.member_refusal(job).expect("checked"))
+            }
             Record::Cancel { job, .. } | Record::Fail { job, .. } | Record::Restart { job, .. } => {
                 self.running(job).map(|_| ())
             }
@@ -428,6 +445,7 @@ impl Plane {
         self.last_pass_us.get_or_insert(rec.time_us());
         self.advance_usage_history(rec.time_us());
         let applied = self.apply_record(rec);
+        self.sweep_packs(rec.time_us());
         self.consolidate_pending(rec.time_us());
         // Whatever the record freed goes to the jobs waiting for it.
         self.admit_queued(rec.time_us());
@@ -458,6 +476,10 @@ impl Plane {
             }
             Record::Finish { time_us, job, phase, iteration, duration_us, meta, .. } => {
                 self.finish(*time_us, job, *phase, *iteration, Micros(*duration_us), meta.clone());
+                match phase {
+                    Phase::Rollout => self.pack_rolled(job, *iteration, meta.as_ref()),
+                    Phase::Train => self.pack_trained(*time_us, job, *iteration),
+                }
                 Ok(())
             }
             Record::NodeDown { time_us, node, reason } => {
@@ -579,6 +601,7 @@ impl Plane {
     }
 
     fn end(&mut self, time_us: u64, name: &str, state: JobState, failure: Option<String>) {
+        self.leave_pack(time_us, name);
         let group = self.group_of(name);
         self.return_loan(time_us, name, "its admission ended");
         let j = self.jobs.get_mut(name).map(Arc::make_mut).expect("checked");

@@ -402,7 +402,7 @@ impl Shared {
         let offset_us = plane.last_time_us().map_or(0, |t| t + 1);
         let now = Instant::now();
         // Running jobs get a fresh heartbeat grace period after a restart.
-        let heartbeats = plane.jobs().filter(|j| j.state == JobState::Running).map(|j| (j.name.clone(), now)).collect();
+        let heartbeats = plane.jobs().filter(|j| j.watched()).map(|j| (j.name.clone(), now)).collect();
         let (changed, _) = watch::channel(plane.version);
         Ok(Shared {
             cfg,
@@ -497,7 +497,7 @@ impl Shared {
         let Inner { plane, heartbeats, .. } = &mut *g;
         for e in plane.events_from(seen) {
             match e.kind.as_str() {
-                "admitted" => {
+                "admitted" if plane.job(&e.job).is_some_and(|j| j.watched()) => {
                     heartbeats.insert(e.job.clone(), Instant::now());
                 }
                 // An admission that ended (here or as a side effect: completion, preemption,
@@ -523,7 +523,7 @@ impl Shared {
                 let Inner { plane, heartbeats, .. } = &mut *g;
                 heartbeats.retain(|name, _| plane.job(name).is_some_and(|j| j.state == JobState::Running));
                 let now = Instant::now();
-                for j in plane.jobs().filter(|j| j.state == JobState::Running && j.submitted_us == *time_us) {
+                for j in plane.jobs().filter(|j| j.watched() && j.submitted_us == *time_us) {
                     heartbeats.insert(j.name.clone(), now);
                 }
             }

@@ -56,7 +56,24 @@ pub(crate) fn loan_of(plane: &crate::plane::Plane, j: &JobEntry) -> Option<LoanV
 
 /// [`view`] with what the plane knows beyond the entry (preemption notices, loans).
 fn placed_view(plane: &crate::plane::Plane, j: &JobEntry) -> JobView {
-    JobView { preemption_notice: notice_of(plane, j), loan: loan_of(plane, j), ..view(j) }
+    let v = JobView { preemption_notice: notice_of(plane, j), loan: loan_of(plane, j), ..view(j) };
+    let members = plane.pack(&j.name).map(|p| p.members.clone());
+    // A running LoRA job is where its pack is.
+    let pack = j.adapter.as_ref().filter(|_| j.state == JobState::Running).and_then(|a| plane.job(&a.pack));
+    match pack.filter(|p| p.state == JobState::Running) {
+        Some(p) => {
+            let at = view(p);
+            JobView {
+                group: at.group,
+                placement: Some("lora-pack".into()),
+                rollout_nodes: at.rollout_nodes,
+                training_nodes: at.training_nodes,
+                members,
+                ..v
+            }
+        }
+        None => JobView { members, ..v },
+    }
 }
 
 /// A job as clients see it.
@@ -125,6 +142,13 @@ pub struct JobView {
     /// running jobs are assumed to take their remaining iterations at their SLO.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimated_start_s: Option<f64>,
+    /// A LoRA job's place: its pack (the shared engine and trainer, whose nodes are the job's)
+    /// and its adapter slot there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<crate::plane::AdapterSlot>,
+    /// A LoRA pack's members by adapter slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub members: Option<std::collections::BTreeMap<u32, String>>,
 }
 
 /// What an agentic job may hold of the environment pool, what it declared, and the medians
@@ -256,6 +280,8 @@ pub fn view(j: &JobEntry) -> JobView {
         queue_position: None,
         queue_reason: None,
         estimated_start_s: None,
+        adapter: j.adapter.clone(),
+        members: None,
     }
 }
 
@@ -403,6 +429,8 @@ pub fn queued_view(q: &crate::plane::Queued, position: usize, start_in_us: Optio
         queue_position: Some(position),
         queue_reason: Some(q.reason.clone()),
         estimated_start_s: start_in_us.map(|us| us as f64 / 1e6),
+        adapter: None,
+        members: None,
     }
 }
 

@@ -139,13 +139,15 @@ fn malformed_and_oversized_bodies_are_refused_clearly() {
         (json!({ "id": "x", "type": "7B_8k", "agentic": agentic(1.0) }), "`agentic`"),
         (json!({ "id": "x", "type": "7B_8k", "agentic": agentic(-1.0) }), "`agentic.env.mean_s`"),
         // A LoRA adapter of an unknown base, of a base of another size, or of a rank above the
-        // targeted modules' smaller side; a valid one is refused until the server grants
-        // shared engines (the replay models them).
+        // targeted modules' smaller side; an off-policy one (a pack pipelines its members).
         (json!({ "id": "x", "type": "7B_8k", "lora": { "base": "gpt-9", "rank": 8 } }), "`lora.base`"),
         (json!({ "id": "x", "type": "8B_8k", "lora": { "base": "qwen2.5-7b", "rank": 8 } }), "`lora.base`"),
         (json!({ "id": "x", "type": "7B_8k", "lora": { "base": "qwen2.5-7b", "rank": 600 } }), "`lora.rank`"),
         (json!({ "id": "x", "type": "7B_8k", "lora": { "base": "qwen2.5-7b", "rank": 8, "alpha": 16 } }), "alpha"),
-        (json!({ "id": "x", "type": "7B_8k", "lora": { "base": "qwen2.5-7b", "rank": 8 } }), "`lora`"),
+        (
+            json!({ "id": "x", "type": "7B_8k", "staleness": 1, "lora": { "base": "qwen2.5-7b", "rank": 8 } }),
+            "`staleness`",
+        ),
     ] {
         let (st, msg) = post(bad.to_string());
         assert!(st == 400 && msg.contains(field), "{bad}: {st} {msg}");

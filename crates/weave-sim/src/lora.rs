@@ -21,10 +21,7 @@ use weave_model::ProfileModel;
 use weave_place::lora::{form_packs, pack_slo, Candidate};
 use weave_place::PlaceJob;
 
-/// Share of each member's slack a pack leaves for the group it joins: 0.6, chosen on the LoRA
-/// mix's seeds 1-3 among 0, 0.2, 0.4, 0.6 and 0.8 (the only one never below
-/// `weave-full-model` there and on held-out seeds 4-5; see docs/experiments/lora.md).
-pub const PACK_HEADROOM: f64 = 0.6;
+pub use weave_place::lora::PACK_HEADROOM;
 
 /// `jobs` with the LoRA jobs of each arrival instant formed into packs (a pack of one stays the
 /// job it was). Jobs keep their streams (`spec.id`); the placer's ids are renumbered to the

@@ -68,12 +68,14 @@ pub(super) async fn phase_start(
                     g.plane.job(&key).map(|j| {
                         let loan = crate::views::loan_of(&g.plane, j).filter(|_| phase == Phase::Rollout);
                         let env = crate::views::environment_grant(j, phase);
-                        (j.id.0, j.gate.rollout.map(|r| r.weights), crate::views::notice_of(&g.plane, j), loan, env)
+                        let adapters = g.plane.pack_adapters(&key, iteration);
+                        let weights = j.gate.rollout.map(|r| r.weights);
+                        (j.id.0, weights, crate::views::notice_of(&g.plane, j), loan, (env, adapters))
                     })
                 })
                 .flatten()
         };
-        if let Some((a, weights, notice, loan, env)) = admission {
+        if let Some((a, weights, notice, loan, (env, adapters))) = admission {
             let mut body =
                 json!({ "status": "granted", "job": name, "phase": phase.name(), "iteration": iteration, "uid": a });
             // The weights version the rollout samples with (the iteration itself on-policy).
@@ -93,6 +95,11 @@ pub(super) async fn phase_start(
             // the next rollout's to start now.
             if let Some(e) = env {
                 body["environment"] = e;
+            }
+            // A LoRA pack's phase: the members whose prompts it samples and whose adapters it
+            // trains, each with its adapter slot.
+            if let Some(a) = adapters {
+                body["adapters"] = a;
             }
             // With tracing on, the phase span's context: the job's own spans nest under it.
             if s.telemetry.is_some() {

@@ -18,6 +18,10 @@ impl Plane {
         carried: Option<(PhaseTimes, Measured)>,
         target: Option<Target>,
     ) -> Result<(), PlaneError> {
+        // A LoRA job joins (or opens) a pack; the pack itself is admitted below.
+        if submit.job.lora.is_some() && !self.is_pack(&submit.id) {
+            return self.admit_lora(time_us, tenant, submit);
+        }
         let id = self.names.next_id();
         let spec = submit.to_spec(id, Micros(time_us))?;
         let slo = submit.allowed_slowdown();
@@ -81,6 +85,7 @@ impl Plane {
                 iteration_started_us: time_us,
                 pending_join: None,
                 train_granted_us: None,
+                adapter: None,
             }),
         );
         self.event(ev(time_us, &submit.id, "admitted", None, None, Some(group)));

@@ -135,6 +135,11 @@ impl Plane {
         if stale && phase == Phase::Rollout {
             meta.get_or_insert_with(|| serde_json::json!({}))["weights"] = serde_json::json!(weights);
         }
+        // A pack's rollout names the members in its batch and their adapter slots.
+        if let Some(adapters) = (phase == Phase::Rollout).then(|| self.pack_rollout_granted(&name, iteration)).flatten()
+        {
+            meta.get_or_insert_with(|| serde_json::json!({}))["adapters"] = adapters;
+        }
         self.event(PlaneEvent { meta, ..ev(time_us, &name, "grant", Some(phase), Some(iteration), Some(g)) });
         if phase == Phase::Rollout {
             self.lend_on_rollout(time_us, &name, g, iteration);
@@ -149,6 +154,9 @@ impl Plane {
             return waiting;
         }
         let j = self.running(name)?;
+        if let Some(refused) = self.member_refusal(name) {
+            return Err(refused);
+        }
         j.gate.may_ask(phase, iteration).map_err(|r| PlaneError::Conflict { job: name.into(), reason: r.0 })?;
         Ok(j.gate.is_granted(phase, iteration))
     }

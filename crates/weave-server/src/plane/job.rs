@@ -80,6 +80,9 @@ pub struct JobEntry {
     /// When its running training was granted (lending reads when it should end).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) train_granted_us: Option<u64>,
+    /// A LoRA job's pack and adapter slot (it runs in the pack's shared engine; see `lora`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<super::AdapterSlot>,
 }
 
 /// Recent measured (rollout, training) durations.
@@ -157,6 +160,12 @@ impl HostBytes {
 }
 
 impl JobEntry {
+    /// Running with a driver of its own, whose heartbeats keep it alive (a LoRA job in a pack
+    /// has none: its pack's driver runs it).
+    pub fn watched(&self) -> bool {
+        self.state == JobState::Running && self.adapter.is_none()
+    }
+
     /// Admitted for a backend to launch, and no phase asked for yet (see `Record::Ready`).
     pub fn starting(&self) -> bool {
         self.state == JobState::Running && self.pending_join.is_some()

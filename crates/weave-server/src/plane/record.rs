@@ -236,19 +236,6 @@ impl SubmitSpec {
         }
     }
 
-    /// Refuses a LoRA job: the replay models shared-base engines, but the server's grants do
-    /// not yet name a shared engine and an adapter slot, and running it as a full-model job
-    /// would hold a whole engine and trainer for megabytes of state without saying so.
-    pub fn check_lora(&self) -> Result<(), PlaneError> {
-        match &self.job.lora {
-            Some(_) => Err(PlaneError::Invalid {
-                field: "lora".into(),
-                reason: "this server does not schedule LoRA jobs on shared engines yet; submit the job without `lora` to run it as a full-model job".into(),
-            }),
-            None => Ok(()),
-        }
-    }
-
     /// Refuses a staleness above what this server allows (`--max-staleness`); a malformed one
     /// is refused with the trace reader's reason.
     pub fn check_staleness(&self, max: u32) -> Result<(), PlaneError> {

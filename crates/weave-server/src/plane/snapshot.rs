@@ -59,6 +59,9 @@ struct Snapshot {
     /// Consolidation moves waiting for their job's training to finish (left out when none are).
     #[serde(default)]
     deferred: Vec<(JobId, Deferred)>,
+    /// LoRA packs' members and rounds (left out when there are none).
+    #[serde(default)]
+    packs: BTreeMap<String, super::Pack>,
 }
 
 /// [`Snapshot`] borrowed from a plane (written without copying the state first).
@@ -87,6 +90,8 @@ struct SnapshotRef<'a> {
     loans: Vec<(&'a (GroupId, u32), &'a Loan)>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     deferred: Vec<(&'a JobId, &'a Deferred)>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    packs: &'a BTreeMap<String, super::Pack>,
 }
 
 #[derive(Serialize)]
@@ -145,6 +150,7 @@ impl Plane {
             notices: self.notices.iter().collect(),
             loans: self.loans().collect(),
             deferred: self.deferred.iter().collect(),
+            packs: &self.packs,
         };
         ciborium::into_writer(&snap, out).map_err(|e| match e {
             ciborium::ser::Error::Io(e) => e,
@@ -198,6 +204,7 @@ impl Plane {
         self.notices = snap.notices.into_iter().collect();
         self.loans = snap.loans.into_iter().collect();
         self.deferred = snap.deferred.into_iter().collect();
+        self.packs = snap.packs;
         self.version = snap.plane_version;
         Ok(self)
     }
