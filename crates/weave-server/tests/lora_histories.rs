@@ -12,11 +12,17 @@ use weave_server::plane::{JobState, Plane, Record, SubmitSpec};
 
 const S: u64 = 1_000_000;
 
-fn plane() -> Plane {
+/// Fixed pools of three nodes each; consolidation (co-located mode and moves) on odd seeds.
+fn plane(seed: u64) -> Plane {
     let cluster = ClusterConfig::default();
     let mut cfg = PlacerConfig::for_cluster(&cluster, PlacePolicy::Weave, true, true, 0);
     cfg.capacity = Some((3, 3));
-    Plane::new(cluster, cfg)
+    let p = Plane::new(cluster, cfg);
+    if seed % 2 == 1 {
+        p.with_consolidation(Default::default())
+    } else {
+        p
+    }
 }
 
 fn step(p: &Plane, (kind, a, b): (u8, u8, u8), n: usize, t: u64) -> Option<Record> {
@@ -98,7 +104,7 @@ fn seeded_histories_keep_members_in_their_slots_and_restore_exactly() {
             (x >> 33) as u8
         };
         let ops: Vec<(u8, u8, u8)> = (0..200).map(|_| (next(), next(), next())).collect();
-        let mut p = plane();
+        let mut p = plane(seed);
         let mut records = Vec::new();
         let mut slots = BTreeMap::new();
         let mut t = 0;
@@ -117,13 +123,14 @@ fn seeded_histories_keep_members_in_their_slots_and_restore_exactly() {
             records.push(r);
         }
         for k in [0, records.len() / 3, records.len() / 2, records.len()] {
-            let head = replay(plane(), &records[..k]);
-            let resumed = replay(plane().restore(&head.snapshot()).unwrap(), &records[k..]);
+            let head = replay(plane(seed), &records[..k]);
+            let resumed = replay(plane(seed).restore(&head.snapshot()).unwrap(), &records[k..]);
             assert!(p.snapshot() == resumed.snapshot(), "seed {seed}: differs after a cut at {k}");
         }
     }
     assert!(most_members >= 3, "packs never grew past {most_members} members");
-    for kind in ["member-joined", "member-left", "completed", "cancelled", "readmitted", "node-down", "queued"] {
+    for kind in ["member-joined", "member-left", "completed", "cancelled", "readmitted", "node-down", "queued", "moved"]
+    {
         assert!(seen.contains(kind), "no {kind} event in any history: {seen:?}");
     }
 }
@@ -132,7 +139,7 @@ fn seeded_histories_keep_members_in_their_slots_and_restore_exactly() {
 /// pack's training, and a member refuses phases of its own.
 #[test]
 fn a_member_is_credited_by_its_packs_training_only() {
-    let mut p = plane();
+    let mut p = plane(0);
     let job: SubmitSpec = serde_json::from_value(serde_json::json!({
         "id": "a", "type": "7B_8k", "iterations": 2, "slo": 2.0, "lora": { "base": "qwen2.5-7b", "rank": 8 }
     }))

@@ -69,9 +69,6 @@ impl Plane {
         if submit.job.lora.is_none() {
             return Ok(());
         }
-        if self.churn.is_some() {
-            return bad("lora", "LoRA jobs share engines on a disaggregated server; this one consolidates (run `weave serve --disagg-only`)");
-        }
         if self.share.is_some() {
             return bad("lora", "LoRA packs are not charged to tenants' quotas yet; this server has quotas");
         }
