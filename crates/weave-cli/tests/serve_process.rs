@@ -529,6 +529,24 @@ fn a_trl_job_learns_under_the_gate_and_resumes_after_a_preemption() {
     run_checker(&py, "check_trl.py", &args);
 }
 
+/// LoRA jobs of one base in one pack under the gate, on transformers + peft: three jobs share
+/// one engine and one trainer through the pack's driver (`weave_client.runtime.lora_pack`); a
+/// short one completes and frees its slot, the two long ones learn their own tasks to 0.9 and
+/// complete on their own counts, and the pack ends with them. The checks live in
+/// `python/tests/check_lora_pack.py`. `WEAVE_TORCH_PYTHON` names a Python with the `lora` extra.
+#[test]
+#[ignore = "needs the lora extra in WEAVE_TORCH_PYTHON: .ci/run runs it with --ignored"]
+fn lora_jobs_learn_in_one_pack_under_the_gate() {
+    let test = "lora_jobs_learn_in_one_pack_under_the_gate";
+    let py = std::env::var("WEAVE_TORCH_PYTHON").ok();
+    weave_testkit::require(test, py.is_some(), "WEAVE_TORCH_PYTHON is not set (a Python with ./python[lora])");
+    let py = py.expect("checked");
+    let d = dir("lora-pack");
+    let tenants = format!("[[tenant]]\nname = \"ops\"\ntoken_sha256 = \"{}\"\nadmin = true\n", token_hash(TOKEN));
+    let serve = fixed_pools_serve(&d, &tenants, 1, "");
+    run_checker(&py, "check_lora_pack.py", &["--serve-cmd", &serve, "--admin", TOKEN]);
+}
+
 /// Runs `python/tests/<script>` with `args`; it must exit 0.
 fn run_checker(py: &str, script: &str, args: &[&str]) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python");

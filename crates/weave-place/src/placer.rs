@@ -389,14 +389,7 @@ impl Placer {
         if !self.cfg.colocate {
             return None;
         }
-        let prediction = Prediction::colocated(job)?;
-        if prediction.coexec[0].0 as f64 > job.slo * job.solo().0 as f64 {
-            return None;
-        }
-        // Under its variation too, as for a group (a stale job's solo overlaps its phases).
-        if crate::group::colocated_slowdown(job).is_some_and(|s| s > job.slo) {
-            return None;
-        }
+        let prediction = colocated_within_slo(job)?;
         let work = prediction.work([job]);
         let cost = Money(self.cfg.train_node_price.0 * job.train_width as i64);
         Some(Candidate { kind: DecisionKind::Colocated, group: None, block: None, cost, prediction, work })
@@ -651,6 +644,19 @@ impl Placer {
         }
         Ok(Departure { job, group: gid, released, dissolved })
     }
+}
+
+/// `job` alone on its training nodes, both phases there, if that keeps its SLO (under its
+/// variation too, as for a group: a stale job's solo overlaps its phases).
+fn colocated_within_slo(job: &PlaceJob) -> Option<Prediction> {
+    let prediction = Prediction::colocated(job)?;
+    if prediction.coexec[0].0 as f64 > job.slo * job.solo().0 as f64 {
+        return None;
+    }
+    if crate::group::colocated_slowdown(job).is_some_and(|s| s > job.slo) {
+        return None;
+    }
+    Some(prediction)
 }
 
 fn pool_index(pool: Pool) -> usize {

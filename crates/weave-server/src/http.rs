@@ -5,7 +5,7 @@ use crate::auth::Caller;
 use crate::history::HistoryView;
 use crate::plane::{JobState, PlaneError, Record, SubmitSpec};
 use crate::state::{Inner, ServeError, Shared};
-use crate::views::{events_for, for_caller, key_of, lookup, view, JobView};
+use crate::views::{events_for, for_caller, key_of, lookup, JobView};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -181,7 +181,8 @@ async fn submit(
     if let Some(d) = decision.as_mut() {
         d.slowdowns.retain(|(id, _)| *id == j.id);
     }
-    Ok((StatusCode::CREATED, Json(json!({ "job": for_caller(view(j), &c), "decision": decision }))))
+    let job = lookup(&g.plane, &name, now_us, &c).map(|v| for_caller(v, &c));
+    Ok((StatusCode::CREATED, Json(json!({ "job": job, "decision": decision }))))
 }
 
 async fn show_job(

@@ -31,7 +31,7 @@ impl Placer {
     /// member: other phases, an adapter more or less of state, another SLO). With `must_hold`
     /// the change is made only if the group still keeps every member's SLO and its host DRAM
     /// takes the new state; without, it is made regardless (a pack that shrank). Returns whether
-    /// it was made; never for a job not placed or one in a co-located group.
+    /// it was made; never for a job not placed.
     pub fn reshape(&mut self, job: JobId, changed: PlaceJob, must_hold: bool) -> bool {
         let Some(group) = self.reshaped(job, changed, must_hold) else { return false };
         self.groups.insert(group.id, Arc::new(group));
@@ -44,28 +44,29 @@ impl Placer {
         let res = &self.cfg.residency;
         let mut g = Group::clone(self.groups.get(gid)?);
         let pos = g.members.iter().position(|m| m.job.id == job)?;
-        if g.colocated {
-            return None;
-        }
         let (old, block) = (&g.members[pos].job, g.members[pos].block);
         let width = g.training_nodes.len().max(1) as u64;
-        // Host DRAM is only counted when state stays resident.
-        let used = g.block(block).map_or(0, |b| b.used.0);
-        let rollout_used = used.saturating_sub(old.rollout_state.0).saturating_add(changed.rollout_state.0);
+        // Host DRAM is only counted when state stays resident (a co-located member holds no
+        // rollout block).
+        let used = g.block(block).map(|b| b.used.0.saturating_sub(old.rollout_state.0) + changed.rollout_state.0);
         let train_used = (g.train_used.0.saturating_sub(old.train_state_total.0 / width))
             .saturating_add(changed.train_state_total.0 / width);
-        let memory_fits = !res.resident || (rollout_used <= res.rollout_dram.0 && train_used <= res.train_dram.0);
+        let rollout_fits = used.is_none_or(|u| u <= res.rollout_dram.0);
+        let memory_fits = !res.resident || (rollout_fits && train_used <= res.train_dram.0);
         g.members[pos].job = PlaceJob { id: job, ..changed };
-        let members = g.timing_members(None, res.resident);
-        g.prediction = if must_hold {
-            let jobs: Vec<&PlaceJob> = g.members.iter().map(|m| &m.job).collect();
-            crate::group::predict_within_slo(&members, &jobs).filter(|_| memory_fits)?
-        } else {
-            crate::group::predict(&members)
+        let jobs: Vec<&PlaceJob> = g.members.iter().map(|m| &m.job).collect();
+        g.prediction = match (g.colocated, must_hold) {
+            (true, true) => super::colocated_within_slo(jobs[0]).filter(|_| memory_fits)?,
+            (true, false) => crate::group::Prediction::colocated(jobs[0])?,
+            (false, true) => {
+                let members = g.timing_members(None, res.resident);
+                crate::group::predict_within_slo(&members, &jobs).filter(|_| memory_fits)?
+            }
+            (false, false) => crate::group::predict(&g.timing_members(None, res.resident)),
         };
         if res.resident {
-            if let Some(b) = g.blocks.iter_mut().find(|b| b.id == block) {
-                b.used = Bytes(rollout_used);
+            if let (Some(b), Some(u)) = (g.blocks.iter_mut().find(|b| b.id == block), used) {
+                b.used = Bytes(u);
             }
             g.train_used = Bytes(train_used);
         }
