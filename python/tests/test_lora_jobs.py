@@ -87,5 +87,21 @@ class LearningTest(unittest.TestCase):
                 self.assertAlmostEqual(x, y, places=5)
 
 
+class PredictionTest(unittest.TestCase):
+    def test_in_situ_rounds_are_the_pack_halves_and_the_convoy(self):
+        s = lj.Setup(jobs=4)
+        costs = {"shared": {"rollout_batch_s": 0.06, "jobs_per_batch": 2.0, "train_one_s": 0.03},
+                 "separate": {"rollout_one_s": 0.04, "train_one_s": 0.035}}
+        p = lora_jobs.predict_in_situ(s, costs)
+        # Shared: max(2 x 0.06, 4 x 0.03, 0.06 + 2 x 0.03) = 0.12 s a round of 4 iterations.
+        self.assertAlmostEqual(p["shared_iterations_per_node_hour"], 4 / (2 * 0.12 / 3600))
+        # Separate pairs convoy: 4 x (0.04 + 0.035) = 0.3 s.
+        self.assertAlmostEqual(p["separate_iterations_per_node_hour"], 4 / (2 * 0.3 / 3600))
+        self.assertAlmostEqual(p["shared_over_separate"], 0.3 / 0.12)
+        # A trainer-bound pack: its trainings set the round.
+        costs["shared"]["train_one_s"] = 0.05
+        self.assertAlmostEqual(lora_jobs.predict_in_situ(s, costs)["shared_over_separate"], 0.3 / 0.2)
+
+
 if __name__ == "__main__":
     unittest.main()

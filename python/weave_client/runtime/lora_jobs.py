@@ -203,6 +203,34 @@ def _phase_times(s: Setup, base_path: str, torch):
             "train_one_s": train, "batch_floor": floor}
 
 
+def in_situ(s: Setup, base_path: str, iterations: int = 60):
+    """The phase costs under the contention each way runs in, from a short calibration run of
+    it (``iterations`` per job, apart from the measured run): CPU seconds per mixed batch (its
+    mean size) and per training in the shared way, per rollout and per training in the
+    separate way (four working sets sharing a core's caches). What the server's re-estimation
+    does with a job's first measured phases."""
+    short = dataclasses.replace(s, iterations=iterations)
+    shared, separate = run_mode(short, base_path, "shared"), run_mode(short, base_path, "separate")
+    n = s.jobs * iterations
+    return {
+        "calibration_iterations": iterations,
+        "shared": {"rollout_batch_s": shared["rollout_cpu_s"] / shared["rollout_batches"],
+                   "jobs_per_batch": n / shared["rollout_batches"], "train_one_s": shared["train_cpu_s"] / n},
+        "separate": {"rollout_one_s": separate["rollout_cpu_s"] / n, "train_one_s": separate["train_cpu_s"] / n},
+    }
+
+
+def predict_in_situ(s: Setup, costs):
+    """``predict``'s rounds with the phase costs ``in_situ`` measured: a shared round runs n / f
+    mixed batches of f jobs (f their measured mean) against n trainings; separate pairs convoy."""
+    n, sh, sep = s.jobs, costs["shared"], costs["separate"]
+    f, rf, t = sh["jobs_per_batch"], sh["rollout_batch_s"], sh["train_one_s"]
+    rounds = {"shared": max(n / f * rf, n * t, rf + f * t), "separate": n * (sep["rollout_one_s"] + sep["train_one_s"])}
+    out = {f"{k}_iterations_per_node_hour": n / (2 * v / 3600.0) for k, v in rounds.items()}
+    out["shared_over_separate"] = rounds["separate"] / rounds["shared"]
+    return out
+
+
 def predict(s: Setup, alone):
     """Each way's round (every job one iteration) and iterations per node-hour, from the phase
     times measured alone.
@@ -245,11 +273,15 @@ def main(argv=None):
         base_path = os.path.join(d, "base.pt")
         torch.save(pretrain_base(s).state_dict(), base_path)
         out["alone"] = phase_times(s, base_path)
+        if a.mode == "both":
+            out["in_situ"] = in_situ(s, base_path)
         for mode in (["shared", "separate"] if a.mode == "both" else [a.mode]):
             out[mode] = run_mode(s, base_path, mode)
             for job in out[mode]["jobs"]:
                 del job["rewards"]  # the curve per 10 iterations is printed
     out["predicted"] = predict(s, out["alone"])
+    if "in_situ" in out:
+        out["predicted_in_situ"] = predict_in_situ(s, out["in_situ"])
     if "shared" in out and "separate" in out:
         out["shared_over_separate"] = out["shared"]["iterations_per_node_hour"] / out["separate"]["iterations_per_node_hour"]
     print(json.dumps(out, indent=1))
