@@ -48,7 +48,7 @@ enum Command {
     #[command(subcommand)]
     Group(group_cmd::GroupCommand),
     /// Run the control plane: admit jobs, place them, gate their phases (HTTP/JSON).
-    Serve(serve_cmd::ServeArgs),
+    Serve(Box<serve_cmd::ServeArgs>),
     /// Jobs on a running `weave serve`.
     #[command(subcommand)]
     Job(client_cmd::JobCommand),
@@ -81,7 +81,7 @@ fn main() {
         Command::Trace(cmd) => trace_cmd::run(cmd),
         Command::Config(cmd) => config_cmd::run(cmd),
         Command::Group(cmd) => group_cmd::run(cmd),
-        Command::Serve(args) => serve_cmd::serve(args),
+        Command::Serve(args) => serve_cmd::serve(*args),
         Command::Job(cmd) => client_cmd::job(cmd),
         Command::Token(cmd) => serve_cmd::token(cmd),
         Command::Sync(cmd) => sync_cmd::run(cmd),

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use weave_server::plane::Record;
+use weave_server::state::replicated::EtcdConfig;
 use weave_server::{Capacity, ServerConfig, Shared, Tenants};
 
 #[derive(clap::Args)]
@@ -137,6 +138,18 @@ pub struct ServeArgs {
     /// Such reads a token may send at once before their per-second rate applies.
     #[arg(long, default_value_t = 20)]
     read_rate_limit_burst: u32,
+    /// Keep the record log in this etcd cluster (client URLs), shared by replicas: one serves,
+    /// the others stand by until its leadership lease (--lease-s) expires.
+    #[arg(long, value_delimiter = ',')]
+    etcd: Vec<String>,
+    /// Where this Weave's keys live in etcd.
+    #[arg(long, default_value = "/weave")]
+    etcd_prefix: String,
+    /// This replica's name in etcd (default: host name and process id).
+    #[arg(long)]
+    replica: Option<String>,
+    #[arg(long, default_value_t = 5)]
+    lease_s: i64,
     /// Snapshot the plane and drop the records it covers once this many records follow the
     /// last snapshot (restart then replays at most this many); 0: never.
     #[arg(long, default_value_t = weave_server::DEFAULT_SNAPSHOT_EVERY)]
@@ -342,7 +355,14 @@ fn server_config(
         min_free_bytes: args.min_free_mib << 20,
         snapshot_every_bytes: args.snapshot_every_mib << 20,
         max_jobs_per_tenant: args.max_jobs_per_tenant,
+        etcd: etcd_config(args)?,
     })
+}
+
+/// `--etcd` and its settings, if given.
+fn etcd_config(a: &ServeArgs) -> Result<Option<EtcdConfig>> {
+    let e = (!a.etcd.is_empty()).then(|| EtcdConfig::new(&a.etcd, &a.etcd_prefix, a.replica.clone(), a.lease_s));
+    e.transpose().map_err(|e| anyhow::anyhow!(e))
 }
 
 pub fn serve(args: ServeArgs) -> Result<()> {

@@ -65,7 +65,9 @@ impl From<ServeError> for ApiError {
             }
             // The disk refused the write: nothing changed; the client may retry once the store
             // is ready again (`/readyz`).
-            ServeError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+            // So did etcd (no quorum) or this replica no longer leads: nothing was
+            // acknowledged.
+            ServeError::Store(_) | ServeError::Replicated(_) => StatusCode::SERVICE_UNAVAILABLE,
             ServeError::Recovery { .. } | ServeError::Snapshot { .. } | ServeError::Placement { .. } => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
@@ -355,6 +357,9 @@ async fn metrics(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<
     let text = if c.admin {
         let mut text = crate::metrics::render(&g.plane);
         crate::metrics::parked(&mut text, s.parked.load(std::sync::atomic::Ordering::SeqCst));
+        if let (Some(e), Some(records)) = (&s.cfg.etcd, g.replicated_records()) {
+            crate::metrics::replica(&mut text, &e.replica, records);
+        }
         text
     } else {
         crate::metrics::render_tenant(&g.plane, &c.tenant, c.job.as_deref())

@@ -5,6 +5,7 @@
 #![recursion_limit = "256"]
 
 pub mod auth;
+mod durable;
 mod history;
 pub mod http;
 pub mod limits;
@@ -47,10 +48,21 @@ pub async fn serve(
     let tick = Duration::from_millis(250).min(shared.cfg.heartbeat_timeout / 4).max(Duration::from_millis(10));
     let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut trims = FreedMemory::new(connections.clone());
+    // A replica that lost its leadership stops serving (another may lead now).
+    let (deposed_tx, mut deposed) = tokio::sync::oneshot::channel::<()>();
+    let mut deposed_tx = Some(deposed_tx);
     tokio::spawn(async move {
         let mut last_sweep = tokio::time::Instant::now();
         loop {
             tokio::time::sleep(tick).await;
+            let r = reaper.clone();
+            let leading = tokio::task::spawn_blocking(move || r.keep_leading()).await.unwrap_or(true);
+            if !leading {
+                if let Some(tx) = deposed_tx.take() {
+                    let _ = tx.send(());
+                }
+                continue;
+            }
             let r = reaper.clone();
             // The store's fsync blocks: keep it off the async workers.
             let _ = tokio::task::spawn_blocking(move || {
@@ -77,10 +89,15 @@ pub async fn serve(
     let app = http::router(shared.clone(), rate, reads);
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
+    let mut lost = false;
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
             () = &mut shutdown => break,
+            Ok(()) = &mut deposed => {
+                lost = true;
+                break;
+            }
         };
         let (stream, peer) = match accepted {
             Ok(a) => a,
@@ -121,6 +138,11 @@ pub async fn serve(
     // Spans still buffered go out before the process ends (the flush blocks: off the workers).
     if shared.telemetry.is_some() {
         let _ = tokio::task::spawn_blocking(move || shared.telemetry.as_ref().map(|t| t.shutdown())).await;
+    }
+    if lost {
+        let why = "this replica lost its leadership of the replicated log (its lease expired): another replica \
+                   serves now; restart this one to stand by";
+        return Err(std::io::Error::other(why));
     }
     Ok(())
 }

@@ -150,6 +150,15 @@ pub fn parked(out: &mut String, n: u64) {
     let _ = writeln!(out, "weave_parked_phase_requests {n}");
 }
 
+/// A replica of `weave serve --etcd` answering is the active one: its name and the records in
+/// the replicated log (a standby answers 503 until it leads).
+pub fn replica(out: &mut String, name: &str, records: u64) {
+    family(out, "weave_replica_active", "gauge", "1 on the replica that leads the replicated log (it is answering).");
+    let _ = writeln!(out, "weave_replica_active{{replica=\"{}\"}} 1", label(name));
+    family(out, "weave_replicated_log_records", "gauge", "Records in the replicated log in etcd.");
+    let _ = writeln!(out, "weave_replicated_log_records {records}");
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -15,8 +15,10 @@ use weave_place::{PlacePolicy, PlacerConfig};
 use weave_store::{Store, StoreError};
 
 mod placement_record;
+use crate::durable::Durable;
 pub use crate::limits::InputLimits;
 use placement_record::{check_placement, record_placement};
+pub mod replicated;
 
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -50,6 +52,9 @@ pub struct ServerConfig {
     /// than a twentieth of the volume, on a small one): a write may fail there however a
     /// small probe fares.
     pub min_free_bytes: u64,
+    /// Keep the record log in this etcd cluster instead of the embedded store: several
+    /// replicas share it, one active (`None`: the embedded store in `data_dir`).
+    pub etcd: Option<replicated::EtcdConfig>,
 }
 
 impl ServerConfig {
@@ -74,6 +79,7 @@ impl ServerConfig {
             snapshot_every_bytes: DEFAULT_SNAPSHOT_EVERY_BYTES,
             max_jobs_per_tenant: DEFAULT_MAX_JOBS_PER_TENANT,
             min_free_bytes: DEFAULT_MIN_FREE_BYTES,
+            etcd: None,
         }
     }
 }
@@ -198,6 +204,19 @@ pub enum ServeError {
     Snapshot { at: u64, message: String },
     #[error("{path}: {message}")]
     Placement { path: String, message: String },
+    /// etcd refused or could not take the write (no quorum, deposed): nothing was
+    /// acknowledged.
+    #[error("the replicated log: {0}")]
+    Replicated(String),
+}
+
+impl From<crate::durable::NotWritten> for ServeError {
+    fn from(e: crate::durable::NotWritten) -> ServeError {
+        match e {
+            crate::durable::NotWritten::Store(s) => ServeError::Store(s),
+            crate::durable::NotWritten::Replicated(r) => ServeError::Replicated(r),
+        }
+    }
 }
 
 /// A plane configured as `cfg` says, with no state yet.
@@ -242,7 +261,7 @@ pub struct Inner {
     pub plane: Plane,
     /// Appended to with the plane's lock released (see [`Shared::commit`]): locked after
     /// `inner` when both are held, never before it.
-    store: Arc<Mutex<Store>>,
+    store: Arc<Mutex<Durable>>,
     /// Last heartbeat (or admission / restart) per running job.
     pub heartbeats: BTreeMap<String, Instant>,
     /// The plane's events as readers take them out of the lock.
@@ -309,12 +328,12 @@ fn owned_by(plane: &Plane, c: &crate::Caller, rec: &Record) -> Result<(), PlaneE
 
 /// The store's lock. A poisoned lock means a panic mid-append: the store itself reports what
 /// it wrote, so its state is still the truth.
-fn lock_store(store: &Mutex<Store>) -> std::sync::MutexGuard<'_, Store> {
+fn lock_store(store: &Mutex<Durable>) -> std::sync::MutexGuard<'_, Durable> {
     store.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Inner {
-    fn store(&self) -> std::sync::MutexGuard<'_, Store> {
+    fn store(&self) -> std::sync::MutexGuard<'_, Durable> {
         lock_store(&self.store)
     }
 
@@ -329,6 +348,11 @@ impl Inner {
     pub fn snapshot_in_flight(&mut self) -> bool {
         self.collect_snapshot();
         self.store().compacting()
+    }
+
+    /// Records in the replicated log (`None`: the embedded store).
+    pub fn replicated_records(&self) -> Option<u64> {
+        self.store().replicated_records()
     }
 
     /// Records in the store after its newest snapshot.
@@ -378,10 +402,15 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Opens the store and replays it.
+    /// Opens the store and replays it (with `etcd`, once this replica leads: see
+    /// [`replicated::open`]).
     pub fn open(cfg: ServerConfig) -> Result<Shared, ServeError> {
         std::fs::create_dir_all(&cfg.data_dir)
             .map_err(|e| StoreError::Open { path: cfg.data_dir.display().to_string(), message: e.to_string() })?;
+        if let Some(etcd) = cfg.etcd.clone() {
+            let (durable, plane, job_tokens) = replicated::open(&cfg, &etcd)?;
+            return Ok(Shared::with(cfg, durable, plane, job_tokens));
+        }
         let store = Store::open(&cfg.data_dir.join("weave.redb"))?;
         let unrecorded = check_placement(&cfg, &store)?;
         let key = cfg.data_dir.join("job-token.key");
@@ -399,17 +428,22 @@ impl Shared {
             Some(mode) => record_placement(&cfg, mode, rebuild(&cfg, loaded))?,
             None => rebuild(&cfg, loaded)?,
         };
+        Ok(Shared::with(cfg, Durable::Local(store), plane, job_tokens))
+    }
+
+    /// The shared state of a plane replayed from `durable`.
+    fn with(cfg: ServerConfig, durable: Durable, plane: Plane, job_tokens: JobTokens) -> Shared {
         let offset_us = plane.last_time_us().map_or(0, |t| t + 1);
         let now = Instant::now();
         // Running jobs get a fresh heartbeat grace period after a restart.
         let heartbeats = plane.jobs().filter(|j| j.watched()).map(|j| (j.name.clone(), now)).collect();
         let (changed, _) = watch::channel(plane.version);
-        Ok(Shared {
+        Shared {
             cfg,
             writer: Mutex::new(()),
             inner: Mutex::new(Inner {
                 plane,
-                store: Arc::new(Mutex::new(store)),
+                store: Arc::new(Mutex::new(durable)),
                 heartbeats,
                 history: Default::default(),
                 snapshots: 0,
@@ -425,7 +459,7 @@ impl Shared {
             closing: std::sync::atomic::AtomicBool::new(false),
             parked: std::sync::atomic::AtomicU64::new(0),
             telemetry: None,
-        })
+        }
     }
 
     /// Exports spans from now on (what the store replayed is not exported again).
@@ -602,6 +636,14 @@ impl Shared {
             let reason = format!("preempted: {reason}");
             let _ = self.commit(|time_us| Record::NodeDown { time_us, node, reason });
         }
+    }
+
+    /// Renews a replica's leadership when due; false once it is lost (another replica may lead
+    /// now: this one must stop serving). Always true on the embedded store.
+    pub fn keep_leading(&self) -> bool {
+        let store = self.lock().store.clone();
+        let leading = lock_store(&store).keep_leading();
+        leading
     }
 
     /// Whether the store can take the next write: enough free space on its volume (see

@@ -11,6 +11,8 @@
 //!   is missing, so a broken install step in CI cannot turn into a green run that tested
 //!   nothing.
 
+pub mod etcd;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,0 +1,149 @@
+//! `weave serve --etcd`: replicas of the control plane sharing a record log in a real etcd
+//! cluster (three members). The active one killed, a standby serves every acknowledged
+//! record, once; a paused active that a standby replaced cannot write when it wakes; an
+//! unreachable etcd at start is refused. Ignored without etcd; `.ci/run` installs it.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use weave_testkit::etcd::EtcdCluster;
+
+mod common;
+use common::{client, dir, tenants, wait_until, Server, TOKEN};
+
+fn port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A replica named `name` on its own data directory; its URL. It answers 503 until it leads.
+fn replica(etcd: &EtcdCluster, name: &str, prefix: &str) -> (Server, String) {
+    let d = dir(&format!("replica-{prefix}-{name}"));
+    let addr = format!("127.0.0.1:{}", port());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weave"))
+        .args(["serve", "--addr", &addr, "--disagg-only", "--heartbeat-timeout-s", "600"])
+        .args(["--etcd", &etcd.endpoints().join(","), "--etcd-prefix", prefix, "--replica", name, "--lease-s", "2"])
+        .arg("--data")
+        .arg(d.join("data"))
+        .arg("--tenants")
+        .arg(tenants(&d))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("weave serve starts");
+    // Its lines are read off so it never blocks writing them.
+    let out = BufReader::new(child.stdout.take().unwrap());
+    std::thread::spawn(move || out.lines().for_each(drop));
+    (Server(child), format!("http://{addr}"))
+}
+
+fn status(url: &str, path: &str, method: &str, body: Option<serde_json::Value>) -> u16 {
+    let c = client();
+    let req = if method == "POST" { c.post(format!("{url}{path}")) } else { c.get(format!("{url}{path}")) };
+    let req = req.bearer_auth(TOKEN);
+    let req = if let Some(b) = body { req.json(&b) } else { req };
+    req.send().map(|r| r.status().as_u16()).unwrap_or(0)
+}
+
+fn job(url: &str, id: &str) -> Option<serde_json::Value> {
+    let r = client().get(format!("{url}/v1/jobs/{id}")).bearer_auth(TOKEN).send().ok()?;
+    (r.status() == 200).then(|| r.json::<serde_json::Value>().ok()).flatten().map(|v| v["job"].clone())
+}
+
+fn leads(url: &str) -> bool {
+    status(url, "/v1/jobs", "GET", None) == 200
+}
+
+fn spec(id: &str) -> serde_json::Value {
+    serde_json::json!({ "id": id, "type": "3B_4k", "iterations": 5, "rollout_s": 50, "train_s": 60, "slo": 2.0 })
+}
+
+/// Submits `n` jobs and runs each one iteration on `url`; the acknowledged jobs.
+fn load(url: &str, tag: &str, n: usize) -> Vec<String> {
+    let mut acked = Vec::new();
+    for k in 0..n {
+        let id = format!("{tag}{k}");
+        assert_eq!(status(url, "/v1/jobs", "POST", Some(spec(&id))), 201, "{id}");
+        for phase in ["rollout", "train"] {
+            let path = format!("/v1/jobs/{id}/phases/{phase}/0/start?wait_s=20");
+            wait_until(&format!("{id} {phase} granted"), Duration::from_secs(60), || {
+                (status(url, &path, "POST", None) == 200).then_some(())
+            });
+            let finish = format!("/v1/jobs/{id}/phases/{phase}/0/finish");
+            let body = serde_json::json!({ "duration_s": 1.0 });
+            assert_eq!(status(url, &finish, "POST", Some(body)), 200);
+        }
+        acked.push(id);
+    }
+    acked
+}
+
+#[test]
+#[ignore = "needs etcd: .ci/run installs it and runs this with --ignored"]
+fn a_standby_serves_every_acknowledged_record_once_the_active_is_killed() {
+    let etcd = EtcdCluster::start("replicas-kill", 3);
+    let (mut a, url_a) = replica(&etcd, "a", "/kill");
+    wait_until("a to lead", Duration::from_secs(60), || leads(&url_a).then_some(()));
+    let (_b, url_b) = replica(&etcd, "b", "/kill");
+    let acked = load(&url_a, "j", 4);
+    assert_eq!(status(&url_b, "/v1/jobs", "GET", None), 503, "a standby does not serve");
+    a.kill().unwrap();
+    let killed = Instant::now();
+    wait_until("b to take over", Duration::from_secs(60), || leads(&url_b).then_some(()));
+    eprintln!("b served {:.1} s after a was killed (lease 2 s)", killed.elapsed().as_secs_f64());
+    for id in &acked {
+        let j = job(&url_b, id).unwrap_or_else(|| panic!("{id} lost"));
+        assert_eq!(j["completed_iterations"], 1, "{id}: its acknowledged iteration, once: {j}");
+        assert_eq!(j["next"], "rollout 1", "{j}");
+    }
+    // Which replica serves, and the log it serves from: 4 submissions and 8 phase finishes.
+    let metrics = client().get(format!("{url_b}/metrics")).bearer_auth(TOKEN).send().unwrap().text().unwrap();
+    assert!(metrics.contains("weave_replica_active{replica=\"b\"} 1"), "{metrics}");
+    let records = metrics.lines().find_map(|l| l.strip_prefix("weave_replicated_log_records ")).unwrap();
+    assert_eq!(records, "12");
+    // b writes on: the next record follows the last a acknowledged.
+    let more = load(&url_b, "k", 1);
+    assert!(job(&url_b, &more[0]).is_some());
+}
+
+#[test]
+#[ignore = "needs etcd: .ci/run installs it and runs this with --ignored"]
+fn a_paused_active_that_was_replaced_cannot_write_when_it_wakes() {
+    let etcd = EtcdCluster::start("replicas-pause", 3);
+    let (mut a, url_a) = replica(&etcd, "a", "/pause");
+    wait_until("a to lead", Duration::from_secs(60), || leads(&url_a).then_some(()));
+    let (_b, url_b) = replica(&etcd, "b", "/pause");
+    load(&url_a, "j", 1);
+    // a stops (a pause, a partition): its lease runs out and b takes over.
+    let pid = a.id().to_string();
+    assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    wait_until("b to take over", Duration::from_secs(60), || leads(&url_b).then_some(()));
+    load(&url_b, "k", 1);
+    assert!(Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+    // a wakes believing it leads: whatever it answers, it never acknowledges a write.
+    let late = status(&url_a, "/v1/jobs", "POST", Some(spec("late")));
+    eprintln!("the woken replica answered a submission with {late} (0: no answer)");
+    assert_ne!(late, 201, "a deposed replica acknowledged a submission");
+    let exited = wait_until("a to step down", Duration::from_secs(60), || a.try_wait().unwrap());
+    assert!(!exited.success(), "a deposed replica exits with an error: {exited:?}");
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut a.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("lost its leadership"), "{err}");
+    assert!(job(&url_b, "late").is_none(), "b never saw a's late write");
+    assert!(job(&url_b, "j0").is_some() && job(&url_b, "k0").is_some());
+}
+
+#[test]
+fn an_unreachable_etcd_at_start_is_refused_naming_it() {
+    let d = dir("replica-unreachable");
+    let dead = format!("http://127.0.0.1:{}", port());
+    let o = Command::new(env!("CARGO_BIN_EXE_weave"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--etcd", &dead, "--data"])
+        .arg(d.join("data"))
+        .arg("--tenants")
+        .arg(tenants(&d))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("etcd unreachable") && err.contains(&dead), "{err}");
+}

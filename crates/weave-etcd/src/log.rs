@@ -1,0 +1,160 @@
+//! Records in order in etcd, written only by the leader.
+//!
+//! Record `n` lives at `<prefix>/log/<n, 20 digits>` (key order is record order). An append is
+//! one transaction: *no record `n` yet* and *the leadership key holds my campaign* (my id and
+//! my lease), then put record `n`. So a record is never written twice, never out of order,
+//! and never by a writer that has lost its leadership: when its lease expires etcd deletes
+//! the key, and from then on every transaction of the old leader fails, whether or not it has
+//! noticed yet. etcd answers a transaction once a quorum of its members has committed it: an
+//! acknowledged record survives the loss of any minority of them.
+
+use crate::{prefix_end, Compare, Etcd, EtcdError, Op};
+
+/// Keys read per request when a log is loaded or followed.
+const PAGE: i64 = 1_000;
+
+/// The leadership of `<prefix>/leader`, held under a lease.
+#[derive(Debug)]
+pub struct Leadership {
+    etcd: Etcd,
+    key: Vec<u8>,
+    /// What the key holds while this campaign leads: the id and the lease, so a restarted
+    /// process with the same id is another campaign.
+    campaign: Vec<u8>,
+    lease: i64,
+}
+
+/// What an append may meet besides etcd's own errors.
+#[derive(Debug, thiserror::Error)]
+pub enum AppendError {
+    #[error(transparent)]
+    Etcd(#[from] EtcdError),
+    #[error("this server is no longer the leader ({holder}): the record was not written")]
+    Deposed { holder: String },
+}
+
+fn leader_key(prefix: &str) -> Vec<u8> {
+    format!("{prefix}/leader").into_bytes()
+}
+
+/// Who leads now (the campaign's id), if anyone.
+pub fn leader(etcd: &Etcd, prefix: &str) -> Result<Option<String>, EtcdError> {
+    let kv = etcd.get(&leader_key(prefix))?;
+    Ok(kv.map(|kv| campaign_id(&kv.value)))
+}
+
+/// The id part of a campaign's value (`id#lease`).
+fn campaign_id(value: &[u8]) -> String {
+    let text = String::from_utf8_lossy(value);
+    text.rsplit_once('#').map_or(text.to_string(), |(id, _)| id.to_string())
+}
+
+impl Leadership {
+    /// Campaigns once for `<prefix>/leader` as `id`, with a lease of `ttl_s` seconds: the
+    /// leadership if nobody holds it, else `Err` with the holder's id.
+    pub fn campaign(etcd: &Etcd, prefix: &str, id: &str, ttl_s: i64) -> Result<Result<Leadership, String>, EtcdError> {
+        let lease = etcd.grant(ttl_s)?;
+        let key = leader_key(prefix);
+        let campaign = format!("{id}#{lease}").into_bytes();
+        let put = Op::Put { key: key.clone(), value: campaign.clone(), lease: Some(lease) };
+        if etcd.txn(&[Compare::Absent(key.clone())], &[put])? {
+            return Ok(Ok(Leadership { etcd: etcd.clone(), key, campaign, lease }));
+        }
+        // Lost: the lease would only expire; give it back now.
+        let _ = etcd.revoke(lease);
+        Ok(Err(leader(etcd, prefix)?.unwrap_or_default()))
+    }
+
+    /// Renews the lease (call well within its TTL); false once it has expired: the leadership
+    /// is lost and every append fails.
+    pub fn renew(&self) -> Result<bool, EtcdError> {
+        Ok(self.etcd.keep_alive(self.lease)? > 0)
+    }
+
+    /// Gives the leadership up at once (the next campaign need not wait for the lease).
+    pub fn resign(self) -> Result<(), EtcdError> {
+        self.etcd.revoke(self.lease)
+    }
+
+    fn holds(&self) -> Compare {
+        Compare::ValueIs(self.key.clone(), self.campaign.clone())
+    }
+}
+
+/// A log of records in etcd: where the next one goes.
+#[derive(Debug)]
+pub struct RecordLog {
+    etcd: Etcd,
+    prefix: String,
+    next: u64,
+}
+
+impl RecordLog {
+    /// Opens the log under `prefix` and reads every record in it, in order.
+    pub fn open(etcd: Etcd, prefix: &str) -> Result<(RecordLog, Vec<Vec<u8>>), EtcdError> {
+        let mut log = RecordLog { etcd, prefix: prefix.trim_end_matches('/').to_string(), next: 0 };
+        let records = log.follow()?;
+        Ok((log, records))
+    }
+
+    /// Records in the log.
+    pub fn len(&self) -> u64 {
+        self.next
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.next == 0
+    }
+
+    fn key(&self, n: u64) -> Vec<u8> {
+        format!("{}/log/{n:020}", self.prefix).into_bytes()
+    }
+
+    /// Appends `record` as record `len()` if `leader` still leads; its number once etcd has
+    /// committed it.
+    pub fn append(&mut self, leader: &Leadership, record: &[u8]) -> Result<u64, AppendError> {
+        let n = self.next;
+        let put = Op::Put { key: self.key(n), value: record.to_vec(), lease: None };
+        if self.etcd.txn(&[Compare::Absent(self.key(n)), leader.holds()], &[put])? {
+            self.next += 1;
+            return Ok(n);
+        }
+        let holder = leader_now(&self.etcd, &self.prefix);
+        Err(AppendError::Deposed { holder })
+    }
+
+    /// The records written since this log last read or wrote (a standby following the
+    /// leader), in order; they are counted as read.
+    pub fn follow(&mut self) -> Result<Vec<Vec<u8>>, EtcdError> {
+        let end = prefix_end(format!("{}/log/", self.prefix).as_bytes());
+        let mut out = Vec::new();
+        loop {
+            let page = self.etcd.range(&self.key(self.next), Some(&end), PAGE)?;
+            let full = page.len() as i64 == PAGE;
+            for kv in page {
+                let expected = self.key(self.next);
+                if kv.key != expected {
+                    let message = format!("expected {}, found {}", lossy(&expected), lossy(&kv.key));
+                    return Err(EtcdError::Decode { call: "log range", message });
+                }
+                out.push(kv.value);
+                self.next += 1;
+            }
+            if !full {
+                return Ok(out);
+            }
+        }
+    }
+}
+
+fn lossy(key: &[u8]) -> String {
+    String::from_utf8_lossy(key).into_owned()
+}
+
+fn leader_now(etcd: &Etcd, prefix: &str) -> String {
+    match leader(etcd, prefix) {
+        Ok(Some(id)) => format!("the leader is {id}"),
+        Ok(None) => "nobody leads now".into(),
+        Err(e) => format!("the leader is unknown: {e}"),
+    }
+}

@@ -1,0 +1,135 @@
+//! `weave serve --etcd`: the record log in an etcd cluster that several replicas share. A
+//! replica starts by campaigning for `<prefix>/leader` under a lease; while another leads it
+//! waits as a standby, and takes over when that lease expires (its holder died, or lost etcd).
+//! The active replica reads the whole log, replays it as the embedded store's records are
+//! replayed, and from then on writes each record only while it still leads: etcd refuses the
+//! write of a deposed replica, which answers 503 and steps down. The job tokens' secret and
+//! the placement the log was written under live in etcd too, so every replica mints and
+//! checks the same tokens and replays the same way.
+
+use super::{configured_plane, ServeError, ServerConfig};
+use crate::auth::JobTokens;
+use crate::durable::{Durable, Replicated};
+use crate::plane::{Plane, Record};
+use std::time::{Duration, Instant};
+use weave_etcd::log::{Leadership, RecordLog};
+use weave_etcd::{Compare, Etcd, Op};
+
+#[derive(Clone, Debug)]
+pub struct EtcdConfig {
+    /// Client URLs of the etcd members (`http://host:2379`), tried in turn.
+    pub endpoints: Vec<String>,
+    /// Where this Weave's keys live (several Weaves may share one etcd).
+    pub prefix: String,
+    /// This replica's name (told to the others as the active's).
+    pub replica: String,
+    /// The leadership lease: a standby takes over at most this long after the active dies.
+    pub lease_ttl_s: i64,
+    /// Each call to etcd gives up after this long.
+    pub timeout: Duration,
+}
+
+impl EtcdConfig {
+    /// From `weave serve`'s flags: client URLs, the prefix, the replica's name (the host's
+    /// name and the process id by default) and the lease; an error names the flag.
+    pub fn new(
+        endpoints: &[String],
+        prefix: &str,
+        replica: Option<String>,
+        lease_s: i64,
+    ) -> Result<EtcdConfig, String> {
+        if !(2..=3_600).contains(&lease_s) {
+            return Err(format!("--lease-s must be in [2, 3600] seconds, got {lease_s}"));
+        }
+        if endpoints.iter().any(|e| !e.starts_with("http://") && !e.starts_with("https://")) {
+            return Err(format!("--etcd takes client URLs such as http://10.0.0.5:2379, got {}", endpoints.join(",")));
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        Ok(EtcdConfig {
+            endpoints: endpoints.to_vec(),
+            prefix: prefix.trim_end_matches('/').to_string(),
+            replica: replica.unwrap_or_else(|| format!("{}:{}", host.trim(), std::process::id())),
+            lease_ttl_s: lease_s,
+            timeout: Duration::from_secs(2),
+        })
+    }
+}
+
+fn refused(e: impl std::fmt::Display) -> ServeError {
+    ServeError::Replicated(e.to_string())
+}
+
+/// Connects (refusing an unreachable cluster), leads (waiting as a standby while another
+/// replica does), and replays the log: the durable side and the plane it makes.
+pub(super) fn open(cfg: &ServerConfig, e: &EtcdConfig) -> Result<(Durable, Plane, JobTokens), ServeError> {
+    let etcd = Etcd::new(&e.endpoints, e.timeout).map_err(refused)?;
+    etcd.check().map_err(|err| refused(format!("{err}: start etcd first, or check --etcd")))?;
+    let leader = lead(&etcd, e)?;
+    let job_tokens = job_tokens(&etcd, &e.prefix)?;
+    let (log, records) = RecordLog::open(etcd.clone(), &e.prefix).map_err(refused)?;
+    check_placement(&etcd, &e.prefix, cfg, records.is_empty())?;
+    let mut plane = configured_plane(cfg);
+    for (index, bytes) in records.iter().enumerate() {
+        let r: Record = serde_json::from_slice(bytes)
+            .map_err(|err| refused(format!("record {index} of {}/log: {err}", e.prefix)))?;
+        plane.apply(&r).map_err(|error| ServeError::Recovery { index, error })?;
+    }
+    let renew_every = Duration::from_secs_f64(e.lease_ttl_s as f64 / 3.0);
+    let durable = Replicated { etcd, log, leader, renew_every, renewed: Instant::now(), failed: None };
+    Ok((Durable::Etcd(durable), plane, job_tokens))
+}
+
+/// Campaigns until this replica leads; says once who the active is meanwhile.
+fn lead(etcd: &Etcd, e: &EtcdConfig) -> Result<Leadership, ServeError> {
+    let mut told = None;
+    loop {
+        match Leadership::campaign(etcd, &e.prefix, &e.replica, e.lease_ttl_s).map_err(refused)? {
+            Ok(leader) => return Ok(leader),
+            Err(holder) => {
+                if told.as_ref() != Some(&holder) {
+                    eprintln!("weave serve: standby ({}): the active replica is {holder}", e.replica);
+                    told = Some(holder);
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
+    }
+}
+
+/// The job tokens' secret, created once for every replica.
+fn job_tokens(etcd: &Etcd, prefix: &str) -> Result<JobTokens, ServeError> {
+    use std::io::Read;
+    let key = format!("{prefix}/job-token-key").into_bytes();
+    let mut secret = [0u8; 32];
+    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut secret)).map_err(refused)?;
+    let put = Op::Put { key: key.clone(), value: secret.to_vec(), lease: None };
+    etcd.txn(&[Compare::Absent(key.clone())], &[put]).map_err(refused)?;
+    let stored = etcd.get(&key).map_err(refused)?.map(|kv| kv.value).unwrap_or_default();
+    let secret: [u8; 32] = stored.try_into().map_err(|_| refused(format!("{prefix}/job-token-key: not 32 bytes")))?;
+    Ok(JobTokens::new(secret))
+}
+
+/// The placement the log was written under, kept beside it in etcd and checked as the
+/// embedded store's file is (a log replayed under another placement would move its jobs).
+fn check_placement(etcd: &Etcd, prefix: &str, cfg: &ServerConfig, empty: bool) -> Result<(), ServeError> {
+    let key = format!("{prefix}/placement").into_bytes();
+    let mode = if cfg.placement.consolidate { "full-weave" } else { "disagg-only" };
+    match etcd.get(&key).map_err(refused)? {
+        Some(kv) if kv.value == mode.as_bytes() => Ok(()),
+        Some(kv) => Err(ServeError::Placement {
+            path: format!("{prefix}/placement"),
+            message: format!(
+                "this log was written with `{}` placement; replaying it with `{mode}` would move its jobs",
+                String::from_utf8_lossy(&kv.value)
+            ),
+        }),
+        None if empty || cfg.placement.chosen => {
+            etcd.put(&key, mode.as_bytes(), None).map_err(refused)?;
+            Ok(())
+        }
+        None => Err(ServeError::Placement {
+            path: format!("{prefix}/placement"),
+            message: "the log has records but no placement: start with --disagg-only or --consolidate".into(),
+        }),
+    }
+}
