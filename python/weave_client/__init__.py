@@ -55,7 +55,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from .transport import KeptAlive, WeaveError, answer_error
+from .transport import KeptAlive, Replicas, WeaveError, answer_error
 
 JSON = Any
 
@@ -149,14 +149,19 @@ class WeaveClient:
         (a driver's phase requests follow each other within milliseconds: each then costs a
         third of a millisecond instead of one and a half). Off by default: each request opens
         its own connection, honouring ``http_proxy`` as urllib does."""
-        self.server = server.rstrip("/")
+        self._replicas = Replicas(server)
         self.token = token
         self.timeout = timeout
         self.retry_s = retry_s
-        self._kept = KeptAlive(self.server, timeout) if keep_alive else None
+        self._kept = {u: KeptAlive(u, timeout) for u in self._replicas.urls} if keep_alive else None
         # The admission (``uid``) each job's last grant belonged to: a refusal after that
         # admission ended means the job was re-queued, even if it has been re-admitted since.
         self._admission: Dict[str, int] = {}
+
+    @property
+    def server(self) -> str:
+        """The address requests go to now (one of the replicas given, if several)."""
+        return self._replicas.url
 
     def _request(
         self, method: str, path: str, body: JSON = None, retry: bool = False, headers_out: Optional[Dict[str, str]] = None
@@ -171,13 +176,21 @@ class WeaveClient:
             wait = 0.5
             try:
                 return self._request_once(method, path, body, headers_out)
-            except WeaveError as e:
-                retried = e.status == 429 or (e.status == 503 and retry)
-                if not retried or time.monotonic() > deadline:
+            except (WeaveError, urllib.error.URLError, ConnectionError) as e:
+                # Another replica may serve what this one did not take (nothing happened here).
+                if self._replicas.several() and self._replicas.unserved(e) and time.monotonic() < deadline:
+                    self._replicas.next()
+                    time.sleep(0.1)
+                    continue
+                if isinstance(e, WeaveError):
+                    retried = e.status == 429 or (e.status == 503 and retry)
+                    if not retried or time.monotonic() > deadline:
+                        raise
+                    wait = e.retry_after if e.retry_after is not None else wait
+                elif isinstance(e, urllib.error.HTTPError) or not retry or time.monotonic() > deadline:
                     raise
-                wait = e.retry_after if e.retry_after is not None else wait
-            except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
-                if isinstance(e, urllib.error.HTTPError) or not retry or time.monotonic() > deadline:
+            except TimeoutError:
+                if not retry or time.monotonic() > deadline:
                     raise
             time.sleep(max(0.0, min(wait, deadline - time.monotonic())))
 
@@ -186,7 +199,7 @@ class WeaveClient:
     ) -> Tuple[int, JSON]:
         data = None if body is None else json.dumps(body).encode()
         if self._kept is not None:
-            return self._kept.request(method, path, data, self.token, headers_out)
+            return self._kept[self.server].request(method, path, data, self.token, headers_out)
         req = urllib.request.Request(self.server + path, data=data, method=method)
         req.add_header("Content-Type", "application/json")
         if self.token:

@@ -1,6 +1,7 @@
-"""How the client talks HTTP: the server's error answers as ``WeaveError``, and a kept-alive
+"""How the client talks HTTP: the server's error answers as ``WeaveError``, a kept-alive
 connection per thread (``WeaveClient(keep_alive=True)``) for drivers whose phase requests
-follow each other within milliseconds."""
+follow each other within milliseconds, and the replicas of a replicated server
+(``WeaveClient("http://a:8080,http://b:8080")``): requests go to the one that serves."""
 
 import http.client
 import json
@@ -79,3 +80,32 @@ class KeptAlive:
         if resp.status >= 400:
             raise answer_error(resp.status, raw, resp.getheader("Retry-After"))
         return resp.status, (json.loads(raw) if raw else None)
+
+
+class Replicas:
+    """The addresses of one server's replicas (``weave serve --etcd``), comma-separated; the
+    one requests go to now. A replica that refuses the connection, or answers 503 as a standby
+    or while it opens, has done nothing with the request: the next one is tried."""
+
+    def __init__(self, servers: str) -> None:
+        self.urls = [s.strip().rstrip("/") for s in servers.split(",") if s.strip()]
+        if not self.urls:
+            raise ValueError("no server address given")
+        self.current = 0
+
+    @property
+    def url(self) -> str:
+        return self.urls[self.current]
+
+    def several(self) -> bool:
+        return len(self.urls) > 1
+
+    def unserved(self, e: BaseException) -> bool:
+        """Whether ``e`` says the replica did not take the request (so another may)."""
+        if isinstance(e, WeaveError):
+            return e.status == 503 and e.message.startswith(("standby", "recovering"))
+        refused = isinstance(e, ConnectionRefusedError) or "Connection refused" in str(e)
+        return refused or isinstance(getattr(e, "reason", None), ConnectionRefusedError)
+
+    def next(self) -> None:
+        self.current = (self.current + 1) % len(self.urls)

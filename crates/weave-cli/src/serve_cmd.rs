@@ -388,8 +388,11 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         let inventory = driver.as_ref().map(|(_, sizes)| *sizes);
         let otlp = args.otlp_endpoint.clone();
         let data = args.data.clone();
+        let note = cfg.etcd.as_ref().map(|e| e.opening.clone()).unwrap_or_default();
         let opening = tokio::task::spawn_blocking(move || open_shared(cfg, &data, otlp.as_deref(), inventory));
-        let shared = weave_server::answer_while_recovering(&listener, opening).await.context("opening the store")??;
+        let why = move || note.lock().map(|n| n.clone()).unwrap_or_default();
+        let shared =
+            weave_server::answer_while_opening(&listener, opening, why).await.context("opening the store")??;
         eprintln!("weave serve: listening on http://{addr} (store {})", args.data.display());
         // Tests and scripts read the bound address (useful with port 0) from stdout: it is
         // printed once the server takes requests.

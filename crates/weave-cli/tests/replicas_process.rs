@@ -85,7 +85,10 @@ fn a_standby_serves_every_acknowledged_record_once_the_active_is_killed() {
     wait_until("a to lead", Duration::from_secs(60), || leads(&url_a).then_some(()));
     let (_b, url_b) = replica(&etcd, "b", "/kill");
     let acked = load(&url_a, "j", 4);
-    assert_eq!(status(&url_b, "/v1/jobs", "GET", None), 503, "a standby does not serve");
+    let standby = client().get(format!("{url_b}/v1/jobs")).send().unwrap();
+    assert_eq!(standby.status(), 503, "a standby does not serve");
+    let why = standby.text().unwrap();
+    assert!(why.contains("standby: the active replica is a"), "{why}");
     a.kill().unwrap();
     let killed = Instant::now();
     wait_until("b to take over", Duration::from_secs(60), || leads(&url_b).then_some(()));
@@ -130,6 +133,47 @@ fn a_paused_active_that_was_replaced_cannot_write_when_it_wakes() {
     assert!(err.contains("lost its leadership"), "{err}");
     assert!(job(&url_b, "late").is_none(), "b never saw a's late write");
     assert!(job(&url_b, "j0").is_some() && job(&url_b, "k0").is_some());
+}
+
+/// A real Python driver (`examples/bandit.py`, given both replicas' addresses) rides through
+/// the active's SIGKILL mid-run: it follows the standby that takes over and finishes every
+/// iteration, each credited exactly once.
+#[test]
+#[ignore = "needs etcd and python3: .ci/run runs it with --ignored"]
+fn a_python_driver_rides_through_a_failover() {
+    let py = weave_testkit::python("a_python_driver_rides_through_a_failover");
+    let etcd = EtcdCluster::start("replicas-ride", 3);
+    let (mut a, url_a) = replica(&etcd, "a", "/ride");
+    wait_until("a to lead", Duration::from_secs(60), || leads(&url_a).then_some(()));
+    let (_b, url_b) = replica(&etcd, "b", "/ride");
+    let bandit = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/examples/bandit.py");
+    let servers = format!("{url_a},{url_b}");
+    let driver = Command::new(py)
+        .arg(bandit)
+        .args(["--server", &servers, "--token", TOKEN, "--job", "ride", "--iterations", "12"])
+        .args(["--train-wall-s", "0.3"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("a few iterations on a", Duration::from_secs(120), || {
+        job(&url_a, "ride").filter(|j| j["completed_iterations"].as_u64() >= Some(3)).map(|_| ())
+    });
+    a.kill().unwrap();
+    let out = driver.wait_with_output().unwrap();
+    assert!(out.status.success(), "the driver failed: {}", String::from_utf8_lossy(&out.stderr));
+    let j = job(&url_b, "ride").expect("the job on b");
+    assert_eq!((j["state"].as_str(), j["completed_iterations"].as_u64()), (Some("completed"), Some(12)), "{j}");
+    let events: serde_json::Value =
+        client().get(format!("{url_b}/v1/events?after=0")).bearer_auth(TOKEN).send().unwrap().json().unwrap();
+    let trained: Vec<u64> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["job"] == "ride" && e["kind"] == "finish" && e["phase"] == "train")
+        .map(|e| e["iteration"].as_u64().unwrap())
+        .collect();
+    assert_eq!(trained, (0..12).collect::<Vec<_>>(), "every iteration once");
 }
 
 #[test]

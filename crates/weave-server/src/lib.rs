@@ -201,13 +201,26 @@ pub async fn answer_while_recovering<T>(
     listener: &tokio::net::TcpListener,
     ready: impl std::future::Future<Output = T>,
 ) -> T {
+    answer_while_opening(listener, ready, String::new).await
+}
+
+/// [`answer_while_recovering`], the answer saying `why()` when it says something (a standby
+/// replica names the active one).
+pub async fn answer_while_opening<T>(
+    listener: &tokio::net::TcpListener,
+    ready: impl std::future::Future<Output = T>,
+    why: impl Fn() -> String,
+) -> T {
     let mut ready = std::pin::pin!(ready);
     loop {
         tokio::select! {
             out = &mut ready => return out,
             accepted = listener.accept() => {
                 if let Ok((stream, _)) = accepted {
-                    let why = "recovering: the server is replaying its store; try again shortly".to_string();
+                    let mut why = why();
+                    if why.is_empty() {
+                        why = "recovering: the server is replaying its store; try again shortly".to_string();
+                    }
                     tokio::spawn(answer_503(stream, why));
                 }
             }

@@ -27,6 +27,9 @@ pub struct EtcdConfig {
     pub lease_ttl_s: i64,
     /// Each call to etcd gives up after this long.
     pub timeout: Duration,
+    /// What this replica is doing while it opens, for the answer its port gives meanwhile
+    /// (a standby names the active replica).
+    pub opening: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 impl EtcdConfig {
@@ -51,6 +54,7 @@ impl EtcdConfig {
             replica: replica.unwrap_or_else(|| format!("{}:{}", host.trim(), std::process::id())),
             lease_ttl_s: lease_s,
             timeout: Duration::from_secs(2),
+            opening: Default::default(),
         })
     }
 }
@@ -65,6 +69,7 @@ pub(super) fn open(cfg: &ServerConfig, e: &EtcdConfig) -> Result<(Durable, Plane
     let etcd = Etcd::new(&e.endpoints, e.timeout).map_err(refused)?;
     etcd.check().map_err(|err| refused(format!("{err}: start etcd first, or check --etcd")))?;
     let leader = lead(&etcd, e)?;
+    *e.opening.lock().unwrap_or_else(|p| p.into_inner()) = String::new();
     let job_tokens = job_tokens(&etcd, &e.prefix)?;
     let (log, records) = RecordLog::open(etcd.clone(), &e.prefix).map_err(refused)?;
     check_placement(&etcd, &e.prefix, cfg, records.is_empty())?;
@@ -88,6 +93,8 @@ fn lead(etcd: &Etcd, e: &EtcdConfig) -> Result<Leadership, ServeError> {
             Err(holder) => {
                 if told.as_ref() != Some(&holder) {
                     eprintln!("weave serve: standby ({}): the active replica is {holder}", e.replica);
+                    let note = format!("standby: the active replica is {holder}; this one takes over if it is lost");
+                    *e.opening.lock().unwrap_or_else(|p| p.into_inner()) = note;
                     told = Some(holder);
                 }
                 std::thread::sleep(Duration::from_millis(500));
