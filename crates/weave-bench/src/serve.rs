@@ -47,6 +47,10 @@ pub struct ServeBenchArgs {
     /// looks for a block to borrow under the plane's lock.
     #[arg(long)]
     lending: bool,
+    /// Keep the record log in this etcd cluster (`weave serve --etcd`: client URLs,
+    /// comma-separated) instead of the embedded store; under a prefix of its own each run.
+    #[arg(long, value_delimiter = ',')]
+    etcd: Vec<String>,
     #[arg(long)]
     json: bool,
 }
@@ -233,6 +237,11 @@ fn open_shared(args: &ServeBenchArgs, data: &std::path::Path) -> Result<Arc<Shar
     cfg.max_jobs_per_tenant = cfg.max_jobs_per_tenant.max(args.jobs);
     cfg.snapshot_every = args.snapshot_every;
     cfg.placement.lending = args.lending;
+    if !args.etcd.is_empty() {
+        let prefix = format!("/weave-bench-{}", std::process::id());
+        let e = weave_server::state::replicated::EtcdConfig::new(&args.etcd, &prefix, Some("bench".into()), 30);
+        cfg.etcd = Some(e.map_err(|e| anyhow::anyhow!(e))?);
+    }
     let mut shared = Shared::open(cfg).context("cannot open the benchmark store")?;
     if let Some(url) = &args.otlp_endpoint {
         let telemetry = weave_server::telemetry::Telemetry::otlp(url, shared.now_us())?;
