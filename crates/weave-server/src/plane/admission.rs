@@ -1,7 +1,7 @@
 //! A submission admitted: placed, entered in the plane and joined to its group's dispatcher.
 
 use super::job::{measured_variation, Measured};
-use super::{ev, Gate, JobEntry, JobState, Plane, PlaneError, SubmitSpec};
+use super::{ev, Gate, JobEntry, Plane, PlaneError, SubmitSpec};
 use std::sync::Arc;
 use weave_core::{Micros, PhaseTimes};
 use weave_dispatch::{Dispatcher, GroupLimits, Input};
@@ -56,36 +56,14 @@ impl Plane {
         .map_err(|e: PlaceError| PlaneError::Placement(e.to_string()))?;
         let member = seen.member(&decision, true, submit.job.iterations, start);
         let staleness = member.staleness;
-        let iterations = submit.job.iterations;
         let group = decision.group;
         self.names.push(submit.id.clone());
         self.jobs.insert(
             submit.id.clone(),
             Arc::new(JobEntry {
-                name: submit.id.clone(),
-                tenant: tenant.into(),
-                id,
-                spec,
-                slo,
-                iterations,
-                state: JobState::Running,
                 decision: Some(decision),
-                gate: Gate::new(staleness, start),
-                completed_iterations: start,
-                launched: None,
-                failure: None,
-                submitted_us: time_us,
-                estimate,
-                submit: submit.clone(),
                 measured,
-                switches: Default::default(),
-                host: Default::default(),
-                environment: Default::default(),
-                finishes: Default::default(),
-                iteration_started_us: time_us,
-                pending_join: None,
-                train_granted_us: None,
-                adapter: None,
+                ..JobEntry::running(submit, tenant, (id, spec), time_us, Gate::new(staleness, start), estimate)
             }),
         );
         self.event(ev(time_us, &submit.id, "admitted", None, None, Some(group)));

@@ -160,6 +160,44 @@ impl HostBytes {
 }
 
 impl JobEntry {
+    /// `submit` admitted at `time_us` as admission `id` (its spec `spec`), running from its
+    /// gate's position with `estimate`; nothing placed, measured or reported yet.
+    pub(super) fn running(
+        submit: &SubmitSpec,
+        tenant: &str,
+        (id, spec): (JobId, JobSpec),
+        time_us: u64,
+        gate: Gate,
+        estimate: PhaseTimes,
+    ) -> JobEntry {
+        JobEntry {
+            name: submit.id.clone(),
+            tenant: tenant.into(),
+            id,
+            spec,
+            slo: submit.allowed_slowdown(),
+            iterations: submit.job.iterations,
+            state: JobState::Running,
+            decision: None,
+            completed_iterations: gate.trained,
+            gate,
+            launched: None,
+            failure: None,
+            submitted_us: time_us,
+            estimate,
+            submit: submit.clone(),
+            measured: Default::default(),
+            switches: Default::default(),
+            host: Default::default(),
+            environment: Default::default(),
+            finishes: Default::default(),
+            iteration_started_us: time_us,
+            pending_join: None,
+            train_granted_us: None,
+            adapter: None,
+        }
+    }
+
     /// Running with a driver of its own, whose heartbeats keep it alive (a LoRA job in a pack
     /// has none: its pack's driver runs it).
     pub fn watched(&self) -> bool {

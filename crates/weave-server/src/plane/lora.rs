@@ -196,30 +196,8 @@ impl Plane {
         self.jobs.insert(
             submit.id.clone(),
             Arc::new(JobEntry {
-                name: submit.id.clone(),
-                tenant: tenant.into(),
-                id,
-                slo: submit.allowed_slowdown(),
-                spec,
-                iterations: submit.job.iterations,
-                state: JobState::Running,
-                decision: None,
-                gate: Gate::new(0, start),
-                completed_iterations: start,
-                failure: None,
-                submitted_us: time_us,
-                estimate,
-                submit: submit.clone(),
-                measured: Default::default(),
-                switches: Default::default(),
-                host: Default::default(),
-                environment: Default::default(),
-                finishes: Default::default(),
-                iteration_started_us: time_us,
-                launched: None,
-                pending_join: None,
-                train_granted_us: None,
                 adapter: Some(slot),
+                ..JobEntry::running(submit, tenant, (id, spec), time_us, Gate::new(0, start), estimate)
             }),
         );
         self.event(PlaneEvent { meta: Some(meta), ..ev(time_us, &submit.id, "admitted", None, None, None) });
