@@ -15,8 +15,12 @@ fn port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// A replica named `name` on its own data directory; its URL. It answers 503 until it leads.
-fn replica(etcd: &EtcdCluster, name: &str, prefix: &str) -> (Server, String) {
+/// What a replica printed on stderr so far.
+type Said = std::sync::Arc<std::sync::Mutex<String>>;
+
+/// A replica named `name` on its own data directory; its URL and what it says on stderr. It
+/// answers 503 until it leads.
+fn replica(etcd: &EtcdCluster, name: &str, prefix: &str) -> (Server, String, Said) {
     let d = dir(&format!("replica-{prefix}-{name}"));
     let addr = format!("127.0.0.1:{}", port());
     let mut child = Command::new(env!("CARGO_BIN_EXE_weave"))
@@ -33,7 +37,12 @@ fn replica(etcd: &EtcdCluster, name: &str, prefix: &str) -> (Server, String) {
     // Its lines are read off so it never blocks writing them.
     let out = BufReader::new(child.stdout.take().unwrap());
     std::thread::spawn(move || out.lines().for_each(drop));
-    (Server(child), format!("http://{addr}"))
+    let said = Said::default();
+    let (err, log) = (BufReader::new(child.stderr.take().unwrap()), said.clone());
+    std::thread::spawn(move || {
+        err.lines().map_while(Result::ok).for_each(|l| log.lock().unwrap().push_str(&(l + "\n")))
+    });
+    (Server(child), format!("http://{addr}"), said)
 }
 
 fn status(url: &str, path: &str, method: &str, body: Option<serde_json::Value>) -> u16 {
@@ -81,9 +90,9 @@ fn load(url: &str, tag: &str, n: usize) -> Vec<String> {
 #[ignore = "needs etcd: .ci/run installs it and runs this with --ignored"]
 fn a_standby_serves_every_acknowledged_record_once_the_active_is_killed() {
     let etcd = EtcdCluster::start("replicas-kill", 3);
-    let (mut a, url_a) = replica(&etcd, "a", "/kill");
+    let (mut a, url_a, _) = replica(&etcd, "a", "/kill");
     wait_until("a to lead", Duration::from_secs(60), || leads(&url_a).then_some(()));
-    let (_b, url_b) = replica(&etcd, "b", "/kill");
+    let (_b, url_b, said_b) = replica(&etcd, "b", "/kill");
     let acked = load(&url_a, "j", 4);
     let standby = client().get(format!("{url_b}/v1/jobs")).send().unwrap();
     assert_eq!(standby.status(), 503, "a standby does not serve");
@@ -98,6 +107,9 @@ fn a_standby_serves_every_acknowledged_record_once_the_active_is_killed() {
         assert_eq!(j["completed_iterations"], 1, "{id}: its acknowledged iteration, once: {j}");
         assert_eq!(j["next"], "rollout 1", "{j}");
     }
+    // b followed the log while it stood by: at the takeover it had only the tail left to apply.
+    let said = said_b.lock().unwrap().clone();
+    assert!(said.contains("active (b): 12 records, 0 of them applied at the takeover"), "{said}");
     // Which replica serves, and the log it serves from: 4 submissions and 8 phase finishes.
     let metrics = client().get(format!("{url_b}/metrics")).bearer_auth(TOKEN).send().unwrap().text().unwrap();
     assert!(metrics.contains("weave_replica_active{replica=\"b\"} 1"), "{metrics}");
@@ -112,9 +124,9 @@ fn a_standby_serves_every_acknowledged_record_once_the_active_is_killed() {
 #[ignore = "needs etcd: .ci/run installs it and runs this with --ignored"]
 fn a_paused_active_that_was_replaced_cannot_write_when_it_wakes() {
     let etcd = EtcdCluster::start("replicas-pause", 3);
-    let (mut a, url_a) = replica(&etcd, "a", "/pause");
+    let (mut a, url_a, said_a) = replica(&etcd, "a", "/pause");
     wait_until("a to lead", Duration::from_secs(60), || leads(&url_a).then_some(()));
-    let (_b, url_b) = replica(&etcd, "b", "/pause");
+    let (_b, url_b, _) = replica(&etcd, "b", "/pause");
     load(&url_a, "j", 1);
     // a stops (a pause, a partition): its lease runs out and b takes over.
     let pid = a.id().to_string();
@@ -128,9 +140,9 @@ fn a_paused_active_that_was_replaced_cannot_write_when_it_wakes() {
     assert_ne!(late, 201, "a deposed replica acknowledged a submission");
     let exited = wait_until("a to step down", Duration::from_secs(60), || a.try_wait().unwrap());
     assert!(!exited.success(), "a deposed replica exits with an error: {exited:?}");
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut a.stderr.take().unwrap(), &mut err).unwrap();
-    assert!(err.contains("lost its leadership"), "{err}");
+    wait_until("a to say why", Duration::from_secs(10), || {
+        said_a.lock().unwrap().contains("lost its leadership").then_some(())
+    });
     assert!(job(&url_b, "late").is_none(), "b never saw a's late write");
     assert!(job(&url_b, "j0").is_some() && job(&url_b, "k0").is_some());
 }
@@ -143,9 +155,9 @@ fn a_paused_active_that_was_replaced_cannot_write_when_it_wakes() {
 fn a_python_driver_rides_through_a_failover() {
     let py = weave_testkit::python("a_python_driver_rides_through_a_failover");
     let etcd = EtcdCluster::start("replicas-ride", 3);
-    let (mut a, url_a) = replica(&etcd, "a", "/ride");
+    let (mut a, url_a, _) = replica(&etcd, "a", "/ride");
     wait_until("a to lead", Duration::from_secs(60), || leads(&url_a).then_some(()));
-    let (_b, url_b) = replica(&etcd, "b", "/ride");
+    let (_b, url_b, _) = replica(&etcd, "b", "/ride");
     let bandit = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/examples/bandit.py");
     let servers = format!("{url_a},{url_b}");
     let driver = Command::new(py)

@@ -63,33 +63,24 @@ fn refused(e: impl std::fmt::Display) -> ServeError {
     ServeError::Replicated(e.to_string())
 }
 
-/// Connects (refusing an unreachable cluster), leads (waiting as a standby while another
-/// replica does), and replays the log: the durable side and the plane it makes.
+/// Connects (refusing an unreachable cluster), replays the log, and leads: while another
+/// replica does, this one stands by following the log, so that it holds the state in memory
+/// and takes over with only the records since its last look to apply. The durable side and the
+/// plane it makes.
 pub(super) fn open(cfg: &ServerConfig, e: &EtcdConfig) -> Result<(Durable, Plane, JobTokens), ServeError> {
     let etcd = Etcd::new(&e.endpoints, e.timeout).map_err(refused)?;
     etcd.check().map_err(|err| refused(format!("{err}: start etcd first, or check --etcd")))?;
-    let leader = lead(&etcd, e)?;
-    *e.opening.lock().unwrap_or_else(|p| p.into_inner()) = String::new();
     let job_tokens = job_tokens(&etcd, &e.prefix)?;
-    let (log, records) = RecordLog::open(etcd.clone(), &e.prefix).map_err(refused)?;
-    check_placement(&etcd, &e.prefix, cfg, records.is_empty())?;
+    let (mut log, records) = RecordLog::open(etcd.clone(), &e.prefix).map_err(refused)?;
+    // A log written under another placement is refused before anything is replayed.
+    check_placement(&etcd, &e.prefix, cfg, true)?;
     let mut plane = configured_plane(cfg);
-    for (index, bytes) in records.iter().enumerate() {
-        let r: Record = serde_json::from_slice(bytes)
-            .map_err(|err| refused(format!("record {index} of {}/log: {err}", e.prefix)))?;
-        plane.apply(&r).map_err(|error| ServeError::Recovery { index, error })?;
-    }
-    let renew_every = Duration::from_secs_f64(e.lease_ttl_s as f64 / 3.0);
-    let durable = Replicated { etcd, log, leader, renew_every, renewed: Instant::now(), failed: None };
-    Ok((Durable::Etcd(durable), plane, job_tokens))
-}
-
-/// Campaigns until this replica leads; says once who the active is meanwhile.
-fn lead(etcd: &Etcd, e: &EtcdConfig) -> Result<Leadership, ServeError> {
+    let mut applied = 0;
+    apply(&mut plane, &mut applied, &records, &e.prefix)?;
     let mut told = None;
-    loop {
-        match Leadership::campaign(etcd, &e.prefix, &e.replica, e.lease_ttl_s).map_err(refused)? {
-            Ok(leader) => return Ok(leader),
+    let leader = loop {
+        match Leadership::campaign(&etcd, &e.prefix, &e.replica, e.lease_ttl_s).map_err(refused)? {
+            Ok(leader) => break leader,
             Err(holder) => {
                 if told.as_ref() != Some(&holder) {
                     eprintln!("weave serve: standby ({}): the active replica is {holder}", e.replica);
@@ -98,9 +89,33 @@ fn lead(etcd: &Etcd, e: &EtcdConfig) -> Result<Leadership, ServeError> {
                     told = Some(holder);
                 }
                 std::thread::sleep(Duration::from_millis(500));
+                let new = log.follow().map_err(refused)?;
+                apply(&mut plane, &mut applied, &new, &e.prefix)?;
             }
         }
+    };
+    // Leading now: nobody else writes; what was written before the election is the tail.
+    let tail = log.follow().map_err(refused)?;
+    apply(&mut plane, &mut applied, &tail, &e.prefix)?;
+    eprintln!("weave serve: active ({}): {applied} records, {} of them applied at the takeover", e.replica, tail.len());
+    *e.opening.lock().unwrap_or_else(|p| p.into_inner()) = String::new();
+    check_placement(&etcd, &e.prefix, cfg, applied == 0)?;
+    record_placement(&etcd, &e.prefix, cfg)?;
+    let renew_every = Duration::from_secs_f64(e.lease_ttl_s as f64 / 3.0);
+    let durable = Replicated { etcd, log, leader, renew_every, renewed: Instant::now(), failed: None };
+    Ok((Durable::Etcd(durable), plane, job_tokens))
+}
+
+/// Applies `records` (the log's next ones) to `plane`, counting them in `applied`.
+fn apply(plane: &mut Plane, applied: &mut usize, records: &[Vec<u8>], prefix: &str) -> Result<(), ServeError> {
+    for bytes in records {
+        let index = *applied;
+        let r: Record =
+            serde_json::from_slice(bytes).map_err(|err| refused(format!("record {index} of {prefix}/log: {err}")))?;
+        plane.apply(&r).map_err(|error| ServeError::Recovery { index, error })?;
+        *applied += 1;
     }
+    Ok(())
 }
 
 /// The job tokens' secret, created once for every replica.
@@ -118,25 +133,35 @@ fn job_tokens(etcd: &Etcd, prefix: &str) -> Result<JobTokens, ServeError> {
 
 /// The placement the log was written under, kept beside it in etcd and checked as the
 /// embedded store's file is (a log replayed under another placement would move its jobs).
+/// With `empty`, a log without one may be replayed (and the placement recorded once it leads).
 fn check_placement(etcd: &Etcd, prefix: &str, cfg: &ServerConfig, empty: bool) -> Result<(), ServeError> {
-    let key = format!("{prefix}/placement").into_bytes();
-    let mode = if cfg.placement.consolidate { "full-weave" } else { "disagg-only" };
-    match etcd.get(&key).map_err(refused)? {
+    let mode = placement_mode(cfg);
+    let refuse = |message: String| ServeError::Placement { path: format!("{prefix}/placement"), message };
+    match etcd.get(&placement_key(prefix)).map_err(refused)? {
         Some(kv) if kv.value == mode.as_bytes() => Ok(()),
-        Some(kv) => Err(ServeError::Placement {
-            path: format!("{prefix}/placement"),
-            message: format!(
-                "this log was written with `{}` placement; replaying it with `{mode}` would move its jobs",
-                String::from_utf8_lossy(&kv.value)
-            ),
-        }),
-        None if empty || cfg.placement.chosen => {
-            etcd.put(&key, mode.as_bytes(), None).map_err(refused)?;
-            Ok(())
-        }
-        None => Err(ServeError::Placement {
-            path: format!("{prefix}/placement"),
-            message: "the log has records but no placement: start with --disagg-only or --consolidate".into(),
-        }),
+        Some(kv) => Err(refuse(format!(
+            "this log was written with `{}` placement; replaying it with `{mode}` would move its jobs",
+            String::from_utf8_lossy(&kv.value)
+        ))),
+        None if empty || cfg.placement.chosen => Ok(()),
+        None => Err(refuse("the log has records but no placement: start with --disagg-only or --consolidate".into())),
+    }
+}
+
+/// Records the placement beside the log (the active replica, once its replay worked).
+fn record_placement(etcd: &Etcd, prefix: &str, cfg: &ServerConfig) -> Result<(), ServeError> {
+    let put = Op::Put { key: placement_key(prefix), value: placement_mode(cfg).as_bytes().to_vec(), lease: None };
+    etcd.txn(&[Compare::Absent(placement_key(prefix))], &[put]).map_err(refused).map(|_| ())
+}
+
+fn placement_key(prefix: &str) -> Vec<u8> {
+    format!("{prefix}/placement").into_bytes()
+}
+
+fn placement_mode(cfg: &ServerConfig) -> &'static str {
+    if cfg.placement.consolidate {
+        "full-weave"
+    } else {
+        "disagg-only"
     }
 }
