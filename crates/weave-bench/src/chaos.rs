@@ -243,7 +243,7 @@ pub(crate) fn all_events(c: &reqwest::blocking::Client, url: &str) -> Result<Vec
 }
 
 /// Checks that everything acknowledged is there exactly once; returns (lost, duplicated).
-fn verify(url: &str, jobs: &[String], finishes: &[(String, String, u64)]) -> Result<(usize, usize)> {
+pub(crate) fn verify(url: &str, jobs: &[String], finishes: &[(String, String, u64)]) -> Result<(usize, usize)> {
     let c = client()?;
     let listed = all_jobs(&c, url, None)?;
     let mut ids: Vec<&str> = listed.iter().filter_map(|j| j["id"].as_str()).collect();

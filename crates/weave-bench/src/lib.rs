@@ -4,6 +4,7 @@ mod abuse;
 mod agentic;
 mod chaos;
 mod diskfull;
+mod failover;
 mod place;
 mod replay;
 mod restart;
@@ -36,6 +37,9 @@ pub enum BenchCommand {
     Serve(crate::serve::ServeBenchArgs),
     /// `weave serve` under SIGKILLs and generated hostile requests, every outcome checked.
     Chaos(crate::chaos::ChaosArgs),
+    /// `weave serve --etcd` replicas on a local etcd cluster, the active one SIGKILLed under
+    /// load again and again: how soon a replica answers, nothing acknowledged lost or doubled.
+    Failover(crate::failover::FailoverArgs),
     /// `weave serve` on a small file system filled up and freed round after round: refused
     /// writes never durable, acknowledged ones kept, readiness back without a restart (root).
     DiskFull(crate::diskfull::DiskFullArgs),
@@ -131,6 +135,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Serve(args) => crate::serve::run(args),
         BenchCommand::Restart(args) => crate::restart::run(args),
         BenchCommand::Chaos(args) => crate::chaos::run(args),
+        BenchCommand::Failover(args) => crate::failover::run(args),
         BenchCommand::DiskFull(args) => crate::diskfull::run(args),
         BenchCommand::Soak(args) => crate::soak::run(args),
         BenchCommand::Abuse(args) => crate::abuse::run(args),

@@ -89,7 +89,7 @@ fn load(url: &str, tag: &str, n: usize) -> Vec<String> {
 #[test]
 #[ignore = "needs etcd: .ci/run installs it and runs this with --ignored"]
 fn a_standby_serves_every_acknowledged_record_once_the_active_is_killed() {
-    let etcd = EtcdCluster::start("replicas-kill", 3);
+    let etcd = weave_testkit::etcd::cluster("replicas-kill", 3);
     let (mut a, url_a, _) = replica(&etcd, "a", "/kill");
     wait_until("a to lead", Duration::from_secs(60), || leads(&url_a).then_some(()));
     let (_b, url_b, said_b) = replica(&etcd, "b", "/kill");
@@ -123,7 +123,7 @@ fn a_standby_serves_every_acknowledged_record_once_the_active_is_killed() {
 #[test]
 #[ignore = "needs etcd: .ci/run installs it and runs this with --ignored"]
 fn a_paused_active_that_was_replaced_cannot_write_when_it_wakes() {
-    let etcd = EtcdCluster::start("replicas-pause", 3);
+    let etcd = weave_testkit::etcd::cluster("replicas-pause", 3);
     let (mut a, url_a, said_a) = replica(&etcd, "a", "/pause");
     wait_until("a to lead", Duration::from_secs(60), || leads(&url_a).then_some(()));
     let (_b, url_b, _) = replica(&etcd, "b", "/pause");
@@ -154,7 +154,7 @@ fn a_paused_active_that_was_replaced_cannot_write_when_it_wakes() {
 #[ignore = "needs etcd and python3: .ci/run runs it with --ignored"]
 fn a_python_driver_rides_through_a_failover() {
     let py = weave_testkit::python("a_python_driver_rides_through_a_failover");
-    let etcd = EtcdCluster::start("replicas-ride", 3);
+    let etcd = weave_testkit::etcd::cluster("replicas-ride", 3);
     let (mut a, url_a, _) = replica(&etcd, "a", "/ride");
     wait_until("a to lead", Duration::from_secs(60), || leads(&url_a).then_some(()));
     let (_b, url_b, _) = replica(&etcd, "b", "/ride");
@@ -202,4 +202,22 @@ fn an_unreachable_etcd_at_start_is_refused_naming_it() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("etcd unreachable") && err.contains(&dead), "{err}");
+}
+
+/// `weave bench failover`, short: the active replica SIGKILLed three times under load, nothing
+/// acknowledged lost or doubled (the benchmark runs fifty).
+#[test]
+#[ignore = "needs etcd: .ci/run installs it and runs this with --ignored"]
+fn failovers_under_load_lose_nothing_acknowledged() {
+    let installed = weave_testkit::etcd::EtcdCluster::installed();
+    weave_testkit::require("failovers_under_load_lose_nothing_acknowledged", installed, "the etcd binary");
+    let o = Command::new(env!("CARGO_BIN_EXE_weave"))
+        .args(["bench", "failover", "--failovers", "3", "--load-ms", "400", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(r["acknowledged_completions"].as_u64().unwrap() >= 10, "too little load: {r}");
+    assert_eq!((r["lost"].as_u64(), r["duplicated"].as_u64()), (Some(0), Some(0)), "{r}");
+    assert!(r["answered_again_s_max"].as_f64().unwrap() > 0.0, "{r}");
 }

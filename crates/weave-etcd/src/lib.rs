@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::time::Duration;
 
+pub mod local;
 pub mod log;
 
 #[derive(Debug, thiserror::Error)]

@@ -13,7 +13,7 @@ fn port() -> u16 {
 
 /// A local cluster of `n` members, answering.
 fn cluster(test: &str, n: usize) -> EtcdCluster {
-    let c = EtcdCluster::start(test, n);
+    let c = weave_testkit::etcd::cluster(test, n);
     let etcd = client(&c);
     wait("the cluster to answer", || etcd.check().is_ok());
     c
@@ -106,8 +106,8 @@ fn without_quorum_nothing_is_written_and_service_resumes_with_it() {
         Err(AppendError::Etcd(e)) => eprintln!("without quorum: {e}"),
         other => panic!("written without a quorum: {other:?}"),
     }
-    c.run(1);
-    c.run(2);
+    c.run(1).unwrap();
+    c.run(2).unwrap();
     wait("quorum back", || etcd.check().is_ok());
     // The leader's lease may or may not have outlived the outage: it renews or campaigns.
     let a = if a.renew().unwrap_or(false) { a } else { lead(&etcd, "a", 30) };
