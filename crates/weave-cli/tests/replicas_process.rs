@@ -94,6 +94,11 @@ fn a_standby_serves_every_acknowledged_record_once_the_active_is_killed() {
     wait_until("a to lead", Duration::from_secs(60), || leads(&url_a).then_some(()));
     let (_b, url_b, said_b) = replica(&etcd, "b", "/kill");
     let acked = load(&url_a, "j", 4);
+    // The active says how far its standby has followed: all 12 records, within a second.
+    wait_until("b to report it caught up", Duration::from_secs(60), || {
+        let m = client().get(format!("{url_a}/metrics")).bearer_auth(TOKEN).send().ok()?.text().ok()?;
+        m.contains("weave_replica_standby_lag_records{replica=\"b\"} 0").then_some(())
+    });
     let standby = client().get(format!("{url_b}/v1/jobs")).send().unwrap();
     assert_eq!(standby.status(), 503, "a standby does not serve");
     let why = standby.text().unwrap();

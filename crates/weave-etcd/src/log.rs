@@ -97,6 +97,11 @@ impl RecordLog {
         Ok((log, records))
     }
 
+    /// Where its keys live.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     /// Records in the log.
     pub fn len(&self) -> u64 {
         self.next
@@ -157,4 +162,52 @@ fn leader_now(etcd: &Etcd, prefix: &str) -> String {
         Ok(None) => "nobody leads now".into(),
         Err(e) => format!("the leader is unknown: {e}"),
     }
+}
+
+/// A standby's report of how far it has followed the log: `<prefix>/replicas/<name>` holds the
+/// records it has applied, under a lease of its own, so the entry goes when the standby does.
+#[derive(Debug)]
+pub struct Presence {
+    etcd: Etcd,
+    key: Vec<u8>,
+    lease: i64,
+}
+
+fn replicas_prefix(prefix: &str) -> String {
+    format!("{prefix}/replicas/")
+}
+
+impl Presence {
+    /// Announces replica `name` (its entry lives `ttl_s` seconds past its last report).
+    pub fn announce(etcd: &Etcd, prefix: &str, name: &str, ttl_s: i64) -> Result<Presence, EtcdError> {
+        let lease = etcd.grant(ttl_s)?;
+        Ok(Presence { etcd: etcd.clone(), key: format!("{}{name}", replicas_prefix(prefix)).into_bytes(), lease })
+    }
+
+    /// Reports `applied` records (and keeps the entry alive).
+    pub fn report(&mut self, applied: u64) -> Result<(), EtcdError> {
+        if self.etcd.keep_alive(self.lease)? == 0 {
+            // Expired while etcd was away: a new lease.
+            self.lease = self.etcd.grant(5)?;
+        }
+        self.etcd.put(&self.key, applied.to_string().as_bytes(), Some(self.lease)).map(|_| ())
+    }
+
+    /// Removes the entry now (the replica leads, or stops).
+    pub fn withdraw(self) -> Result<(), EtcdError> {
+        self.etcd.revoke(self.lease)
+    }
+}
+
+/// The standbys that reported, with the records each has applied, by name.
+pub fn standbys(etcd: &Etcd, prefix: &str) -> Result<Vec<(String, u64)>, EtcdError> {
+    let start = replicas_prefix(prefix);
+    let kvs = etcd.range(start.as_bytes(), Some(&prefix_end(start.as_bytes())), 1_000)?;
+    Ok(kvs
+        .into_iter()
+        .map(|kv| {
+            let name = String::from_utf8_lossy(&kv.key[start.len()..]).into_owned();
+            (name, String::from_utf8_lossy(&kv.value).parse().unwrap_or(0))
+        })
+        .collect())
 }

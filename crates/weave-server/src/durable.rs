@@ -81,6 +81,15 @@ impl Durable {
         }
     }
 
+    /// The etcd client and the log's prefix, to read the cluster without this lock (`None`:
+    /// the embedded store).
+    pub fn etcd(&self) -> Option<(Etcd, String)> {
+        match self {
+            Durable::Local(_) => None,
+            Durable::Etcd(r) => Some((r.etcd.clone(), r.log.prefix().to_string())),
+        }
+    }
+
     /// Records in the replicated log (`None`: the embedded store).
     pub fn replicated_records(&self) -> Option<u64> {
         match self {

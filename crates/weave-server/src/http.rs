@@ -353,12 +353,16 @@ async fn healthz() -> Json<serde_json::Value> {
 /// sees only its own jobs (counts by state), never other tenants' jobs, nodes or cost.
 async fn metrics(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<impl IntoResponse> {
     let c = caller(&s, &headers)?;
+    // The standbys' reports are read from etcd off the async workers, the plane's lock free.
+    let etcd = if c.admin { s.lock().durable().lock().ok().and_then(|d| d.etcd()) } else { None };
+    let read = move || etcd.and_then(|(etcd, prefix)| weave_etcd::log::standbys(&etcd, &prefix).ok());
+    let standbys = off_the_workers(read).await?;
     let g = s.lock();
     let text = if c.admin {
         let mut text = crate::metrics::render(&g.plane);
         crate::metrics::parked(&mut text, s.parked.load(std::sync::atomic::Ordering::SeqCst));
         if let (Some(e), Some(records)) = (&s.cfg.etcd, g.replicated_records()) {
-            crate::metrics::replica(&mut text, &e.replica, records);
+            crate::metrics::replica(&mut text, &e.replica, records, standbys.as_deref().unwrap_or_default());
         }
         text
     } else {

@@ -152,11 +152,25 @@ pub fn parked(out: &mut String, n: u64) {
 
 /// A replica of `weave serve --etcd` answering is the active one: its name and the records in
 /// the replicated log (a standby answers 503 until it leads).
-pub fn replica(out: &mut String, name: &str, records: u64) {
+pub fn replica(out: &mut String, name: &str, records: u64, standbys: &[(String, u64)]) {
     family(out, "weave_replica_active", "gauge", "1 on the replica that leads the replicated log (it is answering).");
     let _ = writeln!(out, "weave_replica_active{{replica=\"{}\"}} 1", label(name));
     family(out, "weave_replicated_log_records", "gauge", "Records in the replicated log in etcd.");
     let _ = writeln!(out, "weave_replicated_log_records {records}");
+    family(
+        out,
+        "weave_replica_standby_lag_records",
+        "gauge",
+        "Records a standby has still to apply (reported every half second).",
+    );
+    for (standby, applied) in standbys {
+        let _ = writeln!(
+            out,
+            "weave_replica_standby_lag_records{{replica=\"{}\"}} {}",
+            label(standby),
+            records.saturating_sub(*applied)
+        );
+    }
 }
 
 #[cfg(test)]

@@ -355,6 +355,11 @@ impl Inner {
         self.store().replicated_records()
     }
 
+    /// The store, to ask it something without the plane's lock held.
+    pub fn durable(&self) -> Arc<Mutex<Durable>> {
+        self.store.clone()
+    }
+
     /// Records in the store after its newest snapshot.
     pub fn records_since_snapshot(&self) -> u64 {
         self.store().records_since_snapshot()

@@ -12,7 +12,7 @@ use crate::auth::JobTokens;
 use crate::durable::{Durable, Replicated};
 use crate::plane::{Plane, Record};
 use std::time::{Duration, Instant};
-use weave_etcd::log::{Leadership, RecordLog};
+use weave_etcd::log::{Leadership, Presence, RecordLog};
 use weave_etcd::{Compare, Etcd, Op};
 
 #[derive(Clone, Debug)]
@@ -78,6 +78,8 @@ pub(super) fn open(cfg: &ServerConfig, e: &EtcdConfig) -> Result<(Durable, Plane
     let mut applied = 0;
     apply(&mut plane, &mut applied, &records, &e.prefix)?;
     let mut told = None;
+    // While it stands by, it says how far it has followed (the active's `/metrics` shows it).
+    let mut presence = Presence::announce(&etcd, &e.prefix, &e.replica, (2 * e.lease_ttl_s).max(4)).map_err(refused)?;
     let leader = loop {
         match Leadership::campaign(&etcd, &e.prefix, &e.replica, e.lease_ttl_s).map_err(refused)? {
             Ok(leader) => break leader,
@@ -91,9 +93,12 @@ pub(super) fn open(cfg: &ServerConfig, e: &EtcdConfig) -> Result<(Durable, Plane
                 std::thread::sleep(Duration::from_millis(500));
                 let new = log.follow().map_err(refused)?;
                 apply(&mut plane, &mut applied, &new, &e.prefix)?;
+                // A report etcd missed is made again half a second later.
+                let _ = presence.report(applied as u64);
             }
         }
     };
+    let _ = presence.withdraw();
     // Leading now: nobody else writes; what was written before the election is the tail.
     let tail = log.follow().map_err(refused)?;
     apply(&mut plane, &mut applied, &tail, &e.prefix)?;
