@@ -8,9 +8,11 @@ use std::path::PathBuf;
 
 #[derive(clap::Args, Clone)]
 pub struct Conn {
-    /// Server address.
+    /// Server address (replicas: their addresses, comma-separated; the one that serves is used).
     #[arg(long, env = "WEAVE_SERVER", default_value = "http://127.0.0.1:7070")]
     server: String,
+    #[arg(skip)]
+    serving: std::sync::OnceLock<String>,
     /// Bearer token.
     #[arg(long, env = "WEAVE_TOKEN", hide_env_values = true)]
     token: Option<String>,
@@ -108,7 +110,15 @@ fn client() -> Result<Client> {
 }
 
 fn url(conn: &Conn, path: &str) -> String {
-    format!("{}{path}", conn.server.trim_end_matches('/'))
+    format!("{}{path}", conn.serving.get_or_init(|| serving(&conn.server)))
+}
+
+/// The replica that serves, of those given (its `/healthz` answers 200; a standby's 503).
+fn serving(servers: &str) -> String {
+    let c = Client::builder().timeout(std::time::Duration::from_secs(5)).build();
+    let healthy =
+        |s: &str| c.as_ref().is_ok_and(|c| c.get(format!("{s}/healthz")).send().is_ok_and(|r| r.status() == 200));
+    weave_server::http::serving_replica(servers, healthy)
 }
 
 pub fn job(cmd: JobCommand) -> Result<()> {

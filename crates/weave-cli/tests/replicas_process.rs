@@ -120,6 +120,13 @@ fn a_standby_serves_every_acknowledged_record_once_the_active_is_killed() {
     assert!(metrics.contains("weave_replica_active{replica=\"b\"} 1"), "{metrics}");
     let records = metrics.lines().find_map(|l| l.strip_prefix("weave_replicated_log_records ")).unwrap();
     assert_eq!(records, "12");
+    // `weave job` given both addresses finds the one that serves.
+    let both = format!("{url_a},{url_b}");
+    let shown = Command::new(env!("CARGO_BIN_EXE_weave"))
+        .args(["job", "show", "j0", "--server", &both, "--token", TOKEN, "--json"])
+        .output()
+        .unwrap();
+    assert!(shown.status.success(), "{}", String::from_utf8_lossy(&shown.stderr));
     // b writes on: the next record follows the last a acknowledged.
     let more = load(&url_b, "k", 1);
     assert!(job(&url_b, &more[0]).is_some());

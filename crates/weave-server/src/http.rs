@@ -25,7 +25,7 @@ mod gate;
 mod listing;
 pub mod openapi;
 pub mod routes;
-pub use listing::next_page;
+pub use listing::{next_page, serving_replica};
 
 pub struct ApiError {
     status: StatusCode,

@@ -75,6 +75,15 @@ pub fn next_page(link: Option<&str>) -> Option<&str> {
     link.strip_prefix('<')?.split_once('>').map(|(path, _)| path)
 }
 
+/// Of several replicas' addresses (`weave serve --etcd`, comma-separated), the first `serves`
+/// says serves (its `/healthz` answers 200; a standby's 503); the first address when none does,
+/// so that its error is the one a client reports. A single address is not probed.
+pub fn serving_replica(servers: &str, serves: impl Fn(&str) -> bool) -> String {
+    let all: Vec<&str> = servers.split(',').map(|s| s.trim().trim_end_matches('/')).filter(|s| !s.is_empty()).collect();
+    let pick = if all.len() > 1 { all.iter().find(|s| serves(s)) } else { None };
+    pick.or(all.first()).map_or(servers.to_string(), |s| s.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,5 +94,13 @@ mod tests {
         assert_eq!(next_page(Some(&link)), Some("/v1/jobs?after=a%20b~c%2Fd&limit=2"));
         assert_eq!(next_page(Some("</x>; rel=\"prev\"")), None);
         assert_eq!(next_page(None), None);
+    }
+
+    #[test]
+    fn the_first_replica_that_serves_is_used_and_one_address_is_not_probed() {
+        use super::serving_replica;
+        assert_eq!(serving_replica("http://a, http://b/,http://c", |s| s == "http://b" || s == "http://c"), "http://b");
+        assert_eq!(serving_replica("http://a,http://b", |_| false), "http://a", "none serves: the first's error");
+        assert_eq!(serving_replica("http://only", |_| panic!("probed")), "http://only");
     }
 }
