@@ -75,6 +75,17 @@ class SandboxesTest(unittest.TestCase):
         self.assertEqual(again.alive(), [True, True], "both on the node that answers")
         again.close()
 
+    def test_a_sandbox_that_outlives_its_host_does_not_keep_the_node_answering(self):
+        env = sandbox_host.Environment([self.hosts[0][1]], step_ms=1.0)
+        boxes = env.open([(1, [0])])
+        host = self.hosts[0][0]
+        host.kill()  # the host alone: its sandbox lives on
+        host.wait(timeout=30)
+        self.assertEqual(boxes.lookup([0]), [sandbox_host.table(1)[0]], "the sandbox still answers")
+        with self.assertRaisesRegex(RuntimeError, "no environment node answers"):
+            env.open([(2, [0])])
+        boxes.close()
+
     def test_no_node_answering_is_an_error_naming_them(self):
         env = sandbox_host.Environment([a for _, a in self.hosts], step_ms=1.0)
         for p, _ in self.hosts:

@@ -46,6 +46,9 @@ def score(keys: List[int], values: List[int], looked_up: List[int], answer: List
 
 class _Sandbox(socketserver.StreamRequestHandler):
     def handle(self) -> None:
+        # This runs in the forked sandbox: it must not keep the host's listening socket, or a
+        # node whose host is gone would still accept connections while a sandbox lingers.
+        self.server.socket.close()
         cfg = self.server.cfg  # type: ignore[attr-defined]
         words = self.rfile.readline().split()
         if len(words) < 2 or words[0] != b"start":
