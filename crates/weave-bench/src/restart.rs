@@ -8,7 +8,17 @@ use std::time::Instant;
 use weave_dispatch::Phase;
 use weave_io::{json, write_output};
 use weave_server::plane::{Record, SubmitSpec};
+use weave_server::state::replicated::{seed_from_store, EtcdConfig};
 use weave_server::Shared;
+
+/// Deletes what the benchmark wrote under its prefix.
+fn remove_prefix(e: &EtcdConfig) -> Result<()> {
+    let etcd = weave_etcd::Etcd::new(&e.endpoints, std::time::Duration::from_secs(30))?;
+    let from = format!("{}/", e.prefix).into_bytes();
+    let to = weave_etcd::prefix_end(&from);
+    etcd.txn(&[], &[weave_etcd::Op::DeleteRange(from, to)])?;
+    Ok(())
+}
 
 #[derive(clap::Args)]
 pub struct RestartArgs {
@@ -28,12 +38,19 @@ pub struct RestartArgs {
     /// The server's `--snapshot-every` (0: never snapshot: restart replays every record).
     #[arg(long, default_value_t = weave_server::DEFAULT_SNAPSHOT_EVERY)]
     snapshot_every: u64,
+    /// Time a replica on this etcd cluster instead (client URLs): the store built is moved
+    /// into it as `weave store to-etcd` does, and a replica opens from its snapshot and the
+    /// records after it until it leads.
+    #[arg(long, value_name = "URLS", value_delimiter = ',')]
+    etcd: Vec<String>,
     #[arg(long)]
     json: bool,
 }
 
 #[derive(Serialize)]
 struct Report {
+    /// Where the replica opened from: `embedded` or `etcd`.
+    store: &'static str,
     records: u64,
     snapshot_every: u64,
     /// Records replayed after the snapshot at reopening.
@@ -60,16 +77,33 @@ pub fn run(args: RestartArgs) -> Result<()> {
         cfg
     };
     let records = build(config(), &args)?;
+    let prefix = format!("/weave-bench-restart-{}", std::process::id());
+    let etcd = if args.etcd.is_empty() {
+        None
+    } else {
+        let e = EtcdConfig::new(&args.etcd, &prefix, Some("bench".into()), 10).map_err(anyhow::Error::msg)?;
+        let seeded = seed_from_store(&data, &e).context("moving the store into etcd")?;
+        eprintln!("moved {} records after a snapshot at {:?} into etcd", seeded.records, seeded.snapshot_at);
+        Some(e)
+    };
     let mut times = Vec::new();
     let (mut snapshot_bytes, mut snapshot_encode_s) = (0, 0.0);
     for _ in 0..args.opens {
+        let mut cfg = config();
+        cfg.etcd = etcd.clone();
         let t = Instant::now();
-        let shared = Shared::open(config()).context("cannot reopen the store")?;
+        let shared = Shared::open(cfg).context("cannot reopen the store")?;
         times.push(t.elapsed().as_secs_f64());
         let t = Instant::now();
         snapshot_bytes = shared.lock().plane.snapshot().len();
         snapshot_encode_s = t.elapsed().as_secs_f64();
+        // The next open leads at once instead of waiting out this one's lease.
+        let durable = shared.lock().durable();
+        durable.lock().unwrap_or_else(|p| p.into_inner()).resign();
         drop(shared);
+    }
+    if let Some(e) = &etcd {
+        remove_prefix(e)?;
     }
     let store_file_bytes = std::fs::metadata(data.join("weave.redb")).map_or(0, |m| m.len());
     let records_replayed = {
@@ -81,6 +115,7 @@ pub fn run(args: RestartArgs) -> Result<()> {
     sorted.sort_by(f64::total_cmp);
     let median = sorted[sorted.len() / 2];
     let r = Report {
+        store: if etcd.is_some() { "etcd" } else { "embedded" },
         records,
         snapshot_every: args.snapshot_every,
         records_replayed,
@@ -97,10 +132,11 @@ pub fn run(args: RestartArgs) -> Result<()> {
     write_output(
         None,
         &format!(
-            "{} records ({} after the last snapshot): reopening takes {:.3} s median of {} ({:.1} us per record); \
-             a snapshot is {} bytes, {:.3} s to encode\n",
+            "{} records ({} after the last snapshot), {}: reopening takes {:.3} s median of {} ({:.1} us per \
+             record); a snapshot is {} bytes, {:.3} s to encode\n",
             r.records,
             r.records_replayed,
+            r.store,
             r.open_s_median,
             args.opens,
             r.per_record_us,

@@ -50,7 +50,8 @@ pub struct ServeArgs {
     /// The Ray dashboard's HTTP address (State and Job Submission APIs).
     #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:8265")]
     ray_address: String,
-    /// The server's URL as launched jobs reach it (default: http://<bound address>).
+    /// The server's URL as launched jobs reach it, and as standbys name it while it leads
+    /// (default: http://<bound address>).
     #[arg(long, value_name = "URL")]
     advertise_url: Option<String>,
     /// How long a launched job must stay ended before it fails its Weave job, seconds (a
@@ -374,7 +375,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     if let Some(p) = &args.tenants {
         tenants.check_pools(pools).with_context(|| format!("invalid tenants file {}", p.display()))?;
     }
-    let cfg = server_config(&args, tenants, cluster, driver.is_some())?;
+    let mut cfg = server_config(&args, tenants, cluster, driver.is_some())?;
     weave_server::tune_allocator();
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
@@ -383,6 +384,9 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             .await
             .with_context(|| format!("cannot listen on {}", args.addr))?;
         let addr = listener.local_addr()?;
+        if let Some(e) = &mut cfg.etcd {
+            e.url = Some(args.advertise_url.clone().unwrap_or_else(|| format!("http://{addr}")));
+        }
         // The store is replayed off the async workers; meanwhile the port answers 503
         // "recovering" instead of refusing connections.
         let inventory = driver.as_ref().map(|(_, sizes)| *sizes);

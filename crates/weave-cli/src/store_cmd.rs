@@ -35,6 +35,18 @@ pub enum StoreCommand {
         #[arg(long, value_name = "DIR")]
         to: PathBuf,
     },
+    /// Move a stopped server's store into an empty prefix of an etcd cluster (its newest
+    /// snapshot, the records after it, its placement and job-token key), so that replicas
+    /// started with `weave serve --etcd` go on from it. The store is only read.
+    ToEtcd {
+        #[arg(long, value_name = "DIR", default_value = "weave-data")]
+        data: PathBuf,
+        /// etcd client URLs.
+        #[arg(long, value_name = "URLS", value_delimiter = ',', required = true)]
+        etcd: Vec<String>,
+        #[arg(long, value_name = "PREFIX", default_value = "/weave")]
+        etcd_prefix: String,
+    },
 }
 
 fn store_file(data: &Path) -> PathBuf {
@@ -45,6 +57,7 @@ pub fn run(cmd: StoreCommand) -> Result<()> {
     match cmd {
         StoreCommand::Verify { data } => verify(&data),
         StoreCommand::Export { data, to } => export(&data, &to),
+        StoreCommand::ToEtcd { data, etcd, etcd_prefix } => to_etcd(&data, &etcd, &etcd_prefix),
         StoreCommand::Recover { data, truncate_after } => {
             let path = store_file(&data);
             let (dropped, backup) = weave_store::truncate_after(&path, truncate_after)?;
@@ -89,6 +102,30 @@ fn export(data: &Path, to: &Path) -> Result<()> {
         ),
     }
     println!("start the server with `--data {}`", to.display());
+    Ok(())
+}
+
+fn to_etcd(data: &Path, endpoints: &[String], prefix: &str) -> Result<()> {
+    use anyhow::Context;
+    use weave_server::state::replicated::{seed_from_store, EtcdConfig};
+    if !store_file(data).exists() {
+        bail!("{}: no store here (give the server's --data)", store_file(data).display());
+    }
+    let e = EtcdConfig::new(endpoints, prefix, Some("to-etcd".into()), 10).map_err(|e| anyhow::anyhow!(e))?;
+    let seeded = seed_from_store(data, &e).with_context(|| format!("moving {} into etcd", data.display()))?;
+    let snapshot = seeded
+        .snapshot_at
+        .map_or(String::new(), |at| format!("the snapshot of records 0..{at} ({} bytes) and ", seeded.snapshot_bytes));
+    println!(
+        "{}: copied {snapshot}{} records after it into {} under {prefix}",
+        data.display(),
+        seeded.records,
+        endpoints.join(",")
+    );
+    println!(
+        "start the replicas with `--etcd {} --etcd-prefix {prefix}` and the same placement flags",
+        endpoints.join(",")
+    );
     Ok(())
 }
 

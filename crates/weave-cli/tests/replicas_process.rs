@@ -20,12 +20,13 @@ type Said = std::sync::Arc<std::sync::Mutex<String>>;
 
 /// A replica named `name` on its own data directory; its URL and what it says on stderr. It
 /// answers 503 until it leads.
-fn replica(etcd: &EtcdCluster, name: &str, prefix: &str) -> (Server, String, Said) {
+fn replica(etcd: &EtcdCluster, name: &str, prefix: &str, extra: &[&str]) -> (Server, String, Said) {
     let d = dir(&format!("replica-{prefix}-{name}"));
     let addr = format!("127.0.0.1:{}", port());
     let mut child = Command::new(env!("CARGO_BIN_EXE_weave"))
         .args(["serve", "--addr", &addr, "--disagg-only", "--heartbeat-timeout-s", "600"])
         .args(["--etcd", &etcd.endpoints().join(","), "--etcd-prefix", prefix, "--replica", name, "--lease-s", "2"])
+        .args(extra)
         .arg("--data")
         .arg(d.join("data"))
         .arg("--tenants")
@@ -90,9 +91,9 @@ fn load(url: &str, tag: &str, n: usize) -> Vec<String> {
 #[ignore = "needs etcd: .ci/run installs it and runs this with --ignored"]
 fn a_standby_serves_every_acknowledged_record_once_the_active_is_killed() {
     let etcd = weave_testkit::etcd::cluster("replicas-kill", 3);
-    let (mut a, url_a, _) = replica(&etcd, "a", "/kill");
+    let (mut a, url_a, _) = replica(&etcd, "a", "/kill", &[]);
     wait_until("a to lead", Duration::from_secs(60), || leads(&url_a).then_some(()));
-    let (_b, url_b, said_b) = replica(&etcd, "b", "/kill");
+    let (_b, url_b, said_b) = replica(&etcd, "b", "/kill", &[]);
     let acked = load(&url_a, "j", 4);
     // The active says how far its standby has followed: all 12 records, within a second.
     wait_until("b to report it caught up", Duration::from_secs(60), || {
@@ -102,7 +103,7 @@ fn a_standby_serves_every_acknowledged_record_once_the_active_is_killed() {
     let standby = client().get(format!("{url_b}/v1/jobs")).send().unwrap();
     assert_eq!(standby.status(), 503, "a standby does not serve");
     let why = standby.text().unwrap();
-    assert!(why.contains("standby: the active replica is a"), "{why}");
+    assert!(why.contains(&format!("standby: the active replica is a at {url_a}")), "{why}");
     a.kill().unwrap();
     let killed = Instant::now();
     wait_until("b to take over", Duration::from_secs(60), || leads(&url_b).then_some(()));
@@ -114,7 +115,10 @@ fn a_standby_serves_every_acknowledged_record_once_the_active_is_killed() {
     }
     // b followed the log while it stood by: at the takeover it had only the tail left to apply.
     let said = said_b.lock().unwrap().clone();
-    assert!(said.contains("active (b): 12 records, 0 of them applied at the takeover"), "{said}");
+    assert!(
+        said.contains("active (b): 12 records (12 after the newest snapshot); 0 of them applied at the takeover"),
+        "{said}"
+    );
     // Which replica serves, and the log it serves from: 4 submissions and 8 phase finishes.
     let metrics = client().get(format!("{url_b}/metrics")).bearer_auth(TOKEN).send().unwrap().text().unwrap();
     assert!(metrics.contains("weave_replica_active{replica=\"b\"} 1"), "{metrics}");
@@ -134,11 +138,51 @@ fn a_standby_serves_every_acknowledged_record_once_the_active_is_killed() {
 
 #[test]
 #[ignore = "needs etcd: .ci/run installs it and runs this with --ignored"]
+fn snapshots_in_etcd_let_a_cold_replica_start_from_them_and_take_over() {
+    let etcd = weave_testkit::etcd::cluster("replicas-snapshot", 3);
+    let every = ["--snapshot-every", "5"];
+    let (mut a, url_a, _) = replica(&etcd, "a", "/snap", &every);
+    wait_until("a to lead", Duration::from_secs(60), || leads(&url_a).then_some(()));
+    let acked = load(&url_a, "j", 4);
+    // Started after a's snapshots at records 5 and 10 (records before 10 are gone): it reads
+    // the newest snapshot and the two records after it.
+    let (_b, url_b, said_b) = replica(&etcd, "b", "/snap", &every);
+    wait_until("b to catch up", Duration::from_secs(60), || {
+        let m = client().get(format!("{url_a}/metrics")).bearer_auth(TOKEN).send().ok()?.text().ok()?;
+        m.contains("weave_replica_standby_lag_records{replica=\"b\"} 0").then_some(())
+    });
+    a.kill().unwrap();
+    wait_until("b to take over", Duration::from_secs(60), || leads(&url_b).then_some(()));
+    let said = said_b.lock().unwrap().clone();
+    assert!(said.contains("replica b: read the snapshot at record 10"), "{said}");
+    assert!(said.contains("active (b): 12 records (2 after the newest snapshot)"), "{said}");
+    for id in &acked {
+        let j = job(&url_b, id).unwrap_or_else(|| panic!("{id} lost"));
+        assert_eq!(j["completed_iterations"], 1, "{id}: its acknowledged iteration, once: {j}");
+    }
+    // b snapshots too: after 3 more records it is at 15, and a replica started now reads that.
+    let more = load(&url_b, "k", 1);
+    assert_eq!(job(&url_b, &more[0]).unwrap()["completed_iterations"], 1);
+    wait_until("b's snapshot at 15", Duration::from_secs(60), || {
+        let m = client().get(format!("{url_b}/metrics")).bearer_auth(TOKEN).send().ok()?.text().ok()?;
+        m.contains("weave_replicated_log_snapshot_records 15").then_some(())
+    });
+    let (_c, _, said_c) = replica(&etcd, "c", "/snap", &every);
+    wait_until("c to stand by", Duration::from_secs(60), || {
+        said_c.lock().unwrap().contains("standby (c)").then_some(())
+    });
+    let said = said_c.lock().unwrap().clone();
+    assert!(said.contains("replica c: read the snapshot at record 15"), "{said}");
+    assert!(said.contains("and 0 records from /snap"), "{said}");
+}
+
+#[test]
+#[ignore = "needs etcd: .ci/run installs it and runs this with --ignored"]
 fn a_paused_active_that_was_replaced_cannot_write_when_it_wakes() {
     let etcd = weave_testkit::etcd::cluster("replicas-pause", 3);
-    let (mut a, url_a, said_a) = replica(&etcd, "a", "/pause");
+    let (mut a, url_a, said_a) = replica(&etcd, "a", "/pause", &[]);
     wait_until("a to lead", Duration::from_secs(60), || leads(&url_a).then_some(()));
-    let (_b, url_b, _) = replica(&etcd, "b", "/pause");
+    let (_b, url_b, _) = replica(&etcd, "b", "/pause", &[]);
     load(&url_a, "j", 1);
     // a stops (a pause, a partition): its lease runs out and b takes over.
     let pid = a.id().to_string();
@@ -167,9 +211,9 @@ fn a_paused_active_that_was_replaced_cannot_write_when_it_wakes() {
 fn a_python_driver_rides_through_a_failover() {
     let py = weave_testkit::python("a_python_driver_rides_through_a_failover");
     let etcd = weave_testkit::etcd::cluster("replicas-ride", 3);
-    let (mut a, url_a, _) = replica(&etcd, "a", "/ride");
+    let (mut a, url_a, _) = replica(&etcd, "a", "/ride", &[]);
     wait_until("a to lead", Duration::from_secs(60), || leads(&url_a).then_some(()));
-    let (_b, url_b, _) = replica(&etcd, "b", "/ride");
+    let (_b, url_b, _) = replica(&etcd, "b", "/ride", &[]);
     let bandit = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/examples/bandit.py");
     let servers = format!("{url_a},{url_b}");
     let driver = Command::new(py)

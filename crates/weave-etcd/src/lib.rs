@@ -13,8 +13,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::time::Duration;
 
+mod guard;
 pub mod local;
 pub mod log;
+pub mod snapshot;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EtcdError {
@@ -48,8 +50,14 @@ pub enum Compare {
 /// What a transaction does.
 #[derive(Clone, Debug)]
 pub enum Op {
-    Put { key: Vec<u8>, value: Vec<u8>, lease: Option<i64> },
+    Put {
+        key: Vec<u8>,
+        value: Vec<u8>,
+        lease: Option<i64>,
+    },
     Delete(Vec<u8>),
+    /// Every key in `[from, to)`.
+    DeleteRange(Vec<u8>, Vec<u8>),
 }
 
 /// A client of one etcd cluster.
@@ -201,6 +209,11 @@ impl Etcd {
 
     /// Does `then` if every condition holds, else nothing; whether it did.
     pub fn txn(&self, when: &[Compare], then: &[Op]) -> Result<bool, EtcdError> {
+        Ok(self.txn_revision(when, then)?.0)
+    }
+
+    /// [`Etcd::txn`], with the cluster's revision after it.
+    pub fn txn_revision(&self, when: &[Compare], then: &[Op]) -> Result<(bool, i64), EtcdError> {
         let compare: Vec<Value> = when
             .iter()
             .map(|c| match c {
@@ -223,10 +236,20 @@ impl Etcd {
                     json!({ "request_put": put })
                 }
                 Op::Delete(k) => json!({ "request_delete_range": { "key": b64(k) } }),
+                Op::DeleteRange(from, to) => {
+                    json!({ "request_delete_range": { "key": b64(from), "range_end": b64(to) } })
+                }
             })
             .collect();
         let v = self.call("txn", "/v3/kv/txn", json!({ "compare": compare, "success": success }))?;
-        Ok(v.get("succeeded").and_then(Value::as_bool).unwrap_or(false))
+        let succeeded = v.get("succeeded").and_then(Value::as_bool).unwrap_or(false);
+        Ok((succeeded, int(&v["header"]["revision"])))
+    }
+
+    /// Lets etcd forget every revision of its keys before `revision` (what deleted or replaced
+    /// keys held: the space they took is reused).
+    pub fn compact(&self, revision: i64) -> Result<(), EtcdError> {
+        self.call("compaction", "/v3/kv/compaction", json!({ "revision": revision.to_string() })).map(|_| ())
     }
 
     /// A lease of `ttl_s` seconds; its id.

@@ -8,6 +8,9 @@
 //! noticed yet. etcd answers a transaction once a quorum of its members has committed it: an
 //! acknowledged record survives the loss of any minority of them.
 
+pub use crate::guard::{leader, AppendError, LeaderGuard};
+use crate::guard::{leader_key, record_key};
+use crate::snapshot::{self, Manifest};
 use crate::{prefix_end, Compare, Etcd, EtcdError, Op};
 
 /// Keys read per request when a log is loaded or followed.
@@ -22,31 +25,7 @@ pub struct Leadership {
     /// process with the same id is another campaign.
     campaign: Vec<u8>,
     lease: i64,
-}
-
-/// What an append may meet besides etcd's own errors.
-#[derive(Debug, thiserror::Error)]
-pub enum AppendError {
-    #[error(transparent)]
-    Etcd(#[from] EtcdError),
-    #[error("this server is no longer the leader ({holder}): the record was not written")]
-    Deposed { holder: String },
-}
-
-fn leader_key(prefix: &str) -> Vec<u8> {
-    format!("{prefix}/leader").into_bytes()
-}
-
-/// Who leads now (the campaign's id), if anyone.
-pub fn leader(etcd: &Etcd, prefix: &str) -> Result<Option<String>, EtcdError> {
-    let kv = etcd.get(&leader_key(prefix))?;
-    Ok(kv.map(|kv| campaign_id(&kv.value)))
-}
-
-/// The id part of a campaign's value (`id#lease`).
-fn campaign_id(value: &[u8]) -> String {
-    let text = String::from_utf8_lossy(value);
-    text.rsplit_once('#').map_or(text.to_string(), |(id, _)| id.to_string())
+    prefix: String,
 }
 
 impl Leadership {
@@ -58,7 +37,7 @@ impl Leadership {
         let campaign = format!("{id}#{lease}").into_bytes();
         let put = Op::Put { key: key.clone(), value: campaign.clone(), lease: Some(lease) };
         if etcd.txn(&[Compare::Absent(key.clone())], &[put])? {
-            return Ok(Ok(Leadership { etcd: etcd.clone(), key, campaign, lease }));
+            return Ok(Ok(Leadership { etcd: etcd.clone(), key, campaign, lease, prefix: prefix.to_string() }));
         }
         // Lost: the lease would only expire; give it back now.
         let _ = etcd.revoke(lease);
@@ -71,13 +50,19 @@ impl Leadership {
         Ok(self.etcd.keep_alive(self.lease)? > 0)
     }
 
+    /// The lease the leadership is held under.
+    pub fn lease(&self) -> i64 {
+        self.lease
+    }
+
     /// Gives the leadership up at once (the next campaign need not wait for the lease).
     pub fn resign(self) -> Result<(), EtcdError> {
         self.etcd.revoke(self.lease)
     }
 
-    fn holds(&self) -> Compare {
-        Compare::ValueIs(self.key.clone(), self.campaign.clone())
+    /// What writes made elsewhere need to be conditional on this leadership.
+    pub fn guard(&self) -> LeaderGuard {
+        LeaderGuard { key: self.key.clone(), campaign: self.campaign.clone(), prefix: self.prefix.clone() }
     }
 }
 
@@ -87,14 +72,36 @@ pub struct RecordLog {
     etcd: Etcd,
     prefix: String,
     next: u64,
+    /// Records the newest snapshot this log read or wrote covers.
+    base: u64,
+}
+
+/// What a read of the log brings: the records after what was read before, or, when those were
+/// let go under a newer snapshot, that snapshot and the records after it.
+#[derive(Debug, Default)]
+pub struct Followed {
+    /// The state after `.0` records, to start from instead of the state so far.
+    pub snapshot: Option<(u64, Vec<u8>)>,
+    pub records: Vec<Vec<u8>>,
 }
 
 impl RecordLog {
-    /// Opens the log under `prefix` and reads every record in it, in order.
-    pub fn open(etcd: Etcd, prefix: &str) -> Result<(RecordLog, Vec<Vec<u8>>), EtcdError> {
-        let mut log = RecordLog { etcd, prefix: prefix.trim_end_matches('/').to_string(), next: 0 };
-        let records = log.follow()?;
-        Ok((log, records))
+    /// Opens the log under `prefix` and reads it: the newest snapshot, if any, and every
+    /// record after it, in order.
+    pub fn open(etcd: Etcd, prefix: &str) -> Result<(RecordLog, Followed), EtcdError> {
+        let mut log = RecordLog { etcd, prefix: prefix.trim_end_matches('/').to_string(), next: 0, base: 0 };
+        let read = log.follow()?;
+        Ok((log, read))
+    }
+
+    /// Records the newest snapshot covers (the state it opened from, or the last one written).
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// Counts a snapshot written of the state after `at` records.
+    pub fn snapshot_written(&mut self, at: u64) {
+        self.base = self.base.max(at);
     }
 
     /// Where its keys live.
@@ -112,7 +119,7 @@ impl RecordLog {
     }
 
     fn key(&self, n: u64) -> Vec<u8> {
-        format!("{}/log/{n:020}", self.prefix).into_bytes()
+        record_key(&self.prefix, n)
     }
 
     /// Appends `record` as record `len()` if `leader` still leads; its number once etcd has
@@ -120,22 +127,48 @@ impl RecordLog {
     pub fn append(&mut self, leader: &Leadership, record: &[u8]) -> Result<u64, AppendError> {
         let n = self.next;
         let put = Op::Put { key: self.key(n), value: record.to_vec(), lease: None };
-        if self.etcd.txn(&[Compare::Absent(self.key(n)), leader.holds()], &[put])? {
+        let guard = leader.guard();
+        if self.etcd.txn(&[Compare::Absent(self.key(n)), guard.holds()], &[put])? {
             self.next += 1;
             return Ok(n);
         }
-        let holder = leader_now(&self.etcd, &self.prefix);
-        Err(AppendError::Deposed { holder })
+        Err(guard.deposed(&self.etcd))
     }
 
-    /// The records written since this log last read or wrote (a standby following the
-    /// leader), in order; they are counted as read.
-    pub fn follow(&mut self) -> Result<Vec<Vec<u8>>, EtcdError> {
+    /// What was written since this log last read or wrote (a standby following the leader),
+    /// in order, counted as read: the records after it, or a newer snapshot and the records
+    /// after that where the leader has let go of the ones this log had not read.
+    pub fn follow(&mut self) -> Result<Followed, EtcdError> {
+        if let Some(records) = self.read_on()? {
+            return Ok(Followed { snapshot: None, records });
+        }
+        for _ in 0..5 {
+            let Some((m, state)) = snapshot::load(&self.etcd, &self.prefix)? else { break };
+            (self.next, self.base) = (m.at, m.at);
+            if let Some(records) = self.read_on()? {
+                return Ok(Followed { snapshot: Some((m.at, state)), records });
+            }
+        }
+        let message =
+            format!("{}: records before a snapshot are missing, and no newer snapshot covers them", self.prefix);
+        Err(EtcdError::Decode { call: "log range", message })
+    }
+
+    /// The records from `next` on; `None` (nothing counted as read) when they were let go
+    /// under a snapshot past `next`.
+    fn read_on(&mut self) -> Result<Option<Vec<Vec<u8>>>, EtcdError> {
         let end = prefix_end(format!("{}/log/", self.prefix).as_bytes());
-        let mut out = Vec::new();
+        let (start, mut out) = (self.next, Vec::new());
         loop {
             let page = self.etcd.range(&self.key(self.next), Some(&end), PAGE)?;
             let full = page.len() as i64 == PAGE;
+            // The snapshot that lets records go deletes them in the same transaction that
+            // names it: a gap here (or nothing at all) with a snapshot past `next` means
+            // they went under it.
+            if page.first().is_none_or(|kv| kv.key != self.key(self.next)) && self.snapshot_past(self.next)? {
+                self.next = start;
+                return Ok(None);
+            }
             for kv in page {
                 let expected = self.key(self.next);
                 if kv.key != expected {
@@ -146,22 +179,18 @@ impl RecordLog {
                 self.next += 1;
             }
             if !full {
-                return Ok(out);
+                return Ok(Some(out));
             }
         }
+    }
+
+    fn snapshot_past(&self, n: u64) -> Result<bool, EtcdError> {
+        Ok(snapshot::manifest(&self.etcd, &self.prefix)?.is_some_and(|m: Manifest| m.at > n))
     }
 }
 
 fn lossy(key: &[u8]) -> String {
     String::from_utf8_lossy(key).into_owned()
-}
-
-fn leader_now(etcd: &Etcd, prefix: &str) -> String {
-    match leader(etcd, prefix) {
-        Ok(Some(id)) => format!("the leader is {id}"),
-        Ok(None) => "nobody leads now".into(),
-        Err(e) => format!("the leader is unknown: {e}"),
-    }
 }
 
 /// A standby's report of how far it has followed the log: `<prefix>/replicas/<name>` holds the

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 use weave_etcd::log::{leader, AppendError, Leadership, RecordLog};
+use weave_etcd::snapshot;
 use weave_etcd::{Etcd, EtcdError};
 use weave_testkit::etcd::EtcdCluster;
 
@@ -43,7 +44,7 @@ fn records_come_back_in_order_once_and_a_follower_sees_new_ones() {
     let etcd = client(&c);
     let a = lead(&etcd, "a", 10);
     let (mut log, old) = RecordLog::open(etcd.clone(), "/weave").unwrap();
-    assert!(old.is_empty());
+    assert!(old.records.is_empty() && old.snapshot.is_none());
     let (mut follower, _) = RecordLog::open(etcd.clone(), "/weave").unwrap();
     // More than a page, so that reading pages on is tested.
     for n in 0..1_203u64 {
@@ -51,10 +52,10 @@ fn records_come_back_in_order_once_and_a_follower_sees_new_ones() {
     }
     let (_, all) = RecordLog::open(etcd.clone(), "/weave").unwrap();
     let expected: Vec<Vec<u8>> = (0..1_203).map(|n| format!("record {n}").into_bytes()).collect();
-    assert_eq!(all, expected);
-    assert_eq!(follower.follow().unwrap(), expected);
+    assert_eq!(all.records, expected);
+    assert_eq!(follower.follow().unwrap().records, expected);
     log.append(&a, b"one more").unwrap();
-    assert_eq!(follower.follow().unwrap(), vec![b"one more".to_vec()], "only what is new");
+    assert_eq!(follower.follow().unwrap().records, vec![b"one more".to_vec()], "only what is new");
     assert_eq!(follower.len(), 1_204);
 }
 
@@ -80,7 +81,7 @@ fn a_deposed_leader_cannot_write_even_before_it_notices() {
     let b = b.unwrap();
     assert_eq!(leader(&etcd, "/weave").unwrap().as_deref(), Some("b"));
     let (mut log_b, seen) = RecordLog::open(etcd.clone(), "/weave").unwrap();
-    assert_eq!(seen, vec![b"a0".to_vec(), b"a1".to_vec()]);
+    assert_eq!(seen.records, vec![b"a0".to_vec(), b"a1".to_vec()]);
     log_b.append(&b, b"b2").unwrap();
     // a has not noticed; its next write is refused all the same.
     match log_a.append(&a, b"a-late") {
@@ -89,7 +90,7 @@ fn a_deposed_leader_cannot_write_even_before_it_notices() {
     }
     assert!(!a.renew().unwrap(), "its lease is gone");
     let (_, all) = RecordLog::open(etcd, "/weave").unwrap();
-    assert_eq!(all, vec![b"a0".to_vec(), b"a1".to_vec(), b"b2".to_vec()]);
+    assert_eq!(all.records, vec![b"a0".to_vec(), b"a1".to_vec(), b"b2".to_vec()]);
 }
 
 #[test]
@@ -113,7 +114,89 @@ fn without_quorum_nothing_is_written_and_service_resumes_with_it() {
     let a = if a.renew().unwrap_or(false) { a } else { lead(&etcd, "a", 30) };
     assert_eq!(log.append(&a, b"after").unwrap(), 1, "the refused record took no number");
     let (_, all) = RecordLog::open(etcd, "/weave").unwrap();
-    assert_eq!(all, vec![b"before".to_vec(), b"after".to_vec()]);
+    assert_eq!(all.records, vec![b"before".to_vec(), b"after".to_vec()]);
+}
+
+fn records(range: std::ops::Range<u64>) -> Vec<Vec<u8>> {
+    range.map(|n| format!("record {n}").into_bytes()).collect()
+}
+
+#[test]
+#[ignore = "needs etcd: .ci/run installs it and runs this with --ignored"]
+fn a_snapshot_lets_records_go_and_a_reader_behind_it_starts_from_it() {
+    let c = cluster("snapshot", 1);
+    let etcd = client(&c);
+    let a = lead(&etcd, "a", 10);
+    let (mut log, _) = RecordLog::open(etcd.clone(), "/weave").unwrap();
+    let (mut behind, _) = RecordLog::open(etcd.clone(), "/weave").unwrap();
+    let (mut close, _) = RecordLog::open(etcd.clone(), "/weave").unwrap();
+    for r in records(0..10) {
+        log.append(&a, &r).unwrap();
+    }
+    assert_eq!(close.follow().unwrap().records, records(0..10));
+    // Three and a half parts, so that parts are joined in order.
+    let state: Vec<u8> = (0..snapshot::PART_BYTES * 7 / 2).map(|i| (i % 251) as u8).collect();
+    assert_eq!(snapshot::write(&etcd, "/weave", &a.guard(), 10, &state).unwrap(), 10, "records let go");
+    log.snapshot_written(10);
+    let (_, from_start) = RecordLog::open(etcd.clone(), "/weave").unwrap();
+    assert_eq!(from_start.snapshot, Some((10, state.clone())), "a new reader starts from the snapshot");
+    assert!(from_start.records.is_empty());
+    // Nothing written after the snapshot yet: the reader behind it still learns of it.
+    let read = behind.follow().unwrap();
+    assert_eq!(read.snapshot.as_ref().map(|(at, _)| *at), Some(10));
+    for r in records(10..13) {
+        log.append(&a, &r).unwrap();
+    }
+    assert_eq!(behind.follow().unwrap().records, records(10..13));
+    let read = close.follow().unwrap();
+    assert!(read.snapshot.is_none(), "a reader past the snapshot reads records only");
+    assert_eq!(read.records, records(10..13));
+    // A second snapshot replaces the first; the old parts go.
+    assert_eq!(snapshot::write(&etcd, "/weave", &a.guard(), 13, b"small").unwrap(), 3);
+    let (reopened, read) = RecordLog::open(etcd.clone(), "/weave").unwrap();
+    assert_eq!((read.snapshot, reopened.len(), reopened.base()), (Some((13, b"small".to_vec())), 13, 13));
+    let old = etcd.range(b"/weave/snapshots/", Some(b"/weave/snapshots0"), 100).unwrap();
+    assert_eq!(old.len(), 1, "only the newest snapshot's part is kept");
+    assert!(etcd.get(b"/weave/log/00000000000000000012").unwrap().is_none(), "records before it are gone");
+}
+
+#[test]
+#[ignore = "needs etcd: .ci/run installs it and runs this with --ignored"]
+fn a_deposed_leaders_snapshot_changes_nothing() {
+    let c = cluster("snapshot-deposed", 1);
+    let etcd = client(&c);
+    let a = lead(&etcd, "a", 2);
+    let (mut log, _) = RecordLog::open(etcd.clone(), "/weave").unwrap();
+    for r in records(0..4) {
+        log.append(&a, &r).unwrap();
+    }
+    let guard = a.guard();
+    // a stops renewing; b is elected once a's lease has run out.
+    let mut b = None;
+    wait("b to be elected", || {
+        b = Leadership::campaign(&etcd, "/weave", "b", 10).unwrap().ok();
+        b.is_some()
+    });
+    match snapshot::write(&etcd, "/weave", &guard, 4, b"state") {
+        Err(AppendError::Deposed { holder }) => assert!(holder.contains('b'), "{holder}"),
+        other => panic!("a deposed leader wrote a snapshot: {other:?}"),
+    }
+    let (_, read) = RecordLog::open(etcd.clone(), "/weave").unwrap();
+    assert_eq!((read.snapshot, read.records), (None, records(0..4)), "the records stay, no snapshot");
+}
+
+#[test]
+#[ignore = "needs etcd: .ci/run installs it and runs this with --ignored"]
+fn seeding_writes_a_state_and_its_records_only_where_nothing_is() {
+    let c = cluster("seed", 1);
+    let etcd = client(&c);
+    snapshot::seed(&etcd, "/weave", 500, Some(b"state"), &records(500..750)).unwrap();
+    let (log, read) = RecordLog::open(etcd.clone(), "/weave").unwrap();
+    assert_eq!((read.snapshot, read.records, log.len()), (Some((500, b"state".to_vec())), records(500..750), 750));
+    match snapshot::seed(&etcd, "/weave", 0, None, &records(0..1)) {
+        Err(EtcdError::Refused { message, .. }) => assert!(message.contains("not empty"), "{message}"),
+        other => panic!("seeded over a log: {other:?}"),
+    }
 }
 
 #[test]

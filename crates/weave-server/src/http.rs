@@ -353,22 +353,30 @@ async fn healthz() -> Json<serde_json::Value> {
 /// sees only its own jobs (counts by state), never other tenants' jobs, nodes or cost.
 async fn metrics(State(s): State<Arc<Shared>>, headers: HeaderMap) -> ApiResult<impl IntoResponse> {
     let c = caller(&s, &headers)?;
-    // The standbys' reports are read from etcd off the async workers, the plane's lock free.
-    let etcd = if c.admin { s.lock().durable().lock().ok().and_then(|d| d.etcd()) } else { None };
-    let read = move || etcd.and_then(|(etcd, prefix)| weave_etcd::log::standbys(&etcd, &prefix).ok());
-    let standbys = off_the_workers(read).await?;
+    let replicas = if c.admin { replicas(&s).await? } else { None };
     let g = s.lock();
     let text = if c.admin {
         let mut text = crate::metrics::render(&g.plane);
         crate::metrics::parked(&mut text, s.parked.load(std::sync::atomic::Ordering::SeqCst));
-        if let (Some(e), Some(records)) = (&s.cfg.etcd, g.replicated_records()) {
-            crate::metrics::replica(&mut text, &e.replica, records, standbys.as_deref().unwrap_or_default());
+        if let Some(r) = &replicas {
+            crate::metrics::replicas(&mut text, r);
         }
         text
     } else {
         crate::metrics::render_tenant(&g.plane, &c.tenant, c.job.as_deref())
     };
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text))
+}
+
+/// The replicas on etcd (`None`: the embedded store). The standbys' reports are read from
+/// etcd off the async workers, the plane's lock free.
+async fn replicas(s: &Arc<Shared>) -> ApiResult<Option<crate::metrics::Replicas>> {
+    let Some(e) = &s.cfg.etcd else { return Ok(None) };
+    let etcd = s.lock().durable().lock().ok().and_then(|d| d.etcd());
+    let read = move || etcd.and_then(|(etcd, prefix)| weave_etcd::log::standbys(&etcd, &prefix).ok());
+    let standbys = off_the_workers(read).await?.unwrap_or_default();
+    let Some((records, snapshot_records)) = s.lock().replicated_records() else { return Ok(None) };
+    Ok(Some(crate::metrics::Replicas { active: e.replica.clone(), records, snapshot_records, standbys }))
 }
 
 /// The OpenAPI document, built from the route table once (it never changes while serving).
@@ -390,6 +398,7 @@ async fn status_page(
         }
     }
     let c = caller(&s, &h)?;
+    let replicas = if c.admin { replicas(&s).await? } else { None };
     let now_us = s.now_us();
     // Under the lock only a frozen copy of the plane (its collections are persistent: a few
     // pointers) and the history's chunks are taken; the rows are built off it.
@@ -400,7 +409,7 @@ async fn status_page(
         (plane.clone(), view)
     };
     let page = off_the_workers(move || {
-        let data = crate::status::collect(&frozen, view, &c);
+        let data = crate::status::collect(&frozen, view, &c, replicas);
         crate::drop_elsewhere(frozen);
         crate::status::render(&data, &c, now_us)
     });

@@ -152,23 +152,42 @@ pub fn parked(out: &mut String, n: u64) {
 
 /// A replica of `weave serve --etcd` answering is the active one: its name and the records in
 /// the replicated log (a standby answers 503 until it leads).
-pub fn replica(out: &mut String, name: &str, records: u64, standbys: &[(String, u64)]) {
+/// The replicas of a control plane on etcd, as the active one sees them (`/metrics`, `/status`).
+#[derive(Clone, Debug, Default)]
+pub struct Replicas {
+    /// The active replica's name (this one).
+    pub active: String,
+    /// Records in the replicated log, and those its newest snapshot covers.
+    pub records: u64,
+    pub snapshot_records: u64,
+    /// Each standby that reported, and the records it has applied.
+    pub standbys: Vec<(String, u64)>,
+}
+
+pub fn replicas(out: &mut String, r: &Replicas) {
     family(out, "weave_replica_active", "gauge", "1 on the replica that leads the replicated log (it is answering).");
-    let _ = writeln!(out, "weave_replica_active{{replica=\"{}\"}} 1", label(name));
+    let _ = writeln!(out, "weave_replica_active{{replica=\"{}\"}} 1", label(&r.active));
     family(out, "weave_replicated_log_records", "gauge", "Records in the replicated log in etcd.");
-    let _ = writeln!(out, "weave_replicated_log_records {records}");
+    let _ = writeln!(out, "weave_replicated_log_records {}", r.records);
+    family(
+        out,
+        "weave_replicated_log_snapshot_records",
+        "gauge",
+        "Records the newest snapshot in etcd covers (a replica that starts reads it and the records after it).",
+    );
+    let _ = writeln!(out, "weave_replicated_log_snapshot_records {}", r.snapshot_records);
     family(
         out,
         "weave_replica_standby_lag_records",
         "gauge",
         "Records a standby has still to apply (reported every half second).",
     );
-    for (standby, applied) in standbys {
+    for (standby, applied) in &r.standbys {
         let _ = writeln!(
             out,
             "weave_replica_standby_lag_records{{replica=\"{}\"}} {}",
             label(standby),
-            records.saturating_sub(*applied)
+            r.records.saturating_sub(*applied)
         );
     }
 }

@@ -350,8 +350,11 @@ impl Inner {
         self.store().compacting()
     }
 
-    /// Records in the replicated log (`None`: the embedded store).
-    pub fn replicated_records(&self) -> Option<u64> {
+    /// Records in the replicated log and those its newest snapshot covers (`None`: the
+    /// embedded store).
+    pub fn replicated_records(&mut self) -> Option<(u64, u64)> {
+        // A snapshot written since the last record counts at once.
+        self.collect_snapshot();
         self.store().replicated_records()
     }
 

@@ -23,13 +23,20 @@ pub struct StatusData {
     /// Per job the caller sees: its admission number and its rollout block, for the lanes.
     lanes_of: BTreeMap<String, (u32, u32)>,
     history: HistoryView,
+    /// The replicas on etcd, for an admin.
+    replicas: Option<crate::metrics::Replicas>,
 }
 
 /// Takes what the page needs (under the lock: views of the caller's jobs and the history's
 /// chunks, nothing proportional to the events).
 /// What the page shows, from a plane (a frozen copy, off the lock: building a row per job for
 /// thousands of jobs must not hold the gate up) and the history's view taken with it.
-pub fn collect(plane: &Plane, history: HistoryView, caller: &Caller) -> StatusData {
+pub fn collect(
+    plane: &Plane,
+    history: HistoryView,
+    caller: &Caller,
+    replicas: Option<crate::metrics::Replicas>,
+) -> StatusData {
     let (r, t) = plane.placer().nodes_in_use();
     let mut rows = Vec::new();
     let mut lanes_of = BTreeMap::new();
@@ -37,7 +44,24 @@ pub fn collect(plane: &Plane, history: HistoryView, caller: &Caller) -> StatusDa
         rows.push((crate::views::view(j), j.state == JobState::Running));
         lanes_of.insert(j.name.clone(), (j.id.0, j.decision.as_ref().map(|d| d.block).unwrap_or(0)));
     }
-    StatusData { nodes: (r, t), hourly_cost: plane.placer().hourly_cost().as_dollars(), rows, lanes_of, history }
+    let hourly_cost = plane.placer().hourly_cost().as_dollars();
+    StatusData { nodes: (r, t), hourly_cost, rows, lanes_of, history, replicas }
+}
+
+/// Which replica is active, its log, and how far each standby lags.
+fn replicas_line(r: &crate::metrics::Replicas) -> String {
+    let standbys: Vec<String> = r
+        .standbys
+        .iter()
+        .map(|(name, applied)| format!("{} {} behind", escape(name), r.records.saturating_sub(*applied)))
+        .collect();
+    format!(
+        "<p class=\"muted\">Replicas on etcd: {} active ({} records, the newest snapshot covers {}); standbys: {}.</p>",
+        escape(&r.active),
+        r.records,
+        r.snapshot_records,
+        if standbys.is_empty() { "none reporting".to_string() } else { standbys.join(", ") }
+    )
 }
 
 pub fn render(d: &StatusData, caller: &Caller, now_us: u64) -> String {
@@ -51,6 +75,12 @@ pub fn render(d: &StatusData, caller: &Caller, now_us: u64) -> String {
         d.nodes.1,
         d.hourly_cost
     );
+    if let Some(r) = &d.replicas {
+        h.push_str(&replicas_line(r));
+    }
+    if let Some(r) = &d.replicas {
+        h.push_str(&replicas_line(r));
+    }
     h.push_str("<table><tr><th>job</th><th>state</th><th>group</th><th>now</th><th>iterations</th><th>predicted slowdown</th></tr>");
     for (v, running) in &d.rows {
         let name = crate::views::shown(caller, &v.id);

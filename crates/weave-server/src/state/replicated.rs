@@ -9,10 +9,11 @@
 
 use super::{configured_plane, ServeError, ServerConfig};
 use crate::auth::JobTokens;
-use crate::durable::{Durable, Replicated};
+use crate::durable::Durable;
+use crate::durable::Replicated;
 use crate::plane::{Plane, Record};
-use std::time::{Duration, Instant};
-use weave_etcd::log::{Leadership, Presence, RecordLog};
+use std::time::Duration;
+use weave_etcd::log::{Followed, Leadership, Presence, RecordLog};
 use weave_etcd::{Compare, Etcd, Op};
 
 #[derive(Clone, Debug)]
@@ -30,6 +31,9 @@ pub struct EtcdConfig {
     /// What this replica is doing while it opens, for the answer its port gives meanwhile
     /// (a standby names the active replica).
     pub opening: std::sync::Arc<std::sync::Mutex<String>>,
+    /// Where clients reach this replica (told to the others while it leads, so that a standby
+    /// answers with the active one's address).
+    pub url: Option<String>,
 }
 
 impl EtcdConfig {
@@ -55,6 +59,7 @@ impl EtcdConfig {
             lease_ttl_s: lease_s,
             timeout: Duration::from_secs(2),
             opening: Default::default(),
+            url: None,
         })
     }
 }
@@ -71,17 +76,26 @@ pub(super) fn open(cfg: &ServerConfig, e: &EtcdConfig) -> Result<(Durable, Plane
     let etcd = Etcd::new(&e.endpoints, e.timeout).map_err(refused)?;
     etcd.check().map_err(|err| refused(format!("{err}: start etcd first, or check --etcd")))?;
     let job_tokens = job_tokens(&etcd, &e.prefix)?;
-    let (mut log, records) = RecordLog::open(etcd.clone(), &e.prefix).map_err(refused)?;
+    let (mut log, read) = RecordLog::open(etcd.clone(), &e.prefix).map_err(refused)?;
     // A log written under another placement is refused before anything is replayed.
     check_placement(&etcd, &e.prefix, cfg, true)?;
     let mut plane = configured_plane(cfg);
-    let mut applied = 0;
-    apply(&mut plane, &mut applied, &records, &e.prefix)?;
+    let from = match &read.snapshot {
+        Some((at, state)) => format!("the snapshot at record {at} ({} bytes) and", state.len()),
+        None => "no snapshot,".into(),
+    };
+    eprintln!("weave serve: replica {}: read {from} {} records from {}", e.replica, read.records.len(), e.prefix);
+    apply(cfg, &mut plane, &log, read, &e.prefix)?;
     let mut told = None;
     // While it stands by, it says how far it has followed (the active's `/metrics` shows it).
     let mut presence = Presence::announce(&etcd, &e.prefix, &e.replica, (2 * e.lease_ttl_s).max(4)).map_err(refused)?;
+    // The leadership key names the replica and where clients reach it.
+    let campaign = match &e.url {
+        Some(url) => format!("{} at {url}", e.replica),
+        None => e.replica.clone(),
+    };
     let leader = loop {
-        match Leadership::campaign(&etcd, &e.prefix, &e.replica, e.lease_ttl_s).map_err(refused)? {
+        match Leadership::campaign(&etcd, &e.prefix, &campaign, e.lease_ttl_s).map_err(refused)? {
             Ok(leader) => break leader,
             Err(holder) => {
                 if told.as_ref() != Some(&holder) {
@@ -92,33 +106,53 @@ pub(super) fn open(cfg: &ServerConfig, e: &EtcdConfig) -> Result<(Durable, Plane
                 }
                 std::thread::sleep(Duration::from_millis(500));
                 let new = log.follow().map_err(refused)?;
-                apply(&mut plane, &mut applied, &new, &e.prefix)?;
+                apply(cfg, &mut plane, &log, new, &e.prefix)?;
                 // A report etcd missed is made again half a second later.
-                let _ = presence.report(applied as u64);
+                let _ = presence.report(log.len());
             }
         }
     };
     let _ = presence.withdraw();
     // Leading now: nobody else writes; what was written before the election is the tail.
     let tail = log.follow().map_err(refused)?;
-    apply(&mut plane, &mut applied, &tail, &e.prefix)?;
-    eprintln!("weave serve: active ({}): {applied} records, {} of them applied at the takeover", e.replica, tail.len());
+    let at_takeover = match &tail.snapshot {
+        Some((at, _)) => format!("it read the snapshot at record {at} at the takeover"),
+        None => format!("{} of them applied at the takeover", tail.records.len()),
+    };
+    apply(cfg, &mut plane, &log, tail, &e.prefix)?;
+    eprintln!(
+        "weave serve: active ({}): {} records ({} after the newest snapshot); {at_takeover}",
+        e.replica,
+        log.len(),
+        log.len() - log.base()
+    );
     *e.opening.lock().unwrap_or_else(|p| p.into_inner()) = String::new();
-    check_placement(&etcd, &e.prefix, cfg, applied == 0)?;
+    check_placement(&etcd, &e.prefix, cfg, log.is_empty())?;
     record_placement(&etcd, &e.prefix, cfg)?;
-    let renew_every = Duration::from_secs_f64(e.lease_ttl_s as f64 / 3.0);
-    let durable = Replicated { etcd, log, leader, renew_every, renewed: Instant::now(), failed: None };
-    Ok((Durable::Etcd(durable), plane, job_tokens))
+    let durable = Replicated::new(etcd, log, leader, e.lease_ttl_s);
+    Ok((Durable::Etcd(Box::new(durable)), plane, job_tokens))
 }
 
-/// Applies `records` (the log's next ones) to `plane`, counting them in `applied`.
-fn apply(plane: &mut Plane, applied: &mut usize, records: &[Vec<u8>], prefix: &str) -> Result<(), ServeError> {
-    for bytes in records {
-        let index = *applied;
+/// Applies what a read of `log` brought to `plane`: a snapshot replaces the state so far, and
+/// the records (the log's last ones) follow it.
+fn apply(
+    cfg: &ServerConfig,
+    plane: &mut Plane,
+    log: &RecordLog,
+    read: Followed,
+    prefix: &str,
+) -> Result<(), ServeError> {
+    if let Some((at, state)) = read.snapshot {
+        *plane = configured_plane(cfg)
+            .restore(&state)
+            .map_err(|err| ServeError::Snapshot { at, message: format!("{prefix}/snapshot: {err}") })?;
+    }
+    let first = log.len() as usize - read.records.len();
+    for (i, bytes) in read.records.iter().enumerate() {
+        let index = first + i;
         let r: Record =
             serde_json::from_slice(bytes).map_err(|err| refused(format!("record {index} of {prefix}/log: {err}")))?;
         plane.apply(&r).map_err(|error| ServeError::Recovery { index, error })?;
-        *applied += 1;
     }
     Ok(())
 }
@@ -169,4 +203,50 @@ fn placement_mode(cfg: &ServerConfig) -> &'static str {
     } else {
         "disagg-only"
     }
+}
+
+/// What [`seed_from_store`] moved into etcd.
+#[derive(Debug)]
+pub struct Seeded {
+    /// The snapshot's place (the state after this many records), if the store had one.
+    pub snapshot_at: Option<u64>,
+    pub snapshot_bytes: usize,
+    /// Records after it.
+    pub records: usize,
+}
+
+/// Moves an embedded store (a server's `--data`, the server stopped) into an empty prefix of
+/// etcd: its newest snapshot, the records after it, its placement and its job tokens' secret,
+/// so that replicas on etcd go on from where it was (`weave store to-etcd`). The store is
+/// only read.
+pub fn seed_from_store(data_dir: &std::path::Path, e: &EtcdConfig) -> Result<Seeded, ServeError> {
+    let etcd = Etcd::new(&e.endpoints, Duration::from_secs(30)).map_err(refused)?;
+    etcd.check().map_err(|err| refused(format!("{err}: start etcd first, or check --etcd")))?;
+    let store = weave_store::Store::open(&data_dir.join("weave.redb"))?;
+    let loaded = store.load_reporting::<Record>()?;
+    let records: Vec<Vec<u8>> =
+        loaded.records.iter().map(serde_json::to_vec).collect::<Result<_, _>>().map_err(refused)?;
+    let (at, state) = loaded.snapshot.map_or((0, None), |(at, bytes)| (at, Some(bytes)));
+    weave_etcd::snapshot::seed(&etcd, &e.prefix, at, state.as_deref(), &records).map_err(refused)?;
+    let copy = |file: &str, key: &str| -> Result<(), ServeError> {
+        match std::fs::read(data_dir.join(file)) {
+            Ok(bytes) => {
+                let text = if file == "placement" {
+                    String::from_utf8_lossy(&bytes).trim().as_bytes().to_vec()
+                } else {
+                    bytes
+                };
+                etcd.put(format!("{}/{key}", e.prefix).as_bytes(), &text, None).map(|_| ()).map_err(refused)
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(err) => Err(refused(format!("{}: {err}", data_dir.join(file).display()))),
+        }
+    };
+    copy("placement", "placement")?;
+    copy("job-token.key", "job-token-key")?;
+    Ok(Seeded {
+        snapshot_at: state.as_ref().map(|_| at),
+        snapshot_bytes: state.map_or(0, |s| s.len()),
+        records: records.len(),
+    })
 }
