@@ -6,7 +6,7 @@ import socket
 import unittest
 
 from stub_http import JsonHandler, serve
-from weave_client import WeaveClient, WeaveError
+from weave_client import WeaveClient, WeaveError, transport
 
 
 def replica(status, message):
@@ -63,6 +63,35 @@ class ReplicasTest(unittest.TestCase):
             client.submit({"id": "x"})
         self.assertEqual(raised.exception.status, 503)
         self.assertEqual(len(other.calls), 0, "a write the active refused is not sent elsewhere")
+
+    def test_an_active_cut_off_from_etcd_hands_the_write_on(self):
+        cut_off = replica(503, "the replicated log: etcd unreachable at http://10.0.0.1:2379: timed out")
+        active = replica(200, "")
+        client = WeaveClient(f"{self._serve(cut_off)},{self._serve(active)}", retry_s=10)
+        client.submit({"id": "x"})
+        self.assertEqual((len(cut_off.calls), len(active.calls)), (1, 1), "nothing was written: the next one takes it")
+
+    def test_a_replica_whose_machine_is_gone_is_given_up_after_the_connect_timeout(self):
+        # A silent address: a listener whose backlog is full takes no more connections, as a
+        # machine that is gone answers none (or the network says at once it cannot be reached).
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(0)
+        fillers = []
+        for _ in range(8):
+            f = socket.socket()
+            f.setblocking(False)
+            f.connect_ex(silent.getsockname())
+            fillers.append(f)
+        self.addCleanup(lambda: [x.close() for x in fillers + [silent]])
+        active = replica(200, "")
+        dead = "http://%s:%d" % silent.getsockname()
+        # Waiting the whole timeout (60 s) for the silent one would run past retry_s (10 s).
+        self.addCleanup(setattr, transport, "CONNECT_S", transport.CONNECT_S)
+        transport.CONNECT_S = 0.2
+        for keep_alive in (False, True):
+            client = WeaveClient(f"{dead},{self._serve(active)}", retry_s=10, timeout=60, keep_alive=keep_alive)
+            self.assertEqual(client.job("a")["job"]["id"], "a")
 
     def test_keep_alive_follows_the_replica_too(self):
         urls = [self._serve(replica(503, "recovering: the server is replaying its store")), self._serve(replica(200, ""))]

@@ -55,7 +55,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from .transport import KeptAlive, Replicas, WeaveError, answer_error
+from .transport import KeptAlive, Replicas, WeaveError, answer_error, connect_first_opener
 
 JSON = Any
 
@@ -154,6 +154,8 @@ class WeaveClient:
         self.timeout = timeout
         self.retry_s = retry_s
         self._kept = {u: KeptAlive(u, timeout) for u in self._replicas.urls} if keep_alive else None
+        # Several replicas: a connection is given up sooner than an answer (see CONNECT_S).
+        self._open = connect_first_opener().open if self._replicas.several() else urllib.request.urlopen
         # The admission (``uid``) each job's last grant belonged to: a refusal after that
         # admission ended means the job was re-queued, even if it has been re-admitted since.
         self._admission: Dict[str, int] = {}
@@ -205,7 +207,7 @@ class WeaveClient:
         if self.token:
             req.add_header("Authorization", f"Bearer {self.token}")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with self._open(req, timeout=self.timeout) as resp:
                 raw = resp.read()
                 if headers_out is not None:
                     headers_out.update(resp.headers.items())

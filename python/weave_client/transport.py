@@ -7,12 +7,48 @@ import http.client
 import json
 import threading
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 from typing import Any, Dict, Optional, Tuple
 
 # A kept-alive connection idle longer than this is not reused: the server may have closed it,
 # and a request sent on a closed connection cannot tell whether it was received.
 KEEP_ALIVE_IDLE_S = 1.0
+
+# A replica whose machine is gone answers no connection at all (no refusal either): a
+# connection is waited for this long (or the client's timeout, if shorter) before the next
+# replica is tried. Answers are waited for as long as the client's timeout.
+CONNECT_S = 2.0
+
+
+class NotConnected(ConnectionError):
+    """No connection could be made to the server: the request was not sent."""
+
+
+class ConnectFirst(http.client.HTTPConnection):
+    """An HTTP connection that gives up connecting after ``CONNECT_S``."""
+
+    def connect(self) -> None:
+        timeout = self.timeout
+        if isinstance(timeout, (int, float)):
+            self.timeout = min(CONNECT_S, timeout)
+        try:
+            super().connect()
+        finally:
+            self.timeout = timeout
+        if isinstance(timeout, (int, float)):
+            self.sock.settimeout(timeout)
+
+
+class _ConnectFirstHandler(urllib.request.HTTPHandler):
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(ConnectFirst, req)
+
+
+def connect_first_opener() -> urllib.request.OpenerDirector:
+    """urllib's opener (proxies as usual) with :class:`ConnectFirst` for plain HTTP."""
+    return urllib.request.build_opener(_ConnectFirstHandler)
 
 
 class WeaveError(Exception):
@@ -56,13 +92,20 @@ class KeptAlive:
             held = None
         if held is None:
             https = self.url.scheme == "https"
-            cls = http.client.HTTPSConnection if https else http.client.HTTPConnection
+            cls = http.client.HTTPSConnection if https else ConnectFirst
             return cls(self.url.netloc, timeout=self.timeout)
         return held[0]
 
     def request(self, method: str, path: str, data: Optional[bytes], token: Optional[str],
                 headers_out: Optional[Dict[str, str]]) -> Tuple[int, Any]:
         conn = self._connection()
+        if conn.sock is None:
+            try:
+                conn.connect()
+            except OSError as e:
+                conn.close()
+                self.local.held = None
+                raise NotConnected(f"{self.url.geturl()}: {e!r}") from None
         headers = {"Content-Type": "application/json"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -84,8 +127,9 @@ class KeptAlive:
 
 class Replicas:
     """The addresses of one server's replicas (``weave serve --etcd``), comma-separated; the
-    one requests go to now. A replica that refuses the connection, or answers 503 as a standby
-    or while it opens, has done nothing with the request: the next one is tried."""
+    one requests go to now. A replica that takes no connection (refused, or its machine gone),
+    answers 503 as a standby or while it opens, or 503 because the replicated log did not take
+    the write (etcd out of reach), has done nothing with the request: the next one is tried."""
 
     def __init__(self, servers: str) -> None:
         self.urls = [s.strip().rstrip("/") for s in servers.split(",") if s.strip()]
@@ -103,7 +147,13 @@ class Replicas:
     def unserved(self, e: BaseException) -> bool:
         """Whether ``e`` says the replica did not take the request (so another may)."""
         if isinstance(e, WeaveError):
-            return e.status == 503 and e.message.startswith(("standby", "recovering"))
+            return e.status == 503 and e.message.startswith(("standby", "recovering", "the replicated log"))
+        if isinstance(e, NotConnected):
+            return True
+        # urllib wraps in URLError only what failed while connecting or sending (never an
+        # error while the answer was awaited): the request was not taken.
+        if isinstance(e, urllib.error.URLError) and not isinstance(e, urllib.error.HTTPError):
+            return isinstance(e.reason, OSError)
         refused = isinstance(e, ConnectionRefusedError) or "Connection refused" in str(e)
         return refused or isinstance(getattr(e, "reason", None), ConnectionRefusedError)
 

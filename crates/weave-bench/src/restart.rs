@@ -35,9 +35,10 @@ pub struct RestartArgs {
     /// placement and departures in the log). 0: jobs run until the store is full.
     #[arg(long, default_value_t = 0)]
     iterations: u64,
-    /// The server's `--snapshot-every` (0: never snapshot: restart replays every record).
-    #[arg(long, default_value_t = weave_server::DEFAULT_SNAPSHOT_EVERY)]
-    snapshot_every: u64,
+    /// The server's `--snapshot-every` (0: never snapshot: restart replays every record;
+    /// default: the server's, with --etcd or without).
+    #[arg(long)]
+    snapshot_every: Option<u64>,
     /// Time a replica on this etcd cluster instead (client URLs): the store built is moved
     /// into it as `weave store to-etcd` does, and a replica opens from its snapshot and the
     /// records after it until it leads.
@@ -66,6 +67,12 @@ struct Report {
 }
 
 pub fn run(args: RestartArgs) -> Result<()> {
+    let default = if args.etcd.is_empty() {
+        weave_server::DEFAULT_SNAPSHOT_EVERY
+    } else {
+        weave_server::DEFAULT_SNAPSHOT_EVERY_ETCD
+    };
+    let every = args.snapshot_every.unwrap_or(default);
     if args.jobs == 0 || args.records < args.jobs || args.opens == 0 {
         bail!("need --jobs >= 1, --records >= --jobs and --opens >= 1");
     }
@@ -73,7 +80,7 @@ pub fn run(args: RestartArgs) -> Result<()> {
     let _ = std::fs::remove_dir_all(&data);
     let config = || {
         let mut cfg = crate::serve::bench_config(data.clone());
-        cfg.snapshot_every = args.snapshot_every;
+        cfg.snapshot_every = every;
         cfg
     };
     let records = build(config(), &args)?;
@@ -117,7 +124,7 @@ pub fn run(args: RestartArgs) -> Result<()> {
     let r = Report {
         store: if etcd.is_some() { "etcd" } else { "embedded" },
         records,
-        snapshot_every: args.snapshot_every,
+        snapshot_every: every,
         records_replayed,
         snapshot_bytes,
         snapshot_encode_s,

@@ -54,6 +54,10 @@ pub struct ServeArgs {
     /// (default: http://<bound address>).
     #[arg(long, value_name = "URL")]
     advertise_url: Option<String>,
+    /// What launched jobs get as WEAVE_SERVER: every replica's URL, comma-separated, so that a
+    /// job's driver follows the active one after a failover (default: --advertise-url).
+    #[arg(long, value_name = "URLS")]
+    job_server_urls: Option<String>,
     /// How long a launched job must stay ended before it fails its Weave job, seconds (a
     /// node's death is told apart from the job's own failure in this time).
     #[arg(long, alias = "ray-grace-s", default_value_t = 10.0)]
@@ -152,9 +156,10 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 5)]
     lease_s: i64,
     /// Snapshot the plane and drop the records it covers once this many records follow the
-    /// last snapshot (restart then replays at most this many); 0: never.
-    #[arg(long, default_value_t = weave_server::DEFAULT_SNAPSHOT_EVERY)]
-    snapshot_every: u64,
+    /// last snapshot (restart then replays at most this many); 0: never. Default: 100,000,
+    /// and 20,000 with --etcd (where reading a record costs several times applying it).
+    #[arg(long)]
+    snapshot_every: Option<u64>,
     /// Events the server holds (the newest; `/v1/events` pages through them).
     #[arg(long, default_value_t = weave_server::plane::Retention::default().events)]
     keep_events: usize,
@@ -295,6 +300,11 @@ fn load_tenants(args: &ServeArgs) -> Result<Tenants> {
 
 /// Refuses durations and risks out of range, naming the flag.
 fn check_args(args: &ServeArgs) -> Result<()> {
+    if let Some(urls) = &args.job_server_urls {
+        if urls.split(',').any(|u| !u.trim().starts_with("http://") && !u.trim().starts_with("https://")) {
+            bail!("--job-server-urls takes URLs such as http://10.0.0.5:8080,http://10.0.0.6:8080, got {urls}");
+        }
+    }
     if !(args.slo_risk.is_finite() && args.slo_risk > 0.0 && args.slo_risk <= 0.5) {
         bail!("--slo-risk must be in (0, 0.5], got {}", args.slo_risk);
     }
@@ -347,7 +357,11 @@ fn server_config(
             lending: args.lending,
         },
         limits: connection_limits(args)?,
-        snapshot_every: args.snapshot_every,
+        snapshot_every: args.snapshot_every.unwrap_or(if args.etcd.is_empty() {
+            weave_server::DEFAULT_SNAPSHOT_EVERY
+        } else {
+            weave_server::DEFAULT_SNAPSHOT_EVERY_ETCD
+        }),
         retention: weave_server::plane::Retention {
             events: args.keep_events,
             event_bytes: args.keep_events_mib.max(1) << 20,
@@ -426,7 +440,8 @@ async fn start_backend(
     stop: Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<std::thread::JoinHandle<()>> {
     let cfg = weave_backend::BackendConfig {
-        server_url: args.advertise_url.clone().unwrap_or_else(|| format!("http://{addr}")),
+        server_url: (args.job_server_urls.clone().or_else(|| args.advertise_url.clone()))
+            .unwrap_or_else(|| format!("http://{addr}")),
         poll: Duration::from_millis(500),
         grace: Duration::from_secs_f64(args.backend_grace_s),
         pending_limit: Duration::from_secs_f64(args.backend_pending_limit_s),

@@ -65,6 +65,9 @@ pub enum Op {
 pub struct Etcd {
     endpoints: Vec<String>,
     http: reqwest::blocking::Client,
+    /// The endpoint that answered last, tried first (shared by clones): a member on a lost
+    /// machine costs each call a connection timeout only until another answers once.
+    preferred: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 fn b64(bytes: &[u8]) -> String {
@@ -145,11 +148,15 @@ impl Etcd {
         if endpoints.is_empty() {
             return Err(EtcdError::Unreachable { endpoints: String::new(), message: "no endpoint given".into() });
         }
+        // A member whose machine is gone answers no connection at all: give up on it sooner
+        // than on a slow answer.
         let http = reqwest::blocking::Client::builder()
             .timeout(timeout)
+            .connect_timeout(timeout.min(Duration::from_millis(500)))
             .build()
             .map_err(|e| EtcdError::Unreachable { endpoints: endpoints.join(","), message: e.to_string() })?;
-        Ok(Etcd { endpoints: endpoints.iter().map(|e| e.trim_end_matches('/').to_string()).collect(), http })
+        let endpoints = endpoints.iter().map(|e| e.trim_end_matches('/').to_string()).collect();
+        Ok(Etcd { endpoints, http, preferred: Default::default() })
     }
 
     /// Whether the cluster answers a linearizable read (which needs a quorum).
@@ -160,7 +167,9 @@ impl Etcd {
     fn call(&self, call: &'static str, path: &str, body: Value) -> Result<Value, EtcdError> {
         // Why each endpoint failed, all of them named in the error.
         let mut failed = Vec::new();
-        for e in &self.endpoints {
+        let first = self.preferred.load(std::sync::atomic::Ordering::Relaxed);
+        for i in (0..self.endpoints.len()).map(|k| (first + k) % self.endpoints.len()) {
+            let e = &self.endpoints[i];
             let answer = match self.http.post(format!("{e}{path}")).json(&body).send() {
                 Ok(a) => a,
                 Err(err) => {
@@ -172,12 +181,13 @@ impl Etcd {
             let v: Value = answer.json().map_err(|err| EtcdError::Decode { call, message: err.to_string() })?;
             if let Some(message) = v.get("error").and_then(Value::as_str).filter(|_| !ok || v.get("code").is_some()) {
                 // Without a leader (no quorum) a member answers so; another may have one.
-                if message.contains("no leader") || message.contains("timed out") || message.contains("unavailable") {
+                if ["no leader", "leader changed", "timed out", "unavailable"].iter().any(|m| message.contains(m)) {
                     failed.push(format!("{e}: {message}"));
                     continue;
                 }
                 return Err(EtcdError::Refused { call, message: message.to_string() });
             }
+            self.preferred.store(i, std::sync::atomic::Ordering::Relaxed);
             return Ok(v);
         }
         Err(EtcdError::Unreachable { endpoints: self.endpoints.join(","), message: failed.join("; ") })

@@ -20,6 +20,7 @@ pub use auth::{Caller, Tenants};
 pub use state::{
     Capacity, ConnectionLimits, InputLimits, ServeError, ServerConfig, Shared, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
     DEFAULT_MAX_JOBS_PER_TENANT, DEFAULT_MIN_FREE_BYTES, DEFAULT_SNAPSHOT_EVERY, DEFAULT_SNAPSHOT_EVERY_BYTES,
+    DEFAULT_SNAPSHOT_EVERY_ETCD,
 };
 pub use status::events_report;
 

@@ -14,7 +14,7 @@ use crate::durable::Replicated;
 use crate::plane::{Plane, Record};
 use std::time::Duration;
 use weave_etcd::log::{Followed, Leadership, Presence, RecordLog};
-use weave_etcd::{Compare, Etcd, Op};
+use weave_etcd::{Compare, Etcd, EtcdError, Op};
 
 #[derive(Clone, Debug)]
 pub struct EtcdConfig {
@@ -95,26 +95,31 @@ pub(super) fn open(cfg: &ServerConfig, e: &EtcdConfig) -> Result<(Durable, Plane
         None => e.replica.clone(),
     };
     let leader = loop {
-        match Leadership::campaign(&etcd, &e.prefix, &campaign, e.lease_ttl_s).map_err(refused)? {
-            Ok(leader) => break leader,
-            Err(holder) => {
+        match Leadership::campaign(&etcd, &e.prefix, &campaign, e.lease_ttl_s) {
+            Ok(Ok(leader)) => break leader,
+            // Nobody holds it just now (the holder's lease went between the two reads).
+            Ok(Err(holder)) if holder.is_empty() => {}
+            Ok(Err(holder)) => {
                 if told.as_ref() != Some(&holder) {
                     eprintln!("weave serve: standby ({}): the active replica is {holder}", e.replica);
                     let note = format!("standby: the active replica is {holder}; this one takes over if it is lost");
                     *e.opening.lock().unwrap_or_else(|p| p.into_inner()) = note;
                     told = Some(holder);
                 }
-                std::thread::sleep(Duration::from_millis(500));
-                let new = log.follow().map_err(refused)?;
-                apply(cfg, &mut plane, &log, new, &e.prefix)?;
-                // A report etcd missed is made again half a second later.
-                let _ = presence.report(log.len());
             }
+            Err(err) => passing(&e.replica, "campaigning", err)?,
         }
+        std::thread::sleep(Duration::from_millis(500));
+        match log.follow() {
+            Ok(new) => apply(cfg, &mut plane, &log, new, &e.prefix)?,
+            Err(err) => passing(&e.replica, "following the log", err)?,
+        }
+        // A report etcd missed is made again half a second later.
+        let _ = presence.report(log.len());
     };
     let _ = presence.withdraw();
     // Leading now: nobody else writes; what was written before the election is the tail.
-    let tail = log.follow().map_err(refused)?;
+    let tail = read_tail(&mut log, &e.replica)?;
     let at_takeover = match &tail.snapshot {
         Some((at, _)) => format!("it read the snapshot at record {at} at the takeover"),
         None => format!("{} of them applied at the takeover", tail.records.len()),
@@ -131,6 +136,33 @@ pub(super) fn open(cfg: &ServerConfig, e: &EtcdConfig) -> Result<(Durable, Plane
     record_placement(&etcd, &e.prefix, cfg)?;
     let durable = Replicated::new(etcd, log, leader, e.lease_ttl_s);
     Ok((Durable::Etcd(Box::new(durable)), plane, job_tokens))
+}
+
+/// A standby rides through what etcd answers while its members fail or elect (unreachable
+/// for now, "leader changed"): said and tried again half a second later. A log it cannot read
+/// (`Decode`) stops it.
+fn passing(replica: &str, doing: &str, err: EtcdError) -> Result<(), ServeError> {
+    if matches!(err, EtcdError::Decode { .. }) {
+        return Err(refused(err));
+    }
+    eprintln!("weave serve: standby ({replica}): {doing}: {err}; trying again");
+    Ok(())
+}
+
+/// The records written before this replica was elected, read again while etcd elects (for up
+/// to ten seconds; the lease may lapse meanwhile, and the first write then finds it lost).
+fn read_tail(log: &mut RecordLog, replica: &str) -> Result<Followed, ServeError> {
+    let mut tries = 0;
+    loop {
+        match log.follow() {
+            Ok(tail) => return Ok(tail),
+            Err(err @ EtcdError::Decode { .. }) => return Err(refused(err)),
+            Err(err) if tries == 50 => return Err(refused(err)),
+            Err(err) => eprintln!("weave serve: elected ({replica}): reading the tail: {err}; trying again"),
+        }
+        tries += 1;
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// Applies what a read of `log` brought to `plane`: a snapshot replaces the state so far, and
