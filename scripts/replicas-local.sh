@@ -18,7 +18,8 @@
 #
 # Settings (environment): WEAVE_BIN (the weave binary; default `weave` on PATH), WEAVE_REPLICAS_NETNS
 # (namespace prefix, default weave-rep), WEAVE_REPLICAS_DIR (state and logs; default
-# /tmp/weave-replicas-$WEAVE_REPLICAS_NETNS), WEAVE_REPLICAS_LEASE_S (the replicas' lease, default 2).
+# /tmp/weave-replicas-$WEAVE_REPLICAS_NETNS), WEAVE_REPLICAS_LEASE_S (the replicas' lease, default 2),
+# WEAVE_REPLICAS_ETCD_ELECTION_MS (etcd's election timeout, default 500 ms; its heartbeat a tenth).
 # Addresses: node n<i> at 10.222.0.(2+i): etcd on 2379 (peers 2380), weave on 8080.
 set -euo pipefail
 
@@ -26,22 +27,36 @@ NS=${WEAVE_REPLICAS_NETNS:-weave-rep}
 DIR=${WEAVE_REPLICAS_DIR:-/tmp/weave-replicas-$NS}
 WEAVE=${WEAVE_BIN:-weave}
 LEASE_S=${WEAVE_REPLICAS_LEASE_S:-2}
+# etcd's election timeout and heartbeat: 500 and 50 ms, for a LAN (etcd's defaults are 1000 and 100 ms;
+# a new etcd leader extends every lease by its election timeout, so the lost node's etcd leadership
+# costs the failover about two election timeouts on top of the replicas' lease).
+ELECTION_MS=${WEAVE_REPLICAS_ETCD_ELECTION_MS:-500}
 NET=10.222.0
 HOST=$NET.254
 NODES=3
 NIC=wv0
+# This machine's port on the switch (interface names are at most 15 characters).
+HOSTIF="wh$(printf %s "$NS" | cksum | cut -c1-8)"
 
 die() { echo "replicas-local: $*" >&2; exit 1; }
 
 in_ns() { ip netns exec "$NS" "$@"; }
 
-node_ns() { echo "$NS-n$1"; }
+node_ns() { echo "$NS-$1"; }
 
-node_ip() { echo "$NET.$((2 + $1))"; }
+# can_make_namespace and node_on_switch (the miniature cluster's, as the Ray and Slurm scripts'
+# nodes); node_ip is this cluster's own, defined after them: node n<i> at $NET.(2+i).
+# shellcheck source=lib/nodes.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/nodes.sh"
 
-check_node() { [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -lt "$NODES" ] || die "no node $1 (nodes are 0..$((NODES - 1)))"; }
+node_ip() { echo "$NET.$((2 + ${1#n}))"; }
 
-all() { local i out=(); for i in $(seq 0 $((NODES - 1))); do out+=("$($1 "$i")"); done; (IFS=,; echo "${out[*]}"); }
+nodes() { seq -f 'n%g' 0 $((NODES - 1)); }
+
+# The node a command names by its number.
+node_arg() { [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -lt "$NODES" ] || die "no node $1 (nodes are 0..$((NODES - 1)))"; echo "n$1"; }
+
+all() { local n out=(); for n in $(nodes); do out+=("$($1 "$n")"); done; (IFS=,; echo "${out[*]}"); }
 
 etcd_url() { echo "http://$(node_ip "$1"):2379"; }
 
@@ -49,15 +64,10 @@ weave_url() { echo "http://$(node_ip "$1"):8080"; }
 
 check() {
   local tool
-  for tool in ip etcd "$WEAVE"; do
+  for tool in ip etcd curl "$WEAVE"; do
     command -v "$tool" >/dev/null 2>&1 || { echo "replicas-local: SKIP: $tool is not installed" >&2; exit 77; }
   done
-  local probe="weave-probe-$$"
-  if ! ip netns add "$probe" 2>/dev/null; then
-    echo "replicas-local: SKIP: cannot create a private network namespace (needs root / CAP_SYS_ADMIN)" >&2
-    exit 77
-  fi
-  ip netns del "$probe"
+  can_make_namespace replicas-local
 }
 
 switch_up() {
@@ -66,51 +76,36 @@ switch_up() {
   in_ns ip link add br0 type bridge
   in_ns ip link set br0 up
   # This machine's port on the switch.
-  ip link add "$NS-h" type veth peer name p-host netns "$NS"
+  ip link add "$HOSTIF" type veth peer name p-host netns "$NS"
   in_ns ip link set p-host master br0
   in_ns ip link set p-host up
-  ip addr add "$HOST/24" dev "$NS-h"
-  ip link set "$NS-h" up
+  ip addr add "$HOST/24" dev "$HOSTIF"
+  ip link set "$HOSTIF" up
 }
 
-node_net_up() {
-  local ns
-  ns=$(node_ns "$1")
-  ip netns add "$ns"
-  ip -n "$ns" link set lo up
-  ip link add "$NIC" netns "$ns" type veth peer name "p-n$1" netns "$NS"
-  in_ns ip link set "p-n$1" master br0
-  in_ns ip link set "p-n$1" up
-  ip -n "$ns" addr add "$(node_ip "$1")/24" dev "$NIC"
-  ip -n "$ns" link set "$NIC" up
-}
-
-initial_cluster() {
-  local i out=()
-  for i in $(seq 0 $((NODES - 1))); do out+=("n$i=http://$(node_ip "$i"):2380"); done
-  (IFS=,; echo "${out[*]}")
-}
+peer() { echo "$1=http://$(node_ip "$1"):2380"; }
 
 start_etcd() {
-  local d="$DIR/n$1" ip
+  local d="$DIR/$1" ip
   ip=$(node_ip "$1")
   mkdir -p "$d"
   # With its data directory from before, the member rejoins (the --initial-* flags are ignored).
-  ip netns exec "$(node_ns "$1")" setsid etcd --name "n$1" --data-dir "$d/etcd" \
+  ip netns exec "$(node_ns "$1")" setsid etcd --name "$1" --data-dir "$d/etcd" \
     --listen-client-urls "http://$ip:2379" --advertise-client-urls "http://$ip:2379" \
     --listen-peer-urls "http://$ip:2380" --initial-advertise-peer-urls "http://$ip:2380" \
-    --initial-cluster "$(initial_cluster)" --initial-cluster-state new \
-    --initial-cluster-token "$NS" >>"$d/etcd.log" 2>&1 </dev/null &
+    --initial-cluster "$(all peer)" --initial-cluster-state new \
+    --initial-cluster-token "$NS" --pre-vote --election-timeout "$ELECTION_MS" --heartbeat-interval "$((ELECTION_MS / 10))" \
+    >>"$d/etcd.log" 2>&1 </dev/null &
 }
 
 start_weave() {
-  local d="$DIR/n$1"
+  local d="$DIR/$1"
   mkdir -p "$d"
   ip netns exec "$(node_ns "$1")" setsid "$WEAVE" serve --insecure-no-auth --disagg-only \
     --addr "$(node_ip "$1"):8080" --advertise-url "$(weave_url "$1")" --job-server-urls "$(all weave_url)" \
     --rate-limit-per-s 0 --read-rate-limit-per-s 0 --heartbeat-timeout-s 3600 \
     --keep-events 100000000 --keep-ended-jobs 100000000 \
-    --etcd "$(all etcd_url)" --etcd-prefix /weave --replica "n$1" --lease-s "$LEASE_S" \
+    --etcd "$(all etcd_url)" --etcd-prefix /weave --replica "$1" --lease-s "$LEASE_S" \
     --data "$d/weave" >>"$d/weave.log" 2>&1 </dev/null &
 }
 
@@ -129,42 +124,45 @@ etcd_healthy() { curl -sf -X POST -d '{"key":"AA=="}' "$(etcd_url "$1")/v3/kv/ra
 up() {
   check
   [ -e "/run/netns/$NS" ] && die "$NS exists already (scripts/replicas-local.sh down first)"
+  ip -o addr show | grep -q " $HOST/" && die "another cluster holds $HOST (take it down first)"
   rm -rf "$DIR"
   mkdir -p "$DIR"
   switch_up
-  local i
-  for i in $(seq 0 $((NODES - 1))); do node_net_up "$i"; start_etcd "$i"; done
-  for i in $(seq 0 $((NODES - 1))); do wait_for "etcd on n$i" etcd_healthy "$i"; done
-  for i in $(seq 0 $((NODES - 1))); do start_weave "$i"; done
-  for i in $(seq 0 $((NODES - 1))); do wait_for "weave on n$i" curl -s -o /dev/null "$(weave_url "$i")/healthz"; done
+  local n
+  for n in $(nodes); do node_on_switch "$n"; start_etcd "$n"; done
+  for n in $(nodes); do wait_for "etcd on $n" etcd_healthy "$n"; done
+  for n in $(nodes); do start_weave "$n"; done
+  for n in $(nodes); do wait_for "weave on $n" curl -s -o /dev/null "$(weave_url "$n")/healthz"; done
   echo "replicas-local: up: $(all weave_url) (etcd $(all etcd_url)); logs in $DIR"
 }
 
 kill_node() {
-  check_node "$1"
   local ns pids
   ns=$(node_ns "$1")
-  [ -e "/run/netns/$ns" ] || die "node n$1 is not up"
+  [ -e "/run/netns/$ns" ] || die "node $1 is not up"
   pids=$(ip netns pids "$ns")
   # shellcheck disable=SC2086
   [ -z "$pids" ] || kill -9 $pids
   ip netns del "$ns"
+  # The kernel takes the namespace and its link down once its processes are gone: wait for that.
+  wait_for "node $1's port to go" port_gone "$1"
 }
 
+port_gone() { ! in_ns ip link show "p-$1" >/dev/null 2>&1; }
+
 start_node() {
-  check_node "$1"
-  [ -e "/run/netns/$(node_ns "$1")" ] && die "node n$1 is up"
-  node_net_up "$1"
+  [ -e "/run/netns/$(node_ns "$1")" ] && die "node $1 is up"
+  node_on_switch "$1"
   start_etcd "$1"
-  wait_for "etcd on n$1" etcd_healthy "$1"
+  wait_for "etcd on $1" etcd_healthy "$1"
   start_weave "$1"
-  wait_for "weave on n$1" curl -s -o /dev/null "$(weave_url "$1")/healthz"
+  wait_for "weave on $1" curl -s -o /dev/null "$(weave_url "$1")/healthz"
 }
 
 down() {
-  local i ns pids
-  for i in $(seq 0 $((NODES - 1))); do
-    ns=$(node_ns "$i")
+  local n ns pids
+  for n in $(nodes); do
+    ns=$(node_ns "$n")
     if [ -e "/run/netns/$ns" ]; then
       pids=$(ip netns pids "$ns")
       # shellcheck disable=SC2086
@@ -172,7 +170,7 @@ down() {
       ip netns del "$ns"
     fi
   done
-  ip link del "$NS-h" 2>/dev/null || true
+  ip link del "$HOSTIF" 2>/dev/null || true
   [ -e "/run/netns/$NS" ] && ip netns del "$NS"
   rm -rf "$DIR"
 }
@@ -184,11 +182,11 @@ case $cmd in
   up) up ;;
   urls) all weave_url ;;
   etcd-endpoints) all etcd_url ;;
-  kill-node) kill_node "${1:?node}" ;;
-  start-node) start_node "${1:?node}" ;;
-  partition) check_node "${1:?node}"; in_ns ip link set "p-n$1" down ;;
-  heal) check_node "${1:?node}"; in_ns ip link set "p-n$1" up ;;
-  exec-node) check_node "${1:?node}"; n=$1; shift; ip netns exec "$(node_ns "$n")" "$@" ;;
+  kill-node) n=$(node_arg "${1:?node}"); kill_node "$n" ;;
+  start-node) n=$(node_arg "${1:?node}"); start_node "$n" ;;
+  partition) n=$(node_arg "${1:?node}"); in_ns ip link set "p-$n" down ;;
+  heal) n=$(node_arg "${1:?node}"); in_ns ip link set "p-$n" up ;;
+  exec-node) n=$(node_arg "${1:?node}"); shift; ip netns exec "$(node_ns "$n")" "$@" ;;
   down) down ;;
   *) sed -n '2,/^set -euo/p' "$0" | sed '$d' >&2; exit 2 ;;
 esac

@@ -3,7 +3,9 @@
 //! phases to the active replica until it dies; the killed replica comes back as a standby.
 //! Measured: how long after each kill some replica answers again (median, maximum). Checked at
 //! the end: every acknowledged submission and phase completion is there, none twice (the
-//! checks of `weave bench chaos`).
+//! checks of `weave bench chaos`). With `--nodes-script scripts/replicas-local.sh` the replicas
+//! and etcd members run on the nodes of a miniature cluster instead (network namespaces), and a
+//! kill takes the active's whole node: its replica, its etcd member and its network.
 
 use crate::chaos::{client, verify, worker, Acked};
 use anyhow::{bail, Context, Result};
@@ -41,6 +43,10 @@ pub struct FailoverArgs {
     lease_s: u32,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Run on the nodes this script brings up (`scripts/replicas-local.sh`: three network
+    /// namespaces, each an etcd member and a replica; needs root) instead of local processes.
+    #[arg(long, value_name = "PATH")]
+    nodes_script: Option<PathBuf>,
     #[arg(long)]
     json: bool,
 }
@@ -51,6 +57,8 @@ struct Report {
     replicas: usize,
     etcd_members: usize,
     lease_s: u32,
+    /// Where the replicas ran: `processes` or `nodes` (a kill takes the whole node).
+    kill: &'static str,
     acknowledged_jobs: usize,
     acknowledged_completions: usize,
     lost: usize,
@@ -58,6 +66,8 @@ struct Report {
     /// Seconds from each kill until a replica answered again.
     answered_again_s_median: f64,
     answered_again_s_max: f64,
+    /// Each failover's, in order.
+    answered_again_s_all: Vec<f64>,
 }
 
 /// One replica: its name, data directory, address and process (none while killed).
@@ -107,11 +117,120 @@ impl Replica {
     }
 }
 
+/// Replicas to kill and bring back: local processes, or the nodes of a miniature cluster.
+trait Replicas {
+    fn count(&self) -> usize;
+    fn url(&self, i: usize) -> String;
+    fn serves(&self, i: usize, c: &reqwest::blocking::Client) -> bool;
+    fn kill(&mut self, i: usize) -> Result<()>;
+    fn restart(&mut self, i: usize) -> Result<()>;
+}
+
+struct Processes {
+    etcd: LocalCluster,
+    prefix: String,
+    lease_s: u32,
+    replicas: Vec<Replica>,
+}
+
+impl Replicas for Processes {
+    fn count(&self) -> usize {
+        self.replicas.len()
+    }
+    fn url(&self, i: usize) -> String {
+        self.replicas[i].url.clone()
+    }
+    fn serves(&self, i: usize, c: &reqwest::blocking::Client) -> bool {
+        self.replicas[i].serves(c)
+    }
+    fn kill(&mut self, i: usize) -> Result<()> {
+        self.replicas[i].kill();
+        Ok(())
+    }
+    fn restart(&mut self, i: usize) -> Result<()> {
+        self.replicas[i].run(&self.etcd, &self.prefix, self.lease_s)
+    }
+}
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        self.replicas.iter_mut().for_each(Replica::kill);
+    }
+}
+
+/// The nodes `scripts/replicas-local.sh` brings up (and takes down when dropped).
+struct Nodes {
+    script: PathBuf,
+    urls: Vec<String>,
+}
+
+impl Nodes {
+    fn up(script: PathBuf, lease_s: u32) -> Result<Nodes> {
+        let weave = std::env::current_exe()?;
+        let run = |args: &[&str]| -> Result<String> {
+            let out = Command::new(&script)
+                .args(args)
+                .env("WEAVE_BIN", &weave)
+                .env("WEAVE_REPLICAS_LEASE_S", lease_s.to_string())
+                .stderr(Stdio::inherit())
+                .output()
+                .with_context(|| format!("cannot run {}", script.display()))?;
+            if !out.status.success() {
+                bail!("{} {}: {}", script.display(), args.join(" "), out.status);
+            }
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        };
+        run(&["up"])?;
+        let urls = run(&["urls"])?.split(',').map(str::to_string).collect();
+        Ok(Nodes { script, urls })
+    }
+
+    fn run(&self, args: &[&str]) -> Result<()> {
+        let status = Command::new(&self.script)
+            .args(args)
+            .env("WEAVE_BIN", std::env::current_exe()?)
+            .stdout(Stdio::null())
+            .status()
+            .with_context(|| format!("cannot run {}", self.script.display()))?;
+        if !status.success() {
+            bail!("{} {}: {status}", self.script.display(), args.join(" "));
+        }
+        Ok(())
+    }
+}
+
+impl Replicas for Nodes {
+    fn count(&self) -> usize {
+        self.urls.len()
+    }
+    fn url(&self, i: usize) -> String {
+        self.urls[i].clone()
+    }
+    fn serves(&self, i: usize, c: &reqwest::blocking::Client) -> bool {
+        c.get(format!("{}/v1/jobs?limit=1", self.urls[i]))
+            .timeout(Duration::from_millis(500))
+            .send()
+            .is_ok_and(|r| r.status() == 200)
+    }
+    fn kill(&mut self, i: usize) -> Result<()> {
+        self.run(&["kill-node", &i.to_string()])
+    }
+    fn restart(&mut self, i: usize) -> Result<()> {
+        self.run(&["start-node", &i.to_string()])
+    }
+}
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        let _ = self.run(&["down"]);
+    }
+}
+
 /// The replica that answers, polled until one does (a minute at most).
-fn active(replicas: &[Replica], c: &reqwest::blocking::Client) -> Result<usize> {
+fn active(replicas: &dyn Replicas, c: &reqwest::blocking::Client) -> Result<usize> {
     let end = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Some(i) = replicas.iter().position(|r| r.serves(c)) {
+        if let Some(i) = (0..replicas.count()).find(|&i| replicas.serves(i, c)) {
             return Ok(i);
         }
         if Instant::now() > end {
@@ -121,21 +240,31 @@ fn active(replicas: &[Replica], c: &reqwest::blocking::Client) -> Result<usize> 
     }
 }
 
+/// Replicas as local processes on a local etcd cluster.
+fn processes(args: &FailoverArgs, root: &std::path::Path) -> Result<Processes> {
+    let etcd = LocalCluster::start("bench-failover", args.etcd_members).map_err(anyhow::Error::msg)?;
+    let prefix = format!("/weave-bench-failover-{}", std::process::id());
+    let replicas = (0..args.replicas)
+        .map(|i| Replica { name: format!("r{i}"), data: root.join(format!("r{i}")), url: String::new(), child: None })
+        .collect();
+    let mut p = Processes { etcd, prefix, lease_s: args.lease_s, replicas };
+    for i in 0..p.replicas.len() {
+        p.restart(i)?;
+    }
+    Ok(p)
+}
+
 pub fn run(args: FailoverArgs) -> Result<()> {
     if args.replicas < 2 || args.etcd_members == 0 || args.failovers == 0 {
         bail!("--replicas must be at least 2, --etcd-members and --failovers at least 1");
     }
-    let etcd = LocalCluster::start("bench-failover", args.etcd_members).map_err(anyhow::Error::msg)?;
-    let prefix = format!("/weave-bench-failover-{}", std::process::id());
     let root = std::env::temp_dir().join(format!("weave-bench-failover-{}", std::process::id()));
-    let mut replicas: Vec<Replica> = (0..args.replicas)
-        .map(|i| Replica { name: format!("r{i}"), data: root.join(format!("r{i}")), url: String::new(), child: None })
-        .collect();
-    for r in &mut replicas {
-        r.run(&etcd, &prefix, args.lease_s)?;
-    }
+    let mut replicas: Box<dyn Replicas> = match &args.nodes_script {
+        Some(script) => Box::new(Nodes::up(script.clone(), args.lease_s)?),
+        None => Box::new(processes(&args, &root)?),
+    };
     let c = client()?;
-    let mut now = active(&replicas, &c)?;
+    let mut now = active(replicas.as_ref(), &c)?;
     let acked: Acked = Arc::new(Mutex::new((Vec::new(), Vec::new())));
     let mut rng = named_stream(args.seed, "failover-kills", 0);
     let mut gaps = Vec::new();
@@ -143,33 +272,34 @@ pub fn run(args: FailoverArgs) -> Result<()> {
         let stop = Arc::new(AtomicBool::new(false));
         let threads: Vec<_> = (0..args.workers)
             .map(|w| {
-                let (url, acked, stop) = (replicas[now].url.clone(), acked.clone(), stop.clone());
+                let (url, acked, stop) = (replicas.url(now), acked.clone(), stop.clone());
                 std::thread::spawn(move || worker(url, format!("f{round}w{w}"), acked, stop))
             })
             .collect();
         std::thread::sleep(Duration::from_millis(args.load_ms / 2 + rng.random_range(0..=args.load_ms)));
-        replicas[now].kill();
+        replicas.kill(now)?;
         let killed = Instant::now();
-        let next = active(&replicas, &c)?;
+        let next = active(replicas.as_ref(), &c)?;
         gaps.push(killed.elapsed().as_secs_f64());
         stop.store(true, Ordering::Relaxed);
         for t in threads {
             let _ = t.join();
         }
-        replicas[now].run(&etcd, &prefix, args.lease_s)?;
+        replicas.restart(now)?;
         now = next;
     }
     let (jobs, fins) = acked.lock().map_err(|_| anyhow::anyhow!("a worker panicked"))?.clone();
-    let (lost, duplicated) = verify(&replicas[now].url, &jobs, &fins)?;
-    for r in &mut replicas {
-        r.kill();
-    }
+    let (lost, duplicated) = verify(&replicas.url(now), &jobs, &fins)?;
+    let count = replicas.count();
+    drop(replicas);
     let _ = std::fs::remove_dir_all(&root);
+    let all = gaps.clone();
     gaps.sort_by(f64::total_cmp);
     let r = Report {
         failovers: args.failovers,
-        replicas: args.replicas,
-        etcd_members: args.etcd_members,
+        replicas: count,
+        etcd_members: if args.nodes_script.is_some() { count } else { args.etcd_members },
+        kill: if args.nodes_script.is_some() { "nodes" } else { "processes" },
         lease_s: args.lease_s,
         acknowledged_jobs: jobs.len(),
         acknowledged_completions: fins.len(),
@@ -177,17 +307,19 @@ pub fn run(args: FailoverArgs) -> Result<()> {
         duplicated,
         answered_again_s_median: gaps[gaps.len() / 2],
         answered_again_s_max: gaps[gaps.len() - 1],
+        answered_again_s_all: all,
     };
     if args.json {
         return write_output(None, &json(&r)?);
     }
     println!(
-        "{} failovers ({} replicas, {} etcd members, lease {} s): answered again after {:.2} s median, {:.2} s max; \
+        "{} failovers ({} replicas, {} etcd members, lease {} s, killing {}): answered again after {:.2} s median, {:.2} s max; \
          {} jobs and {} phase completions acknowledged, {} lost, {} twice",
         r.failovers,
         r.replicas,
         r.etcd_members,
         r.lease_s,
+        r.kill,
         r.answered_again_s_median,
         r.answered_again_s_max,
         r.acknowledged_jobs,

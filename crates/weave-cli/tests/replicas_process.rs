@@ -232,16 +232,7 @@ fn a_python_driver_rides_through_a_failover() {
     assert!(out.status.success(), "the driver failed: {}", String::from_utf8_lossy(&out.stderr));
     let j = job(&url_b, "ride").expect("the job on b");
     assert_eq!((j["state"].as_str(), j["completed_iterations"].as_u64()), (Some("completed"), Some(12)), "{j}");
-    let events: serde_json::Value =
-        client().get(format!("{url_b}/v1/events?after=0")).bearer_auth(TOKEN).send().unwrap().json().unwrap();
-    let trained: Vec<u64> = events
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["job"] == "ride" && e["kind"] == "finish" && e["phase"] == "train")
-        .map(|e| e["iteration"].as_u64().unwrap())
-        .collect();
-    assert_eq!(trained, (0..12).collect::<Vec<_>>(), "every iteration once");
+    assert_eq!(common::trained_iterations(&url_b, "ride"), (0..12).collect::<Vec<_>>(), "every iteration once");
 }
 
 #[test]
@@ -258,6 +249,89 @@ fn an_unreachable_etcd_at_start_is_refused_naming_it() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("etcd unreachable") && err.contains(&dead), "{err}");
+}
+
+#[test]
+#[ignore = "needs etcd: .ci/run installs it and runs this with --ignored"]
+fn a_stopped_servers_store_moves_into_etcd_and_replicas_go_on_from_it() {
+    let etcd = weave_testkit::etcd::cluster("replicas-move", 1);
+    let d = dir("replica-move");
+    let (mut single, url) = common::serve_with(&d, &["--snapshot-every", "5"]);
+    let acked = load(&url, "m", 3);
+    single.kill().unwrap();
+    single.wait().unwrap();
+    let move_to = |prefix: &str| {
+        Command::new(env!("CARGO_BIN_EXE_weave"))
+            .args(["store", "to-etcd", "--etcd", &etcd.endpoints().join(","), "--etcd-prefix", prefix, "--data"])
+            .arg(d.join("data"))
+            .output()
+            .unwrap()
+    };
+    let moved = move_to("/moved");
+    let said = String::from_utf8_lossy(&moved.stdout);
+    assert!(
+        moved.status.success() && said.contains("records after it"),
+        "{said}{}",
+        String::from_utf8_lossy(&moved.stderr)
+    );
+    let again = move_to("/moved");
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(!again.status.success() && err.contains("/moved is not empty"), "{err}");
+    let (_a, url_a, _) = replica(&etcd, "a", "/moved", &[]);
+    wait_until("a to lead", Duration::from_secs(60), || leads(&url_a).then_some(()));
+    for id in &acked {
+        let j = job(&url_a, id).unwrap_or_else(|| panic!("{id} was not moved"));
+        assert_eq!(j["completed_iterations"], 1, "{id}: {j}");
+    }
+    // It goes on: the next records follow the moved ones.
+    let more = load(&url_a, "n", 1);
+    assert!(job(&url_a, &more[0]).is_some());
+}
+
+#[test]
+#[ignore = "needs etcd: .ci/run installs it and runs this with --ignored"]
+fn without_etcds_quorum_writes_answer_503_reads_answer_and_service_resumes() {
+    let mut etcd = weave_testkit::etcd::cluster("replicas-quorum", 3);
+    let (_a, url_a, _) = replica(&etcd, "a", "/quorum", &[]);
+    wait_until("a to lead", Duration::from_secs(60), || leads(&url_a).then_some(()));
+    let (_b, url_b, _) = replica(&etcd, "b", "/quorum", &[]);
+    let acked = load(&url_a, "q", 1);
+    etcd.kill(1);
+    etcd.kill(2);
+    assert_eq!(status(&url_a, "/v1/jobs", "POST", Some(spec("lost"))), 503, "a write without quorum");
+    assert_eq!(status(&url_a, &format!("/v1/jobs/{}", acked[0]), "GET", None), 200, "reads answer");
+    etcd.run(1).unwrap();
+    etcd.run(2).unwrap();
+    // The active renews its lease, or (the lease ran out meanwhile) a replica is elected: no
+    // one restarts anything.
+    let serving = wait_until("a replica to take writes again", Duration::from_secs(120), || {
+        [&url_a, &url_b]
+            .into_iter()
+            .find(|u| status(u, "/v1/jobs", "POST", Some(spec(&format!("after-{}", u.len())))) == 201)
+    });
+    assert!(job(serving, "lost").is_none(), "the refused write is nowhere");
+    assert_eq!(job(serving, &acked[0]).unwrap()["completed_iterations"], 1);
+}
+
+#[test]
+fn replica_flags_that_cannot_work_are_refused_naming_them() {
+    let d = dir("replica-flags");
+    for (flags, named) in [
+        (&["--etcd", "10.0.0.5:2379"][..], "--etcd takes client URLs"),
+        (&["--etcd", "http://127.0.0.1:1", "--lease-s", "1"][..], "--lease-s must be in [2, 3600]"),
+        (&["--job-server-urls", "http://a:8080,b:8080"][..], "--job-server-urls takes URLs"),
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_weave"))
+            .args(["serve", "--addr", "127.0.0.1:0", "--data"])
+            .arg(d.join("data"))
+            .arg("--tenants")
+            .arg(tenants(&d))
+            .args(flags)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(named), "{flags:?}: {err}");
+    }
 }
 
 /// `weave bench failover`, short: the active replica SIGKILLed three times under load, nothing

@@ -124,6 +124,19 @@ pub fn wait_until<T>(what: &str, deadline: Duration, mut ready: impl FnMut() -> 
     }
 }
 
+/// The iterations whose training the server credited to `job`, in event order (the admin
+/// token is sent; an open server ignores it).
+pub fn trained_iterations(url: &str, job: &str) -> Vec<u64> {
+    let events: serde_json::Value =
+        client().get(format!("{url}/v1/events?after=0")).bearer_auth(TOKEN).send().unwrap().json().unwrap();
+    let events = events.as_array().cloned().unwrap_or_default();
+    events
+        .iter()
+        .filter(|e| e["job"] == job && e["kind"] == "finish" && e["phase"] == "train")
+        .filter_map(|e| e["iteration"].as_u64())
+        .collect()
+}
+
 /// One gauge or counter from the admin `/metrics` text, if the server answers.
 pub fn metric(url: &str, name: &str) -> Option<f64> {
     let text = client().get(format!("{url}/metrics")).bearer_auth(TOKEN).send().ok()?.text().ok()?;

@@ -12,7 +12,7 @@ use crate::auth::JobTokens;
 use crate::durable::Durable;
 use crate::durable::Replicated;
 use crate::plane::{Plane, Record};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use weave_etcd::log::{Followed, Leadership, Presence, RecordLog};
 use weave_etcd::{Compare, Etcd, EtcdError, Op};
 
@@ -94,22 +94,31 @@ pub(super) fn open(cfg: &ServerConfig, e: &EtcdConfig) -> Result<(Durable, Plane
         Some(url) => format!("{} at {url}", e.replica),
         None => e.replica.clone(),
     };
+    // It looks for the leader key every fifth of a second (one read) and campaigns only when
+    // nobody holds it, so that it takes over soon after the active's lease is gone; it follows
+    // the log and reports every half second.
+    let mut followed = Instant::now();
     let leader = loop {
-        match Leadership::campaign(&etcd, &e.prefix, &campaign, e.lease_ttl_s) {
-            Ok(Ok(leader)) => break leader,
-            // Nobody holds it just now (the holder's lease went between the two reads).
-            Ok(Err(holder)) if holder.is_empty() => {}
-            Ok(Err(holder)) => {
-                if told.as_ref() != Some(&holder) {
-                    eprintln!("weave serve: standby ({}): the active replica is {holder}", e.replica);
-                    let note = format!("standby: the active replica is {holder}; this one takes over if it is lost");
-                    *e.opening.lock().unwrap_or_else(|p| p.into_inner()) = note;
-                    told = Some(holder);
-                }
-            }
-            Err(err) => passing(&e.replica, "campaigning", err)?,
+        let holder = match weave_etcd::log::leader(&etcd, &e.prefix) {
+            Ok(Some(holder)) => Some(holder),
+            Ok(None) => match Leadership::campaign(&etcd, &e.prefix, &campaign, e.lease_ttl_s) {
+                Ok(Ok(leader)) => break leader,
+                Ok(Err(holder)) => Some(holder).filter(|h| !h.is_empty()),
+                Err(err) => passing(&e.replica, "campaigning", err).map(|()| None)?,
+            },
+            Err(err) => passing(&e.replica, "looking for the active replica", err).map(|()| None)?,
+        };
+        if let Some(holder) = holder.filter(|h| told.as_ref() != Some(h)) {
+            eprintln!("weave serve: standby ({}): the active replica is {holder}", e.replica);
+            let note = format!("standby: the active replica is {holder}; this one takes over if it is lost");
+            *e.opening.lock().unwrap_or_else(|p| p.into_inner()) = note;
+            told = Some(holder);
         }
-        std::thread::sleep(Duration::from_millis(500));
+        std::thread::sleep(Duration::from_millis(200));
+        if followed.elapsed() < Duration::from_millis(500) {
+            continue;
+        }
+        followed = Instant::now();
         match log.follow() {
             Ok(new) => apply(cfg, &mut plane, &log, new, &e.prefix)?,
             Err(err) => passing(&e.replica, "following the log", err)?,
