@@ -14,11 +14,13 @@ struct Member {
     child: Option<Child>,
 }
 
-/// A local etcd cluster; its members are killed when it is dropped.
+/// A local etcd cluster; its members are killed and their data removed when it is dropped
+/// (each member preallocates about 120 MB: a run of tests would otherwise fill the disk).
 pub struct LocalCluster {
     members: Vec<Member>,
     initial: String,
     token: String,
+    root: PathBuf,
 }
 
 fn port() -> u16 {
@@ -48,7 +50,7 @@ impl LocalCluster {
             })
             .collect();
         let initial = members.iter().map(|m| format!("{}={}", m.name, m.peer)).collect::<Vec<_>>().join(",");
-        let mut c = LocalCluster { members, initial, token: format!("weave-{name}") };
+        let mut c = LocalCluster { members, initial, token: format!("weave-{name}"), root };
         for i in 0..n {
             c.run(i)?;
         }
@@ -101,5 +103,6 @@ impl Drop for LocalCluster {
         for i in 0..self.members.len() {
             self.kill(i);
         }
+        let _ = std::fs::remove_dir_all(&self.root);
     }
 }
