@@ -198,15 +198,21 @@ fn apply(
     Ok(())
 }
 
-/// The job tokens' secret, created once for every replica.
+/// The job tokens' secret, created once for every replica (by the first to find none).
 fn job_tokens(etcd: &Etcd, prefix: &str) -> Result<JobTokens, ServeError> {
-    use std::io::Read;
     let key = format!("{prefix}/job-token-key").into_bytes();
-    let mut secret = [0u8; 32];
-    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut secret)).map_err(refused)?;
-    let put = Op::Put { key: key.clone(), value: secret.to_vec(), lease: None };
-    etcd.txn(&[Compare::Absent(key.clone())], &[put]).map_err(refused)?;
-    let stored = etcd.get(&key).map_err(refused)?.map(|kv| kv.value).unwrap_or_default();
+    let stored = match etcd.get(&key).map_err(refused)? {
+        Some(kv) => kv.value,
+        None => {
+            use std::io::Read;
+            let mut secret = [0u8; 32];
+            std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut secret)).map_err(refused)?;
+            let put = Op::Put { key: key.clone(), value: secret.to_vec(), lease: None };
+            // Another replica may have created it meanwhile: theirs is kept, and read back.
+            etcd.txn(&[Compare::Absent(key.clone())], &[put]).map_err(refused)?;
+            etcd.get(&key).map_err(refused)?.map(|kv| kv.value).unwrap_or_default()
+        }
+    };
     let secret: [u8; 32] = stored.try_into().map_err(|_| refused(format!("{prefix}/job-token-key: not 32 bytes")))?;
     Ok(JobTokens::new(secret))
 }
