@@ -237,14 +237,25 @@ pub fn run(args: Args) -> Result<()> {
         args.capacity
     ));
     text.push_str(&weave_report::text::render(&reports));
-    if let Some(f) = lora_floor {
+    text.push_str(&lora_lines(&reports, lora_floor));
+    text.push_str(&format!("note: {NOTE}.\n"));
+    write_output(None, &text)
+}
+
+/// What a run with LoRA jobs adds to the text: the cost floor, and the jobs that joined running
+/// packs under each policy that grows packs.
+fn lora_lines(reports: &[&PolicyReport], floor: Option<weave_sim::lora::CostFloor>) -> String {
+    let mut text = String::new();
+    if let Some(f) = floor {
         text.push_str(&format!(
             "LoRA floor: ${:.0} ({:.1} iterations per $1k) if every GPU-second were busy and each LoRA job shared its base's engine with as many partners like it as its SLO allows (${:.0} without sharing); see docs/experiments/lora.md.\n",
             f.dollars, f.iterations_per_k_dollars, f.unshared_dollars
         ));
     }
-    text.push_str(&format!("note: {NOTE}.\n"));
-    write_output(None, &text)
+    for r in reports.iter().filter_map(|r| Some((&r.policy, r.lora_pack_joins?))) {
+        text.push_str(&format!("{}: {} LoRA jobs joined a running pack of their base.\n", r.0, r.1));
+    }
+    text
 }
 
 #[allow(clippy::too_many_arguments)]

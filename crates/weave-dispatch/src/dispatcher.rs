@@ -215,6 +215,26 @@ impl Dispatcher {
         self.members.get(&job).map(|m| m.iteration)
     }
 
+    /// A member's next rollout that has not begun (switching in counts as begun): the first
+    /// iteration a job joining its shared-base pack now takes part in.
+    pub fn next_rollout(&self, job: JobId) -> Option<u64> {
+        self.members.get(&job).map(|m| m.rolled + u64::from(m.rollout != LaneState::Idle))
+    }
+
+    /// Gives a member more iterations to run (a shared-base pack that a job joined). Refused
+    /// (false) for a non-member, one that runs until it leaves, fewer iterations than it has,
+    /// or once its last rollout has started: so no lane's readiness changes here.
+    pub fn extend_iterations(&mut self, job: JobId, iterations: u64) -> bool {
+        let Some(m) = self.members.get_mut(&job) else { return false };
+        let Some(n) = m.spec.iterations else { return false };
+        let begun = m.rolled + u64::from(m.rollout != LaneState::Idle);
+        if iterations < n || begun >= n {
+            return false;
+        }
+        m.spec.iterations = Some(iterations);
+        true
+    }
+
     /// Sets a member's bounded staleness from now on (a move waiting for a stale job's
     /// iteration to end drains its rollout lane with 0, so that no rollout of a later
     /// iteration is under way when its training ends). A rollout already running goes on.

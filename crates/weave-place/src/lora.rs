@@ -3,8 +3,9 @@
 //! on the trainer), and the pack takes its place in a co-execution group as one job.
 //!
 //! A job joins a pack of its base only while every member's SLO keeps `headroom` of its slack
-//! with the pack's period: `period x (1 + headroom x (slo - 1)) <= slo x solo` for each
-//! member, where `solo` is the member's own iteration on an engine and a trainer of its own and
+//! with its iteration in the pack: `in_pack x (1 + headroom x (slo - 1)) <= slo x solo` for
+//! each member, where `in_pack` is the pack's period plus the pipeline's fill spread over the
+//! member's iterations, `solo` is the member's own iteration on an engine and a trainer of its own and
 //! the period is the pack's iteration pipelined one deep, `max(rollout, train)` (each member
 //! on-policy, staggered on the trainer: `weave_model::shared_engine::pack_times`).
 //! What the pack leaves of the members' slack, the group it joins may use (the pack's SLO as
@@ -13,10 +14,10 @@
 
 use weave_core::PhaseTimes;
 
-/// Share of each member's slack a pack leaves for the group it joins: 0.6, chosen on the LoRA
-/// mix's seeds 1-3 among 0, 0.2, 0.4, 0.6 and 0.8 (the only one never below
-/// `weave-full-model` there and on held-out seeds 4-5; see docs/experiments/lora.md).
-pub const PACK_HEADROOM: f64 = 0.6;
+/// Share of each member's slack a pack leaves for the group it joins: 0.4, chosen with packs
+/// that grow on the LoRA mix's seeds 1-3 among 0, 0.2, 0.3, 0.4, 0.5, 0.6 and 0.8 (the best
+/// mean there; held-out seeds 4-5 above `weave-full-model` too; see docs/experiments/lora.md).
+pub const PACK_HEADROOM: f64 = 0.4;
 
 /// A LoRA job that may join a pack.
 #[derive(Clone, Debug, PartialEq)]
@@ -28,6 +29,20 @@ pub struct Candidate {
     pub slo: f64,
     /// Its iteration alone (engine and trainer of its own).
     pub alone: PhaseTimes,
+    /// Iterations it runs (`None`: until it leaves): a short job feels the pack's pipeline
+    /// filling, which its few iterations do not spread.
+    pub iterations: Option<u64>,
+}
+
+impl Candidate {
+    /// Its iteration in a pack of iteration `t`: the pack's period, plus the pipeline's fill
+    /// (its first iteration runs the pack's rollout and then its trainings, not the period)
+    /// spread over its iterations.
+    pub fn in_pack(&self, t: PhaseTimes) -> f64 {
+        let pack = period(t);
+        let fill = (t.rollout + t.train).as_secs_f64() - pack;
+        pack + self.iterations.map_or(0.0, |n| fill / n.max(1) as f64)
+    }
 }
 
 /// Packs for `candidates` (each a list of their indices, in the candidates' order; a job no
@@ -75,15 +90,14 @@ pub fn allowed(
     pack_times: &dyn Fn(&[&Candidate]) -> Option<PhaseTimes>,
 ) -> bool {
     let Some(t) = pack_times(members) else { return false };
-    let pack = period(t);
-    members.iter().all(|m| pack * (1.0 + headroom * (m.slo - 1.0)) <= m.slo * m.alone.solo().as_secs_f64())
+    members.iter().all(|m| m.in_pack(t) * (1.0 + headroom * (m.slo - 1.0)) <= m.slo * m.alone.solo().as_secs_f64())
 }
 
-/// The pack's SLO as the placer sees it: the tightest member's allowance over the pack's
-/// period (at least 1).
+/// The pack's SLO as the placer sees it: the slowdown of the pack's period that the tightest
+/// member allows, its allowance over its iteration in the pack (at least 1).
 pub fn pack_slo(members: &[&Candidate], pack: PhaseTimes) -> f64 {
-    let allowance = members.iter().map(|m| m.slo * m.alone.solo().as_secs_f64()).fold(f64::INFINITY, f64::min);
-    (allowance / period(pack).max(1e-9)).max(1.0)
+    let allows = |m: &&Candidate| m.slo * m.alone.solo().as_secs_f64() / m.in_pack(pack).max(1e-9);
+    members.iter().map(allows).fold(f64::INFINITY, f64::min).max(1.0)
 }
 
 /// A pack's period, seconds: its phases pipelined one deep (staleness 1).

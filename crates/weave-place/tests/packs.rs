@@ -21,6 +21,7 @@ fn cand(index: usize, base: &str, slo: f64, rollout: u64, train: u64) -> Candida
         key: (base.into(), 1, 1),
         slo,
         alone: PhaseTimes { rollout: Micros::from_secs(rollout), train: Micros::from_secs(train) },
+        iterations: None,
     }
 }
 
@@ -49,6 +50,30 @@ fn the_packs_slo_is_the_tightest_members_allowance() {
     assert!((slo - 1.6 * 110.0 / t.rollout.as_secs_f64()).abs() < 1e-9, "{slo}");
 }
 
+#[test]
+fn a_short_job_counts_the_pipelines_fill_that_its_few_iterations_cannot_spread() {
+    // Two alike: period 151 s against 110 s alone (1.37x); the fill, the rollout and trainings
+    // after it less the period, is 141 + 10 + 20 - 151 = 20 s.
+    let mut c = [cand(0, "a", 1.45, 100, 10), cand(1, "a", 2.0, 100, 10)];
+    let refs: Vec<&Candidate> = c.iter().collect();
+    let t = engine(&refs).unwrap();
+    assert!(weave_place::lora::allowed(&refs, 0.0, &engine), "long jobs: 151 <= 1.45 x 110 = 159.5");
+    assert_eq!(form_packs(&c, 0.0, &engine).len(), 1);
+    // Run for 2 iterations, the first job's iteration in the pack is 151 + 20 / 2 = 161 s.
+    c[0].iterations = Some(2);
+    let refs: Vec<&Candidate> = c.iter().collect();
+    assert!((c[0].in_pack(t) - (t.rollout.max(t.train).as_secs_f64() + 10.0)).abs() < 1e-6);
+    assert!(!weave_place::lora::allowed(&refs, 0.0, &engine));
+    assert_eq!(form_packs(&c, 0.0, &engine).len(), 2);
+    // For 4 iterations, 151 + 5 = 156 s fits; what the group may add is its allowance over
+    // that iteration: 159.5 / 156, not 159.5 / 151.
+    c[0].iterations = Some(4);
+    let refs: Vec<&Candidate> = c.iter().collect();
+    assert!(weave_place::lora::allowed(&refs, 0.0, &engine));
+    let slo = pack_slo(&refs, t);
+    assert!((slo - 1.45 * 110.0 / (t.rollout.max(t.train).as_secs_f64() + 5.0)).abs() < 1e-9, "{slo}");
+}
+
 fn arb_candidates() -> impl Strategy<Value = Vec<Candidate>> {
     prop::collection::vec((0u8..3, 1u32..3, 20u64..300, 5u64..100, 100u32..=200), 1..12).prop_map(|v| {
         v.into_iter()
@@ -58,6 +83,7 @@ fn arb_candidates() -> impl Strategy<Value = Vec<Candidate>> {
                 key: (format!("base{base}"), width, 1),
                 slo: f64::from(slo) / 100.0,
                 alone: PhaseTimes { rollout: Micros::from_secs(roll), train: Micros::from_secs(train) },
+                iterations: None,
             })
             .collect()
     })

@@ -8,6 +8,7 @@ use crate::dynamics::{exp_wait, Regroup};
 use crate::metrics::Metrics;
 use crate::workload::{draw_iteration, SimJob};
 use crate::{CapacityMode, EventRecord, SimConfig};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
 use weave_core::{ClusterConfig, EventQueue, GroupId, JobId, Micros, PhaseTimes, Pool};
 use weave_dispatch::{Action, Dispatcher, Input, Phase};
@@ -22,6 +23,7 @@ mod job_run;
 mod lending;
 mod long_tail;
 mod outcome;
+mod packs;
 mod sharing;
 use job_run::JobRun;
 mod spot;
@@ -107,7 +109,8 @@ struct Placed {
 }
 
 pub struct Engine<'a> {
-    jobs: &'a [SimJob],
+    /// The jobs in arrival order (a pack that a job joins is replaced by what it becomes).
+    jobs: Cow<'a, [SimJob]>,
     cluster: &'a ClusterConfig,
     cfg: &'a SimConfig,
     resident: bool,
@@ -140,6 +143,8 @@ pub struct Engine<'a> {
     spot: Option<spot::Spot>,
     /// Lending idle rollout blocks across groups, when on.
     lending: Option<lending::Lending>,
+    /// LoRA jobs that arrive may join running packs of their base.
+    growing_packs: bool,
     pub metrics: Metrics,
     pub events: Vec<EventRecord>,
     actions: Vec<Action>,
@@ -163,7 +168,7 @@ impl<'a> Engine<'a> {
         placer_cfg.skip_saturated = cfg.skip_saturated;
         placer_cfg.residency.max_members = cfg.max_group_size;
         Engine {
-            jobs,
+            jobs: Cow::Borrowed(jobs),
             cluster,
             cfg,
             resident,
@@ -196,6 +201,7 @@ impl<'a> Engine<'a> {
             share: cfg.share.clone().map(|p| sharing::Sharing::new(p, jobs)),
             spot: None,
             lending: None,
+            growing_packs: false,
             metrics: Metrics::default(),
             events: Vec::new(),
             actions: Vec::new(),
@@ -213,6 +219,13 @@ impl<'a> Engine<'a> {
     /// the cheaper way (`weave`), or every job on it and restarted (the baselines).
     pub fn with_spot(mut self, weave: bool) -> Self {
         self.spot = self.cluster.rollout_spot.as_ref().map(|c| spot::Spot::new(c, self.cluster, self.cfg.seed, weave));
+        self
+    }
+
+    /// Lets arriving LoRA jobs join running packs of their base (see `packs`).
+    pub fn with_growing_packs(mut self, on: bool) -> Self {
+        self.growing_packs = on;
+        self.metrics.pack_joins = on.then_some(0);
         self
     }
 

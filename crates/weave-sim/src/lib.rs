@@ -139,6 +139,9 @@ pub fn replay(
         jobs
     };
     let packed: Vec<SimJob>;
+    // Packs grow only where a pack's whole life is counted in iterations (a fixed lifetime
+    // would end a member with its pack).
+    let growing_packs = policy.shares_bases() && lora::packs_apply(jobs, cfg) && !cfg.fixed_lifetimes;
     let jobs = if policy.shares_bases() && lora::packs_apply(jobs, cfg) {
         // Every replay's jobs are prepared with the built-in profile (no other is loaded).
         packed = lora::pack_jobs(jobs, &weave_model::ProfileModel::builtin(), cluster);
@@ -158,7 +161,8 @@ pub fn replay(
                 .with_migration(policy.migration())
                 .with_colocation(policy.colocate())
                 .with_spot(policy.migration())
-                .with_lending(cfg.lending && policy.lends());
+                .with_lending(cfg.lending && policy.lends())
+                .with_growing_packs(growing_packs);
             e.run(progress);
             e.metrics.environment_core_hours = environment_core_hours(jobs, &e.metrics.jobs);
             Replay { report: e.metrics.report(policy.name(), cluster), events: std::mem::take(&mut e.events) }

@@ -14,11 +14,11 @@
 
 use crate::workload::{Pack, SimJob};
 use std::collections::BTreeMap;
-use weave_core::{ClusterConfig, JobId, JobSpec, Lifetime, Micros};
+use weave_core::{ClusterConfig, JobId, JobSpec, Lifetime, Micros, PhaseTimes};
 use weave_model::lora::adapter_train_bytes;
 use weave_model::shared_engine::{pack_times, Member};
 use weave_model::ProfileModel;
-use weave_place::lora::{form_packs, pack_slo, Candidate};
+use weave_place::lora::{allowed, form_packs, pack_slo, Candidate};
 use weave_place::PlaceJob;
 
 pub use weave_place::lora::PACK_HEADROOM;
@@ -73,50 +73,124 @@ fn packable(spec: &JobSpec) -> bool {
 
 fn candidate(index: usize, job: &SimJob) -> Candidate {
     let base = job.spec.lora.as_ref().map(|l| l.base.clone()).unwrap_or_default();
-    Candidate { index, key: (base, job.spec.rollout_nodes, job.spec.train_nodes), slo: job.slo, alone: job.disagg }
+    let key = (base, job.spec.rollout_nodes, job.spec.train_nodes);
+    Candidate { index, key, slo: job.slo, alone: job.disagg, iterations: Some(job.iterations) }
 }
 
-/// One replay job for `members` (at least two, one base).
-fn pack_job(members: Vec<&SimJob>, profile: &ProfileModel, cluster: &ClusterConfig) -> SimJob {
-    let mut by_life: Vec<&SimJob> = members.clone();
-    by_life.sort_by_key(|m| m.iterations);
-    let mut schedule = Vec::new();
-    for (k, m) in by_life.iter().enumerate() {
-        let active: Vec<Member> = by_life[k..].iter().filter_map(|m| Member::of(&m.spec)).collect();
-        if let Some(t) = pack_times(profile, &active) {
-            schedule.push((m.iterations, t));
-        }
+/// A member's seat in a pack: the job, the pack's iteration that is its first, and its SLO as
+/// packing sees it (its own, less what it waited for its first rollout if it joined running).
+#[derive(Clone, Copy)]
+struct Seat<'a> {
+    job: &'a SimJob,
+    first: u64,
+    slo: f64,
+}
+
+impl Seat<'_> {
+    /// Whether it runs the pack's iteration `k`.
+    fn runs(&self, k: u64) -> bool {
+        self.first <= k && k < self.first + self.job.iterations
     }
-    schedule.dedup_by_key(|s| s.0);
-    let first = members[0];
-    let full = schedule.first().map_or(first.disagg, |s| s.1);
-    let iterations = by_life.last().map_or(1, |m| m.iterations);
-    let candidates: Vec<Candidate> = members.iter().map(|m| candidate(0, m)).collect();
-    let slo = pack_slo(&candidates.iter().collect::<Vec<_>>(), full);
+
+    fn candidate(&self) -> Candidate {
+        Candidate { slo: self.slo, ..candidate(0, self.job) }
+    }
+}
+
+/// One replay job for `members` (at least two, one base), all from the pack's start.
+fn pack_job(members: Vec<&SimJob>, profile: &ProfileModel, cluster: &ClusterConfig) -> SimJob {
+    let founders: Vec<Seat> = members.into_iter().map(|job| Seat { job, first: 0, slo: job.slo }).collect();
+    pack_of(&founders, 0, profile, cluster)
+}
+
+/// `pack` (a pack, or a LoRA job running alone) with `joiner` joining it at the pack's
+/// iteration `at` (its next rollout), if every member running then keeps [`PACK_HEADROOM`] of
+/// its slack, the joiner counting its wait for that rollout: the replay's job the pack becomes,
+/// its placement view estimated from `at` on (the placer still has to take it).
+pub fn joined(
+    pack: &SimJob,
+    joiner: &SimJob,
+    at: u64,
+    profile: &ProfileModel,
+    cluster: &ClusterConfig,
+) -> Option<SimJob> {
+    if !packable(&joiner.spec) || candidate(0, pack).key != candidate(0, joiner).key {
+        return None;
+    }
+    let mut seats: Vec<Seat> = match &pack.pack {
+        Some(p) => {
+            (0..p.members.len()).map(|m| Seat { job: &p.members[m], first: p.firsts[m], slo: p.slos[m] }).collect()
+        }
+        None if packable(&pack.spec) => vec![Seat { job: pack, first: 0, slo: pack.slo }],
+        None => return None,
+    };
+    // It waits for the pack's next rollout: at most one period of the pack as it runs now,
+    // which its group may stretch up to the pack's SLO. That wait is slack it no longer has.
+    let period =
+        weave_dispatch::timing::solo_period(pack.disagg.rollout, pack.disagg.train + pack.sync, pack.spec.staleness);
+    let wait = period.as_secs_f64() * pack.slo;
+    let solo = joiner.disagg.solo().as_secs_f64().max(1e-9);
+    seats.push(Seat { job: joiner, first: at, slo: joiner.slo - wait / (joiner.iterations.max(1) as f64 * solo) });
+    let running: Vec<Seat> = seats.iter().copied().filter(|s| s.runs(at)).collect();
+    let model: Vec<Member> = running.iter().filter_map(|s| Member::of(&s.job.spec)).collect();
+    let times = pack_times(profile, &model)?;
+    let adapters: u64 = model.iter().map(|m| m.lora.engine_bytes().0).sum();
+    let fits_engine = adapters <= weave_core::lora::engine_adapter_budget(pack.spec.rollout_nodes).0;
+    let candidates: Vec<Candidate> = running.iter().map(Seat::candidate).collect();
+    let refs: Vec<&Candidate> = candidates.iter().collect();
+    (fits_engine && allowed(&refs, PACK_HEADROOM, &|_| Some(times))).then(|| {
+        let mut j = pack_of(&seats, at, profile, cluster);
+        j.place.id = pack.place.id;
+        j
+    })
+}
+
+/// The replay's job for the members in `seats`, estimated from the pack's iteration `at` on.
+fn pack_of(seats: &[Seat], at: u64, profile: &ProfileModel, cluster: &ClusterConfig) -> SimJob {
+    let first = seats[0].job;
+    let pack = Pack {
+        members: seats.iter().map(|s| s.job.clone()).collect(),
+        firsts: seats.iter().map(|s| s.first).collect(),
+        slos: seats.iter().map(|s| s.slo).collect(),
+        schedule: schedule(seats, profile),
+    };
+    let now = pack.times_at(at);
+    let iterations = seats.iter().map(|s| s.first + s.job.iterations).max().unwrap_or(1);
+    let running: Vec<&Seat> = seats.iter().filter(|s| s.runs(at)).collect();
+    let candidates: Vec<Candidate> = running.iter().map(|s| s.candidate()).collect();
+    let slo = pack_slo(&candidates.iter().collect::<Vec<_>>(), now);
     let mut spec = first.spec.clone();
-    spec.name = format!("pack({})", members.iter().map(|m| m.spec.name.as_str()).collect::<Vec<_>>().join("+"));
-    spec.batch = members.iter().map(|m| m.spec.batch).sum();
+    spec.name = format!("pack({})", seats.iter().map(|s| s.job.spec.name.as_str()).collect::<Vec<_>>().join("+"));
+    spec.batch = running.iter().map(|s| s.job.spec.batch).sum();
     spec.job_type.max_tokens =
-        members.iter().map(|m| m.spec.job_type.max_tokens).max().unwrap_or(spec.job_type.max_tokens);
+        running.iter().map(|s| s.job.spec.job_type.max_tokens).max().unwrap_or(spec.job_type.max_tokens);
     spec.lifetime = Lifetime::Iterations(iterations);
     // Staggered members pipeline the pack one iteration deep; each member stays on-policy.
     spec.staleness = 1;
-    spec.phase_times = Some(full);
+    spec.phase_times = Some(now);
     let mut place = PlaceJob::from_spec(&spec, slo, profile, cluster);
     // The base is held once; each member adds its adapter and optimizer state.
-    let adapters: u64 = members.iter().filter_map(|m| m.spec.lora.as_ref()).map(|l| adapter_train_bytes(l).0).sum();
+    let adapters: u64 = running.iter().filter_map(|s| s.job.spec.lora.as_ref()).map(|l| adapter_train_bytes(l).0).sum();
     place.train_state_total = weave_core::Bytes(place.train_state_total.0 + adapters);
-    let colo = place.colo.unwrap_or(full);
-    SimJob {
-        spec,
-        slo,
-        iterations,
-        disagg: full,
-        colo,
-        place,
-        pack: Some(Box::new(Pack { members: members.into_iter().cloned().collect(), schedule })),
-        ..first.clone()
+    let colo = place.colo.unwrap_or(now);
+    SimJob { spec, slo, iterations, disagg: now, colo, place, pack: Some(Box::new(pack)), ..first.clone() }
+}
+
+/// A pack's iteration over its life: `(until, times)` for each stretch of its iterations in
+/// which its membership stays the same.
+fn schedule(seats: &[Seat], profile: &ProfileModel) -> Vec<(u64, PhaseTimes)> {
+    let marks: std::collections::BTreeSet<u64> =
+        seats.iter().flat_map(|s| [s.first, s.first + s.job.iterations]).collect();
+    let marks: Vec<u64> = marks.into_iter().collect();
+    let mut out = Vec::new();
+    for w in marks.windows(2) {
+        let model: Vec<Member> =
+            seats.iter().filter(|s| s.runs(w[0])).filter_map(|s| Member::of(&s.job.spec)).collect();
+        if let Some(t) = pack_times(profile, &model) {
+            out.push((w[1], t));
+        }
     }
+    out
 }
 
 /// The cheapest any scheduler could run a workload's jobs, each within its SLO: every GPU

@@ -60,6 +60,12 @@ pub struct SimJob {
 pub struct Pack {
     /// The members as they would run alone (their own SLOs, iterations and solo runs).
     pub members: Vec<SimJob>,
+    /// Each member's first iteration as the pack counts them: 0 for the pack's founders, the
+    /// pack's next rollout for a job that joined it running.
+    pub firsts: Vec<u64>,
+    /// Each member's SLO as packing sees it: its own, less the wait for its first rollout
+    /// (spread over its iterations) if it joined the pack running.
+    pub slos: Vec<f64>,
     /// `(until, times)`: the pack's iteration for its iterations below `until`, ascending.
     pub schedule: Vec<(u64, PhaseTimes)>,
 }

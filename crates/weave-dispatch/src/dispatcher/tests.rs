@@ -130,3 +130,33 @@ fn rollout_hold_names_the_training_a_rollout_waits_for() {
     started(&mut d, 2, Input::PhaseFinished { job: JobId(1), phase: Phase::Rollout, iteration: 1 });
     assert_eq!(d.rollout_hold(JobId(1)), Some(RolloutHold::Training { running: true, iteration: 0 }));
 }
+
+/// A pack that a job joins runs more iterations: allowed while its last rollout has not
+/// started, and the member then completes at the new count.
+#[test]
+fn extended_iterations_run_to_the_new_count_and_only_before_the_last_rollout() {
+    let job = JobId(0);
+    let mut d = Dispatcher::new(GroupLimits::UNLIMITED);
+    let mut spec = member(0, &[0]);
+    spec.iterations = Some(2);
+    started(&mut d, 0, Input::Join(spec));
+    assert!(!d.extend_iterations(job, 1), "never fewer");
+    assert!(!d.extend_iterations(JobId(9), 5), "not a member");
+    assert!(d.extend_iterations(job, 3), "rollout 0 of 2 runs");
+    let mut t = 1;
+    for iteration in 0..3 {
+        if iteration > 0 {
+            started(&mut d, t, Input::SyncFinished { job, iteration: iteration - 1 });
+            t += 1;
+        }
+        started(&mut d, t, Input::PhaseFinished { job, phase: Phase::Rollout, iteration });
+        t += 1;
+        if iteration == 2 {
+            assert!(!d.extend_iterations(job, 4), "its last rollout has run");
+        }
+        let actions = d.handle(Micros(t), Input::PhaseFinished { job, phase: Phase::Train, iteration }).unwrap();
+        t += 1;
+        let completed = actions.iter().any(|a| matches!(a, Action::Completed { iterations: 3, .. }));
+        assert_eq!(completed, iteration == 2, "iteration {iteration}: {actions:?}");
+    }
+}

@@ -234,13 +234,18 @@ impl Plane {
             return None;
         }
         let times = pack_times(&self.profile, &model)?;
-        let candidates: Vec<Candidate> = members
-            .iter()
-            .enumerate()
-            .map(|(index, m)| Candidate { index, key: pack_key(m.0), slo: m.1, alone: alone(&self.profile, m.0) })
-            .collect();
+        let candidates: Vec<Candidate> = members.iter().enumerate().map(|(i, m)| self.candidate(i, m)).collect();
         let refs: Vec<&Candidate> = candidates.iter().collect();
         allowed(&refs, headroom, &|_| Some(times)).then(|| (times, pack_slo(&refs, times)))
+    }
+
+    /// A member as packing sees it (`index`: the caller's).
+    fn candidate(&self, index: usize, m: &MemberRef) -> Candidate {
+        let iterations = match m.0.lifetime {
+            weave_core::Lifetime::Iterations(n) => Some(n),
+            weave_core::Lifetime::SoloUntil(_) => None,
+        };
+        Candidate { index, key: pack_key(m.0), slo: m.1, alone: alone(&self.profile, m.0), iterations }
     }
 
     /// The pack as placement sees it: its submission's job, the base held once and each
@@ -352,10 +357,7 @@ impl Plane {
         let members = self.member_refs(&self.packs[pack]);
         let model: Vec<Member> = members.iter().filter_map(|m| Member::of(m.0)).collect();
         let Some(times) = pack_times(&self.profile, &model) else { return };
-        let candidates: Vec<Candidate> = members
-            .iter()
-            .map(|m| Candidate { index: 0, key: pack_key(m.0), slo: m.1, alone: alone(&self.profile, m.0) })
-            .collect();
+        let candidates: Vec<Candidate> = members.iter().map(|m| self.candidate(0, m)).collect();
         let slo = pack_slo(&candidates.iter().collect::<Vec<_>>(), times);
         let id = self.jobs[pack].id;
         let submit = pack_submission(pack, &members, times, slo);

@@ -2,6 +2,7 @@
 //! decision turned into a dispatcher member (its state created on the first admission), and
 //! the jobs waiting for capacity.
 
+use super::job_run::MemberRun;
 use super::{median, Engine, JobRun, Placed, What, CLASS_OTHER};
 use crate::dynamics::exp_wait;
 use crate::workload::SoloPipeline;
@@ -21,6 +22,9 @@ impl Engine<'_> {
         if self.sharing() {
             self.waiting.push_back(i);
             self.schedule_queue();
+            return;
+        }
+        if self.join_running_pack(i) {
             return;
         }
         if self.pair_on_arrival(i) {
@@ -48,9 +52,21 @@ impl Engine<'_> {
 
     /// Job `i`'s placement view with its current estimate.
     pub(super) fn place_job(&self, i: usize) -> PlaceJob {
-        let mut place = self.jobs[i].place.clone();
-        place.times = self.estimate(i);
-        place.variation = self.variations[i].clone();
+        self.place_view(i, &self.jobs[i], self.estimate(i), self.variations[i].clone())
+    }
+
+    /// `job`'s placement view as job `i`: `times` its estimate, `variation` what admission
+    /// knows of its variation, on its rollout tier.
+    pub(super) fn place_view(
+        &self,
+        i: usize,
+        job: &crate::SimJob,
+        times: PhaseTimes,
+        variation: weave_place::Variation,
+    ) -> PlaceJob {
+        let mut place = job.place.clone();
+        place.times = times;
+        place.variation = variation;
         if let Some(spot) = &self.spot {
             match self.states[i].as_ref().and_then(|s| s.spot) {
                 Some(tier) => spot.keep_tier(&mut place, tier, self.cfg.slo_epsilon),
@@ -68,7 +84,6 @@ impl Engine<'_> {
     /// Places job `i` where admission decides (`target` = `None`) or at `target`; `Err` when
     /// it must wait for capacity or the target is not feasible.
     pub(super) fn admit_at(&mut self, i: usize, target: Option<Target>) -> Result<(), ()> {
-        let job = &self.jobs[i];
         let place = self.place_job(i);
         let spot = place.spot;
         let placed = match target {
@@ -104,7 +119,7 @@ impl Engine<'_> {
         };
         let now = self.now;
         let seed = self.cfg.seed;
-        let s = self.states[i].get_or_insert_with(|| JobRun::admitted(job, seed, i, now));
+        let s = self.states[i].get_or_insert_with(|| JobRun::admitted(&self.jobs[i], seed, i, now));
         // The tier is the job's from its first placement on rollout nodes: a move planned on
         // one tier is carried out on it (co-located, it holds none and stays open to both).
         if !colocated {
@@ -113,7 +128,7 @@ impl Engine<'_> {
         // Queueing delay counts the first admission only (epoch 0: never placed before).
         let first = s.epoch == 0;
         if first {
-            self.metrics.queue_delays.push(now.saturating_sub(job.spec.arrival));
+            self.metrics.queue_delays.push(now.saturating_sub(self.jobs[i].spec.arrival));
         }
         s.admitted_at = now;
         s.placed = Some(placed);
@@ -124,10 +139,11 @@ impl Engine<'_> {
         let start_iteration = s.done;
         self.running += 1;
         if first {
-            self.share_first_admission(i, now.saturating_sub(job.spec.arrival));
+            self.share_first_admission(i, now.saturating_sub(self.jobs[i].spec.arrival));
         }
         if first && self.cfg.fixed_lifetimes {
-            self.push(job.spec.arrival + job.lifetime(), CLASS_OTHER, i, What::LifetimeOver, 0);
+            let over = self.jobs[i].spec.arrival + self.jobs[i].lifetime();
+            self.push(over, CLASS_OTHER, i, What::LifetimeOver, 0);
         }
         if let Some(f) = self.cfg.failures {
             let s = self.states[i].as_mut().expect("just set");
@@ -135,6 +151,7 @@ impl Engine<'_> {
             self.push(now + wait, CLASS_OTHER, i, What::JobFailure, 0);
         }
         // Fixed lifetimes: the job runs until its lifetime is over.
+        let job = &self.jobs[i];
         let iterations = (!self.cfg.fixed_lifetimes).then_some(job.iterations);
         let spec = job.place.member(&decision, self.resident, iterations, start_iteration);
         let limits = GroupLimits {
@@ -210,7 +227,10 @@ impl JobRun {
             rolling: false,
             rollout_extra: Micros::ZERO,
             spot: None,
-            members: job.pack.as_ref().map_or_else(Vec::new, |p| vec![Default::default(); p.members.len()]),
+            members: job
+                .pack
+                .as_ref()
+                .map_or_else(Vec::new, |p| vec![MemberRun { admitted: now, ..Default::default() }; p.members.len()]),
         }
     }
 }

@@ -15,7 +15,7 @@ impl ConsolidationDriver for Engine<'_> {
     /// Jobs consolidation may move now (see [`consolidate::movable`]).
     fn movable(&mut self) -> Movable {
         let states = &self.states;
-        let jobs = self.jobs;
+        let jobs = &self.jobs;
         let deferred = &self.deferred;
         consolidate::movable(&self.placer, &mut self.churn, self.now, |j| {
             if deferred.contains_key(&j) {

@@ -69,6 +69,9 @@ pub(super) struct MemberRun {
     pub(super) within_slo: u64,
     /// Its outcome is in the metrics (it finished its iterations).
     pub(super) recorded: bool,
+    /// When it entered the pack: the pack's first admission for a founder, its arrival for a
+    /// job that joined the pack running (its life, and so its slowdown, counts from here).
+    pub(super) admitted: Micros,
 }
 
 impl JobRun {

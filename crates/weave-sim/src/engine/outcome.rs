@@ -50,8 +50,8 @@ impl Engine<'_> {
         if let Some(pack) = &job.pack {
             let now = self.now;
             let outcomes = &mut self.metrics.jobs;
-            for (m, run) in pack.members.iter().zip(s.members.iter_mut()) {
-                if run.done >= m.iterations {
+            for ((m, first), run) in pack.members.iter().zip(&pack.firsts).zip(s.members.iter_mut()) {
+                if run.done >= m.iterations || iteration < *first {
                     continue;
                 }
                 let solo = m.solo_iteration(pack.member_draw(m, drawn, iteration), iteration);
@@ -62,7 +62,7 @@ impl Engine<'_> {
                 run.done += 1;
                 if run.done == m.iterations {
                     run.recorded = true;
-                    outcomes.push(member_outcome(m, run, s.first_admitted, now, member_predicted(job, m, s.predicted)));
+                    outcomes.push(member_outcome(m, run, now, member_predicted(job, m, s.predicted)));
                 }
             }
         }
@@ -104,7 +104,7 @@ impl Engine<'_> {
             // A pack's members are the jobs: those still running end here with what they did.
             for (m, run) in pack.members.iter().zip(&s.members).filter(|(_, r)| !r.recorded) {
                 let predicted = member_predicted(spec, m, s.predicted);
-                self.metrics.jobs.push(member_outcome(m, run, s.first_admitted, self.now, predicted));
+                self.metrics.jobs.push(member_outcome(m, run, self.now, predicted));
                 if failed {
                     self.metrics.events.failed_permanently += 1;
                 }
@@ -143,7 +143,8 @@ fn member_predicted(pack: &crate::SimJob, m: &crate::SimJob, pack_predicted: f64
 }
 
 /// A pack member's outcome: judged against its own SLO and solo run.
-fn member_outcome(m: &crate::SimJob, run: &MemberRun, admitted: Micros, now: Micros, predicted: f64) -> JobOutcome {
+fn member_outcome(m: &crate::SimJob, run: &MemberRun, now: Micros, predicted: f64) -> JobOutcome {
+    let admitted = run.admitted;
     JobOutcome::placed_once(
         m.spec.name.clone(),
         m.slo,
