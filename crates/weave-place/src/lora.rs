@@ -12,7 +12,8 @@
 //! the placer sees it is the tightest member's allowance over the pack's iteration).
 //! Pure: the caller gives each pack's iteration (`weave_model::lora::pack_times`).
 
-use weave_core::PhaseTimes;
+use crate::{PlaceJob, Placer};
+use weave_core::{JobId, PhaseTimes};
 
 /// Share of each member's slack a pack leaves for the group it joins: 0.4, chosen with packs
 /// that grow on the LoRA mix's seeds 1-3 among 0, 0.2, 0.3, 0.4, 0.5, 0.6 and 0.8 (the best
@@ -91,6 +92,34 @@ pub fn allowed(
 ) -> bool {
     let Some(t) = pack_times(members) else { return false };
     members.iter().all(|m| m.in_pack(t) * (1.0 + headroom * (m.slo - 1.0)) <= m.slo * m.alone.solo().as_secs_f64())
+}
+
+/// What the join policy needs from its driver (the replay, the server) for one arriving LoRA
+/// job: the running packs it may join and what each would become with it.
+pub trait PackDriver {
+    /// A running pack (or a LoRA job running alone), as the driver names it.
+    type Pack;
+    /// What the pack becomes with the joiner, as the driver keeps it.
+    type Grown;
+    /// The packs the joiner may try, in the order tried.
+    fn open_packs(&self) -> Vec<Self::Pack>;
+    /// The pack's job in the placer.
+    fn pack_job(&self, pack: &Self::Pack) -> JobId;
+    /// The pack with the joiner, and its placement view then, if every member keeps its slack
+    /// ([`allowed`] with [`PACK_HEADROOM`]) and the engine takes every adapter.
+    fn grown(&self, pack: &Self::Pack) -> Option<(Self::Grown, PlaceJob)>;
+    fn placer(&self) -> &Placer;
+}
+
+/// The pack an arriving LoRA job joins: the first the driver offers that takes it and whose
+/// group still keeps every member's SLO with the pack's new phases ([`Placer::reshaped`]); its
+/// placement view then, for the driver's `Placer::reshape`. `None`: it joins none.
+pub fn pack_to_join<D: PackDriver>(driver: &D) -> Option<(D::Pack, D::Grown, PlaceJob)> {
+    driver.open_packs().into_iter().find_map(|pack| {
+        let (grown, place) = driver.grown(&pack)?;
+        driver.placer().reshaped(driver.pack_job(&pack), place.clone(), true)?;
+        Some((pack, grown, place))
+    })
 }
 
 /// The pack's SLO as the placer sees it: the slowdown of the pack's period that the tightest

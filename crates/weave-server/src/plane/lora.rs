@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use weave_core::{Bytes, JobId, JobSpec, Micros, PhaseTimes};
 use weave_model::shared_engine::{alone, pack_times, Member};
-use weave_place::lora::{allowed, pack_slo, Candidate, PACK_HEADROOM};
+use weave_place::lora::{allowed, pack_slo, pack_to_join, Candidate, PackDriver, PACK_HEADROOM};
 use weave_place::PlaceJob;
 
 /// The tenant packs run as (their keys end `~lora-packs`; no client id has a `~`).
@@ -105,24 +105,15 @@ impl Plane {
         Ok(())
     }
 
-    /// Where a LoRA submission goes (the first running pack, in key order, that takes it).
+    /// Where a LoRA submission goes (the first running pack, in key order, that takes it:
+    /// `weave_place::lora::pack_to_join`, the replay's policy too).
     pub(super) fn lora_plan(&self, time_us: u64, submit: &SubmitSpec) -> Result<LoraPlan, PlaneError> {
         let spec = submit.to_spec(self.names.next_id(), Micros(time_us))?;
         let slo = submit.allowed_slowdown();
-        for (name, pack) in &self.packs {
-            let Some(p) = self.jobs.get(name).filter(|j| j.state == JobState::Running) else { continue };
-            let mut members = self.member_refs(pack);
-            if members.first().is_none_or(|m| pack_key(m.0) != pack_key(&spec)) {
-                continue;
-            }
-            members.push((&spec, slo, submit));
-            let Some((times, pack_slo)) = self.pack_shape(&members, PACK_HEADROOM) else { continue };
-            let pack_submit = pack_submission(name, &members, times, pack_slo);
-            let Ok(place) = self.pack_place(&pack_submit, p.id, &members) else { continue };
-            if self.placer.reshaped(p.id, place.clone(), true).is_some() {
-                let slot = (0..).find(|s| !pack.members.contains_key(s)).expect("a free slot");
-                return Ok(LoraPlan::Join { pack: name.clone(), slot, place, submit: Box::new(pack_submit) });
-            }
+        let joining = Joining { plane: self, joiner: (&spec, slo, submit) };
+        if let Some((pack, pack_submit, place)) = pack_to_join(&joining) {
+            let slot = (0..).find(|s| !self.packs[&pack].members.contains_key(s)).expect("a free slot");
+            return Ok(LoraPlan::Join { pack, slot, place, submit: Box::new(pack_submit) });
         }
         let id = self.names.next_id();
         let name = format!("lora-pack-{}~{PACK_TENANT}", id.0);
@@ -441,5 +432,47 @@ fn pack_submission(name: &str, members: &[MemberRef], times: PhaseTimes, slo: f6
         },
         server: Default::default(),
         strict: Default::default(),
+    }
+}
+
+/// The server as the join policy's driver, for one LoRA submission (`joiner`).
+struct Joining<'a> {
+    plane: &'a Plane,
+    joiner: MemberRef<'a>,
+}
+
+impl PackDriver for Joining<'_> {
+    /// A running pack's key.
+    type Pack = String;
+    /// The pack's submission with the joiner.
+    type Grown = SubmitSpec;
+
+    /// The running packs of the joiner's base and widths, in key order.
+    fn open_packs(&self) -> Vec<String> {
+        let plane = self.plane;
+        let running = |name: &&String| plane.jobs.get(*name).is_some_and(|j| j.state == JobState::Running);
+        let same_key = |name: &&String| {
+            let first = plane.member_refs(&plane.packs[*name]).first().map(|m| pack_key(m.0));
+            first.is_some_and(|k| k == pack_key(self.joiner.0))
+        };
+        plane.packs.keys().filter(running).filter(same_key).cloned().collect()
+    }
+
+    fn pack_job(&self, pack: &String) -> JobId {
+        self.plane.jobs[pack].id
+    }
+
+    fn grown(&self, pack: &String) -> Option<(SubmitSpec, PlaceJob)> {
+        let plane = self.plane;
+        let mut members = plane.member_refs(&plane.packs[pack]);
+        members.push(self.joiner);
+        let (times, pack_slo) = plane.pack_shape(&members, PACK_HEADROOM)?;
+        let submit = pack_submission(pack, &members, times, pack_slo);
+        let place = plane.pack_place(&submit, self.pack_job(pack), &members).ok()?;
+        Some((submit, place))
+    }
+
+    fn placer(&self) -> &weave_place::Placer {
+        &self.plane.placer
     }
 }

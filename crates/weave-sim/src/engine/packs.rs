@@ -11,6 +11,8 @@ use super::Engine;
 use crate::workload::{admission_variation, SimJob};
 use weave_core::JobId;
 use weave_model::ProfileModel;
+use weave_place::lora::{pack_to_join, PackDriver};
+use weave_place::{PlaceJob, Placer, Variation};
 
 impl Engine<'_> {
     /// Job `i`, arriving now, joins a running pack if one takes it; true if it did.
@@ -19,23 +21,12 @@ impl Engine<'_> {
             return false;
         }
         // Every replay's jobs are prepared with the built-in profile (no other is loaded).
-        let profile = ProfileModel::builtin();
-        for p in 0..i {
-            let Some(at) = self.joinable(p) else { continue };
-            let Some(grown) = crate::lora::joined(&self.jobs[p], &self.jobs[i], at, &profile, self.cluster) else {
-                continue;
-            };
-            let cfg = self.cfg;
-            let variation = admission_variation(&grown, &cfg.runtime, cfg.slo_epsilon, cfg.seed, cfg.admission_samples);
-            let place = self.place_view(p, &grown, grown.place.times, variation.clone());
-            if !self.placer.reshape(JobId(p as u32), place, true) {
-                continue;
-            }
-            self.variations[p] = variation;
-            self.enter_pack(p, at, grown);
-            return true;
-        }
-        false
+        let joining = Joining { engine: self, joiner: i, profile: ProfileModel::builtin() };
+        let Some(((p, at), (grown, variation), place)) = pack_to_join(&joining) else { return false };
+        self.placer.reshape(JobId(p as u32), place, true);
+        self.variations[p] = variation;
+        self.enter_pack(p, at, grown);
+        true
     }
 
     /// The iteration from which job `p` could take a new member: its next rollout, if it is
@@ -78,5 +69,41 @@ impl Engine<'_> {
         self.jobs.to_mut()[p] = grown;
         *self.metrics.pack_joins.get_or_insert(0) += 1;
         self.follow_order(group);
+    }
+}
+
+/// The replay as the join policy's driver, for the arriving job `joiner`.
+struct Joining<'e, 'a> {
+    engine: &'e Engine<'a>,
+    joiner: usize,
+    profile: ProfileModel,
+}
+
+impl PackDriver for Joining<'_, '_> {
+    /// A running job (a pack or a LoRA job alone) and the iteration the joiner would start at.
+    type Pack = (usize, u64);
+    /// The job it becomes, and what admission knows of its variation.
+    type Grown = (SimJob, Variation);
+
+    /// The running jobs in arrival order.
+    fn open_packs(&self) -> Vec<(usize, u64)> {
+        (0..self.joiner).filter_map(|p| Some((p, self.engine.joinable(p)?))).collect()
+    }
+
+    fn pack_job(&self, &(p, _): &(usize, u64)) -> JobId {
+        JobId(p as u32)
+    }
+
+    fn grown(&self, &(p, at): &(usize, u64)) -> Option<((SimJob, Variation), PlaceJob)> {
+        let e = self.engine;
+        let grown = crate::lora::joined(&e.jobs[p], &e.jobs[self.joiner], at, &self.profile, e.cluster)?;
+        let cfg = e.cfg;
+        let variation = admission_variation(&grown, &cfg.runtime, cfg.slo_epsilon, cfg.seed, cfg.admission_samples);
+        let place = e.place_view(p, &grown, grown.place.times, variation.clone());
+        Some(((grown, variation), place))
+    }
+
+    fn placer(&self) -> &Placer {
+        &self.engine.placer
     }
 }
