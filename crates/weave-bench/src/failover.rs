@@ -162,40 +162,31 @@ impl Drop for Processes {
 struct Nodes {
     script: PathBuf,
     urls: Vec<String>,
+    lease_s: u32,
 }
 
 impl Nodes {
     fn up(script: PathBuf, lease_s: u32) -> Result<Nodes> {
-        let weave = std::env::current_exe()?;
-        let run = |args: &[&str]| -> Result<String> {
-            let out = Command::new(&script)
-                .args(args)
-                .env("WEAVE_BIN", &weave)
-                .env("WEAVE_REPLICAS_LEASE_S", lease_s.to_string())
-                .stderr(Stdio::inherit())
-                .output()
-                .with_context(|| format!("cannot run {}", script.display()))?;
-            if !out.status.success() {
-                bail!("{} {}: {}", script.display(), args.join(" "), out.status);
-            }
-            Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-        };
-        run(&["up"])?;
-        let urls = run(&["urls"])?.split(',').map(str::to_string).collect();
-        Ok(Nodes { script, urls })
+        let mut nodes = Nodes { script, urls: Vec::new(), lease_s };
+        nodes.run(&["up"])?;
+        nodes.urls = nodes.run(&["urls"])?.split(',').map(str::to_string).collect();
+        Ok(nodes)
     }
 
-    fn run(&self, args: &[&str]) -> Result<()> {
-        let status = Command::new(&self.script)
+    /// Runs the nodes' script with `args` (replicas it starts get the bench's lease): what it
+    /// printed.
+    fn run(&self, args: &[&str]) -> Result<String> {
+        let out = Command::new(&self.script)
             .args(args)
             .env("WEAVE_BIN", std::env::current_exe()?)
-            .stdout(Stdio::null())
-            .status()
+            .env("WEAVE_REPLICAS_LEASE_S", self.lease_s.to_string())
+            .stderr(Stdio::inherit())
+            .output()
             .with_context(|| format!("cannot run {}", self.script.display()))?;
-        if !status.success() {
-            bail!("{} {}: {status}", self.script.display(), args.join(" "));
+        if !out.status.success() {
+            bail!("{} {}: {}", self.script.display(), args.join(" "), out.status);
         }
-        Ok(())
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
 }
 
@@ -213,10 +204,10 @@ impl Replicas for Nodes {
             .is_ok_and(|r| r.status() == 200)
     }
     fn kill(&mut self, i: usize) -> Result<()> {
-        self.run(&["kill-node", &i.to_string()])
+        self.run(&["kill-node", &i.to_string()]).map(drop)
     }
     fn restart(&mut self, i: usize) -> Result<()> {
-        self.run(&["start-node", &i.to_string()])
+        self.run(&["start-node", &i.to_string()]).map(drop)
     }
 }
 

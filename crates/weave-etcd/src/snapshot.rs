@@ -9,7 +9,7 @@
 //! never a snapshot without the records after it.
 
 use crate::guard::{record_key, AppendError, LeaderGuard};
-use crate::{prefix_end, Etcd, EtcdError, Op};
+use crate::{prefix_end, Compare, Etcd, EtcdError, Op};
 use serde::{Deserialize, Serialize};
 
 /// Bytes per part (etcd's default request limit is 1.5 MiB).
@@ -69,17 +69,10 @@ pub fn load(etcd: &Etcd, prefix: &str) -> Result<Option<(Manifest, Vec<u8>)>, Et
 /// forget their old revisions. How many records were let go.
 pub fn write(etcd: &Etcd, prefix: &str, guard: &LeaderGuard, at: u64, state: &[u8]) -> Result<u64, AppendError> {
     let before = manifest(etcd, prefix)?.map_or(0, |m| m.at);
+    let Some(value) = put_parts(etcd, prefix, at, state, &[guard.holds()])? else {
+        return Err(guard.deposed(etcd));
+    };
     let dir = parts_dir(prefix, at);
-    let mut parts = 0u64;
-    for (k, chunk) in state.chunks(PART_BYTES).enumerate() {
-        let put = Op::Put { key: format!("{dir}{k:06}").into_bytes(), value: chunk.to_vec(), lease: None };
-        if !etcd.txn(&[guard.holds()], &[put])? {
-            return Err(guard.deposed(etcd));
-        }
-        parts += 1;
-    }
-    let m = Manifest { at, parts, bytes: state.len() as u64 };
-    let value = serde_json::to_vec(&m).map_err(|e| EtcdError::Decode { call: "snapshot", message: e.to_string() })?;
     let then = [
         Op::Put { key: manifest_key(prefix), value, lease: None },
         Op::DeleteRange(record_key(prefix, 0), record_key(prefix, at)),
@@ -104,14 +97,11 @@ pub fn seed(etcd: &Etcd, prefix: &str, at: u64, state: Option<&[u8]>, records: &
         let message = format!("{prefix} is not empty (it holds {})", String::from_utf8_lossy(&kv.key));
         return Err(EtcdError::Refused { call: "seed", message });
     }
+    let manifest = match state {
+        Some(state) => put_parts(etcd, prefix, at, state, &[])?,
+        None => None,
+    };
     let mut ops: Vec<Op> = Vec::new();
-    if let Some(state) = state {
-        let dir = parts_dir(prefix, at);
-        for (k, chunk) in state.chunks(PART_BYTES).enumerate() {
-            let put = Op::Put { key: format!("{dir}{k:06}").into_bytes(), value: chunk.to_vec(), lease: None };
-            etcd.txn(&[], &[put])?;
-        }
-    }
     for (i, r) in records.iter().enumerate() {
         ops.push(Op::Put { key: record_key(prefix, at + i as u64), value: r.clone(), lease: None });
         if ops.len() == 100 {
@@ -119,10 +109,25 @@ pub fn seed(etcd: &Etcd, prefix: &str, at: u64, state: Option<&[u8]>, records: &
         }
     }
     etcd.txn(&[], &ops)?;
-    if let Some(state) = state {
-        let m = Manifest { at, parts: state.len().div_ceil(PART_BYTES) as u64, bytes: state.len() as u64 };
-        let value = serde_json::to_vec(&m).map_err(|e| EtcdError::Decode { call: "seed", message: e.to_string() })?;
+    // Named last: a reader never finds a snapshot whose records are not all there.
+    if let Some(value) = manifest {
         etcd.put(&manifest_key(prefix), &value, None)?;
     }
     Ok(())
+}
+
+/// Writes `state` in parts as the snapshot after record `at`, each put only while `when`
+/// holds: the manifest that names them (not written yet), or `None` once a put's condition
+/// failed.
+fn put_parts(etcd: &Etcd, prefix: &str, at: u64, state: &[u8], when: &[Compare]) -> Result<Option<Vec<u8>>, EtcdError> {
+    let dir = parts_dir(prefix, at);
+    for (k, chunk) in state.chunks(PART_BYTES).enumerate() {
+        let put = Op::Put { key: format!("{dir}{k:06}").into_bytes(), value: chunk.to_vec(), lease: None };
+        if !etcd.txn(when, &[put])? {
+            return Ok(None);
+        }
+    }
+    let m = Manifest { at, parts: state.len().div_ceil(PART_BYTES) as u64, bytes: state.len() as u64 };
+    let value = serde_json::to_vec(&m).map_err(|e| EtcdError::Decode { call: "snapshot", message: e.to_string() })?;
+    Ok(Some(value))
 }
