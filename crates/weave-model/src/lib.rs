@@ -22,9 +22,12 @@ pub use profile::{Deployment, Estimate, EstimateSource, ProfileError, ProfileMod
 pub use rng::{named_stream, Stream};
 pub use runtime::{Drift, RuntimeModel};
 pub use spot::{Recovered, Recovery, SpotModel};
-pub use state::{job_rollout_state, job_training_state, rollout_state_per_node, training_state_per_node};
+pub use state::{
+    job_rollout_state, job_training_state, lora_training_state_per_node, rollout_state_per_node,
+    training_state_per_node,
+};
 pub use switch::{switch_time, SwitchKind};
-pub use sync::{sync_bytes, sync_time, SyncPlanKind};
+pub use sync::{sync_bytes, sync_time, sync_time_of, SyncPlanKind};
 
 use weave_core::{JobSpec, Lifetime, Micros};
 

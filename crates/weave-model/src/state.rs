@@ -34,9 +34,30 @@ pub fn job_rollout_state(job: &JobSpec) -> Bytes {
     rollout_state_per_node(job.job_type.model, job.rollout_nodes)
 }
 
-/// Convenience: a job's training state per node at its own width.
+/// Convenience: a job's training state per node at its own width (a LoRA job's: the base
+/// frozen, its adapter trained, [`lora_training_state_per_node`]).
 pub fn job_training_state(job: &JobSpec) -> Bytes {
-    training_state_per_node(job.job_type.model, job.train_nodes)
+    match job.lora.as_ref().filter(|l| l.base_model().is_some()) {
+        Some(lora) => lora_training_state_per_node(job.job_type.model, job.train_nodes, lora.params()),
+        None => training_state_per_node(job.job_type.model, job.train_nodes),
+    }
+}
+
+/// Full fine-tuning's resident bytes per parameter: bf16 weight and gradient, fp32 master
+/// weight, Adam's two moments.
+const FULL_TRAIN_BYTES_PER_PARAM: f64 = 16.0;
+
+/// Host DRAM one training node holds for LoRA adapters of `adapter_params` trainable parameters
+/// in all on a frozen base of `model` (one job's adapter, or a pack's): the table's full
+/// fine-tuning state scaled by what LoRA keeps resident, the base's bf16 weights (2 bytes per
+/// parameter: no gradient, no optimizer state) and 16 bytes per adapter parameter, against
+/// 16 per parameter of the whole model. (Scaling the table keeps its overheads, buffers and
+/// the like, in proportion: an assumption; no published LoRA figure stands beside Table 2.)
+pub fn lora_training_state_per_node(model: ModelSize, width: u32, adapter_params: u64) -> Bytes {
+    let params = model.params();
+    let kept = 2.0 * params + FULL_TRAIN_BYTES_PER_PARAM * adapter_params as f64;
+    let full = training_state_per_node(model, width).0 as f64;
+    Bytes((full * kept / (FULL_TRAIN_BYTES_PER_PARAM * params)).round() as u64)
 }
 
 #[cfg(test)]
@@ -54,6 +75,16 @@ mod tests {
         assert!((gb(rollout_state_per_node(m(32), 2)) - 490.3).abs() < 1e-6);
         assert!((gb(training_state_per_node(m(14), 1)) - 456.1).abs() < 1e-6);
         assert!((gb(training_state_per_node(m(32), 2)) - 520.4).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_lora_job_keeps_the_base_in_bf16_and_its_adapter_in_full() {
+        let m = ModelSize::billions(7);
+        // The base alone: 2 of full fine-tuning's 16 bytes per parameter, 240.0 / 8 GB.
+        assert!((gb(lora_training_state_per_node(m, 1, 0)) - 30.0).abs() < 1e-6);
+        // An adapter of 7e8 parameters (a tenth of the model) adds 16 bytes each, scaled alike.
+        assert!((gb(lora_training_state_per_node(m, 1, 700_000_000)) - 54.0).abs() < 1e-6);
+        assert!((gb(lora_training_state_per_node(m, 2, 0)) - 15.0).abs() < 1e-6, "spread over its width");
     }
 
     #[test]

@@ -26,6 +26,17 @@ pub fn sync_time(
     rollout_gpus: u32,
     net: &NetworkConfig,
 ) -> Micros {
+    sync_time_of(sync_bytes(model), plan, train_gpus, rollout_gpus, net)
+}
+
+/// Predicted time to sync `bytes` (a LoRA job's adapter: its engine holds the base already).
+pub fn sync_time_of(
+    bytes: Bytes,
+    plan: SyncPlanKind,
+    train_gpus: u32,
+    rollout_gpus: u32,
+    net: &NetworkConfig,
+) -> Micros {
     let topo = crate::syncplan::Topology::new(net, train_gpus, rollout_gpus, weave_core::GPUS_PER_NODE);
-    crate::syncplan::predict(&crate::syncplan::plan(plan, sync_bytes(model).0, &topo), &topo)
+    crate::syncplan::predict(&crate::syncplan::plan(plan, bytes.0, &topo), &topo)
 }

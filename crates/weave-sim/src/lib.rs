@@ -138,6 +138,13 @@ pub fn replay(
     } else {
         jobs
     };
+    let full_model: Vec<SimJob>;
+    let jobs = if policy == Policy::WeaveFullModel && jobs.iter().any(|j| j.spec.lora.is_some()) {
+        full_model = jobs.iter().map(|j| j.as_full_model(cluster)).collect();
+        &full_model[..]
+    } else {
+        jobs
+    };
     let packed: Vec<SimJob>;
     // Packs grow only where a pack's whole life is counted in iterations (a fixed lifetime
     // would end a member with its pack).

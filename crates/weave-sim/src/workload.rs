@@ -228,6 +228,20 @@ impl SimJob {
         j
     }
 
+    /// A LoRA job as today's Weave places and runs it (`weave-full-model`): its host state and
+    /// weight sync a full model's; its phases, iterations and solo reference its own.
+    pub fn as_full_model(&self, cluster: &ClusterConfig) -> SimJob {
+        let mut j = self.clone();
+        if j.spec.lora.is_some() {
+            let full = JobSpec { lora: None, ..j.spec.clone() };
+            j.place.rollout_state = weave_model::job_rollout_state(&full);
+            j.place.train_state_total =
+                weave_core::Bytes(weave_model::job_training_state(&full).0 * u64::from(full.train_nodes));
+            j.place.sync = job_sync(&full, cluster);
+        }
+        j
+    }
+
     /// The same job run on-policy (what the synchronous baselines run).
     pub fn on_policy(&self) -> SimJob {
         let mut j = self.clone();

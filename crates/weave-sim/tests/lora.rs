@@ -100,3 +100,19 @@ fn a_later_arrival_joins_a_running_pack_of_its_base_where_every_slo_holds() {
     let r = replay(&without_b, &ClusterConfig::default(), Policy::Weave, &SimConfig::default(), &mut |_, _| {});
     assert_eq!(r.report.lora_pack_joins, Some(0));
 }
+
+#[test]
+fn a_lora_job_holds_a_frozen_base_and_syncs_its_adapter_unless_run_as_a_full_model() {
+    let jobs = trace_of(&[("a", 0, "7B_4k", "qwen2.5-7b", 10, 2.0)]);
+    let lora = &jobs[0];
+    let full = lora.as_full_model(&ClusterConfig::default());
+    // Table 2's 240 GB for a 7B's training, scaled to a bf16 base and a rank-8 adapter.
+    let gb = |b: weave_core::Bytes| b.as_gb_f64();
+    assert!((gb(lora.place.train_state_total) - 30.692).abs() < 1e-2, "{}", gb(lora.place.train_state_total));
+    assert!((gb(full.place.train_state_total) - 240.0).abs() < 1e-6);
+    assert_eq!(lora.place.rollout_state, full.place.rollout_state, "the engine's state is the base's either way");
+    // 14 GB of weights against 40 MB of adapter: the adapter's sync is the plan's start-up.
+    assert!(lora.place.sync.0 * 10 < full.place.sync.0, "{:?} against {:?}", lora.place.sync, full.place.sync);
+    // What it is judged against stays its own: phases, iterations and solo sync.
+    assert_eq!((full.disagg, full.iterations, full.sync), (lora.disagg, lora.iterations, lora.sync));
+}
