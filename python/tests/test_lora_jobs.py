@@ -1,7 +1,8 @@
 """LoRA jobs on one base (the `lora` extra): a job's adapter moves from the trainer to the
 shared engine as one flat tensor and arrives whole, leaving every other job's adapter as it
-was; what a job samples depends on its own adapter and seed, not on who shares its batch; and
-jobs sharing one engine and one trainer learn their own tasks, in both ways of running them."""
+was; what a job samples depends on its own adapter and seed, not on who shares its batch;
+jobs sharing one engine and one trainer learn their own tasks, in both ways of running them;
+and on the mini cluster's nodes (adapters over the shaped link) each way computes the same."""
 
 import tempfile
 import unittest
@@ -13,7 +14,7 @@ try:
 except ImportError:  # the lora extra is installed on CI: a skip fails the run there
     torch = None
 
-from weave_client.runtime import lora_jobs
+from weave_client.runtime import lora_jobs, minicluster
 from weave_client.runtime import lora_task as lj
 
 SMALL = dict(jobs=2, prompts=4, group=8)
@@ -85,6 +86,25 @@ class LearningTest(unittest.TestCase):
         for a, b in zip(shared["jobs"], separate["jobs"]):
             for x, y in zip(a["rewards"], b["rewards"]):
                 self.assertAlmostEqual(x, y, places=5)
+
+
+@unittest.skipIf(torch is None, "the lora extra (torch, transformers, peft) is not installed")
+@unittest.skipIf(minicluster.available() is not None, f"the mini cluster {minicluster.available()}")
+class NodesTest(unittest.TestCase):
+    def test_on_the_mini_clusters_nodes_each_way_learns_as_it_does_on_one_machine(self):
+        s = lj.Setup(iterations=20, **SMALL)
+        with tempfile.TemporaryDirectory() as d:
+            path = _base_file(s, d)
+            here = lora_jobs.run_mode(s, path, "shared")
+            with minicluster.MiniCluster(100) as mc:
+                shared, separate = lora_jobs.run_mode(s, path, "shared", mc), lora_jobs.run_mode(s, path, "separate", mc)
+        self.assertEqual((shared["iterations"], separate["iterations"]), (40, 40))
+        self.assertGreater(shared["rollout_batches"], 0)
+        for a, b, c in zip(here["jobs"], shared["jobs"], separate["jobs"]):
+            self.assertEqual((len(b["rewards"]), len(c["rewards"])), (20, 20))
+            for x, y, z in zip(a["rewards"], b["rewards"], c["rewards"]):
+                self.assertAlmostEqual(x, y, places=5)
+                self.assertAlmostEqual(x, z, places=5)
 
 
 class PredictionTest(unittest.TestCase):

@@ -35,78 +35,8 @@ import tempfile
 import time
 
 from .lora_bench import timed
-from .lora_task import (Setup, adapter_params, adapter_vector, build_base, job_name, load_adapter, pretrain_base, sample,
-                        train_step, with_adapters)
-
-
-def _process_start(core: int, base_path: str, s: Setup, jobs):
-    # Pinned before torch starts any thread: a thread started earlier keeps the old set.
-    if hasattr(os, "sched_setaffinity"):
-        cores = os.sched_getaffinity(0)
-        os.sched_setaffinity(0, {core} if core in cores else cores)
-    import torch
-
-    torch.set_num_threads(1)
-    base = build_base(s)
-    base.load_state_dict(torch.load(base_path))
-    return with_adapters(base.eval(), s, jobs)
-
-
-def engine_main(core, base_path, s: Setup, jobs, to_trainer, from_trainer, control):
-    """The rollout process: a batch of every ready job once ``floor`` of them are ready."""
-    model = _process_start(core, base_path, s, jobs).eval()
-    control.send("ready")
-    control.recv()
-    floor = min(s.batch_floor(), len(jobs))
-    ready, done, busy, busy_cpu, batches = {}, set(), 0.0, 0.0, 0
-    while len(done) < len(jobs):
-        # Wait for enough jobs ready (each one's adapter after its last training has arrived),
-        # then take whatever else has arrived too.
-        while len(ready) < min(floor, len(jobs) - len(done)) or not from_trainer.empty():
-            j, k, state = from_trainer.get()
-            if k >= s.iterations:
-                done.add(j)
-                continue
-            if state is not None:
-                load_adapter(model, j, state)
-            ready[j] = k
-        if not ready:
-            continue
-        start, cpu = time.perf_counter(), time.process_time()
-        for j, seq in sample(model, s, sorted(ready.items())):
-            to_trainer.put((j, ready[j], seq))
-        busy += time.perf_counter() - start
-        busy_cpu += time.process_time() - cpu
-        batches += 1
-        ready = {}
-    control.send({"rollout_busy_s": busy, "rollout_cpu_s": busy_cpu, "batches": batches})
-
-
-def trainer_main(core, base_path, s: Setup, jobs, from_engine, to_engine, control):
-    """The training process: each job's adapter trained in turn, sent back once trained."""
-    import torch
-
-    model = _process_start(core, base_path, s, jobs)
-    opts = {}
-    for j in jobs:
-        model.set_adapter(job_name(j))
-        opts[j] = torch.optim.Adam(adapter_params(model, j), lr=s.lr)
-    control.send("ready")
-    control.recv()
-    for j in jobs:
-        to_engine.put((j, 0, None))  # the engine's copy starts equal (same seeds)
-    rewards = {j: [] for j in jobs}
-    busy, busy_cpu, left = 0.0, 0.0, len(jobs)
-    while left:
-        j, k, seq = from_engine.get()
-        start, cpu = time.perf_counter(), time.process_time()
-        rewards[j].append(train_step(model, opts[j], s, j, seq))
-        state = adapter_vector(model, j) if k + 1 < s.iterations else None
-        busy += time.perf_counter() - start
-        busy_cpu += time.process_time() - cpu
-        to_engine.put((j, k + 1, state))
-        left -= k + 1 >= s.iterations
-    control.send({"train_busy_s": busy, "train_cpu_s": busy_cpu, "rewards": rewards})
+from .lora_procs import _process_start, engine_main, trainer_main
+from .lora_task import Setup, pretrain_base, sample, train_step
 
 
 def _receive(control, procs):
@@ -120,14 +50,25 @@ def _receive(control, procs):
         raise RuntimeError(f"a LoRA job process died: {dead}") from None
 
 
-def run_mode(s: Setup, base_path: str, mode: str):
-    """Runs every job to ``s.iterations`` in ``mode``; returns its measurements."""
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
+def run_mode(s: Setup, base_path: str, mode: str, nodes=None):
+    """Runs every job to ``s.iterations`` in ``mode``; returns its measurements. With ``nodes``
+    (a running ``minicluster.MiniCluster``) the processes run on its nodes (``lora_nodes``)."""
     jobs = list(range(s.jobs))
     groups = [jobs] if mode == "shared" else [[j] for j in jobs]
     cores = (0, 1) if len(os.sched_getaffinity(0)) > 1 else (0, 0)
+    if nodes is not None:
+        from . import lora_nodes
+
+        procs, controls = lora_nodes.start(s, base_path, groups, cores, nodes)
+        return _measure(s, procs, controls, [])
+    return _measure(s, *_start_here(s, base_path, groups, cores))
+
+
+def _start_here(s: Setup, base_path: str, groups, cores):
+    """Each group's engine and trainer as children of this process."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
     procs, controls, queues = [], [], []
     for members in groups:
         # Queues, not pipes: a put never waits for the reader (an adapter is larger than a
@@ -142,6 +83,12 @@ def run_mode(s: Setup, base_path: str, mode: str):
             theirs.close()  # so a child that dies is an EOF here, not a wait forever
             procs.append(p)
             controls.append(mine)
+    return procs, controls, queues
+
+
+def _measure(s: Setup, procs, controls, queues):
+    """Starts the processes at once and collects what each measured (``queues`` stay alive
+    until then)."""
     for c in controls:
         if _receive(c, procs) != "ready":
             raise RuntimeError("a LoRA job process failed to start")
@@ -203,14 +150,14 @@ def _phase_times(s: Setup, base_path: str, torch):
             "train_one_s": train, "batch_floor": floor}
 
 
-def in_situ(s: Setup, base_path: str, iterations: int = 60):
+def in_situ(s: Setup, base_path: str, iterations: int = 60, nodes=None):
     """The phase costs under the contention each way runs in, from a short calibration run of
     it (``iterations`` per job, apart from the measured run): CPU seconds per mixed batch (its
     mean size) and per training in the shared way, per rollout and per training in the
     separate way (four working sets sharing a core's caches). What the server's re-estimation
     does with a job's first measured phases."""
     short = dataclasses.replace(s, iterations=iterations)
-    shared, separate = run_mode(short, base_path, "shared"), run_mode(short, base_path, "separate")
+    shared, separate = run_mode(short, base_path, "shared", nodes), run_mode(short, base_path, "separate", nodes)
     n = s.jobs * iterations
     return {
         "calibration_iterations": iterations,
@@ -261,22 +208,36 @@ def main(argv=None):
     p.add_argument("--mode", choices=["shared", "separate", "both"], default="both")
     p.add_argument("--min-batch", type=int, default=0, help="jobs a shared batch waits for (0: half)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--nodes-mbit", type=float, default=0.0,
+                   help="run the processes on a mini cluster whose link between the nodes has this rate (needs root)")
     a = p.parse_args(argv)
-    if a.jobs < 1 or a.iterations < 1 or a.min_batch < 0:
-        p.error("--jobs and --iterations must be at least 1, --min-batch at least 0")
+    if a.jobs < 1 or a.iterations < 1 or a.min_batch < 0 or a.nodes_mbit < 0:
+        p.error("--jobs and --iterations must be at least 1, --min-batch and --nodes-mbit at least 0")
+    if a.nodes_mbit:
+        from . import minicluster
+
+        if minicluster.available():
+            p.error(f"--nodes-mbit: {minicluster.available()}")
+        with minicluster.MiniCluster(a.nodes_mbit) as mc:
+            return _run(a, mc)
+    return _run(a, None)
+
+
+def _run(a, nodes):
+    """``main`` after its flags: every measurement, printed as one JSON object."""
     import torch
 
     s = Setup(jobs=a.jobs, iterations=a.iterations, min_batch=a.min_batch, seed=a.seed)
     torch.set_num_threads(1)
-    out = {"setup": dataclasses.asdict(s)}
+    out = {"setup": dataclasses.asdict(s), "nodes_mbit": nodes.slow_mbit if nodes else None}
     with tempfile.TemporaryDirectory() as d:
         base_path = os.path.join(d, "base.pt")
         torch.save(pretrain_base(s).state_dict(), base_path)
         out["alone"] = phase_times(s, base_path)
         if a.mode == "both":
-            out["in_situ"] = in_situ(s, base_path)
+            out["in_situ"] = in_situ(s, base_path, nodes=nodes)
         for mode in (["shared", "separate"] if a.mode == "both" else [a.mode]):
-            out[mode] = run_mode(s, base_path, mode)
+            out[mode] = run_mode(s, base_path, mode, nodes)
             for job in out[mode]["jobs"]:
                 del job["rewards"]  # the curve per 10 iterations is printed
     out["predicted"] = predict(s, out["alone"])

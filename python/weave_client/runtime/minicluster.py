@@ -75,7 +75,7 @@ class MiniCluster:
         for role, ns in self.nodes.items():
             _sh("ip", "netns", "add", ns)
             _sh("ip", "-n", ns, "link", "set", "lo", "up")
-            ctl = f"wvc-{role[0]}{role[3:]}"
+            ctl = _control_nic(role)
             _sh("ip", "link", "add", ctl, "netns", ns, "type", "veth", "peer", "name", f"{ctl}p")
             _sh("ip", "link", "set", f"{ctl}p", "master", BRIDGE)
             _sh("ip", "link", "set", f"{ctl}p", "up")
@@ -95,8 +95,11 @@ class MiniCluster:
                 "burst", burst, "latency", "100ms")
 
     def down(self) -> None:
-        for ns in self.nodes.values():
+        for role, ns in self.nodes.items():
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            # A namespace a process still held when it was deleted lives on until that process
+            # ends, and with it the bridge's end of its control link: remove it by name.
+            subprocess.run(["ip", "link", "del", f"{_control_nic(role)}p"], capture_output=True)
         subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
 
     @staticmethod
@@ -107,6 +110,11 @@ class MiniCluster:
     @staticmethod
     def link_ip(role: str) -> str:
         return LINK_IP[role]
+
+
+def _control_nic(role: str) -> str:
+    """The node's end of its control link (the bridge's end is this name with a ``p``)."""
+    return f"wvc-{role[0]}{role[3:]}"
 
 
 def link_ip_of_trainer() -> str:
