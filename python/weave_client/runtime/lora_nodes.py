@@ -27,6 +27,8 @@ from . import minicluster
 
 PEER_PORT = 29810
 AUTH = b"weave-lora-nodes"
+# Eight processes importing torch at once on two cores take a minute or more to start.
+STARTUP_S = 300
 
 
 class Channel:
@@ -80,7 +82,8 @@ def start(s, base_path, groups, cores, mc):
     """Starts each group's engine on the rollout node and its trainer on the training node;
     returns the processes and their control connections (in the order ``lora_jobs`` starts its
     children: each group's engine, then its trainer)."""
-    listener = Listener((mc.server_ip, 0), authkey=AUTH)
+    # Every node process connects at once: a backlog of one would drop their SYNs for minutes.
+    listener = Listener((mc.server_ip, 0), backlog=64, authkey=AUTH)
     host, port = listener.address
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     procs, order = [], []
@@ -100,12 +103,12 @@ def start(s, base_path, groups, cores, mc):
 
     waiter = threading.Thread(target=accept, daemon=True)
     waiter.start()
-    waiter.join(120)  # a node that never starts is an error, not a wait forever
+    waiter.join(STARTUP_S)  # a node that never starts is an error, not a wait forever
     listener.close()
     if len(accepted) < len(order):
         for proc in procs:
             proc.terminate()
-        raise RuntimeError(f"{len(order) - len(accepted)} LoRA node processes did not start within 120 s")
+        raise RuntimeError(f"{len(order) - len(accepted)} LoRA node processes did not start within {STARTUP_S} s")
     controls = dict(accepted)
     return procs, [controls[k] for k in order]
 
@@ -116,7 +119,7 @@ def _peer(role, group):
     if role == "train":
         with Listener(address, authkey=AUTH) as listener:
             return listener.accept()
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + STARTUP_S
     while True:
         try:
             return Client(address, authkey=AUTH)
