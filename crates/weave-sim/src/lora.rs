@@ -169,7 +169,8 @@ fn pack_of(seats: &[Seat], at: u64, profile: &ProfileModel, cluster: &ClusterCon
     spec.staleness = 1;
     spec.phase_times = Some(now);
     let mut place = PlaceJob::from_spec(&spec, slo, profile, cluster);
-    // The base is held once; each member adds its adapter and optimizer state.
+    // The base is held once; each member adds its adapter and optimizer state (the spec's own
+    // state holds the first member's already: conservative by one adapter).
     let adapters: u64 = running.iter().filter_map(|s| s.job.spec.lora.as_ref()).map(|l| adapter_train_bytes(l).0).sum();
     place.train_state_total = weave_core::Bytes(place.train_state_total.0 + adapters);
     let colo = place.colo.unwrap_or(now);

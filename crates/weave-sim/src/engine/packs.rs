@@ -2,9 +2,9 @@
 //! pack of its base and widths (or makes a pack of a LoRA job running alone) from the pack's
 //! next rollout on, where every member still running keeps the pack's headroom of its slack
 //! (`lora::joined`) and the pack's group still keeps every member's SLO with the pack's longer
-//! phases (`Placer::reshape`). This is how the server's packs grow (`weave-server`'s
-//! `plane::lora`): the replay tries the running jobs in arrival order, the first that takes the
-//! job keeps it, and a job no pack takes is placed as any job.
+//! phases (`Placer::reshape`). The policy is the server's too (`weave_place::lora::pack_to_join`,
+//! over this module's driver): the replay offers the running jobs in arrival order, the first
+//! that takes the job keeps it, and a job no pack takes is placed as any job.
 
 use super::job_run::MemberRun;
 use super::Engine;
