@@ -43,6 +43,10 @@ pub fn pack_times(profile: &ProfileModel, members: &[Member]) -> Option<PhaseTim
     }
     let max_tokens = members.iter().map(|m| m.job.job_type.max_tokens).max()?;
     let width = members.iter().map(|m| m.job.rollout_nodes).max()?;
+    let adapters: u64 = members.iter().map(|m| m.lora.engine_bytes().0).sum();
+    if adapters > weave_core::lora::engine_adapter_budget(width).0 {
+        return None;
+    }
     let batch: u64 = members.iter().map(|m| u64::from(m.job.batch)).sum();
     let trainings: Vec<Micros> = members.iter().map(|m| alone(profile, m.job).train).collect();
     let stagger = trainings.iter().copied().max()?;
@@ -149,5 +153,19 @@ mod tests {
         let a = job(128, 8, "qwen2.5-7b");
         let members = [Member::of(&a).unwrap(), Member { job: &other, lora: other.lora.as_ref().unwrap() }];
         assert!(pack_times(&p, &members).is_none());
+    }
+
+    #[test]
+    fn adapters_past_the_engines_budget_form_no_pack() {
+        let p = ProfileModel::builtin();
+        let mut big = job(128, 8, "qwen2.5-7b");
+        big.lora.as_mut().unwrap().rank = 512;
+        let each = big.lora.as_ref().unwrap().engine_bytes().0;
+        let budget = weave_core::lora::engine_adapter_budget(1).0;
+        let fit = (budget / each) as usize;
+        let jobs: Vec<JobSpec> = (0..=fit).map(|_| big.clone()).collect();
+        let members: Vec<Member> = jobs.iter().filter_map(Member::of).collect();
+        assert!(pack_times(&p, &members[..fit]).is_some(), "{fit} adapters of {each} B fit {budget} B");
+        assert!(pack_times(&p, &members).is_none(), "{} adapters overflow {budget} B", fit + 1);
     }
 }

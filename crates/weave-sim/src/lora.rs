@@ -134,11 +134,9 @@ pub fn joined(
     let running: Vec<Seat> = seats.iter().copied().filter(|s| s.runs(at)).collect();
     let model: Vec<Member> = running.iter().filter_map(|s| Member::of(&s.job.spec)).collect();
     let times = pack_times(profile, &model)?;
-    let adapters: u64 = model.iter().map(|m| m.lora.engine_bytes().0).sum();
-    let fits_engine = adapters <= weave_core::lora::engine_adapter_budget(pack.spec.rollout_nodes).0;
     let candidates: Vec<Candidate> = running.iter().map(Seat::candidate).collect();
     let refs: Vec<&Candidate> = candidates.iter().collect();
-    (fits_engine && allowed(&refs, PACK_HEADROOM, &|_| Some(times))).then(|| {
+    allowed(&refs, PACK_HEADROOM, &|_| Some(times)).then(|| {
         let mut j = pack_of(&seats, at, profile, cluster);
         j.place.id = pack.place.id;
         j
@@ -239,7 +237,8 @@ fn best_share(j: &SimJob, profile: &ProfileModel) -> Option<(f64, f64)> {
     let mut best: Option<(f64, f64)> = None;
     for k in 1..=FLOOR_MAX_PACK {
         let copies: Vec<Member> = (0..k).filter_map(|_| Member::of(&j.spec)).collect();
-        let t = pack_times(profile, &copies)?;
+        // Past the engine's adapter budget no larger pack exists.
+        let Some(t) = pack_times(profile, &copies) else { break };
         if weave_model::shared_engine::pack_period(t).as_secs_f64() > j.slo * solo {
             break;
         }

@@ -220,10 +220,6 @@ impl Plane {
         if model.len() != members.len() || members.iter().any(|m| pack_key(m.0) != pack_key(first)) {
             return None;
         }
-        let adapters: u64 = model.iter().map(|m| m.lora.engine_bytes().0).sum();
-        if adapters > weave_core::lora::engine_adapter_budget(first.rollout_nodes).0 {
-            return None;
-        }
         let times = pack_times(&self.profile, &model)?;
         let candidates: Vec<Candidate> = members.iter().enumerate().map(|(i, m)| self.candidate(i, m)).collect();
         let refs: Vec<&Candidate> = candidates.iter().collect();
