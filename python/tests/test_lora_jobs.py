@@ -6,6 +6,7 @@ and on the mini cluster's nodes (adapters over the shaped link) each way compute
 
 import tempfile
 import unittest
+from unittest import mock
 
 try:
     import peft  # noqa: F401
@@ -121,6 +122,26 @@ class PredictionTest(unittest.TestCase):
         # A trainer-bound pack: its trainings set the round.
         costs["shared"]["train_one_s"] = 0.05
         self.assertAlmostEqual(lora_jobs.predict_in_situ(s, costs)["shared_over_separate"], 0.3 / 0.2)
+
+
+class PairsTest(unittest.TestCase):
+    def test_pairs_run_shared_then_separate_back_to_back_and_each_keeps_its_own_ratio(self):
+        s, calls = lj.Setup(jobs=4), []
+        speed = iter([300.0, 100.0, 250.0, 200.0])
+
+        def run_mode(setup, base_path, mode, nodes=None):
+            calls.append(mode)
+            return {"iterations_per_node_hour": next(speed)}
+
+        first = ({"iterations_per_node_hour": 400.0}, {"iterations_per_node_hour": 200.0})
+        with mock.patch.object(lora_jobs, "run_mode", run_mode):
+            pairs = lora_jobs.paired(s, "base.pt", None, *first, repeat=3)
+        self.assertEqual(calls, ["shared", "separate", "shared", "separate"])
+        # Each pair's ratio, never one way's best against the other's worst.
+        self.assertEqual([p["shared_over_separate"] for p in pairs], [2.0, 3.0, 1.25])
+        with mock.patch.object(lora_jobs, "run_mode", run_mode):
+            self.assertEqual(len(lora_jobs.paired(s, "base.pt", None, *first, repeat=1)), 1)
+        self.assertEqual(calls, ["shared", "separate", "shared", "separate"])
 
 
 if __name__ == "__main__":

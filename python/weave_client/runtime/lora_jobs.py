@@ -23,7 +23,9 @@ The base, the task (job ``j`` shifts each digit by ``j + 1``) and the adapters a
 prints one JSON object: per mode the wall time, iterations per node-hour (two nodes), each job's
 reward curve (mean per 10 iterations) and the first iteration its 10-iteration mean reached 0.9,
 the phase times measured alone (one job's batch, a mixed batch, one training) and the
-prediction from them. Reported, never asserted on: the machine is shared.
+prediction from them; with ``--mode both``, each pair of runs' throughputs (``--repeat`` pairs,
+shared then separate, back to back) and the median pair's ratio. Reported, never asserted on:
+the machine is shared.
 """
 
 import argparse
@@ -31,6 +33,7 @@ import dataclasses
 import json
 import math
 import os
+import statistics
 import tempfile
 import time
 
@@ -201,6 +204,17 @@ def predict(s: Setup, alone):
     return out
 
 
+def paired(s: Setup, base_path: str, nodes, shared, separate, repeat: int):
+    """Each way's throughput in ``repeat`` pairs of runs back to back, the first pair
+    ``shared`` and ``separate`` as measured. A ratio of two runs a minute apart holds where
+    either alone does not: this machine's phase costs drift by a fifth within minutes."""
+    runs = [(shared, separate)]
+    for _ in range(repeat - 1):
+        runs.append((run_mode(s, base_path, "shared", nodes), run_mode(s, base_path, "separate", nodes)))
+    return [{"shared": a["iterations_per_node_hour"], "separate": b["iterations_per_node_hour"],
+             "shared_over_separate": a["iterations_per_node_hour"] / b["iterations_per_node_hour"]} for a, b in runs]
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--jobs", type=int, default=4)
@@ -208,11 +222,12 @@ def main(argv=None):
     p.add_argument("--mode", choices=["shared", "separate", "both"], default="both")
     p.add_argument("--min-batch", type=int, default=0, help="jobs a shared batch waits for (0: half)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeat", type=int, default=1, help="pairs of runs (shared, then separate) for --mode both")
     p.add_argument("--nodes-mbit", type=float, default=0.0,
                    help="run the processes on a mini cluster whose link between the nodes has this rate (needs root)")
     a = p.parse_args(argv)
-    if a.jobs < 1 or a.iterations < 1 or a.min_batch < 0 or a.nodes_mbit < 0:
-        p.error("--jobs and --iterations must be at least 1, --min-batch and --nodes-mbit at least 0")
+    if a.jobs < 1 or a.iterations < 1 or a.repeat < 1 or a.min_batch < 0 or a.nodes_mbit < 0:
+        p.error("--jobs, --iterations and --repeat must be at least 1, --min-batch and --nodes-mbit at least 0")
     if a.nodes_mbit:
         from . import minicluster
 
@@ -240,11 +255,13 @@ def _run(a, nodes):
             out[mode] = run_mode(s, base_path, mode, nodes)
             for job in out[mode]["jobs"]:
                 del job["rewards"]  # the curve per 10 iterations is printed
+        if a.mode == "both":
+            out["pairs"] = paired(s, base_path, nodes, out["shared"], out["separate"], a.repeat)
     out["predicted"] = predict(s, out["alone"])
     if "in_situ" in out:
         out["predicted_in_situ"] = predict_in_situ(s, out["in_situ"])
-    if "shared" in out and "separate" in out:
-        out["shared_over_separate"] = out["shared"]["iterations_per_node_hour"] / out["separate"]["iterations_per_node_hour"]
+    if "pairs" in out:
+        out["shared_over_separate"] = statistics.median(p["shared_over_separate"] for p in out["pairs"])
     print(json.dumps(out, indent=1))
 
 
