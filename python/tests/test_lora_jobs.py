@@ -51,6 +51,22 @@ class AdapterTest(unittest.TestCase):
         for j in (0, 2):
             self.assertTrue(torch.equal(self._logits(engine, j, seq), before[j]), f"job {j} untouched")
 
+    def test_a_mixed_batch_through_our_segments_computes_what_peft_computes(self):
+        model = self._model()
+        for j in range(3):
+            lj.load_adapter(model, j, torch.randn_like(lj.adapter_vector(model, j)) * 0.5)
+        seq = torch.randint(0, 10, (7, 5), generator=torch.Generator().manual_seed(3))
+        runs = [(lj.job_name(2), 3), (lj.job_name(0), 1), (lj.job_name(1), 3)]
+        names = [name for name, rows in runs for _ in range(rows)]
+        with torch.no_grad():
+            peft_logits = model(input_ids=seq, adapter_names=names).logits
+            model.weave_segments.runs = runs
+            ours = model(input_ids=seq).logits
+            model.weave_segments.runs = None
+            plain = model(input_ids=seq).logits  # outside a mixed batch: the active adapter's
+        torch.testing.assert_close(ours, peft_logits)
+        self.assertFalse(torch.allclose(plain, peft_logits), "the adapters differ, so the rows do")
+
     def test_what_a_job_samples_does_not_depend_on_its_batch_mates(self):
         model = self._model()
         for j in range(3):  # distinct adapters (peft starts B at zero)
@@ -108,40 +124,29 @@ class NodesTest(unittest.TestCase):
                 self.assertAlmostEqual(x, z, places=5)
 
 
-class PredictionTest(unittest.TestCase):
-    def test_in_situ_rounds_are_the_pack_halves_and_the_convoy(self):
-        s = lj.Setup(jobs=4)
-        costs = {"shared": {"rollout_batch_s": 0.06, "jobs_per_batch": 2.0, "train_one_s": 0.03},
-                 "separate": {"rollout_one_s": 0.04, "train_one_s": 0.035}}
-        p = lora_jobs.predict_in_situ(s, costs)
-        # Shared: max(2 x 0.06, 4 x 0.03, 0.06 + 2 x 0.03) = 0.12 s a round of 4 iterations.
-        self.assertAlmostEqual(p["shared_iterations_per_node_hour"], 4 / (2 * 0.12 / 3600))
-        # Separate pairs convoy: 4 x (0.04 + 0.035) = 0.3 s.
-        self.assertAlmostEqual(p["separate_iterations_per_node_hour"], 4 / (2 * 0.3 / 3600))
-        self.assertAlmostEqual(p["shared_over_separate"], 0.3 / 0.12)
-        # A trainer-bound pack: its trainings set the round.
-        costs["shared"]["train_one_s"] = 0.05
-        self.assertAlmostEqual(lora_jobs.predict_in_situ(s, costs)["shared_over_separate"], 0.3 / 0.2)
-
-
 class PairsTest(unittest.TestCase):
-    def test_pairs_run_shared_then_separate_back_to_back_and_each_keeps_its_own_ratio(self):
+    def test_each_pair_runs_after_its_own_calibration_and_keeps_its_own_ratios(self):
         s, calls = lj.Setup(jobs=4), []
-        speed = iter([300.0, 100.0, 250.0, 200.0])
+        speed = iter([400.0, 200.0, 300.0, 100.0, 250.0, 200.0])
 
         def run_mode(setup, base_path, mode, nodes=None):
             calls.append(mode)
             return {"iterations_per_node_hour": next(speed)}
 
-        first = ({"iterations_per_node_hour": 400.0}, {"iterations_per_node_hour": 200.0})
-        with mock.patch.object(lora_jobs, "run_mode", run_mode):
-            pairs = lora_jobs.paired(s, "base.pt", None, *first, repeat=3)
-        self.assertEqual(calls, ["shared", "separate", "shared", "separate"])
-        # Each pair's ratio, never one way's best against the other's worst.
+        def in_situ(setup, base_path, nodes=None):
+            calls.append("calibration")
+            return {"calibrated_before": len(calls)}
+
+        def predict_in_situ(setup, costs):
+            return {"shared_over_separate": costs["calibrated_before"], "shared_formula_over_separate": 0.0}
+
+        with mock.patch.multiple(lora_jobs, run_mode=run_mode, in_situ=in_situ, predict_in_situ=predict_in_situ):
+            pairs = [lora_jobs.pair_summary(s, *p) for p in lora_jobs.paired(s, "base.pt", None, repeat=3)]
+        self.assertEqual(calls, ["calibration", "shared", "separate"] * 3)
+        # Each pair's ratio, never one way's best against the other's worst; each pair
+        # predicted by the calibration just before it.
         self.assertEqual([p["shared_over_separate"] for p in pairs], [2.0, 3.0, 1.25])
-        with mock.patch.object(lora_jobs, "run_mode", run_mode):
-            self.assertEqual(len(lora_jobs.paired(s, "base.pt", None, *first, repeat=1)), 1)
-        self.assertEqual(calls, ["shared", "separate", "shared", "separate"])
+        self.assertEqual([p["predicted_shared_over_separate"] for p in pairs], [1, 4, 7])
 
 
 if __name__ == "__main__":

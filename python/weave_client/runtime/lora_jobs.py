@@ -2,9 +2,10 @@
 ways on the same cores:
 
 - ``shared``: one rollout process holds the base once with every job's adapter and samples for
-  several jobs in one mixed-adapter batch (peft's ``adapter_names``: each row through its own
-  adapter); one trainer process holds the base once and trains each job's adapter in turn, with
-  the job's own optimizer state, and sends the adapter (kilobytes, not the model) back;
+  several jobs in one mixed-adapter batch (each job's rows through its own adapter, in
+  contiguous runs: ``lora_task._segment_lora_layers``); one trainer process holds the base once
+  and trains each job's adapter in turn, with the job's own optimizer state, and sends the
+  adapter (kilobytes, not the model) back;
 - ``separate``: one rollout and one trainer process per job, the way frameworks run LoRA jobs
   today.
 
@@ -23,21 +24,22 @@ The base, the task (job ``j`` shifts each digit by ``j + 1``) and the adapters a
 prints one JSON object: per mode the wall time, iterations per node-hour (two nodes), each job's
 reward curve (mean per 10 iterations) and the first iteration its 10-iteration mean reached 0.9,
 the phase times measured alone (one job's batch, a mixed batch, one training) and the
-prediction from them; with ``--mode both``, each pair of runs' throughputs (``--repeat`` pairs,
-shared then separate, back to back) and the median pair's ratio. Reported, never asserted on:
-the machine is shared.
+prediction from them; with ``--mode both``, ``--repeat`` pairs of runs (a short calibration
+run of each way, then shared, then separate, back to back), each pair's throughputs, ratio and
+the ratio its calibration predicted (``lora_predict``), and the medians. Reported, never
+asserted on: the machine is shared.
 """
 
 import argparse
 import dataclasses
 import json
-import math
 import os
 import statistics
 import tempfile
 import time
 
 from .lora_bench import timed
+from .lora_predict import predict, predict_in_situ
 from .lora_procs import _process_start, engine_main, trainer_main
 from .lora_task import Setup, pretrain_base, sample, train_step
 
@@ -114,6 +116,8 @@ def _measure(s: Setup, procs, controls, queues):
         "rollout_cpu_s": sum(r.get("rollout_cpu_s", 0.0) for r in results),
         "train_cpu_s": sum(r.get("train_cpu_s", 0.0) for r in results),
         "rollout_batches": sum(r.get("batches", 0) for r in results),
+        "rollout_cpu_samples": [x for r in results for x in r.get("rollout_cpu_samples", [])],
+        "train_cpu_samples": [x for r in results for x in r.get("train_cpu_samples", [])],
         "jobs": [learning(rewards[j]) for j in sorted(rewards)],
     }
 
@@ -165,54 +169,29 @@ def in_situ(s: Setup, base_path: str, iterations: int = 60, nodes=None):
     return {
         "calibration_iterations": iterations,
         "shared": {"rollout_batch_s": shared["rollout_cpu_s"] / shared["rollout_batches"],
-                   "jobs_per_batch": n / shared["rollout_batches"], "train_one_s": shared["train_cpu_s"] / n},
+                   "jobs_per_batch": n / shared["rollout_batches"], "train_one_s": shared["train_cpu_s"] / n,
+                   "samples": {"rollout": shared["rollout_cpu_samples"], "train": shared["train_cpu_samples"]}},
         "separate": {"rollout_one_s": separate["rollout_cpu_s"] / n, "train_one_s": separate["train_cpu_s"] / n},
     }
 
 
-def predict_in_situ(s: Setup, costs):
-    """``predict``'s rounds with the phase costs ``in_situ`` measured: a shared round runs n / f
-    mixed batches of f jobs (f their measured mean) against n trainings; separate pairs convoy."""
-    n, sh, sep = s.jobs, costs["shared"], costs["separate"]
-    f, rf, t = sh["jobs_per_batch"], sh["rollout_batch_s"], sh["train_one_s"]
-    rounds = {"shared": max(n / f * rf, n * t, rf + f * t), "separate": n * (sep["rollout_one_s"] + sep["train_one_s"])}
-    out = {f"{k}_iterations_per_node_hour": n / (2 * v / 3600.0) for k, v in rounds.items()}
-    out["shared_over_separate"] = rounds["separate"] / rounds["shared"]
-    return out
+def paired(s: Setup, base_path: str, nodes, repeat: int):
+    """``repeat`` pairs of runs back to back, each after its own calibration: (phase costs in
+    situ, the shared run, the separate run) per pair. A ratio of two runs a minute apart holds
+    where either alone does not, and a calibration a minute before its runs predicts them where
+    one long before does not: this machine's phase costs drift by a fifth within minutes."""
+    return [(in_situ(s, base_path, nodes=nodes), run_mode(s, base_path, "shared", nodes),
+             run_mode(s, base_path, "separate", nodes)) for _ in range(repeat)]
 
 
-def predict(s: Setup, alone):
-    """Each way's round (every job one iteration) and iterations per node-hour, from the phase
-    times measured alone.
-
-    Shared: the engine runs h = ceil(n / f) mixed batches of f jobs per round and the trainer n
-    trainings; a batch's jobs roll out again once the last of them is trained:
-    max(h r_f, n t, r_f + f t). Separate: n pairs, every rollout on one core and every training
-    on the other, each pair on-policy. The cores share time fairly, so pairs started together
-    finish their rollouts together and then their trainings together (a convoy: each node idles
-    while the other works): n (r1 + t). Were the pairs perfectly interleaved instead, a round
-    would take max(n r1, n t, r1 + t): the best separate pairs could do, reported beside it."""
-    n, f = s.jobs, alone["batch_floor"]
-    h = math.ceil(n / f)
-    r1, rf, t = alone["rollout_one_s"], alone[f"rollout_mixed_{f}_s"], alone["train_one_s"]
-    rounds = {"shared": max(h * rf, n * t, rf + f * t), "separate": n * (r1 + t),
-              "separate_interleaved": max(n * r1, n * t, r1 + t)}
-    out = {f"{k}_round_s": v for k, v in rounds.items()}
-    out.update({f"{k}_iterations_per_node_hour": n / (2 * v / 3600.0) for k, v in rounds.items()})
-    out["shared_over_separate"] = rounds["separate"] / rounds["shared"]
-    out["shared_over_separate_interleaved"] = rounds["separate_interleaved"] / rounds["shared"]
-    return out
-
-
-def paired(s: Setup, base_path: str, nodes, shared, separate, repeat: int):
-    """Each way's throughput in ``repeat`` pairs of runs back to back, the first pair
-    ``shared`` and ``separate`` as measured. A ratio of two runs a minute apart holds where
-    either alone does not: this machine's phase costs drift by a fifth within minutes."""
-    runs = [(shared, separate)]
-    for _ in range(repeat - 1):
-        runs.append((run_mode(s, base_path, "shared", nodes), run_mode(s, base_path, "separate", nodes)))
-    return [{"shared": a["iterations_per_node_hour"], "separate": b["iterations_per_node_hour"],
-             "shared_over_separate": a["iterations_per_node_hour"] / b["iterations_per_node_hour"]} for a, b in runs]
+def pair_summary(s: Setup, costs, shared, separate):
+    """One pair's throughputs, their ratio, and the ratio its calibration predicted (and the
+    round formula's, with the same costs)."""
+    measured = shared["iterations_per_node_hour"] / separate["iterations_per_node_hour"]
+    predicted = predict_in_situ(s, costs)
+    return {"shared": shared["iterations_per_node_hour"], "separate": separate["iterations_per_node_hour"],
+            "shared_over_separate": measured, "predicted_shared_over_separate": predicted["shared_over_separate"],
+            "formula_shared_over_separate": predicted["shared_formula_over_separate"]}
 
 
 def main(argv=None):
@@ -250,18 +229,22 @@ def _run(a, nodes):
         torch.save(pretrain_base(s).state_dict(), base_path)
         out["alone"] = phase_times(s, base_path)
         if a.mode == "both":
-            out["in_situ"] = in_situ(s, base_path, nodes=nodes)
-        for mode in (["shared", "separate"] if a.mode == "both" else [a.mode]):
-            out[mode] = run_mode(s, base_path, mode, nodes)
-            for job in out[mode]["jobs"]:
-                del job["rewards"]  # the curve per 10 iterations is printed
-        if a.mode == "both":
-            out["pairs"] = paired(s, base_path, nodes, out["shared"], out["separate"], a.repeat)
+            pairs = paired(s, base_path, nodes, a.repeat)
+            out["in_situ"], out["shared"], out["separate"] = pairs[0]
+            out["pairs"] = [pair_summary(s, *pair) for pair in pairs]
+        else:
+            out[a.mode] = run_mode(s, base_path, a.mode, nodes)
+    for mode in ("shared", "separate"):
+        for job in out.get(mode, {}).get("jobs", []):
+            del job["rewards"]  # the curve per 10 iterations is printed
+        for key in ("rollout_cpu_samples", "train_cpu_samples"):
+            out.get(mode, {}).pop(key, None)  # thousands of numbers; their use is printed
     out["predicted"] = predict(s, out["alone"])
-    if "in_situ" in out:
-        out["predicted_in_situ"] = predict_in_situ(s, out["in_situ"])
     if "pairs" in out:
-        out["shared_over_separate"] = statistics.median(p["shared_over_separate"] for p in out["pairs"])
+        out["predicted_in_situ"] = predict_in_situ(s, out["in_situ"])  # the first pair's
+        del out["in_situ"]["shared"]["samples"]
+        for key in ("shared_over_separate", "predicted_shared_over_separate"):
+            out[key] = statistics.median(p[key] for p in out["pairs"])
     print(json.dumps(out, indent=1))
 
 

@@ -31,7 +31,7 @@ def engine_main(core, base_path, s: Setup, jobs, to_trainer, from_trainer, contr
     control.send("ready")
     control.recv()
     floor = min(s.batch_floor(), len(jobs))
-    ready, done, busy, busy_cpu, batches = {}, set(), 0.0, 0.0, 0
+    ready, done, busy, busy_cpu, samples = {}, set(), 0.0, 0.0, []
     while len(done) < len(jobs):
         # Wait for enough jobs ready (each one's adapter after its last training has arrived),
         # then take whatever else has arrived too.
@@ -49,10 +49,11 @@ def engine_main(core, base_path, s: Setup, jobs, to_trainer, from_trainer, contr
         for j, seq in sample(model, s, sorted(ready.items())):
             to_trainer.put((j, ready[j], seq))
         busy += time.perf_counter() - start
-        busy_cpu += time.process_time() - cpu
-        batches += 1
+        samples.append((len(ready), time.process_time() - cpu))
+        busy_cpu += samples[-1][1]
         ready = {}
-    control.send({"rollout_busy_s": busy, "rollout_cpu_s": busy_cpu, "batches": batches})
+    control.send({"rollout_busy_s": busy, "rollout_cpu_s": busy_cpu, "batches": len(samples),
+                  "rollout_cpu_samples": samples})
 
 
 def trainer_main(core, base_path, s: Setup, jobs, from_engine, to_engine, control):
@@ -69,14 +70,15 @@ def trainer_main(core, base_path, s: Setup, jobs, from_engine, to_engine, contro
     for j in jobs:
         to_engine.put((j, 0, None))  # the engine's copy starts equal (same seeds)
     rewards = {j: [] for j in jobs}
-    busy, busy_cpu, left = 0.0, 0.0, len(jobs)
+    busy, busy_cpu, samples, left = 0.0, 0.0, [], len(jobs)
     while left:
         j, k, seq = from_engine.get()
         start, cpu = time.perf_counter(), time.process_time()
         rewards[j].append(train_step(model, opts[j], s, j, seq))
         state = adapter_vector(model, j) if k + 1 < s.iterations else None
         busy += time.perf_counter() - start
-        busy_cpu += time.process_time() - cpu
+        samples.append(time.process_time() - cpu)
+        busy_cpu += samples[-1]
         to_engine.put((j, k + 1, state))
         left -= k + 1 >= s.iterations
-    control.send({"train_busy_s": busy, "train_cpu_s": busy_cpu, "rewards": rewards})
+    control.send({"train_busy_s": busy, "train_cpu_s": busy_cpu, "train_cpu_samples": samples, "rewards": rewards})
