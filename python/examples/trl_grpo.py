@@ -69,6 +69,26 @@ def step_clock(a):
     return StepClock()
 
 
+def hold(a):
+    """A callback that holds the training phase of iteration ``a.hold_at`` open (its optimizer
+    step done, its checkpoint not yet reported) until the file ``a.hold_file`` exists, once; it
+    writes ``<hold_file>.held`` when it starts holding. A test preempts the job there, so the
+    preemption lands inside a phase every time, not at the race's whim."""
+    from transformers import TrainerCallback
+
+    class Hold(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            # Step k's end has global_step k + 1: iteration k's training is still open.
+            if a.hold_file is None or a.held or state.global_step != a.hold_at + 1:
+                return
+            a.held = True
+            open(a.hold_file + ".held", "w").close()
+            while not os.path.exists(a.hold_file):
+                time.sleep(0.05)
+
+    return Hold()
+
+
 def make(a, gate):
     """A trainer for this job: gated when ``gate`` is given, plain TRL otherwise."""
     from datasets import Dataset
@@ -79,6 +99,7 @@ def make(a, gate):
                   train_dataset=data)
     trainer = GRPOTrainer(**kwargs) if gate is None else weave_grpo_trainer()(weave=gate, **kwargs)
     trainer.add_callback(step_clock(a))
+    trainer.add_callback(hold(a))
     return trainer
 
 
@@ -102,8 +123,10 @@ def main():
     ap.add_argument("--priority", default="normal")
     ap.add_argument("--no-weave", action="store_true", help="plain TRL, no gate: the baseline")
     ap.add_argument("--no-save", action="store_true", help="with --no-weave: no checkpoint every step")
+    ap.add_argument("--hold-at", type=int, default=0, help="with --hold-file: the iteration whose training to hold")
+    ap.add_argument("--hold-file", help="hold iteration --hold-at's training open until this file exists (tests)")
     a = ap.parse_args()
-    a.step_ends = []
+    a.step_ends, a.held = [], False
     t0 = time.monotonic()
     if a.no_weave:
         trainer = make(a, None)

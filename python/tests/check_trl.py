@@ -6,9 +6,10 @@
    the median seconds per step of each, and the gate's own seconds, are reported (timing is
    never asserted on a shared machine).
 2. Learning and preemption on an owned cluster (one node per pool, preemption on): alice's TRL
-   job borrows the cluster; once it has trained `--preempt-after` iterations bob's bandit job
-   (his quota) arrives and preempts it; alice's trainer hears `Requeued`, waits, and resumes
-   from the checkpoint of exactly Weave's count once bob's job is done. Checks: every iteration
+   job borrows the cluster; while it holds the training of iteration `--preempt-after` open
+   (the example's `--hold-at`) bob's bandit job (his quota) arrives and preempts it; alice's
+   trainer hears `Requeued`, waits, and resumes from the checkpoint of exactly Weave's count
+   once bob's job is done. Checks: every iteration
    of alice's trained exactly once (the event log), the trainer resumed where Weave said, its
    reward went on where it was (the mean of the three iterations after the resume at least
    that of the three before, less 0.15), and it learned (mean reward >= 0.9 of its maximum,
@@ -99,18 +100,27 @@ def preemption(args):
     try:
         url = server.start()
         ops, bob = WeaveClient(url, args.admin), WeaveClient(url, args.bob)
+        # Alice holds iteration `preempt_after`'s training open until bob's job has preempted
+        # her: the preemption lands inside a phase, so her report is refused and she resumes
+        # from a checkpoint. (Preempted while waiting between phases, a driver asks for exactly
+        # the iteration Weave resumes from and goes on with its warm state: nothing to reload.)
+        os.makedirs(args.work, exist_ok=True)
+        release = os.path.join(args.work, "alice-release")
         alice = trl_job(args, os.path.join(args.work, "alice"), "--server", url, "--token", args.alice, "--job",
-                        "trl-alice", "--submit", "--priority", "normal")
+                        "trl-alice", "--submit", "--priority", "normal", "--hold-at", str(args.preempt_after),
+                        "--hold-file", release)
         procs.append(alice)
-        wait_for(f"alice's TRL job to train {args.preempt_after} iterations", lambda: _count(ops, "trl-alice")
-                 >= args.preempt_after, 600)
+        wait_for(f"alice's TRL job to hold its training of iteration {args.preempt_after}",
+                 lambda: os.path.exists(release + ".held"), 600)
         view = bob.submit({"id": "bob-1", "type": "3B_4k", "iterations": 4, "slo": 1.0, "rollout_s": 50,
                            "train_s": 60, "priority": "high"})["job"]
         assert view["state"] == "running", f"bob's job did not start at once: {view}"
         queued = [q["id"] for q in ops.queue()]
         assert queued == ["trl-alice"], f"queue {queued}"
         at = _count(ops, "trl-alice")
-        say(f"bob-1 started; alice's TRL job preempted after {at} iterations, waiting")
+        assert at == args.preempt_after, f"alice counted {at} iterations while holding {args.preempt_after}'s training"
+        open(release, "w").close()
+        say(f"bob-1 started; alice's TRL job preempted in its training after {at} iterations, waiting")
         bandit = subprocess.Popen([sys.executable, BANDIT, "--server", url, "--token", args.bob, "--job", "bob-1",
                                    "--iterations", "4", "--no-submit"], stdout=subprocess.PIPE, text=True)
         procs.append(bandit)
