@@ -135,18 +135,25 @@ class PairsTest(unittest.TestCase):
 
         def in_situ(setup, base_path, nodes=None):
             calls.append("calibration")
-            return {"calibrated_before": len(calls)}
+            return {"calibrated_before": len(calls), "shared": {"train_one_s": 0.03}, "separate": {}}
 
         def predict_in_situ(setup, costs):
             return {"shared_over_separate": costs["calibrated_before"], "shared_formula_over_separate": 0.0}
 
-        with mock.patch.multiple(lora_jobs, run_mode=run_mode, in_situ=in_situ, predict_in_situ=predict_in_situ):
+        def phase_costs(shared, separate):
+            # The hindsight prediction: fed the pair's own runs (here, its shared run's speed).
+            return {"calibrated_before": shared["iterations_per_node_hour"] / 100, "shared": {}, "separate": {}}
+
+        with mock.patch.multiple(lora_jobs, run_mode=run_mode, in_situ=in_situ, predict_in_situ=predict_in_situ,
+                                 phase_costs=phase_costs):
             pairs = [lora_jobs.pair_summary(s, *p) for p in lora_jobs.paired(s, "base.pt", None, repeat=3)]
         self.assertEqual(calls, ["calibration", "shared", "separate"] * 3)
         # Each pair's ratio, never one way's best against the other's worst; each pair
         # predicted by the calibration just before it.
         self.assertEqual([p["shared_over_separate"] for p in pairs], [2.0, 3.0, 1.25])
         self.assertEqual([p["predicted_shared_over_separate"] for p in pairs], [1, 4, 7])
+        self.assertEqual([p["hindsight_shared_over_separate"] for p in pairs], [4.0, 3.0, 2.5])
+        self.assertEqual(pairs[0]["phase_costs_ms"], {"calibration": {"shared_train_one_s": 30.0}, "run": {}})
 
 
 if __name__ == "__main__":

@@ -1,11 +1,14 @@
 """The shared way's pipeline replay (``lora_predict.replay_shared``): with constant phase costs
 it is the round formula; a spread in the phases' costs (the same means) makes the balanced pack
 stall, so the replay takes longer than the formula; an unbalanced pack has slack to absorb it;
-a seed gives one answer."""
+a seed gives one answer. Handoffs as measured: a receiver busy pays its cost to take each
+message; one that waits pays the transit."""
 
+import time
 import unittest
 
 from weave_client.runtime.lora_predict import predict_in_situ, replay_shared
+from weave_client.runtime.lora_procs import _handoff
 from weave_client.runtime.lora_task import Setup
 
 
@@ -44,6 +47,42 @@ class ReplayTest(unittest.TestCase):
         self.assertNotEqual(replay_shared(*args, seed=5), replay_shared(*args, seed=6))
 
 
+class HandoffTest(unittest.TestCase):
+    @staticmethod
+    def handoffs(transit_to_trainer=0.0, take_to_trainer=0.0, transit_to_engine=0.0, take_to_engine=0.0):
+        return {"to_trainer": {"waited": [transit_to_trainer], "queued": [take_to_trainer]},
+                "to_engine": {"waited": [transit_to_engine], "queued": [take_to_engine]}}
+
+    def test_a_busy_trainer_pays_its_cost_to_take_each_message(self):
+        # Trainer-bound (a batch of two 1 s, a training 1 s): the trainer always finds the next
+        # rollout queued, so a round of four trainings costs 4 x (1 + 0.1); transits hide.
+        hand = self.handoffs(transit_to_trainer=0.05, take_to_trainer=0.1, transit_to_engine=0.05)
+        wall = replay_shared(4, 600, 2, [(2, 1.0)], [1.0], seed=1, handoffs=hand)
+        self.assertGreaterEqual(wall, 600 * 4.4)
+        self.assertLessEqual(wall, 600 * 4.4 + 4.0)
+
+    def test_a_waiting_pipeline_pays_every_transit(self):
+        # One job: its rollout (1 s), the transit (0.2 s), its training (0.5 s), the adapter's
+        # transit back (0.3 s) before the next rollout; nothing is ever queued.
+        hand = self.handoffs(transit_to_trainer=0.2, take_to_trainer=5.0, transit_to_engine=0.3, take_to_engine=5.0)
+        wall = replay_shared(1, 100, 1, [(1, 1.0)], [0.5], seed=1, handoffs=hand)
+        self.assertAlmostEqual(wall, 100 * (1.0 + 0.2 + 0.5) + 99 * 0.3, places=6)
+
+    def test_free_handoffs_change_nothing(self):
+        for batch, train in [(2.0, 1.0), (1.0, 1.0), (0.5, 1.0)]:
+            args = (4, 300, 2, [(2, batch)], [train])
+            self.assertEqual(replay_shared(*args, seed=3), replay_shared(*args, seed=3, handoffs=self.handoffs()))
+
+    def test_a_receiver_notes_a_transit_when_it_waited_and_its_own_cost_when_queued(self):
+        hand = {"waited": [], "queued": []}
+        now = time.perf_counter()
+        _handoff(hand, now - 2.0, now - 1.0)  # asked 2 s ago, sent 1 s ago: waited about 1 s
+        _handoff(hand, now - 1.0, now - 3.0)  # sent 3 s ago, asked 1 s ago: took about 1 s
+        self.assertEqual([len(hand["waited"]), len(hand["queued"])], [1, 1])
+        self.assertAlmostEqual(hand["waited"][0], 1.0, delta=0.5)
+        self.assertAlmostEqual(hand["queued"][0], 1.0, delta=0.5)
+
+
 class PredictionTest(unittest.TestCase):
     def costs(self, train_s, samples):
         return {"shared": {"rollout_batch_s": 0.06, "jobs_per_batch": 2.0, "train_one_s": train_s,
@@ -64,6 +103,15 @@ class PredictionTest(unittest.TestCase):
         # A trainer-bound pack: its trainings set the round.
         p = predict_in_situ(s, self.costs(0.05, {"rollout": [(2, 0.06)], "train": [0.05]}))
         self.assertAlmostEqual(p["shared_formula_over_separate"], 0.3 / 0.2)
+
+    def test_the_shared_ways_handoffs_lower_its_prediction(self):
+        s = Setup(jobs=4, iterations=600)
+        free = predict_in_situ(s, self.costs(0.03, {"rollout": [(2, 0.06)], "train": [0.03]}))
+        hand = HandoffTest.handoffs(transit_to_trainer=0.002, take_to_trainer=0.003, transit_to_engine=0.002,
+                                    take_to_engine=0.003)
+        paid = predict_in_situ(s, self.costs(0.03, {"rollout": [(2, 0.06)], "train": [0.03], "handoffs": hand}))
+        self.assertLess(paid["shared_over_separate"], 0.99 * free["shared_over_separate"])
+        self.assertEqual(paid["separate_iterations_per_node_hour"], free["separate_iterations_per_node_hour"])
 
     def test_the_phases_spread_lowers_the_prediction_below_the_formula(self):
         s = Setup(jobs=4, iterations=600)

@@ -118,6 +118,8 @@ def _measure(s: Setup, procs, controls, queues):
         "rollout_batches": sum(r.get("batches", 0) for r in results),
         "rollout_cpu_samples": [x for r in results for x in r.get("rollout_cpu_samples", [])],
         "train_cpu_samples": [x for r in results for x in r.get("train_cpu_samples", [])],
+        "handoffs": {to: {kind: [x for r in results for x in r.get("handoffs", {}).get(to, {}).get(kind, [])]
+                          for kind in ("waited", "queued")} for to in ("to_engine", "to_trainer")},
         "jobs": [learning(rewards[j]) for j in sorted(rewards)],
     }
 
@@ -165,14 +167,28 @@ def in_situ(s: Setup, base_path: str, iterations: int = 60, nodes=None):
     does with a job's first measured phases."""
     short = dataclasses.replace(s, iterations=iterations)
     shared, separate = run_mode(short, base_path, "shared", nodes), run_mode(short, base_path, "separate", nodes)
-    n = s.jobs * iterations
+    return {"calibration_iterations": iterations, **phase_costs(shared, separate)}
+
+
+def phase_costs(shared, separate):
+    """The phase costs two runs measured (``run_mode``'s), as ``predict_in_situ`` takes them."""
+    n = shared["iterations"]
     return {
-        "calibration_iterations": iterations,
         "shared": {"rollout_batch_s": shared["rollout_cpu_s"] / shared["rollout_batches"],
                    "jobs_per_batch": n / shared["rollout_batches"], "train_one_s": shared["train_cpu_s"] / n,
-                   "samples": {"rollout": shared["rollout_cpu_samples"], "train": shared["train_cpu_samples"]}},
-        "separate": {"rollout_one_s": separate["rollout_cpu_s"] / n, "train_one_s": separate["train_cpu_s"] / n},
+                   "handoff_s": handoff_means(shared["handoffs"]),
+                   "samples": {"rollout": shared["rollout_cpu_samples"], "train": shared["train_cpu_samples"],
+                               "handoffs": shared["handoffs"]}},
+        "separate": {"rollout_one_s": separate["rollout_cpu_s"] / n, "train_one_s": separate["train_cpu_s"] / n,
+                     "handoff_s": handoff_means(separate["handoffs"])},
     }
+
+
+def handoff_means(handoffs):
+    """The mean handoff each way, of those the receiver waited for and of those it found queued
+    (0 where there were none)."""
+    return {f"{to}_{kind}": statistics.fmean(xs) if xs else 0.0
+            for to, kinds in handoffs.items() for kind, xs in kinds.items()}
 
 
 def paired(s: Setup, base_path: str, nodes, repeat: int):
@@ -189,9 +205,24 @@ def pair_summary(s: Setup, costs, shared, separate):
     round formula's, with the same costs)."""
     measured = shared["iterations_per_node_hour"] / separate["iterations_per_node_hour"]
     predicted = predict_in_situ(s, costs)
+    run = phase_costs(shared, separate)
     return {"shared": shared["iterations_per_node_hour"], "separate": separate["iterations_per_node_hour"],
             "shared_over_separate": measured, "predicted_shared_over_separate": predicted["shared_over_separate"],
-            "formula_shared_over_separate": predicted["shared_formula_over_separate"]}
+            "formula_shared_over_separate": predicted["shared_formula_over_separate"],
+            # The model fed the measured runs' own costs: what is left of the error without the
+            # drift between a calibration and the runs after it.
+            "hindsight_shared_over_separate": predict_in_situ(s, run)["shared_over_separate"],
+            "phase_costs_ms": {"calibration": _means_ms(costs), "run": _means_ms(run)}}
+
+
+def _means_ms(costs):
+    """Mean phase and handoff costs (``phase_costs``'), milliseconds."""
+    out = {}
+    for way in ("shared", "separate"):
+        for k, v in costs[way].items():
+            for name, x in (v.items() if k == "handoff_s" else [(k, v)] if k.endswith("_s") else []):
+                out[f"{way}_{name}"] = round(x * 1e3, 2)
+    return out
 
 
 def main(argv=None):
@@ -239,6 +270,8 @@ def _run(a, nodes):
             del job["rewards"]  # the curve per 10 iterations is printed
         for key in ("rollout_cpu_samples", "train_cpu_samples"):
             out.get(mode, {}).pop(key, None)  # thousands of numbers; their use is printed
+        if mode in out:
+            out[mode]["handoff_s"] = handoff_means(out[mode].pop("handoffs"))
     out["predicted"] = predict(s, out["alone"])
     if "pairs" in out:
         out["predicted_in_situ"] = predict_in_situ(s, out["in_situ"])  # the first pair's

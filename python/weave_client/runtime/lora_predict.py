@@ -6,6 +6,13 @@ halves are balanced (a mixed batch about as long as the trainings it feeds), eve
 runs long stalls the other side, and the run pays nearer the mean of the maxima.
 ``replay_shared`` plays the pack's pipeline phase by phase instead, each phase's cost drawn from
 the calibration run's own per-phase costs in a seeded stream; ``predict_in_situ`` reports both.
+
+The shared way's replay counts the handoffs between its two processes as the calibration
+measured them (``lora_procs``): a message its receiver waited for arrives a transit after it
+was sent, and one it found queued costs the receiver the time to take it. Separate pairs pay no
+handoff in their round: four pairs share each core, so a pair's transit is time the core spends
+on the other pairs' phases (the measured separate runs took what their phases' CPU sums to,
+within 1-3%, where a transit each way a round would add 7%).
 """
 
 import math
@@ -49,7 +56,8 @@ def predict_in_situ(s: Setup, costs):
     f, rf, t = sh["jobs_per_batch"], sh["rollout_batch_s"], sh["train_one_s"]
     samples = sh["samples"]
     replayed = statistics.median(
-        replay_shared(n, s.iterations, min(s.batch_floor(), n), samples["rollout"], samples["train"], seed)
+        replay_shared(n, s.iterations, min(s.batch_floor(), n), samples["rollout"], samples["train"], seed,
+                      samples.get("handoffs"))
         for seed in REPLAY_SEEDS) / s.iterations
     rounds = {"shared": replayed, "shared_formula": max(n / f * rf, n * t, rf + f * t),
               "separate": n * (sep["rollout_one_s"] + sep["train_one_s"])}
@@ -59,32 +67,60 @@ def predict_in_situ(s: Setup, costs):
     return out
 
 
-def replay_shared(jobs: int, iterations: int, floor: int, batches, trainings, seed: int) -> float:
+def replay_shared(jobs: int, iterations: int, floor: int, batches, trainings, seed: int, handoffs=None) -> float:
     """The shared way's wall time, played phase by phase as ``lora_procs`` runs it: the engine
     starts a batch of every ready job once ``floor`` of them (or all that are left) are ready;
     the trainer trains the batch's jobs in order once the batch ends, after what it was already
-    given; a job is ready again when its training ends. Each batch's cost is drawn from
-    ``batches`` ((jobs in the batch, seconds) as measured) of its size, or, for a size never
-    measured, the measured cost per job times its size; each training's from ``trainings``.
-    Handing work between the processes costs nothing here."""
+    given; a job is ready again when its adapter reaches the engine after its training. Each
+    batch's cost is drawn from ``batches`` ((jobs in the batch, seconds) as measured) of its
+    size, or, for a size never measured, the measured cost per job times its size; each
+    training's from ``trainings``. ``handoffs`` (``lora_jobs._measure``'s) gives each handoff's
+    cost: drawn from the transits measured where the receiver waits, from the costs of taking a
+    queued message where it is busy; without them handing work over costs nothing."""
     rng = random.Random(seed)
+    hand = _Handoffs(rng, handoffs)
     by_size = {}
     for size, cost in batches:
         by_size.setdefault(int(size), []).append(cost)
     per_job = sum(c for _, c in batches) / sum(k for k, _ in batches)
-    ready = {j: 0.0 for j in range(jobs)}
+    door = {j: 0.0 for j in range(jobs)}  # when each ready job's adapter reaches the engine
     left = {j: iterations for j in range(jobs)}
     engine = trainer = 0.0
-    while ready:
-        times = sorted(ready.values())
-        start = max(engine, times[min(floor, len(times)) - 1])
-        batch = sorted(j for j, at in ready.items() if at <= start)
+    while door:
+        # Adapters that arrived while the engine sampled are taken one by one once it is free.
+        queued = [j for j, at in door.items() if at < engine]
+        free = engine + sum(hand.take("to_engine") for _ in queued)
+        in_hand = {j: free if at < engine else at for j, at in door.items()}
+        times = sorted(in_hand.values())
+        start = max(free, times[min(floor, len(times)) - 1])
+        batch = sorted(j for j, at in in_hand.items() if at <= start)
         costs = by_size.get(len(batch))
         engine = start + (rng.choice(costs) if costs else per_job * len(batch))
         for j in batch:
-            trainer = max(trainer, engine) + rng.choice(trainings)
+            arrives = engine + hand.transit("to_trainer")
+            start_j = arrives if arrives > trainer else trainer + hand.take("to_trainer")
+            trainer = start_j + rng.choice(trainings)
             left[j] -= 1
-            ready[j] = trainer
+            door[j] = trainer + hand.transit("to_engine")
             if not left[j]:
-                del ready[j]
+                del door[j]
     return max(engine, trainer)
+
+
+class _Handoffs:
+    """Draws a handoff's costs from those measured: a message's ``transit`` (as its receiver
+    measured it waiting: sent to in hand) and a receiver's cost to ``take`` one it found
+    queued. Both are 0, drawing nothing, without measured handoffs."""
+
+    def __init__(self, rng, handoffs):
+        self.rng, self.handoffs = rng, handoffs or {}
+
+    def _draw(self, to: str, kind: str) -> float:
+        drawn = self.handoffs.get(to, {}).get(kind)
+        return self.rng.choice(drawn) if drawn else 0.0
+
+    def transit(self, to: str) -> float:
+        return self._draw(to, "waited")
+
+    def take(self, to: str) -> float:
+        return self._draw(to, "queued")

@@ -5,8 +5,9 @@ The base: a small Qwen2 config built in code and pre-trained here, seeded, to co
 digits (nothing is downloaded). Job ``j`` learns, in its adapter alone, to answer each digit
 shifted by ``j + 1`` (mod 10); a position right earns ``1 / digits`` of the reward, so the
 base's copying earns 0 and a random answer about 0.1. Every adapter is LoRA on all linear
-layers, seeded by its job; it moves from the trainer to the engine as one flat tensor
-(``adapter_vector``, ``load_adapter``): an adapter's own bytes, never the base.
+layers, seeded by its job; it moves from the trainer to the engine as one flat vector
+(``adapter_vector``, ``load_adapter``; an array on the way, see ``lora_procs``): an adapter's
+own bytes, never the base.
 """
 
 import dataclasses
