@@ -11,8 +11,9 @@ The shared way's replay counts the handoffs between its two processes as the cal
 measured them (``lora_procs``): a message its receiver waited for arrives a transit after it
 was sent, and one it found queued costs the receiver the time to take it. Separate pairs pay no
 handoff in their round: four pairs share each core, so a pair's transit is time the core spends
-on the other pairs' phases (the measured separate runs took what their phases' CPU sums to,
-within 1-3%, where a transit each way a round would add 7%).
+on the other pairs' phases. Their convoy, ``n (r1 + t)``, is an upper bound on a separate round:
+the measured separate runs took 2.6-9.9% less (part of one pair's training overlaps another's
+rollout), so the predicted ratio leans high by about that much (docs/experiments/lora.md).
 """
 
 import math
